@@ -1,0 +1,130 @@
+// collectives.cu: each collective as a plan for direct_kernel (rank sets and shard geometry), and
+// the launch. The plan is a pure function of the call and the team, so every rank plans alike.
+#include <cuda_runtime.h>
+#include "team.cuh"
+#include "kernel_table.cuh"
+
+using mg::DirectArgs;
+
+static size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
+static size_t round_up(size_t a, size_t b) { return ceil_div(a, b) * b; }
+
+extern "C" int mg_supports(int dtype, int op) {
+  return dtype >= 0 && dtype < MG_NDTYPES && op >= 0 && op < MG_NOPS && mg::reduce_kernel(dtype, op).fn != nullptr;
+}
+
+// Bytes of the user's element for a single-rank copy.
+static size_t user_elem_bytes(int dtype) {
+  mg::KernelChoice k = mg::copy_kernel(dtype);
+  return (size_t)k.elem_size * k.mult;
+}
+
+// One rank: every collective is a copy of the input into the output (or nothing, in place).
+static int single_rank(const mg_call *c, uintptr_t stream) {
+  if (c->coll == MG_BCAST || c->send == c->recv) return 0;
+  size_t bytes = c->count * user_elem_bytes(c->dtype);
+  cudaError_t e = cudaMemcpyAsync((void *)c->recv, (const void *)c->send, bytes, cudaMemcpyDeviceToDevice,
+                                  (cudaStream_t)stream);
+  if (e != cudaSuccess) cudaGetLastError();
+  return (int)e;
+}
+
+static int plan(mg_team *t, const mg_call *c, DirectArgs *a, mg::KernelFn *fn) {
+  const int n = t->cfg.nranks, me = t->cfg.rank;
+  const uint32_t all = (n == 32 ? 0xffffffffu : ((1u << n) - 1u));
+  const bool reduces = c->coll == MG_ALLREDUCE || c->coll == MG_REDUCE || c->coll == MG_REDUCE_SCATTER_BLOCK;
+  mg::KernelChoice k = reduces ? mg::reduce_kernel(c->dtype, c->op) : mg::copy_kernel(c->dtype);
+  if (!k.fn) return MG_ERR_UNSUPPORTED;
+  if (c->root < 0 || c->root >= n) return MG_ERR_ARG;
+  *fn = k.fn;
+  const size_t V = 16 / (size_t)k.elem_size;
+  const size_t count = c->count * (size_t)k.mult;
+  const uint32_t root = 1u << c->root;
+
+  for (int r = 0; r < n; ++r) a->ws[r] = t->ws[r];
+  a->send = (const char *)c->send;
+  a->recv = (char *)c->recv;
+  a->layout = t->layout;
+  a->rank = me;
+  a->nranks = n;
+  a->elem_size = k.elem_size;
+  a->timeout_ns = t->timeout_ns;
+  a->self_source = 0;
+  a->contrib = all;
+  a->owners = all;
+  a->gather = 0;
+  a->len_total = count;
+  a->len_stride = 0;
+  a->in_base = a->out_base = 0;
+  a->in_stride = a->out_stride = 0;
+  a->shard_len = count;
+  const bool two = c->algo == MG_ALGO_TWOSHOT;
+
+  switch (c->coll) {
+    case MG_ALLREDUCE:
+    case MG_REDUCE:
+      if (c->coll == MG_REDUCE && !two) a->owners = root;  // everyone pushes everything to the root
+      if (two) {  // reduce-scatter into n shards, then the shards go to everyone (or to the root)
+        a->shard_len = round_up(ceil_div(count, n), V);
+        a->len_stride = a->in_stride = a->out_stride = a->shard_len;
+        a->gather = c->coll == MG_REDUCE ? root : all;
+      }
+      break;
+    case MG_REDUCE_SCATTER_BLOCK:  // owner j reduces block j of every input into its own output
+      a->in_stride = count;
+      break;
+    case MG_ALLGATHER:  // owner j's input goes to block j of every output
+      a->self_source = 1;
+      a->out_stride = count;
+      a->gather = all;
+      break;
+    case MG_BCAST:
+      a->contrib = root;
+      a->owners = all & ~root;
+      if (two) {  // scatter the message over the non-roots, each forwards its part to the others
+        a->shard_len = round_up(ceil_div(count, n - 1), V);
+        a->len_stride = a->in_stride = a->out_stride = a->shard_len;
+        a->gather = a->owners;
+      }
+      break;
+    default: return MG_ERR_ARG;
+  }
+
+  const int C = c->nchannels < 1 ? 1 : c->nchannels;
+  a->nchannels = C;
+  a->span = round_up(ceil_div(a->shard_len, C), V);
+  size_t slot_elems = t->layout.slot_bytes / k.elem_size / V * V;
+  a->chunk = a->span < slot_elems ? a->span : slot_elems;
+  if (a->chunk == 0) a->chunk = V;
+  a->nsteps = (int)ceil_div(a->span == 0 ? 1 : a->span, a->chunk);
+  for (int L = 0; L < mg::kLanes; ++L)
+    for (int ch = 0; ch < C; ++ch) a->base[L][ch] = t->base[L][ch];
+  return 0;
+}
+
+extern "C" int mg_collective(mg_team *t, const mg_call *call, uintptr_t stream) {
+  if (call->count == 0) return 0;
+  if (t->cfg.nranks == 1) return single_rank(call, stream);
+  for (int r = 0; r < t->cfg.nranks; ++r)
+    if (!t->opened[r]) return MG_ERR_TEAM;
+  mg_call c = *call;
+  int e = mg_select(t, &c);
+  if (e) return e;
+  DirectArgs a;
+  mg::KernelFn fn = nullptr;
+  e = plan(t, &c, &a, &fn);
+  if (e) return e;
+  void *args[] = {&a};
+  cudaError_t ce = cudaLaunchKernel((const void *)fn, dim3(a.nchannels), dim3(mg::kThreads), args, 0,
+                                    (cudaStream_t)stream);
+  if (ce != cudaSuccess) {
+    cudaGetLastError();
+    return (int)ce;
+  }
+  // The launch is enqueued: advance the step numbers of the lanes it uses, as every rank does.
+  for (int ch = 0; ch < a.nchannels; ++ch) {
+    if (!a.self_source) t->base[0][ch] += a.nsteps;
+    if (a.gather) t->base[1][ch] += a.nsteps;
+  }
+  return 0;
+}

@@ -1,0 +1,162 @@
+// direct_kernel.cuh: the one fused kernel behind every intra-node collective (the "algorithm" layer).
+//
+// A call is described by three rank sets and a shard geometry (see collectives.cu for each collective):
+//   contrib: ranks whose input goes into each shard (all ranks for reductions, the root for Bcast,
+//            each owner alone for Allgather: `self_source`);
+//   owners:  ranks that each produce one shard of the result;
+//   gather:  ranks that receive every owner's shard (phase 2), e.g. everyone for a two-shot Allreduce.
+// Owner j's shard starts at in_off(j) in a contributor's input and at out_off(j) in the output; it has
+// len(j) elements. A shard is split into `nchannels` contiguous spans, one per thread block (channel),
+// and each span is moved in steps of at most `chunk` elements through the FIFO slots of protocol.cuh.
+// Per step, a channel:
+//   1. pushes its contribution to every other owner (lane 0);
+//   2. as an owner, reduces the contributions in rank order, writes its own output and pushes the result
+//      to every other gatherer (lane 1);
+//   3. as a gatherer, copies every other owner's result from its slots into its output.
+// Peers advance independently up to `nslots` steps ahead, so the stages of successive steps overlap
+// across ranks (pipelining), and all traffic between GPUs is stores (NVLink writes outrun reads).
+#pragma once
+#include "dtypes.cuh"
+#include "protocol.cuh"
+
+namespace mg {
+
+struct DirectArgs {
+  char *ws[MG_MAX_RANKS];      // every rank's workspace base as mapped in this process
+  const char *send;            // this rank's input
+  char *recv;                  // this rank's output
+  Layout layout;
+  int rank, nranks, nchannels;
+  uint32_t contrib, owners, gather;
+  int self_source;             // owners reduce their own input only (Allgather): no lane-0 traffic
+  int elem_size;
+  size_t shard_len;            // max elements per shard
+  size_t len_total, len_stride;  // len(j) = clamp(len_total - idx(j) * len_stride, 0, shard_len)
+  size_t in_base, in_stride;     // in_off(j) = in_base + idx(j) * in_stride
+  size_t out_base, out_stride;   // out_off(j) = out_base + idx(j) * out_stride
+  size_t span;                 // elements per channel of a shard (multiple of the vector width)
+  size_t chunk;                // elements per step (multiple of the vector width)
+  int nsteps;
+  uint64_t timeout_ns;
+  uint64_t base[kLanes][MG_MAX_CHANNELS];  // global step number of this call's step 0, per lane/channel
+};
+
+__device__ __forceinline__ int owner_index(uint32_t owners, int j) { return __popc(owners & ((1u << j) - 1u)); }
+
+struct Piece { size_t in, out, n; };
+
+// Where owner j's piece for (channel, step) lies, in elements.
+__device__ __forceinline__ Piece piece_of(const DirectArgs &a, int j, int ch, int t) {
+  size_t idx = (size_t)owner_index(a.owners, j);
+  size_t sub = idx * a.len_stride;
+  size_t len = a.len_total > sub ? a.len_total - sub : 0;
+  if (len > a.shard_len) len = a.shard_len;
+  size_t lo = (size_t)ch * a.span + (size_t)t * a.chunk;
+  size_t hi = (size_t)ch * a.span + a.span;
+  if (hi > len) hi = len;
+  if (lo + a.chunk < hi) hi = lo + a.chunk;
+  Piece p;
+  p.n = hi > lo ? hi - lo : 0;
+  p.in = a.in_base + idx * a.in_stride + lo;
+  p.out = a.out_base + idx * a.out_stride + lo;
+  return p;
+}
+
+template <typename T, typename Op>
+__global__ void __launch_bounds__(kThreads, 1) direct_kernel(const __grid_constant__ DirectArgs a) {
+  const int ch = blockIdx.x, me = a.rank, n = a.nranks, tid = threadIdx.x;
+  const size_t es = sizeof(T);
+  char *mine = a.ws[me];
+  const bool i_contrib = !a.self_source && ((a.contrib >> me) & 1u);
+  const bool i_own = (a.owners >> me) & 1u;
+  const bool i_gather = (a.gather >> me) & 1u;
+  const int D = a.layout.nslots;
+
+  for (int t = 0; t < a.nsteps; ++t) {
+    const uint64_t g0 = a.base[0][ch] + t, g1 = a.base[1][ch] + t;
+
+    // 1. Contribution to every other owner (lane 0). Thread j waits until owner j freed the slot.
+    if (i_contrib) {
+      if (tid < n && tid != me && ((a.owners >> tid) & 1u) && g0 + 1 > (uint64_t)D)
+        wait_at_least((const uint64_t *)(mine + Layout::ack_off(0, ch, tid)), g0 + 1 - D, a.timeout_ns);
+      __syncthreads();
+      for (int j = 0; j < n; ++j) {
+        if (j == me || !((a.owners >> j) & 1u)) continue;
+        Piece p = piece_of(a, j, ch, t);
+        const char *s = a.send + p.in * es;
+        char *d = a.ws[j] + a.layout.slot_off(0, ch, me, g0);
+        reduce_copy<T, OpCopy, 1, 1>(&s, 1, &d, 1, p.n);
+      }
+      __threadfence_system();
+      __syncthreads();
+      if (tid < n && tid != me && ((a.owners >> tid) & 1u))
+        st_release_sys((uint64_t *)(a.ws[tid] + Layout::data_off(0, ch, me)), g0 + 1);
+    }
+
+    // 2. Reduce my shard in rank order; write my output and every other gatherer's lane-1 slot.
+    if (i_own) {
+      if (tid < n && tid != me) {
+        if (!a.self_source && ((a.contrib >> tid) & 1u))
+          wait_at_least((const uint64_t *)(mine + Layout::data_off(0, ch, tid)), g0 + 1, a.timeout_ns);
+        if (((a.gather >> tid) & 1u) && g1 + 1 > (uint64_t)D)
+          wait_at_least((const uint64_t *)(mine + Layout::ack_off(1, ch, tid)), g1 + 1 - D, a.timeout_ns);
+      }
+      __syncthreads();
+      Piece p = piece_of(a, me, ch, t);
+      const char *srcs[MG_MAX_RANKS];
+      char *dsts[MG_MAX_RANKS];
+      int ns = 0, nd = 0;
+      if (a.self_source) {
+        srcs[ns++] = a.send + p.in * es;
+      } else {
+        for (int k = 0; k < n; ++k) {
+          if (!((a.contrib >> k) & 1u)) continue;
+          srcs[ns++] = k == me ? a.send + p.in * es : mine + a.layout.slot_off(0, ch, k, g0);
+        }
+      }
+      if (i_gather || a.gather == 0) dsts[nd++] = a.recv + p.out * es;
+      for (int k = 0; k < n; ++k)
+        if (k != me && ((a.gather >> k) & 1u)) dsts[nd++] = a.ws[k] + a.layout.slot_off(1, ch, me, g1);
+      // Skip a copy onto itself (in-place Allgather's own block).
+      if (!(ns == 1 && nd == 1 && srcs[0] == dsts[0]))
+        reduce_copy<T, Op, MG_MAX_RANKS, MG_MAX_RANKS>(srcs, ns, dsts, nd, p.n);
+      __threadfence_system();
+      __syncthreads();
+      if (tid < n && tid != me) {
+        if ((a.gather >> tid) & 1u)
+          st_release_sys((uint64_t *)(a.ws[tid] + Layout::data_off(1, ch, me)), g1 + 1);
+        if (!a.self_source && ((a.contrib >> tid) & 1u))
+          st_release_sys((uint64_t *)(a.ws[tid] + Layout::ack_off(0, ch, me)), g0 + 1);
+      }
+    }
+
+    // 3. Results of every other owner (lane 1) into my output.
+    if (i_gather) {
+      if (tid < n && tid != me && ((a.owners >> tid) & 1u))
+        wait_at_least((const uint64_t *)(mine + Layout::data_off(1, ch, tid)), g1 + 1, a.timeout_ns);
+      __syncthreads();
+      for (int j = 0; j < n; ++j) {
+        if (j == me || !((a.owners >> j) & 1u)) continue;
+        Piece p = piece_of(a, j, ch, t);
+        const char *s = mine + a.layout.slot_off(1, ch, j, g1);
+        char *d = a.recv + p.out * es;
+        reduce_copy<T, OpCopy, 1, 1>(&s, 1, &d, 1, p.n);
+      }
+      __syncthreads();
+      if (tid < n && tid != me && ((a.owners >> tid) & 1u))
+        st_release_sys((uint64_t *)(a.ws[tid] + Layout::ack_off(1, ch, me)), g1 + 1);
+    }
+  }
+
+  // Release every incoming connection of the lanes this call used: a peer that starts a later call
+  // with another pattern (another root, another algorithm) then finds all my slots free.
+  __syncthreads();
+  if (tid < n && tid != me) {
+    if (!a.self_source)
+      st_release_sys((uint64_t *)(a.ws[tid] + Layout::ack_off(0, ch, me)), a.base[0][ch] + a.nsteps);
+    if (a.gather)
+      st_release_sys((uint64_t *)(a.ws[tid] + Layout::ack_off(1, ch, me)), a.base[1][ch] + a.nsteps);
+  }
+}
+
+}  // namespace mg

@@ -1,0 +1,58 @@
+// dtypes.cuh: element storage types, accumulation types and the reduction operators.
+//
+// Each (mg_dtype, mg_op) pair maps to <Storage, Acc, Op>: values are loaded as Storage, combined as
+// Acc and stored back as Storage. 16-bit floats accumulate in fp32 and round once at the end, so the
+// result of an n-way reduction does not depend on how the n inputs were paired. Integer SUM/PROD and
+// all bitwise/logical ops run on the unsigned type of the same width: two's-complement wraparound is
+// identical for signed and unsigned, and this avoids signed-overflow UB; only MAX/MIN need signedness.
+#pragma once
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+namespace mg {
+
+// Accumulation type for a storage type. uint8/uint16 widen to uint32 so PROD has no int promotion UB.
+template <typename T> struct AccOf { using type = T; };
+template <> struct AccOf<__half> { using type = float; };
+template <> struct AccOf<__nv_bfloat16> { using type = float; };
+template <> struct AccOf<uint8_t> { using type = uint32_t; };
+template <> struct AccOf<uint16_t> { using type = uint32_t; };
+template <> struct AccOf<int8_t> { using type = int32_t; };
+template <> struct AccOf<int16_t> { using type = int32_t; };
+
+template <typename A, typename T> __device__ __forceinline__ A to_acc(T v) { return static_cast<A>(v); }
+template <> __device__ __forceinline__ float to_acc<float, __half>(__half v) { return __half2float(v); }
+template <> __device__ __forceinline__ float to_acc<float, __nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <> __device__ __forceinline__ float2 to_acc<float2, float2>(float2 v) { return v; }
+template <> __device__ __forceinline__ double2 to_acc<double2, double2>(double2 v) { return v; }
+
+template <typename T, typename A> __device__ __forceinline__ T from_acc(A v) { return static_cast<T>(v); }
+template <> __device__ __forceinline__ __half from_acc<__half, float>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16, float>(float v) { return __float2bfloat16_rn(v); }
+template <> __device__ __forceinline__ float2 from_acc<float2, float2>(float2 v) { return v; }
+template <> __device__ __forceinline__ double2 from_acc<double2, double2>(double2 v) { return v; }
+
+struct OpSum  { template <typename A> __device__ __forceinline__ static A f(A a, A b) { return a + b; } };
+struct OpProd { template <typename A> __device__ __forceinline__ static A f(A a, A b) { return a * b; } };
+struct OpMax  { template <typename A> __device__ __forceinline__ static A f(A a, A b) { return a < b ? b : a; } };
+struct OpMin  { template <typename A> __device__ __forceinline__ static A f(A a, A b) { return b < a ? b : a; } };
+struct OpLand { template <typename A> __device__ __forceinline__ static A f(A a, A b) { return (A)((a != 0) & (b != 0)); } };
+struct OpLor  { template <typename A> __device__ __forceinline__ static A f(A a, A b) { return (A)((a != 0) | (b != 0)); } };
+struct OpLxor { template <typename A> __device__ __forceinline__ static A f(A a, A b) { return (A)((a != 0) ^ (b != 0)); } };
+struct OpBand { template <typename A> __device__ __forceinline__ static A f(A a, A b) { return a & b; } };
+struct OpBor  { template <typename A> __device__ __forceinline__ static A f(A a, A b) { return a | b; } };
+struct OpBxor { template <typename A> __device__ __forceinline__ static A f(A a, A b) { return a ^ b; } };
+// Complex product; complex SUM runs as a float SUM over twice the count.
+struct OpCprod {
+  __device__ __forceinline__ static float2 f(float2 a, float2 b) {
+    return make_float2(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x);
+  }
+  __device__ __forceinline__ static double2 f(double2 a, double2 b) {
+    return make_double2(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x);
+  }
+};
+// Plain copy (Bcast, Allgather): one source, never combined.
+struct OpCopy { template <typename A> __device__ __forceinline__ static A f(A a, A) { return a; } };
+
+}  // namespace mg

@@ -1,0 +1,19 @@
+// kernel_table.cuh: which instantiation of direct_kernel runs a (dtype, op) pair, and how many
+// storage elements one user element is (complex SUM runs as a float SUM over twice the count).
+#pragma once
+#include "direct_kernel.cuh"
+
+namespace mg {
+
+using KernelFn = void (*)(DirectArgs);
+
+struct KernelChoice {
+  KernelFn fn;
+  int elem_size;  // bytes of the storage type the kernel moves
+  int mult;       // storage elements per user element
+};
+
+KernelChoice reduce_kernel(int dtype, int op);  // fn == nullptr: pair not implemented
+KernelChoice copy_kernel(int dtype);
+
+}  // namespace mg

@@ -1,0 +1,113 @@
+/* mpigpu_cuda.h: the plain C ABI between the CUDA layer (cuda/) and the Cython layer (mpigpu/_ext/).
+ *
+ * Only pointers, sizes, enums and error codes cross this line. Every function returns 0 on success,
+ * a positive cudaError_t value when the CUDA runtime failed, or a negative MG_ERR_* code; the text
+ * of either comes from mg_error_string(). Nothing here calls MPI, allocates per collective, or prints.
+ */
+#ifndef MPIGPU_CUDA_H
+#define MPIGPU_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MG_MAX_RANKS 8      /* ranks of one node that one device team can hold */
+#define MG_MAX_CHANNELS 64  /* thread blocks (channels) one collective may use */
+#define MG_IPC_HANDLE_BYTES 64
+
+enum mg_dtype {
+  MG_BOOL = 0, MG_INT8, MG_UINT8, MG_INT16, MG_UINT16, MG_INT32, MG_UINT32, MG_INT64, MG_UINT64,
+  MG_FLOAT16, MG_BFLOAT16, MG_FLOAT32, MG_FLOAT64, MG_COMPLEX64, MG_COMPLEX128, MG_NDTYPES
+};
+
+enum mg_op {
+  MG_SUM = 0, MG_PROD, MG_MAX, MG_MIN, MG_LAND, MG_LOR, MG_LXOR, MG_BAND, MG_BOR, MG_BXOR, MG_NOPS
+};
+
+enum mg_coll { MG_ALLREDUCE = 0, MG_BCAST, MG_REDUCE_SCATTER_BLOCK, MG_REDUCE, MG_ALLGATHER, MG_NCOLLS };
+
+/* Algorithms. MG_ALGO_AUTO lets the cost model (mg_select) choose. */
+enum mg_algo {
+  MG_ALGO_AUTO = 0,
+  MG_ALGO_ONESHOT,   /* every owner receives every contribution whole: one hop, (n-1)x bytes per rank */
+  MG_ALGO_TWOSHOT,   /* shards: reduce-scatter by push, then push the reduced shards: 2 hops, 2(n-1)/n bytes */
+  MG_NALGOS
+};
+
+enum mg_err {
+  MG_OK = 0,
+  MG_ERR_UNSUPPORTED = -1, /* type/op pair the engine does not implement */
+  MG_ERR_ARG = -2,         /* bad argument (rank, count, root, sizes) */
+  MG_ERR_TEAM = -3,        /* team not complete (a peer workspace not opened) */
+  MG_ERR_NOMEM = -4
+};
+
+const char *mg_error_string(int err);
+
+/* ---- runtime (runtime.cu) ---- */
+int mg_device_count(int *count);
+int mg_get_device(int *device);
+int mg_set_device(int device);
+/* memtype: 0 unregistered host, 1 pinned host, 2 device, 3 managed */
+int mg_pointer_info(uintptr_t ptr, int *memtype, int *device);
+int mg_pci_bus_id(int device, char *buf, int len);
+int mg_device_by_pci_bus_id(const char *bus_id, int *device);
+int mg_can_access_peer(int device, int peer, int *can);
+int mg_device_malloc(size_t bytes, uintptr_t *ptr);
+int mg_device_free(uintptr_t ptr);
+int mg_host_alloc(size_t bytes, uintptr_t *ptr); /* pinned, portable */
+int mg_host_free(uintptr_t ptr);
+int mg_stream_create(uintptr_t *stream);          /* non-blocking stream on the current device */
+int mg_stream_destroy(uintptr_t stream);
+int mg_stream_sync(uintptr_t stream);
+int mg_event_create(uintptr_t *event);            /* timing disabled */
+int mg_event_destroy(uintptr_t event);
+int mg_event_record(uintptr_t event, uintptr_t stream);
+int mg_event_sync(uintptr_t event);
+int mg_stream_wait_event(uintptr_t stream, uintptr_t event);
+int mg_memcpy_async(uintptr_t dst, uintptr_t src, size_t bytes, uintptr_t stream);
+int mg_memset_async(uintptr_t dst, int value, size_t bytes, uintptr_t stream);
+
+/* ---- device team (transport_ipc.cu) ---- */
+typedef struct mg_team mg_team;
+
+typedef struct mg_team_config {
+  int rank, nranks, device;
+  size_t slot_bytes;   /* bytes of one FIFO slot (the pipeline chunk) */
+  int nslots;          /* FIFO depth per connection */
+  int max_channels;    /* channels the workspace is laid out for */
+  double timeout_s;    /* a kernel waiting longer than this on a peer traps */
+} mg_team_config;
+
+int mg_team_create(const mg_team_config *cfg, mg_team **team);
+int mg_team_export(mg_team *team, void *handle /* MG_IPC_HANDLE_BYTES */);
+int mg_team_open_peer(mg_team *team, int peer, const void *handle);
+int mg_team_destroy(mg_team *team);
+size_t mg_team_workspace_bytes(const mg_team *team);
+
+/* ---- collectives (collectives.cu) ---- */
+typedef struct mg_call {
+  int coll;            /* enum mg_coll */
+  int algo;            /* enum mg_algo; AUTO lets mg_select choose */
+  int dtype, op;       /* enum mg_dtype / mg_op (op ignored by Bcast and Allgather) */
+  uintptr_t send;      /* input (for in-place calls: what MPI defines as the input inside recv) */
+  uintptr_t recv;      /* output */
+  size_t count;        /* Allreduce/Bcast/Reduce: elements; Reduce_scatter_block: recvcount; Allgather: sendcount */
+  int root;
+  int nchannels;       /* 0: the cost model chooses */
+} mg_call;
+
+/* 1 when the engine implements this (dtype, op) pair for reductions. */
+int mg_supports(int dtype, int op);
+/* Fills algo and nchannels for a call, as mg_collective would run it. */
+int mg_select(const mg_team *team, mg_call *call);
+/* Enqueues the collective on stream; returns once it is enqueued. */
+int mg_collective(mg_team *team, const mg_call *call, uintptr_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MPIGPU_CUDA_H */

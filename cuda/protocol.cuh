@@ -1,0 +1,168 @@
+// protocol.cuh: how data and signals move between ranks (NCCL's "protocol" layer).
+//
+// Every rank owns one workspace in its own device memory, mapped into every peer through CUDA IPC.
+// A connection (lane, channel, src -> dst) is a FIFO of `nslots` slots in dst's workspace plus two
+// 64-bit counters: data[lane][channel][src] in dst's workspace (written by src: "step g is in slot
+// g % nslots") and ack[lane][channel][dst] in src's workspace (written by dst: "I am done with every
+// step up to g"). Counters hold global step numbers that only grow, across calls too: the host keeps
+// a base per (lane, channel) that all ranks advance identically, so no counter is ever reset.
+//
+// Ordering: writers store data with ordinary stores, every writing thread fences at system scope,
+// the block synchronizes, then one thread publishes the counter with st.release.sys. Readers poll
+// with ld.acquire.sys in one thread, synchronize the block, and read the slot with volatile loads
+// (L1 is not coherent across GPUs, and a slot is rewritten every nslots steps).
+#pragma once
+#include <stdint.h>
+#include "mpigpu_cuda.h"
+#include "dtypes.cuh"
+
+namespace mg {
+
+constexpr int kLanes = 2;          // lane 0: contributions to owners; lane 1: owners' results to gatherers
+constexpr int kThreads = 512;      // threads per channel (block)
+constexpr size_t kFlagBytes = 2 * kLanes * MG_MAX_CHANNELS * MG_MAX_RANKS * sizeof(uint64_t);
+constexpr size_t kSlotsOffset = 65536;  // slots start here, 64 KiB aligned, after the counters
+
+// Layout of one workspace; identical in every rank, so offsets computed here apply to any peer's base.
+struct Layout {
+  size_t slot_bytes;
+  int nslots, nranks, max_channels;
+
+  __host__ __device__ static size_t data_off(int lane, int ch, int src) {
+    return ((size_t)(lane * MG_MAX_CHANNELS + ch) * MG_MAX_RANKS + src) * sizeof(uint64_t);
+  }
+  __host__ __device__ static size_t ack_off(int lane, int ch, int dst) {
+    return kFlagBytes / 2 + data_off(lane, ch, dst);
+  }
+  __host__ __device__ size_t slot_off(int lane, int ch, int src, uint64_t step) const {
+    size_t s = (size_t)(step % (uint64_t)nslots);
+    return kSlotsOffset + ((((size_t)lane * max_channels + ch) * nranks + src) * nslots + s) * slot_bytes;
+  }
+  __host__ __device__ size_t total_bytes() const {
+    return kSlotsOffset + (size_t)kLanes * max_channels * nranks * nslots * slot_bytes;
+  }
+};
+
+__device__ __forceinline__ uint64_t ld_acquire_sys(const uint64_t *p) {
+  uint64_t v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void st_release_sys(uint64_t *p, uint64_t v) {
+  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+__device__ __forceinline__ uint64_t global_timer_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Spin until *p >= want. A peer that never arrives would hang the job silently; instead the kernel
+// traps after timeout_ns, the host sees a launch failure and raises with the call and rank.
+__device__ __forceinline__ void wait_at_least(const uint64_t *p, uint64_t want, uint64_t timeout_ns) {
+  if (ld_acquire_sys(p) >= want) return;
+  uint64_t start = global_timer_ns();
+  unsigned spins = 0;
+  while (ld_acquire_sys(p) < want) {
+    if ((++spins & 1023u) == 0 && global_timer_ns() - start > timeout_ns) __trap();
+  }
+}
+
+// Volatile 16-byte and scalar loads: see the ordering note above.
+__device__ __forceinline__ uint4 ld_volatile_v4(const void *p) {
+  uint4 v;
+  asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) : "memory");
+  return v;
+}
+
+template <typename T> __device__ __forceinline__ T ld_volatile(const T *p) {
+  static_assert(sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8 || sizeof(T) == 16, "size");
+  T out;
+  if constexpr (sizeof(T) == 1) { uint8_t v = *(const volatile uint8_t *)p; memcpy(&out, &v, 1); }
+  else if constexpr (sizeof(T) == 2) { uint16_t v = *(const volatile uint16_t *)p; memcpy(&out, &v, 2); }
+  else if constexpr (sizeof(T) == 4) { uint32_t v = *(const volatile uint32_t *)p; memcpy(&out, &v, 4); }
+  else if constexpr (sizeof(T) == 8) { uint64_t v = *(const volatile uint64_t *)p; memcpy(&out, &v, 8); }
+  else { // 16-byte elements (complex128) are at least 8-byte aligned
+    uint64_t v[2] = {((const volatile uint64_t *)p)[0], ((const volatile uint64_t *)p)[1]};
+    memcpy(&out, v, 16);
+  }
+  return out;
+}
+
+// dst[d][i] = src[0][i] op src[1][i] op ... for every destination d, in source order, so every rank
+// that reduces the same sources gets bitwise the same values. 16-byte vectors where every pointer is
+// 16-byte aligned, scalars otherwise and for the tail. All threads of the block take part.
+template <typename T, typename Op, int MaxSrc, int MaxDst>
+__device__ __forceinline__ void reduce_copy(const char *const *src, int nsrc, char *const *dst, int ndst,
+                                            size_t n) {
+  using A = typename AccOf<T>::type;
+  constexpr int V = 16 / sizeof(T);
+  constexpr int U = 2;  // vectors per thread per iteration: independent loads in flight
+  uintptr_t orbits = 0;
+  for (int k = 0; k < nsrc; ++k) orbits |= (uintptr_t)src[k];
+  for (int d = 0; d < ndst; ++d) orbits |= (uintptr_t)dst[d];
+  size_t nvec = (orbits & 15) == 0 ? n / V : 0;
+  const size_t tid = threadIdx.x, stride = blockDim.x;
+
+  size_t i = tid;
+  for (; i + (U - 1) * stride < nvec; i += U * stride) {
+    A acc[U][V];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      uint4 w = ld_volatile_v4(src[0] + (i + u * stride) * 16);
+      const T *e = reinterpret_cast<const T *>(&w);
+#pragma unroll
+      for (int v = 0; v < V; ++v) acc[u][v] = to_acc<A, T>(e[v]);
+    }
+    for (int k = 1; k < nsrc && k < MaxSrc; ++k) {
+      uint4 w[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) w[u] = ld_volatile_v4(src[k] + (i + u * stride) * 16);
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const T *e = reinterpret_cast<const T *>(&w[u]);
+#pragma unroll
+        for (int v = 0; v < V; ++v) acc[u][v] = Op::f(acc[u][v], to_acc<A, T>(e[v]));
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      uint4 out;
+      T *o = reinterpret_cast<T *>(&out);
+#pragma unroll
+      for (int v = 0; v < V; ++v) o[v] = from_acc<T, A>(acc[u][v]);
+      for (int d = 0; d < ndst && d < MaxDst; ++d)
+        *reinterpret_cast<uint4 *>(dst[d] + (i + u * stride) * 16) = out;
+    }
+  }
+  for (; i < nvec; i += stride) {
+    uint4 w = ld_volatile_v4(src[0] + i * 16);
+    const T *e = reinterpret_cast<const T *>(&w);
+    A acc[V];
+#pragma unroll
+    for (int v = 0; v < V; ++v) acc[v] = to_acc<A, T>(e[v]);
+    for (int k = 1; k < nsrc && k < MaxSrc; ++k) {
+      uint4 x = ld_volatile_v4(src[k] + i * 16);
+      const T *f = reinterpret_cast<const T *>(&x);
+#pragma unroll
+      for (int v = 0; v < V; ++v) acc[v] = Op::f(acc[v], to_acc<A, T>(f[v]));
+    }
+    uint4 out;
+    T *o = reinterpret_cast<T *>(&out);
+#pragma unroll
+    for (int v = 0; v < V; ++v) o[v] = from_acc<T, A>(acc[v]);
+    for (int d = 0; d < ndst && d < MaxDst; ++d) *reinterpret_cast<uint4 *>(dst[d] + i * 16) = out;
+  }
+  for (size_t j = nvec * V + tid; j < n; j += stride) {
+    A acc = to_acc<A, T>(ld_volatile(reinterpret_cast<const T *>(src[0]) + j));
+    for (int k = 1; k < nsrc && k < MaxSrc; ++k)
+      acc = Op::f(acc, to_acc<A, T>(ld_volatile(reinterpret_cast<const T *>(src[k]) + j)));
+    T out = from_acc<T, A>(acc);
+    for (int d = 0; d < ndst && d < MaxDst; ++d) reinterpret_cast<T *>(dst[d])[j] = out;
+  }
+}
+
+}  // namespace mg

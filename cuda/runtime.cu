@@ -1,0 +1,94 @@
+// runtime.cu: thin C wrappers over the CUDA runtime for the Cython layer (cudart is linked
+// statically and finds the driver at run time, so importing mpigpu works on a machine without one).
+#include <cuda_runtime.h>
+#include "mpigpu_cuda.h"
+
+static int rc(cudaError_t e) {
+  if (e != cudaSuccess) cudaGetLastError();  // clear non-sticky errors so later calls are unaffected
+  return (int)e;
+}
+
+extern "C" {
+
+const char *mg_error_string(int err) {
+  switch (err) {
+    case MG_OK: return "no error";
+    case MG_ERR_UNSUPPORTED: return "type/op pair not implemented by the device engine";
+    case MG_ERR_ARG: return "invalid argument";
+    case MG_ERR_TEAM: return "device team incomplete: a peer workspace is not mapped";
+    case MG_ERR_NOMEM: return "out of host memory";
+    default: return err > 0 ? cudaGetErrorString((cudaError_t)err) : "unknown mpigpu error";
+  }
+}
+
+int mg_device_count(int *count) {
+  *count = 0;
+  return rc(cudaGetDeviceCount(count));
+}
+int mg_get_device(int *device) { return rc(cudaGetDevice(device)); }
+int mg_set_device(int device) { return rc(cudaSetDevice(device)); }
+
+int mg_pointer_info(uintptr_t ptr, int *memtype, int *device) {
+  cudaPointerAttributes at;
+  cudaError_t e = cudaPointerGetAttributes(&at, (const void *)ptr);
+  if (e != cudaSuccess) {
+    *memtype = 0;
+    *device = -1;
+    return rc(e);
+  }
+  *memtype = (int)at.type;
+  *device = at.device;
+  return 0;
+}
+
+int mg_pci_bus_id(int device, char *buf, int len) { return rc(cudaDeviceGetPCIBusId(buf, len, device)); }
+int mg_device_by_pci_bus_id(const char *bus_id, int *device) { return rc(cudaDeviceGetByPCIBusId(device, bus_id)); }
+int mg_can_access_peer(int device, int peer, int *can) { return rc(cudaDeviceCanAccessPeer(can, device, peer)); }
+
+int mg_device_malloc(size_t bytes, uintptr_t *ptr) {
+  void *p = nullptr;
+  int e = rc(cudaMalloc(&p, bytes));
+  *ptr = (uintptr_t)p;
+  return e;
+}
+int mg_device_free(uintptr_t ptr) { return rc(cudaFree((void *)ptr)); }
+int mg_host_alloc(size_t bytes, uintptr_t *ptr) {
+  void *p = nullptr;
+  int e = rc(cudaHostAlloc(&p, bytes, cudaHostAllocPortable));
+  *ptr = (uintptr_t)p;
+  return e;
+}
+int mg_host_free(uintptr_t ptr) { return rc(cudaFreeHost((void *)ptr)); }
+
+int mg_stream_create(uintptr_t *stream) {
+  cudaStream_t s = nullptr;
+  int e = rc(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  *stream = (uintptr_t)s;
+  return e;
+}
+int mg_stream_destroy(uintptr_t stream) { return rc(cudaStreamDestroy((cudaStream_t)stream)); }
+int mg_stream_sync(uintptr_t stream) { return rc(cudaStreamSynchronize((cudaStream_t)stream)); }
+int mg_event_create(uintptr_t *event) {
+  cudaEvent_t ev = nullptr;
+  int e = rc(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  *event = (uintptr_t)ev;
+  return e;
+}
+int mg_event_destroy(uintptr_t event) { return rc(cudaEventDestroy((cudaEvent_t)event)); }
+int mg_event_record(uintptr_t event, uintptr_t stream) {
+  return rc(cudaEventRecord((cudaEvent_t)event, (cudaStream_t)stream));
+}
+int mg_event_sync(uintptr_t event) { return rc(cudaEventSynchronize((cudaEvent_t)event)); }
+int mg_stream_wait_event(uintptr_t stream, uintptr_t event) {
+  return rc(cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)event, 0));
+}
+int mg_memcpy_async(uintptr_t dst, uintptr_t src, size_t bytes, uintptr_t stream) {
+  if (bytes == 0) return 0;
+  return rc(cudaMemcpyAsync((void *)dst, (const void *)src, bytes, cudaMemcpyDefault, (cudaStream_t)stream));
+}
+int mg_memset_async(uintptr_t dst, int value, size_t bytes, uintptr_t stream) {
+  if (bytes == 0) return 0;
+  return rc(cudaMemsetAsync((void *)dst, value, bytes, (cudaStream_t)stream));
+}
+
+}  // extern "C"

@@ -1,0 +1,31 @@
+// team.cuh: the host-side state of one device team (shared by transport_ipc.cu and collectives.cu).
+#pragma once
+#include "mpigpu_cuda.h"
+#include "protocol.cuh"
+
+struct mg_team {
+  mg_team_config cfg;
+  mg::Layout layout;
+  char *ws[MG_MAX_RANKS];      // workspaces as mapped here; ws[rank] is this rank's own allocation
+  int opened[MG_MAX_RANKS];
+  uint64_t timeout_ns;
+  // Global step number reached per (lane, channel). Every rank advances these identically, because
+  // every rank plans the same call the same way; see protocol.cuh.
+  uint64_t base[mg::kLanes][MG_MAX_CHANNELS];
+};
+
+// Runs `body` with cfg.device current, restoring the caller's device after (the user's framework
+// owns the current device; we never leave it changed).
+#define MG_WITH_DEVICE(dev, body)                                        \
+  do {                                                                   \
+    int mg_prev_ = -1;                                                   \
+    cudaError_t mg_e_ = cudaGetDevice(&mg_prev_);                        \
+    if (mg_e_ != cudaSuccess) return (int)mg_e_;                         \
+    if (mg_prev_ != (dev)) {                                             \
+      mg_e_ = cudaSetDevice(dev);                                        \
+      if (mg_e_ != cudaSuccess) return (int)mg_e_;                       \
+    }                                                                    \
+    int mg_rc_ = (body);                                                 \
+    if (mg_prev_ != (dev)) cudaSetDevice(mg_prev_);                      \
+    return mg_rc_;                                                       \
+  } while (0)

@@ -1,0 +1,103 @@
+// transport_ipc.cu: the intra-node transport. Each rank allocates one workspace (FIFO slots and
+// step counters), exports it with cudaIpcGetMemHandle, and maps every peer's once at team setup;
+// collectives then only compute addresses inside these mappings (no IPC open per call).
+#include <cuda_runtime.h>
+#include <stdlib.h>
+#include <string.h>
+#include "team.cuh"
+
+static int rc(cudaError_t e) {
+  if (e != cudaSuccess) cudaGetLastError();
+  return (int)e;
+}
+
+static int team_alloc(mg_team *t) {
+  size_t bytes = t->layout.total_bytes();
+  void *p = nullptr;
+  int e = rc(cudaMalloc(&p, bytes));
+  if (e) return e;
+  // Counters must start at zero; slots need no clearing. Synchronous: peers map it right after.
+  e = rc(cudaMemset(p, 0, mg::kSlotsOffset));
+  if (!e) e = rc(cudaDeviceSynchronize());
+  if (e) {
+    cudaFree(p);
+    return e;
+  }
+  t->ws[t->cfg.rank] = (char *)p;
+  t->opened[t->cfg.rank] = 1;
+  return 0;
+}
+
+extern "C" {
+
+int mg_team_create(const mg_team_config *cfg, mg_team **out) {
+  *out = nullptr;
+  if (cfg->nranks < 1 || cfg->nranks > MG_MAX_RANKS || cfg->rank < 0 || cfg->rank >= cfg->nranks ||
+      cfg->nslots < 1 || cfg->max_channels < 1 || cfg->max_channels > MG_MAX_CHANNELS ||
+      cfg->slot_bytes < 4096 || cfg->slot_bytes % 16 != 0)
+    return MG_ERR_ARG;
+  mg_team *t = (mg_team *)calloc(1, sizeof(mg_team));
+  if (!t) return MG_ERR_NOMEM;
+  t->cfg = *cfg;
+  t->layout.slot_bytes = cfg->slot_bytes;
+  t->layout.nslots = cfg->nslots;
+  t->layout.nranks = cfg->nranks;
+  t->layout.max_channels = cfg->max_channels;
+  t->timeout_ns = (uint64_t)(cfg->timeout_s * 1e9);
+  int e;
+  auto body = [&]() -> int { return team_alloc(t); };
+  {
+    int prev = -1;
+    e = rc(cudaGetDevice(&prev));
+    if (!e && prev != cfg->device) e = rc(cudaSetDevice(cfg->device));
+    if (!e) e = body();
+    if (prev >= 0 && prev != cfg->device) cudaSetDevice(prev);
+  }
+  if (e) {
+    free(t);
+    return e;
+  }
+  *out = t;
+  return 0;
+}
+
+size_t mg_team_workspace_bytes(const mg_team *t) { return t->layout.total_bytes(); }
+
+int mg_team_export(mg_team *t, void *handle) {
+  cudaIpcMemHandle_t h;
+  int e = rc(cudaIpcGetMemHandle(&h, t->ws[t->cfg.rank]));
+  if (!e) memcpy(handle, &h, sizeof(h) < MG_IPC_HANDLE_BYTES ? sizeof(h) : MG_IPC_HANDLE_BYTES);
+  return e;
+}
+
+int mg_team_open_peer(mg_team *t, int peer, const void *handle) {
+  if (peer < 0 || peer >= t->cfg.nranks) return MG_ERR_ARG;
+  if (peer == t->cfg.rank || t->opened[peer]) return 0;
+  cudaIpcMemHandle_t h;
+  memcpy(&h, handle, sizeof(h));
+  MG_WITH_DEVICE(t->cfg.device, [&]() -> int {
+    void *p = nullptr;
+    int e = rc(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess));
+    if (e) return e;
+    t->ws[peer] = (char *)p;
+    t->opened[peer] = 1;
+    return 0;
+  }());
+}
+
+int mg_team_destroy(mg_team *t) {
+  if (!t) return 0;
+  int first = 0;
+  int prev = -1;
+  if (cudaGetDevice(&prev) == cudaSuccess && prev != t->cfg.device) cudaSetDevice(t->cfg.device);
+  for (int r = 0; r < t->cfg.nranks; ++r) {
+    if (!t->opened[r]) continue;
+    int e = r == t->cfg.rank ? rc(cudaFree(t->ws[r])) : rc(cudaIpcCloseMemHandle(t->ws[r]));
+    if (e && !first) first = e;
+  }
+  if (prev >= 0 && prev != t->cfg.device) cudaSetDevice(prev);
+  free(t);
+  return first;
+}
+
+}  // extern "C"

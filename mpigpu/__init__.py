@@ -1,0 +1,23 @@
+"""mpigpu: CUDA-aware MPI for Python.
+
+mpi4py's API and MPI's semantics; GPU arrays (CuPy, PyTorch, Numba, JAX: anything with
+``__cuda_array_interface__`` or ``__dlpack__``) are moved GPU-to-GPU by mpigpu's own pipelined CUDA
+kernels, host arrays go to the MPI library unchanged.
+
+    import mpigpu
+    comm = mpigpu.COMM_WORLD
+    comm.Allreduce(x_gpu, y_gpu)          # MPI semantics, NCCL-class speed
+"""
+from mpi4py import MPI as _MPI
+
+from ._config import config
+from ._engine import gpu_available
+from .comm import Intracomm
+from .errors import Error
+
+__version__ = '0.1.0'
+
+COMM_WORLD = Intracomm(_MPI.COMM_WORLD)
+COMM_SELF = Intracomm(_MPI.COMM_SELF)
+
+__all__ = ['COMM_SELF', 'COMM_WORLD', 'Error', 'Intracomm', 'config', 'gpu_available']

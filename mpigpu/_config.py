@@ -1,0 +1,48 @@
+"""Every environment knob of mpigpu, read once, here. docs/tuning.md documents each one."""
+import os
+
+_ALGOS = ('auto', 'oneshot', 'twoshot', 'staged')
+
+
+def _int(name, default, lo, hi):
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == '':
+        return default
+    try:
+        value = int(raw, 0)
+    except ValueError:
+        raise ValueError(f'{name}={raw!r}: expected an integer') from None
+    if not lo <= value <= hi:
+        raise ValueError(f'{name}={value}: expected {lo}..{hi}')
+    return value
+
+
+def _float(name, default):
+    raw = os.environ.get(name)
+    return default if not raw else float(raw)
+
+
+class Config:
+    """Snapshot of the knobs; `mpigpu.config` is the one the library uses."""
+
+    def __init__(self):
+        algo = os.environ.get('MPIGPU_ALGO', 'auto').strip().lower() or 'auto'
+        if algo not in _ALGOS:
+            raise ValueError(f'MPIGPU_ALGO={algo!r}: expected one of {", ".join(_ALGOS)}')
+        self.algo = algo
+        # FIFO slot size = pipeline chunk of the device engine, and FIFO depth.
+        self.chunk_bytes = _int('MPIGPU_CHUNK_BYTES', 128 * 1024, 4096, 64 << 20) // 16 * 16
+        self.nslots = _int('MPIGPU_NSLOTS', 4, 1, 64)
+        # Channels per collective (0: cost model) and the most the workspace is laid out for.
+        self.nchannels = _int('MPIGPU_NCHANNELS', 0, 0, 64)
+        self.max_channels = max(_int('MPIGPU_MAX_CHANNELS', 32, 1, 64), self.nchannels)
+        self.timeout_s = _float('MPIGPU_TIMEOUT_S', 600.0)
+        # Staged path: chunk of the host pipeline.
+        self.stage_chunk_bytes = _int('MPIGPU_STAGE_CHUNK_BYTES', 4 << 20, 4096, 1 << 30)
+        # CUDA-aware MPI: 'auto' asks the library (MPIX_Query_cuda_support), '1'/'0' force it.
+        self.mpi_cuda_aware = os.environ.get('MPIGPU_MPI_CUDA_AWARE', 'auto').strip().lower() or 'auto'
+        # Debug log of engine decisions (why a call is staged) on the 'mpigpu' logger.
+        self.debug = os.environ.get('MPIGPU_DEBUG', '0').strip() not in ('', '0', 'false', 'no')
+
+
+config = Config()

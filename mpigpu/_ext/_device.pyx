@@ -1,0 +1,312 @@
+# CUDA layer of the hot path: runtime calls, pinned host buffers, and device teams (the workspace
+# shared over CUDA IPC plus the collective launch). Only the plain C ABI of cuda/mpigpu_cuda.h is
+# used here; nothing in this module calls MPI.
+from cpython.buffer cimport PyBUF_WRITABLE, PyBUF_FORMAT, PyBUF_ND
+from libc.stdint cimport uintptr_t
+from libc.string cimport memcpy
+
+cdef extern from "mpigpu_cuda.h" nogil:
+    enum:
+        MG_MAX_RANKS
+        MG_MAX_CHANNELS
+        MG_IPC_HANDLE_BYTES
+    const char *mg_error_string(int err)
+    int mg_device_count(int *count)
+    int mg_get_device(int *device)
+    int mg_set_device(int device)
+    int mg_pointer_info(uintptr_t ptr, int *memtype, int *device)
+    int mg_pci_bus_id(int device, char *buf, int len)
+    int mg_device_by_pci_bus_id(const char *bus_id, int *device)
+    int mg_can_access_peer(int device, int peer, int *can)
+    int mg_device_malloc(size_t bytes, uintptr_t *ptr)
+    int mg_device_free(uintptr_t ptr)
+    int mg_host_alloc(size_t bytes, uintptr_t *ptr)
+    int mg_host_free(uintptr_t ptr)
+    int mg_stream_create(uintptr_t *stream)
+    int mg_stream_destroy(uintptr_t stream)
+    int mg_stream_sync(uintptr_t stream)
+    int mg_event_create(uintptr_t *event)
+    int mg_event_destroy(uintptr_t event)
+    int mg_event_record(uintptr_t event, uintptr_t stream)
+    int mg_event_sync(uintptr_t event)
+    int mg_stream_wait_event(uintptr_t stream, uintptr_t event)
+    int mg_memcpy_async(uintptr_t dst, uintptr_t src, size_t bytes, uintptr_t stream)
+    int mg_memset_async(uintptr_t dst, int value, size_t bytes, uintptr_t stream)
+
+    ctypedef struct mg_team:
+        pass
+    ctypedef struct mg_team_config:
+        int rank, nranks, device
+        size_t slot_bytes
+        int nslots
+        int max_channels
+        double timeout_s
+    int mg_team_create(const mg_team_config *cfg, mg_team **team)
+    int mg_team_export(mg_team *team, void *handle)
+    int mg_team_open_peer(mg_team *team, int peer, const void *handle)
+    int mg_team_destroy(mg_team *team)
+    size_t mg_team_workspace_bytes(const mg_team *team)
+
+    ctypedef struct mg_call:
+        int coll, algo, dtype, op
+        uintptr_t send, recv
+        size_t count
+        int root, nchannels
+    int mg_supports(int dtype, int op)
+    int mg_select(const mg_team *team, mg_call *call)
+    int mg_collective(mg_team *team, const mg_call *call, uintptr_t stream)
+
+MAX_RANKS = MG_MAX_RANKS
+MAX_CHANNELS = MG_MAX_CHANNELS
+# memory types of pointer_info(): the values of cudaMemoryType
+MEM_UNREGISTERED, MEM_HOST, MEM_DEVICE, MEM_MANAGED = 0, 1, 2, 3
+COLLS = ('allreduce', 'bcast', 'reduce_scatter_block', 'reduce', 'allgather')
+ALGOS = ('auto', 'oneshot', 'twoshot')
+
+
+class DeviceError(RuntimeError):
+    """A CUDA runtime or engine error; `code` is the cudaError_t (> 0) or MG_ERR_* (< 0) value."""
+    def __init__(self, int code, str what):
+        self.code = code
+        super().__init__(f'{what}: {mg_error_string(code).decode()} (code {code})')
+
+
+cdef inline int check(int code, str what) except -1:
+    if code != 0:
+        raise DeviceError(code, what)
+    return 0
+
+
+def device_count():
+    """Number of visible CUDA devices; 0 when there is no driver or no device."""
+    cdef int n = 0
+    if mg_device_count(&n) != 0:
+        return 0
+    return n
+
+
+def get_device():
+    cdef int d = -1
+    check(mg_get_device(&d), 'cudaGetDevice')
+    return d
+
+
+def set_device(int device):
+    check(mg_set_device(device), 'cudaSetDevice')
+
+
+cpdef tuple pointer_info(uintptr_t ptr):
+    """(memory type, device ordinal) of a pointer; MEM_UNREGISTERED for plain host memory."""
+    cdef int mt = 0, dev = -1
+    mg_pointer_info(ptr, &mt, &dev)
+    return mt, dev
+
+
+def pci_bus_id(int device):
+    cdef char buf[64]
+    check(mg_pci_bus_id(device, buf, 64), 'cudaDeviceGetPCIBusId')
+    return buf.decode()
+
+
+def device_by_pci_bus_id(str bus_id):
+    cdef int d = -1
+    b = bus_id.encode()
+    if mg_device_by_pci_bus_id(b, &d) != 0:
+        return -1
+    return d
+
+
+def can_access_peer(int device, int peer):
+    cdef int can = 0
+    check(mg_can_access_peer(device, peer, &can), 'cudaDeviceCanAccessPeer')
+    return bool(can)
+
+
+def stream_create():
+    cdef uintptr_t s = 0
+    check(mg_stream_create(&s), 'cudaStreamCreate')
+    return s
+
+
+def stream_destroy(uintptr_t s):
+    mg_stream_destroy(s)
+
+
+cpdef stream_sync(uintptr_t s):
+    cdef int e
+    with nogil:
+        e = mg_stream_sync(s)
+    check(e, 'cudaStreamSynchronize')
+
+
+def event_create():
+    cdef uintptr_t ev = 0
+    check(mg_event_create(&ev), 'cudaEventCreate')
+    return ev
+
+
+def event_destroy(uintptr_t ev):
+    mg_event_destroy(ev)
+
+
+cpdef event_record(uintptr_t ev, uintptr_t stream):
+    check(mg_event_record(ev, stream), 'cudaEventRecord')
+
+
+cpdef event_sync(uintptr_t ev):
+    cdef int e
+    with nogil:
+        e = mg_event_sync(ev)
+    check(e, 'cudaEventSynchronize')
+
+
+cpdef stream_wait_event(uintptr_t stream, uintptr_t ev):
+    check(mg_stream_wait_event(stream, ev), 'cudaStreamWaitEvent')
+
+
+cpdef memcpy_async(uintptr_t dst, uintptr_t src, size_t nbytes, uintptr_t stream):
+    check(mg_memcpy_async(dst, src, nbytes, stream), 'cudaMemcpyAsync')
+
+
+cpdef memset_async(uintptr_t dst, int value, size_t nbytes, uintptr_t stream):
+    check(mg_memset_async(dst, value, nbytes, stream), 'cudaMemsetAsync')
+
+
+def device_malloc(size_t nbytes):
+    cdef uintptr_t p = 0
+    check(mg_device_malloc(nbytes, &p), 'cudaMalloc')
+    return p
+
+
+def device_free(uintptr_t p):
+    mg_device_free(p)
+
+
+def supports(int dtype, int op):
+    """True when the engine reduces this (dtype, op) pair on the device."""
+    return bool(mg_supports(dtype, op))
+
+
+cdef class PinnedBuffer:
+    """Page-locked host memory, writable, exposed through the buffer protocol (bytes)."""
+    cdef readonly uintptr_t ptr
+    cdef readonly Py_ssize_t nbytes
+    cdef Py_ssize_t shape[1]
+    cdef Py_ssize_t strides[1]
+
+    def __cinit__(self, Py_ssize_t nbytes):
+        cdef uintptr_t p = 0
+        check(mg_host_alloc(<size_t>max(nbytes, 1), &p), 'cudaHostAlloc')
+        self.ptr = p
+        self.nbytes = nbytes
+
+    def __dealloc__(self):
+        if self.ptr:
+            mg_host_free(self.ptr)
+            self.ptr = 0
+
+    def __getbuffer__(self, Py_buffer *view, int flags):
+        self.shape[0] = self.nbytes
+        self.strides[0] = 1
+        view.buf = <void *>self.ptr
+        view.obj = self
+        view.len = self.nbytes
+        view.readonly = 0
+        view.itemsize = 1
+        if flags & PyBUF_FORMAT:
+            view.format = b'B'
+        else:
+            view.format = NULL
+        view.ndim = 1
+        view.shape = self.shape if (flags & PyBUF_ND) else NULL
+        view.strides = self.strides
+        view.suboffsets = NULL
+        view.internal = NULL
+
+    def __releasebuffer__(self, Py_buffer *view):
+        pass
+
+
+cdef class Team:
+    """One rank's side of a device team: its workspace, the peers' mapped workspaces, and launches."""
+    cdef mg_team *t
+    cdef readonly int rank, nranks, device
+
+    def __cinit__(self, int rank, int nranks, int device, size_t slot_bytes, int nslots,
+                  int max_channels, double timeout_s):
+        cdef mg_team_config cfg
+        cfg.rank = rank
+        cfg.nranks = nranks
+        cfg.device = device
+        cfg.slot_bytes = slot_bytes
+        cfg.nslots = nslots
+        cfg.max_channels = max_channels
+        cfg.timeout_s = timeout_s
+        self.t = NULL
+        check(mg_team_create(&cfg, &self.t), 'workspace allocation')
+        self.rank, self.nranks, self.device = rank, nranks, device
+
+    def __dealloc__(self):
+        if self.t != NULL:
+            mg_team_destroy(self.t)
+            self.t = NULL
+
+    def close(self):
+        """Unmaps the peers' workspaces and frees this rank's (no kernel may still be running)."""
+        cdef int e = 0
+        if self.t != NULL:
+            e = mg_team_destroy(self.t)
+            self.t = NULL
+        check(e, 'workspace release')
+
+    @property
+    def workspace_bytes(self):
+        return mg_team_workspace_bytes(self.t) if self.t != NULL else 0
+
+    def export_handle(self):
+        cdef char h[MG_IPC_HANDLE_BYTES]
+        check(mg_team_export(self.t, h), 'cudaIpcGetMemHandle')
+        return h[:MG_IPC_HANDLE_BYTES]
+
+    def open_peer(self, int peer, bytes handle):
+        if len(handle) != MG_IPC_HANDLE_BYTES:
+            raise ValueError('IPC handle must be %d bytes' % MG_IPC_HANDLE_BYTES)
+        check(mg_team_open_peer(self.t, peer, <const char *>handle), 'cudaIpcOpenMemHandle')
+
+    def select(self, int coll, int dtype, size_t count, int algo=0, int nchannels=0):
+        """(algo, nchannels) the engine would run for this call."""
+        cdef mg_call c
+        c.coll = coll
+        c.algo = algo
+        c.dtype = dtype
+        c.op = 0
+        c.send = 0
+        c.recv = 0
+        c.count = count
+        c.root = 0
+        c.nchannels = nchannels
+        check(mg_select(self.t, &c), 'select')
+        return c.algo, c.nchannels
+
+    cpdef run(self, int coll, int algo, int dtype, int op, uintptr_t send, uintptr_t recv, size_t count,
+              int root, int nchannels, uintptr_t stream, bint sync):
+        """Enqueues one collective on `stream`; with `sync`, waits for it (GIL released)."""
+        cdef mg_call c
+        cdef int e
+        if self.t == NULL:
+            raise DeviceError(-3, 'collective on a released team')
+        c.coll = coll
+        c.algo = algo
+        c.dtype = dtype
+        c.op = op
+        c.send = send
+        c.recv = recv
+        c.count = count
+        c.root = root
+        c.nchannels = nchannels
+        e = mg_collective(self.t, &c, stream)
+        check(e, 'collective launch')
+        if sync:
+            with nogil:
+                e = mg_stream_sync(stream)
+            check(e, 'collective (kernel failed or a peer timed out)')

@@ -1,0 +1,24 @@
+"""Type stub of mpigpu._ext._intake (buffer intake)."""
+
+DTYPE_NAMES: tuple[str, ...]
+DTYPE_SIZES: tuple[int, ...]
+
+class IntakeError(ValueError): ...
+
+class DeviceBuffer:
+    owner: object
+    ptr: int
+    nbytes: int
+    dtype: int
+    itemsize: int
+    readonly: bool
+    device: int
+    stream: int
+    stream_synced: bool
+    @property
+    def count(self) -> int: ...
+    def view(self, offset: int, nbytes: int, dtype: int) -> DeviceBuffer: ...
+
+def is_device(obj: object) -> bool: ...
+def device_buffer(obj: object, stream: int | None = ...) -> DeviceBuffer: ...
+def dtype_code(name: str) -> int: ...

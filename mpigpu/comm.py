@@ -1,0 +1,91 @@
+"""mpigpu.Intracomm: an mpi4py intracommunicator whose buffer collectives take GPU arrays.
+
+Host buffers go to mpi4py unchanged (the only added cost is a type check); device buffers go to the
+device engine or the staged path (_engine.collective). Communicators made from one are wrapped too.
+"""
+from mpi4py import MPI
+
+from . import _engine
+from ._ext._intake import is_device
+from .errors import Error
+
+_SUM = MPI.SUM
+
+
+def _device_call(comm, name, sendbuf, recvbuf):
+    """True when the call has device buffers; raises when host and device buffers are mixed."""
+    s = sendbuf is not None and sendbuf is not MPI.IN_PLACE and is_device(sendbuf)
+    r = recvbuf is not None and is_device(recvbuf)
+    if s == r or sendbuf is None or sendbuf is MPI.IN_PLACE or recvbuf is None:
+        return s or r
+    raise Error(name, 'host and device buffers mixed in one call (sendbuf on the %s, recvbuf on the %s)'
+                % ('device' if s else 'host', 'device' if r else 'host'), arg='recvbuf',
+                rank=comm.Get_rank(), error_class=MPI.ERR_BUFFER)
+
+
+def _wrap(comm):
+    if comm == MPI.COMM_NULL or isinstance(comm, Intracomm) or not isinstance(comm, MPI.Intracomm):
+        return comm
+    return Intracomm(comm)
+
+
+class Intracomm(MPI.Intracomm):
+    """An `mpi4py.MPI.Intracomm` (same handle) whose buffer methods accept CUDA device arrays."""
+
+    # ---- collectives with MPI semantics --------------------------------------------------------
+    def Allreduce(self, sendbuf, recvbuf, op=_SUM):
+        if _device_call(self, 'Allreduce', sendbuf, recvbuf):
+            return _engine.collective(self, 'Allreduce', 0, sendbuf, recvbuf, op, 0,
+                                      lambda: MPI.Intracomm.Allreduce(self, sendbuf, recvbuf, op))
+        return MPI.Intracomm.Allreduce(self, sendbuf, recvbuf, op)
+
+    def Bcast(self, buf, root=0):
+        if is_device(buf):
+            return _engine.collective(self, 'Bcast', 1, None, buf, None, root,
+                                      lambda: MPI.Intracomm.Bcast(self, buf, root))
+        return MPI.Intracomm.Bcast(self, buf, root)
+
+    def Reduce_scatter_block(self, sendbuf, recvbuf, op=_SUM):
+        if _device_call(self, 'Reduce_scatter_block', sendbuf, recvbuf):
+            return _engine.collective(self, 'Reduce_scatter_block', 2, sendbuf, recvbuf, op, 0,
+                                      lambda: MPI.Intracomm.Reduce_scatter_block(self, sendbuf, recvbuf, op))
+        return MPI.Intracomm.Reduce_scatter_block(self, sendbuf, recvbuf, op)
+
+    def Reduce(self, sendbuf, recvbuf, op=_SUM, root=0):
+        rbuf = recvbuf if self.Get_rank() == root else None
+        if _device_call(self, 'Reduce', sendbuf, rbuf):
+            return _engine.collective(self, 'Reduce', 3, sendbuf, rbuf, op, root,
+                                      lambda: MPI.Intracomm.Reduce(self, sendbuf, recvbuf, op, root))
+        return MPI.Intracomm.Reduce(self, sendbuf, recvbuf, op, root)
+
+    def Allgather(self, sendbuf, recvbuf):
+        if _device_call(self, 'Allgather', sendbuf, recvbuf):
+            return _engine.collective(self, 'Allgather', 4, sendbuf, recvbuf, None, 0,
+                                      lambda: MPI.Intracomm.Allgather(self, sendbuf, recvbuf))
+        return MPI.Intracomm.Allgather(self, sendbuf, recvbuf)
+
+    # ---- communicator constructors return wrapped communicators ------------------------------
+    def Dup(self, info=None):
+        return _wrap(MPI.Intracomm.Dup(self) if info is None else MPI.Intracomm.Dup(self, info))
+
+    def Split(self, color=0, key=0):
+        return _wrap(MPI.Intracomm.Split(self, color, key))
+
+    def Split_type(self, split_type, key=0, info=MPI.INFO_NULL):
+        return _wrap(MPI.Intracomm.Split_type(self, split_type, key, info))
+
+    def Create(self, group):
+        return _wrap(MPI.Intracomm.Create(self, group))
+
+    def Create_group(self, group, tag=0):
+        return _wrap(MPI.Intracomm.Create_group(self, group, tag))
+
+    def Free(self):
+        """Releases the device team, workspace and staging buffers, then frees the communicator."""
+        _engine.release(self)
+        MPI.Intracomm.Free(self)
+
+    # ---- mpigpu extras ---------------------------------------------------------------------------
+    def engine_status(self):
+        """'on', 'off: <why>', or 'not set up yet': whether GPU collectives use the device engine."""
+        return _engine.engine_status(self)

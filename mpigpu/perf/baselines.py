@@ -1,0 +1,233 @@
+"""The implementations a row can time: mpigpu itself and the baselines of `--compare`.
+
+Each `Impl.make(coll, ...)` returns a function doing one blocking call on prepared buffers, or raises
+`Unavailable` with the reason (the row then shows it instead of numbers; other rows go on).
+"""
+import numpy as np
+from mpi4py import MPI
+
+
+class Unavailable(Exception):
+    pass
+
+
+_OPS = {'sum': MPI.SUM, 'prod': MPI.PROD, 'max': MPI.MAX, 'min': MPI.MIN}
+
+
+class Buffers:
+    """send/recv arrays of one row on the chosen memory, filled so sums are exact in any type."""
+
+    def __init__(self, xp, coll, count, dtype, n, rank, inplace, root):
+        self.xp = xp
+        rcount = count * n if coll == 'allgather' else count
+        scount = count * n if coll == 'reduce_scatter_block' else count
+        base = xp.arange(max(scount, rcount), dtype=dtype) % 7
+        self.send = (base[:scount] + (rank + 1)).astype(dtype)
+        self.recv = xp.zeros(rcount, dtype=dtype)
+        if inplace:
+            if coll == 'allgather':
+                self.recv[rank * count:(rank + 1) * count] = self.send
+            elif coll in ('allreduce', 'reduce', 'reduce_scatter_block'):
+                self.recv = self.send.copy()
+        self.coll, self.count, self.n, self.rank, self.inplace, self.root = coll, count, n, rank, inplace, root
+
+    def expected(self, op):
+        """(expected recv as numpy, mask of the elements that are defined)."""
+        n, r, c = self.n, self.rank, self.count
+        xp = self.xp
+        host = (xp.asnumpy if hasattr(xp, 'asnumpy') else np.asarray)
+        base = host(xp.arange(max(c * n, c), dtype=self.send.dtype) % 7)
+        if self.coll in ('allreduce', 'reduce'):
+            vals = [base[:c] + (k + 1) for k in range(n)]
+            out = vals[0].copy()
+            for v in vals[1:]:
+                out = out + v if op == 'sum' else out * v if op == 'prod' else np.maximum(out, v) if op == 'max' else np.minimum(out, v)
+            return out
+        if self.coll == 'reduce_scatter_block':
+            vals = [base[:c * n] + (k + 1) for k in range(n)]
+            out = vals[0].copy()
+            for v in vals[1:]:
+                out = out + v if op == 'sum' else out * v if op == 'prod' else np.maximum(out, v) if op == 'max' else np.minimum(out, v)
+            return out[r * c:(r + 1) * c]
+        if self.coll == 'allgather':
+            return np.concatenate([base[:c] + (k + 1) for k in range(n)])
+        if self.coll == 'bcast':
+            return base[:c] + (self.root + 1)
+        if self.coll == 'sendrecv':
+            return base[:c] + ((r - 1) % n + 1)
+        raise ValueError(self.coll)
+
+    def result(self):
+        host = (self.xp.asnumpy if hasattr(self.xp, 'asnumpy') else np.asarray)
+        if self.coll == 'bcast':
+            return host(self.send)
+        if self.inplace and self.coll in ('allreduce', 'reduce'):
+            return host(self.recv)
+        if self.inplace and self.coll == 'reduce_scatter_block':
+            return host(self.recv)[:self.count]
+        return host(self.recv)
+
+
+def mpi_call(comm, b, op):
+    """The mpi4py-style call of a row on communicator `comm` (mpigpu or plain mpi4py)."""
+    c, root = b.coll, b.root
+    mop = _OPS[op]
+    s = MPI.IN_PLACE if b.inplace else b.send
+    if c == 'allreduce':
+        return lambda: comm.Allreduce(s, b.recv, mop)
+    if c == 'bcast':
+        return lambda: comm.Bcast(b.send, root)
+    if c == 'reduce_scatter_block':
+        return lambda: comm.Reduce_scatter_block(s, b.recv, mop)
+    if c == 'reduce':
+        s2 = s if comm.Get_rank() == root else b.send
+        return lambda: comm.Reduce(s2, b.recv, mop, root)
+    if c == 'allgather':
+        if b.inplace:
+            return lambda: comm.Allgather(MPI.IN_PLACE, b.recv)
+        return lambda: comm.Allgather(b.send, b.recv)
+    if c == 'sendrecv':
+        n, r = comm.Get_size(), comm.Get_rank()
+        return lambda: comm.Sendrecv(b.send, (r + 1) % n, 0, b.recv, (r - 1) % n, 0)
+    raise ValueError(c)
+
+
+class MpigpuImpl:
+    name = 'mpigpu'
+
+    def __init__(self, comm):
+        self.comm = comm
+
+    def make(self, b, op):
+        if b.coll == 'sendrecv' and b.xp is not np:
+            raise Unavailable('device Sendrecv is not implemented yet (issue: drop-in buffer API)')
+        return mpi_call(self.comm, b, op)
+
+
+class StagedImpl:
+    """How users move GPU arrays through a non-CUDA-aware MPI today: asnumpy -> MPI -> asarray."""
+    name = 'staged'
+
+    def __init__(self, comm):
+        self.comm = MPI.Intracomm(comm)
+
+    def make(self, b, op):
+        if b.xp is np:
+            raise Unavailable('host buffers: nothing to stage')
+        xp, comm, mop = b.xp, self.comm, _OPS[op]
+        c, root = b.coll, b.root
+
+        def run():
+            s = xp.asnumpy(b.recv if (b.inplace and c != 'allgather') else b.send)
+            r = np.empty(b.recv.shape, b.recv.dtype) if c not in ('bcast',) else None
+            if c == 'allreduce':
+                comm.Allreduce(MPI.IN_PLACE if b.inplace else s, r if not b.inplace else s, mop)
+                b.recv.set(s if b.inplace else r)
+            elif c == 'bcast':
+                comm.Bcast(s, root)
+                b.send.set(s)
+            elif c == 'reduce_scatter_block':
+                comm.Reduce_scatter_block(s, r, mop)
+                b.recv.set(r)
+            elif c == 'reduce':
+                comm.Reduce(s, r, mop, root)
+                if comm.Get_rank() == root:
+                    b.recv.set(r)
+            elif c == 'allgather':
+                if b.inplace:
+                    h = xp.asnumpy(b.recv)
+                    comm.Allgather(MPI.IN_PLACE, h)
+                    b.recv.set(h)
+                else:
+                    comm.Allgather(s, r)
+                    b.recv.set(r)
+            elif c == 'sendrecv':
+                n, rk = comm.Get_size(), comm.Get_rank()
+                comm.Sendrecv(s, (rk + 1) % n, 0, r, (rk - 1) % n, 0)
+                b.recv.set(r)
+            xp.cuda.get_current_stream().synchronize()
+        return run
+
+
+class CudaAwareMpiImpl:
+    """Device pointers straight to MPI, where the MPI library is CUDA-aware."""
+    name = 'cuda-aware-mpi'
+
+    def __init__(self, comm):
+        from .._engine import _mpi_cuda_aware
+        self.comm = MPI.Intracomm(comm)
+        self.ok = _mpi_cuda_aware()
+
+    def make(self, b, op):
+        if b.xp is np:
+            raise Unavailable('host buffers')
+        if not self.ok:
+            raise Unavailable('this MPI is not CUDA-aware (MPIX_Query_cuda_support)')
+        call = mpi_call(self.comm, b, op)
+
+        def run():
+            b.xp.cuda.get_current_stream().synchronize()
+            call()
+        return run
+
+
+class NcclImpl:
+    """NCCL through cupy.cuda.nccl, synchronized after every call as MPI semantics require."""
+    name = 'nccl'
+
+    def __init__(self, comm):
+        self.err = None
+        try:
+            from cupy.cuda import nccl
+        except Exception as exc:
+            self.err = f'cupy.cuda.nccl unavailable: {exc}'
+            comm.allgather(None)
+            return
+        self.nccl = nccl
+        uid = nccl.get_unique_id() if comm.Get_rank() == 0 else None
+        uid = comm.bcast(uid, root=0)
+        self.comm = nccl.NcclCommunicator(comm.Get_size(), uid, comm.Get_rank())
+        comm.allgather(None)
+
+    _DT = {'float32': 'NCCL_FLOAT32', 'float64': 'NCCL_FLOAT64', 'float16': 'NCCL_FLOAT16',
+           'int32': 'NCCL_INT32', 'int64': 'NCCL_INT64', 'int8': 'NCCL_INT8', 'uint8': 'NCCL_UINT8',
+           'uint32': 'NCCL_UINT32', 'uint64': 'NCCL_UINT64'}
+    _OP = {'sum': 'NCCL_SUM', 'prod': 'NCCL_PROD', 'max': 'NCCL_MAX', 'min': 'NCCL_MIN'}
+
+    def make(self, b, op):
+        if self.err:
+            raise Unavailable(self.err)
+        if b.xp is np:
+            raise Unavailable('host buffers')
+        nc, cm = self.nccl, self.comm
+        name = b.send.dtype.name
+        if name not in self._DT:
+            raise Unavailable(f'NCCL has no {name}')
+        dt, nop = getattr(nc, self._DT[name]), getattr(nc, self._OP[op])
+        stream = b.xp.cuda.get_current_stream()
+        sp = b.recv.data.ptr if (b.inplace and b.coll != 'allgather') else b.send.data.ptr
+        rp = b.recv.data.ptr
+        c, count, root = b.coll, b.count, b.root
+        if c == 'allgather' and b.inplace:
+            sp = rp + b.rank * count * b.send.itemsize
+        if c == 'allreduce':
+            call = lambda: cm.allReduce(sp, rp, count, dt, nop, stream.ptr)
+        elif c == 'bcast':
+            bp = b.send.data.ptr
+            call = lambda: cm.bcast(bp, count, dt, root, stream.ptr)
+        elif c == 'reduce_scatter_block':
+            call = lambda: cm.reduceScatter(sp, rp, count, dt, nop, stream.ptr)
+        elif c == 'reduce':
+            call = lambda: cm.reduce(sp, rp, count, dt, nop, root, stream.ptr)
+        elif c == 'allgather':
+            call = lambda: cm.allGather(sp, rp, count, dt, stream.ptr)
+        else:
+            raise Unavailable('no NCCL sendrecv through cupy.cuda.nccl in this tool')
+
+        def run():
+            call()
+            stream.synchronize()
+        return run
+
+
+IMPLS = {'nccl': NcclImpl, 'staged': StagedImpl, 'cuda-aware-mpi': CudaAwareMpiImpl}

@@ -1,0 +1,66 @@
+"""Sizes, busbw factors and the timing loop (blocking: each call returns with its result)."""
+import time
+
+COLLS = ('allreduce', 'bcast', 'reduce_scatter_block', 'reduce', 'allgather', 'sendrecv')
+
+
+def parse_size(text):
+    text = str(text).strip().upper()
+    mult = 1
+    for suffix, m in (('K', 1 << 10), ('M', 1 << 20), ('G', 1 << 30), ('T', 1 << 40)):
+        if text.endswith(suffix):
+            text, mult = text[:-1], m
+            break
+    return int(float(text) * mult)
+
+
+def sizes(begin, end, factor):
+    out, s = [], begin
+    while s <= end:
+        out.append(s)
+        s = s * factor if factor > 1 else s + 1
+    return out
+
+
+def bus_factor(coll, n):
+    """nccl-tests' busbw = algbw x factor."""
+    if coll == 'allreduce':
+        return 2 * (n - 1) / n if n > 1 else 1
+    if coll in ('reduce_scatter_block', 'allgather'):
+        return (n - 1) / n if n > 1 else 1
+    return 1.0
+
+
+def counts(coll, nbytes, itemsize, n):
+    """(count per call argument, bytes the row reports): size is the whole buffer, as nccl-tests."""
+    if coll in ('reduce_scatter_block', 'allgather'):
+        per = nbytes // itemsize // n
+        return per, per * n * itemsize
+    c = nbytes // itemsize
+    return c, c * itemsize
+
+
+def time_blocking(comm, fn, iters, warmup):
+    """Seconds per call: `fn` runs a blocking collective; the slowest rank's average."""
+    for _ in range(warmup):
+        fn()
+    comm.Barrier()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    dt = (time.perf_counter() - t0) / max(iters, 1)
+    return comm.allreduce(dt, op=_MAX())
+
+
+def _MAX():
+    from mpi4py import MPI
+    return MPI.MAX
+
+
+def plan_iters(comm, fn, iters, budget_s):
+    """Iterations that fit the time budget of one row (agreed by all ranks): slow baselines at large
+    sizes (the staged path at 1 GB) would otherwise take minutes."""
+    t0 = time.perf_counter()
+    fn()
+    one = comm.allreduce(time.perf_counter() - t0, op=_MAX())
+    return max(1, min(iters, int(budget_s / max(one, 1e-9))))

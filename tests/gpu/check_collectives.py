@@ -1,0 +1,404 @@
+"""GPU suite, one rank per GPU: `mpirun -n N python tests/gpu/check_collectives.py [--quick]`.
+
+Every collective x dtype x op x algorithm x size class (0, < ranks, odd, not a multiple of the
+vector width or chunk, unaligned offsets), in place and out of place, non-zero roots, sub-
+communicators, two communicators alternately, back-to-back calls; CuPy and PyTorch buffers; the
+engine and the staged path. recvbuf is poisoned before every call; results are checked against a
+NumPy reference (float64 for floats) and for bitwise equality across ranks. Exits 1 on any failure.
+"""
+import hashlib
+import os
+import sys
+import traceback
+
+import numpy as np
+
+import mpigpu
+from mpi4py import MPI
+
+try:
+    import cupy as cp
+except ImportError:
+    cp = None
+try:
+    import torch
+except ImportError:
+    torch = None
+
+QUICK = '--quick' in sys.argv
+world = mpigpu.COMM_WORLD
+RANK, SIZE = world.Get_rank(), world.Get_size()
+ndev = cp.cuda.runtime.getDeviceCount()
+DEV = RANK % ndev
+cp.cuda.Device(DEV).use()
+if torch is not None:
+    torch.cuda.set_device(DEV)
+
+DT = {'bool': np.bool_, 'int8': np.int8, 'uint8': np.uint8, 'int16': np.int16, 'uint16': np.uint16,
+      'int32': np.int32, 'uint32': np.uint32, 'int64': np.int64, 'uint64': np.uint64,
+      'float16': np.float16, 'float32': np.float32, 'float64': np.float64,
+      'complex64': np.complex64, 'complex128': np.complex128}
+INTS = [k for k in DT if k.startswith(('int', 'uint'))]
+FLOATS = ['float16', 'float32', 'float64']
+OPS_FOR = {}
+for name in DT:
+    if name == 'bool':
+        OPS_FOR[name] = ['LAND', 'LOR', 'LXOR']
+    elif name in INTS:
+        OPS_FOR[name] = ['SUM', 'PROD', 'MAX', 'MIN', 'LAND', 'LOR', 'LXOR', 'BAND', 'BOR', 'BXOR']
+    elif name in FLOATS:
+        OPS_FOR[name] = ['SUM', 'PROD', 'MAX', 'MIN']
+    else:
+        OPS_FOR[name] = ['SUM', 'PROD']
+
+failures = []
+checks = 0
+
+
+def gen(rank, count, dtype, op, salt):
+    """Deterministic input of `rank`: every rank can rebuild every other rank's input."""
+    rng = np.random.default_rng(hash((rank, count, dtype, op, salt)) & 0xFFFFFFFF)
+    if dtype == 'bool':
+        return rng.integers(0, 2, count).astype(np.bool_)
+    if dtype in INTS:
+        lo, hi = (0, 4) if dtype.startswith('u') else (-3, 4)
+        if op in ('BAND', 'BOR', 'BXOR', 'MAX', 'MIN'):
+            info = np.iinfo(DT[dtype])
+            return rng.integers(info.min, info.max, count, dtype=DT[dtype], endpoint=True)
+        return rng.integers(lo, hi, count).astype(DT[dtype])
+    if op == 'PROD':
+        x = rng.uniform(0.5, 1.5, count)
+    else:
+        x = rng.uniform(-1, 1, count)
+    if dtype.startswith('complex'):
+        y = rng.uniform(0.5, 1.5, count) if op == 'PROD' else rng.uniform(-1, 1, count)
+        return (x + 1j * y).astype(DT[dtype])
+    return x.astype(DT[dtype])
+
+
+def reduce_ref(rows, dtype, op):
+    if dtype in FLOATS or dtype.startswith('complex'):
+        acc = rows[0].astype(np.complex128 if dtype.startswith('complex') else np.float64)
+        for r in rows[1:]:
+            r = r.astype(acc.dtype)
+            acc = acc + r if op == 'SUM' else acc * r if op == 'PROD' else np.maximum(acc, r) if op == 'MAX' else np.minimum(acc, r)
+        return acc
+    acc = rows[0].copy()
+    with np.errstate(over='ignore'):
+        for r in rows[1:]:
+            if op == 'SUM':
+                acc = acc + r
+            elif op == 'PROD':
+                acc = acc * r
+            elif op == 'MAX':
+                acc = np.maximum(acc, r)
+            elif op == 'MIN':
+                acc = np.minimum(acc, r)
+            elif op in ('LAND', 'LOR', 'LXOR'):
+                a, b = acc != 0, r != 0
+                acc = (a & b if op == 'LAND' else a | b if op == 'LOR' else a ^ b).astype(rows[0].dtype)
+            elif op == 'BAND':
+                acc = acc & r
+            elif op == 'BOR':
+                acc = acc | r
+            else:
+                acc = acc ^ r
+    return acc
+
+
+def tol(dtype, n):
+    return {'float16': 4e-3 * n, 'float32': 1e-6 * n, 'float64': 1e-14 * n,
+            'complex64': 1e-6 * n, 'complex128': 1e-14 * n}.get(dtype, 0)
+
+
+def compare(label, got, ref, dtype, comm):
+    global checks
+    checks += 1
+    ok = True
+    msg = ''
+    if dtype in FLOATS or dtype.startswith('complex'):
+        g = got.astype(ref.dtype)
+        if not np.all(np.isfinite(g)):
+            ok, msg = False, 'non-finite (unwritten?) elements'
+        else:
+            scale = np.maximum(np.abs(ref), 1.0)
+            err = np.max(np.abs(g - ref) / scale) if ref.size else 0.0
+            if err > tol(dtype, comm.Get_size()) * 4:
+                ok, msg = False, f'max rel err {err:.3g}'
+    elif not np.array_equal(got, ref):
+        bad = np.flatnonzero(got != ref)
+        ok, msg = False, f'{bad.size} wrong, first at {bad[0]}: got {got[bad[0]]} want {ref[bad[0]]}'
+    # bitwise equality across ranks (every rank holds the same result for these calls)
+    digest = hashlib.sha1(np.ascontiguousarray(got).tobytes()).hexdigest()
+    return ok, msg, digest
+
+
+def record(label, ok, msg):
+    if not ok:
+        failures.append(f'rank {RANK}: {label}: {msg}')
+
+
+def xp_array(lib, host):
+    if lib == 'cupy':
+        return cp.asarray(host)
+    return torch.from_numpy(host).cuda()
+
+
+def to_host(lib, dev):
+    if lib == 'cupy':
+        return cp.asnumpy(dev)
+    return dev.cpu().numpy()
+
+
+def poison(lib, dev):
+    if lib == 'cupy':
+        dev.view(cp.uint8).fill(0xFF) if dev.dtype != cp.bool_ else dev.view(cp.uint8).fill(0x7F)
+    else:
+        dev.view(torch.uint8).fill_(0xFF if dev.dtype != torch.bool else 0x7F)
+
+
+def offset_view(lib, host, offset):
+    """A device array whose data starts `offset` elements into a larger allocation (unaligned)."""
+    big = np.zeros(host.size + offset + 5, dtype=host.dtype)
+    big[offset:offset + host.size] = host
+    dev = xp_array(lib, big)
+    return dev[offset:offset + host.size]
+
+
+def run_case(comm, coll, dtype, op, count, inplace=False, root=0, offset=0, lib='cupy', same_digest=True):
+    n, r = comm.Get_size(), comm.Get_rank()
+    label = f'{coll} n={n} {lib} {dtype} {op} count={count} inplace={inplace} root={root} off={offset} algo={mpigpu.config.algo}'
+    mop = getattr(MPI, op) if op else None
+    try:
+        if coll == 'Allreduce' or coll == 'Reduce':
+            inputs = [gen(k, count, dtype, op, 1) for k in range(n)]
+            ref = reduce_ref(inputs, dtype, op)
+            if inplace and (coll == 'Allreduce' or r == root):
+                recv = offset_view(lib, inputs[r], offset)
+                send = MPI.IN_PLACE
+            else:
+                send = offset_view(lib, inputs[r], offset)
+                recv = offset_view(lib, np.zeros(count, DT[dtype]), offset)
+                poison(lib, recv)
+            if coll == 'Allreduce':
+                comm.Allreduce(send, recv, mop)
+            else:
+                comm.Reduce(send, recv, mop, root=root)
+            if coll == 'Reduce' and r != root:
+                got = None
+            else:
+                got = to_host(lib, recv)
+        elif coll == 'Reduce_scatter_block':
+            inputs = [gen(k, count * n, dtype, op, 2) for k in range(n)]
+            ref = reduce_ref(inputs, dtype, op)[r * count:(r + 1) * count]
+            if inplace:
+                recv = offset_view(lib, inputs[r], offset)
+                comm.Reduce_scatter_block(MPI.IN_PLACE, recv, mop)
+                got = to_host(lib, recv)[:count]
+            else:
+                send = offset_view(lib, inputs[r], offset)
+                recv = offset_view(lib, np.zeros(count, DT[dtype]), offset)
+                poison(lib, recv)
+                comm.Reduce_scatter_block(send, recv, mop)
+                got = to_host(lib, recv)
+            same_digest = False
+        elif coll == 'Allgather':
+            inputs = [gen(k, count, dtype, 'SUM', 3) for k in range(n)]
+            ref = np.concatenate(inputs)
+            if inplace:
+                host = np.zeros(count * n, DT[dtype])
+                host[r * count:(r + 1) * count] = inputs[r]
+                recv = offset_view(lib, host, offset)
+                comm.Allgather(MPI.IN_PLACE, recv)
+            else:
+                send = offset_view(lib, inputs[r], offset)
+                recv = offset_view(lib, np.zeros(count * n, DT[dtype]), offset)
+                poison(lib, recv)
+                comm.Allgather(send, recv)
+            got = to_host(lib, recv)
+        elif coll == 'Bcast':
+            data = gen(root, count, dtype, 'SUM', 4)
+            ref = data
+            if r == root:
+                buf = offset_view(lib, data, offset)
+            else:
+                buf = offset_view(lib, np.zeros(count, DT[dtype]), offset)
+                poison(lib, buf)
+            comm.Bcast(buf, root=root)
+            got = to_host(lib, buf)
+        else:
+            raise ValueError(coll)
+    except Exception:
+        record(label, False, 'raised\n' + traceback.format_exc())
+        comm.allgather(None)
+        return
+    if got is None:
+        comm.allgather(None)
+        return
+    ok, msg, digest = compare(label, got, ref if not (dtype in INTS or dtype == 'bool') else ref.astype(got.dtype), dtype, comm)
+    record(label, ok, msg)
+    digests = comm.allgather(digest if same_digest else None)
+    if same_digest:
+        roots_only = [d for d in digests if d is not None]
+        if len(set(roots_only)) > 1:
+            record(label, False, 'results differ between ranks (not bitwise identical)')
+
+
+def sizes(n):
+    base = [0, 1, n - 1 if n > 1 else 1, 7, 1003, 4096 + 3, 65537]
+    return base if QUICK else base + [1 << 20 | 13, (8 << 20) // 4 + 5]
+
+
+def sweep(comm, algos, libs=('cupy',)):
+    n = comm.Get_size()
+    for algo in algos:
+        mpigpu.config.algo = algo
+        # every (dtype, op) pair: Allreduce, two sizes, in and out of place
+        for dtype, ops in OPS_FOR.items():
+            for op in ops:
+                for count in (5, 70001):
+                    run_case(comm, 'Allreduce', dtype, op, count, inplace=(count == 5))
+        # size classes and shapes for every collective
+        for count in sizes(n):
+            for coll in ('Allreduce', 'Reduce', 'Reduce_scatter_block', 'Allgather', 'Bcast'):
+                for dtype, op in (('float32', 'SUM'), ('int32', 'MAX'), ('float16', 'SUM')):
+                    if coll in ('Allgather', 'Bcast') and op != 'SUM':
+                        continue
+                    for inplace in (False, True):
+                        if coll == 'Bcast' and inplace:
+                            continue
+                        root = (n - 1) if coll in ('Reduce', 'Bcast') else 0
+                        off = 3 if count % 2 else 0
+                        run_case(comm, coll, dtype, op, count, inplace=inplace, root=root, offset=off)
+        for root in range(n):
+            run_case(comm, 'Bcast', 'float64', 'SUM', 300007, root=root)
+            run_case(comm, 'Reduce', 'float32', 'SUM', 300007, root=root)
+        if torch is not None:
+            for dtype, op in (('float32', 'SUM'), ('bool', 'LOR'), ('int64', 'MAX'), ('float16', 'SUM')):
+                run_case(comm, 'Allreduce', dtype, op, 100003, lib='torch')
+            run_case(comm, 'Bcast', 'float32', 'SUM', 100003, lib='torch', root=n - 1)
+            run_case(comm, 'Allgather', 'int8', 'SUM', 1001, lib='torch')
+            run_case(comm, 'Reduce_scatter_block', 'float64', 'SUM', 5001, lib='torch')
+    mpigpu.config.algo = 'auto'
+
+
+def bf16_cases(comm):
+    """bfloat16 through PyTorch (CuPy has no bfloat16)."""
+    if torch is None:
+        return
+    n, r = comm.Get_size(), comm.Get_rank()
+    for count in (1, 1001, 300003):
+        for op in ('SUM', 'MAX'):
+            rows = [torch.from_numpy(gen(k, count, 'float32', op, 5)).to(torch.bfloat16) for k in range(n)]
+            ref = rows[0].float().double()
+            for x in rows[1:]:
+                ref = ref + x.double() if op == 'SUM' else torch.maximum(ref, x.double())
+            x = rows[r].cuda()
+            y = torch.full_like(x, float('nan'))
+            label = f'Allreduce bf16 {op} count={count} n={n}'
+            try:
+                comm.Allreduce(x, y, getattr(MPI, op))
+                got = y.double().cpu()
+                err = ((got - ref).abs() / ref.abs().clamp(min=1)).max().item()
+                record(label, err < 1e-2 * n, f'max rel err {err}')
+                d = hashlib.sha1(y.view(torch.int16).cpu().numpy().tobytes()).hexdigest()
+                if len(set(comm.allgather(d))) > 1:
+                    record(label, False, 'results differ between ranks')
+            except Exception:
+                record(label, False, traceback.format_exc())
+                comm.allgather(None)
+
+
+def error_cases(comm):
+    """Rejected calls raise mpigpu.Error naming call/arg/rank and leave recvbuf untouched."""
+    r = comm.Get_rank()
+    x = cp.ones(10, cp.float32)
+    y = cp.full(10, 7, cp.float32)
+    cases = [
+        ('BAND on float', lambda: comm.Allreduce(x, y, MPI.BAND), 'op'),
+        ('count mismatch', lambda: comm.Allreduce(x, cp.full(9, 7, cp.float32)), 'recvbuf'),
+        ('non-contiguous', lambda: comm.Allreduce(cp.ones(20, cp.float32)[::2], y), 'sendbuf'),
+        ('host/device mixed', lambda: comm.Allreduce(np.ones(10, np.float32), y), 'recvbuf'),
+        ('type mismatch', lambda: comm.Allreduce(cp.ones(10, cp.float64), y), 'recvbuf'),
+        ('bad root', lambda: comm.Bcast(y, root=comm.Get_size()), 'root'),
+    ]
+    for label, fn, arg in cases:
+        try:
+            fn()
+            record(f'error case {label}', False, 'did not raise')
+        except mpigpu.Error as e:
+            record(f'error case {label}', e.arg == arg and f'rank {r}' in str(e), f'wrong message: {e}')
+        record(f'error case {label} leaves recvbuf', bool((y == 7).all()), 'recvbuf changed')
+
+
+def back_to_back(comm):
+    """Many calls with no host work between them, two communicators alternately."""
+    other = comm.Dup()
+    x = cp.arange(1 << 16, dtype=cp.float32) * (comm.Get_rank() + 1)
+    total = sum(range(1, comm.Get_size() + 1))
+    for i in range(200):
+        c = comm if i % 2 else other
+        y = cp.empty_like(x)
+        c.Allreduce(x, y)
+        if i % 50 == 0:
+            record('back-to-back', bool(cp.allclose(y, cp.arange(1 << 16, dtype=cp.float32) * total)), f'iteration {i}')
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:  # producer on a non-default stream: the call must order itself after it
+        for i in range(20):
+            z = x * 2
+            w = cp.empty_like(z)
+            comm.Allreduce(z, w)
+            record('stream-ordered', bool(cp.allclose(w, cp.arange(1 << 16, dtype=cp.float32) * 2 * total)), f'it {i}')
+    other.Free()
+
+
+def main():
+    print(f'rank {RANK}/{SIZE} on GPU {DEV} {cp.cuda.runtime.getDeviceProperties(DEV)["name"].decode()}', flush=True)
+    world.Barrier()
+    sweep(world, ['auto'] if QUICK else ['oneshot', 'twoshot', 'auto'])
+    if RANK == 0:
+        print('world engine:', world.engine_status(), flush=True)
+    bf16_cases(world)
+    error_cases(world)
+    back_to_back(world)
+    # sub-communicators: halves and odd/even
+    if SIZE >= 2:
+        for color_fn, name in ((lambda r: r % 2, 'odd/even'), (lambda r: r < SIZE // 2, 'halves')):
+            sub = world.Split(int(color_fn(RANK)), RANK)
+            assert isinstance(sub, mpigpu.Intracomm)
+            sweep(sub, ['auto'])
+            sub.Free()
+    # the staged path: a communicator set up while MPIGPU_ALGO=staged
+    mpigpu.config.algo = 'staged'
+    staged = world.Dup()
+    for dtype, ops in OPS_FOR.items():
+        for op in ops[:4]:
+            run_case(staged, 'Allreduce', dtype, op, 1001)
+    for count in (0, 1, 1003, (9 << 20) // 4 + 3):
+        for coll in ('Allreduce', 'Reduce', 'Reduce_scatter_block', 'Allgather', 'Bcast'):
+            for dtype in ('float32', 'float16'):
+                run_case(staged, coll, dtype, 'SUM', count, root=SIZE - 1)
+                if coll != 'Bcast':
+                    run_case(staged, coll, dtype, 'SUM', count, root=0, inplace=True)
+    if RANK == 0:
+        print('staged engine:', staged.engine_status(), flush=True)
+    staged.Free()
+    mpigpu.config.algo = 'auto'
+
+    allf = world.gather(failures, root=0)
+    total = world.reduce(checks, root=0)
+    if RANK == 0:
+        flat = [f for fs in allf for f in fs]
+        for f in flat[:40]:
+            print('FAIL', f)
+        print(f'{total - len(flat)} passed, {len(flat)} failed')
+        sys.stdout.flush()
+    bad = world.bcast(len([f for fs in (allf or []) for f in fs]) if RANK == 0 else None, root=0)
+    return 1 if bad else 0
+
+
+if __name__ == '__main__':
+    code = main()
+    sys.stdout.flush()
+    if code:
+        MPI.COMM_WORLD.Abort(1)

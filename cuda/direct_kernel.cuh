@@ -62,90 +62,102 @@ __device__ __forceinline__ Piece piece_of(const DirectArgs &a, int j, int ch, in
   return p;
 }
 
+// The three stages of one step, as device functions so the kernel can skew them (see below).
+template <typename T>
+__device__ __forceinline__ void stage_contribute(const DirectArgs &a, int ch, int t, uint64_t g0) {
+  const int me = a.rank, n = a.nranks, tid = threadIdx.x, D = a.layout.nslots;
+  const char *mine = a.ws[me];
+  if (tid < n && tid != me && ((a.owners >> tid) & 1u) && g0 + 1 > (uint64_t)D)
+    wait_at_least((const uint64_t *)(mine + Layout::ack_off(0, ch, tid)), g0 + 1 - D, a.timeout_ns);
+  __syncthreads();
+  for (int j = 0; j < n; ++j) {
+    if (j == me || !((a.owners >> j) & 1u)) continue;
+    Piece p = piece_of(a, j, ch, t);
+    const char *s = a.send + p.in * sizeof(T);
+    char *d = a.ws[j] + a.layout.slot_off(0, ch, me, g0);
+    reduce_copy<T, OpCopy, 1, 1>(&s, 1, &d, 1, p.n);
+  }
+  __threadfence_system();
+  __syncthreads();
+  if (tid < n && tid != me && ((a.owners >> tid) & 1u))
+    st_release_sys((uint64_t *)(a.ws[tid] + Layout::data_off(0, ch, me)), g0 + 1);
+}
+
 template <typename T, typename Op>
+__device__ __forceinline__ void stage_reduce(const DirectArgs &a, int ch, int t, uint64_t g0, uint64_t g1) {
+  const int me = a.rank, n = a.nranks, tid = threadIdx.x, D = a.layout.nslots;
+  char *mine = a.ws[me];
+  const bool i_gather = (a.gather >> me) & 1u;
+  if (tid < n && tid != me) {
+    if (!a.self_source && ((a.contrib >> tid) & 1u))
+      wait_at_least((const uint64_t *)(mine + Layout::data_off(0, ch, tid)), g0 + 1, a.timeout_ns);
+    if (((a.gather >> tid) & 1u) && g1 + 1 > (uint64_t)D)
+      wait_at_least((const uint64_t *)(mine + Layout::ack_off(1, ch, tid)), g1 + 1 - D, a.timeout_ns);
+  }
+  __syncthreads();
+  Piece p = piece_of(a, me, ch, t);
+  const char *srcs[MG_MAX_RANKS];
+  char *dsts[MG_MAX_RANKS];
+  int ns = 0, nd = 0;
+  if (a.self_source) {
+    srcs[ns++] = a.send + p.in * sizeof(T);
+  } else {
+    for (int k = 0; k < n; ++k) {
+      if (!((a.contrib >> k) & 1u)) continue;
+      srcs[ns++] = k == me ? a.send + p.in * sizeof(T) : mine + a.layout.slot_off(0, ch, k, g0);
+    }
+  }
+  if (i_gather || a.gather == 0) dsts[nd++] = a.recv + p.out * sizeof(T);
+  for (int k = 0; k < n; ++k)
+    if (k != me && ((a.gather >> k) & 1u)) dsts[nd++] = a.ws[k] + a.layout.slot_off(1, ch, me, g1);
+  // Skip a copy onto itself (in-place Allgather's own block).
+  if (!(ns == 1 && nd == 1 && srcs[0] == dsts[0]))
+    reduce_copy<T, Op, MG_MAX_RANKS, MG_MAX_RANKS>(srcs, ns, dsts, nd, p.n);
+  __threadfence_system();
+  __syncthreads();
+  if (tid < n && tid != me) {
+    if ((a.gather >> tid) & 1u)
+      st_release_sys((uint64_t *)(a.ws[tid] + Layout::data_off(1, ch, me)), g1 + 1);
+    if (!a.self_source && ((a.contrib >> tid) & 1u))
+      st_release_sys((uint64_t *)(a.ws[tid] + Layout::ack_off(0, ch, me)), g0 + 1);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void stage_receive(const DirectArgs &a, int ch, int t, uint64_t g1) {
+  const int me = a.rank, n = a.nranks, tid = threadIdx.x;
+  const char *mine = a.ws[me];
+  if (tid < n && tid != me && ((a.owners >> tid) & 1u))
+    wait_at_least((const uint64_t *)(mine + Layout::data_off(1, ch, tid)), g1 + 1, a.timeout_ns);
+  __syncthreads();
+  for (int j = 0; j < n; ++j) {
+    if (j == me || !((a.owners >> j) & 1u)) continue;
+    Piece p = piece_of(a, j, ch, t);
+    const char *s = mine + a.layout.slot_off(1, ch, j, g1);
+    char *d = a.recv + p.out * sizeof(T);
+    reduce_copy<T, OpCopy, 1, 1>(&s, 1, &d, 1, p.n);
+  }
+  __syncthreads();
+  if (tid < n && tid != me && ((a.owners >> tid) & 1u))
+    st_release_sys((uint64_t *)(a.ws[tid] + Layout::ack_off(1, ch, me)), g1 + 1);
+}
+
+// Software pipelining: iteration s contributes step s, reduces step s-1 and receives step s-2, so
+// each wait is for data a peer produced one iteration earlier and a block rarely stalls. Needs
+// nslots >= 2 (checked at team creation); with nsteps == 1 it degenerates to the plain order.
+template <typename T_, typename Op>
 __global__ void __launch_bounds__(kThreads, 1) direct_kernel(const __grid_constant__ DirectArgs a) {
   const int ch = blockIdx.x, me = a.rank, n = a.nranks, tid = threadIdx.x;
-  const size_t es = sizeof(T);
-  char *mine = a.ws[me];
   const bool i_contrib = !a.self_source && ((a.contrib >> me) & 1u);
   const bool i_own = (a.owners >> me) & 1u;
   const bool i_gather = (a.gather >> me) & 1u;
-  const int D = a.layout.nslots;
+  const int T = a.nsteps;
+  const uint64_t b0 = a.base[0][ch], b1 = a.base[1][ch];
 
-  for (int t = 0; t < a.nsteps; ++t) {
-    const uint64_t g0 = a.base[0][ch] + t, g1 = a.base[1][ch] + t;
-
-    // 1. Contribution to every other owner (lane 0). Thread j waits until owner j freed the slot.
-    if (i_contrib) {
-      if (tid < n && tid != me && ((a.owners >> tid) & 1u) && g0 + 1 > (uint64_t)D)
-        wait_at_least((const uint64_t *)(mine + Layout::ack_off(0, ch, tid)), g0 + 1 - D, a.timeout_ns);
-      __syncthreads();
-      for (int j = 0; j < n; ++j) {
-        if (j == me || !((a.owners >> j) & 1u)) continue;
-        Piece p = piece_of(a, j, ch, t);
-        const char *s = a.send + p.in * es;
-        char *d = a.ws[j] + a.layout.slot_off(0, ch, me, g0);
-        reduce_copy<T, OpCopy, 1, 1>(&s, 1, &d, 1, p.n);
-      }
-      __threadfence_system();
-      __syncthreads();
-      if (tid < n && tid != me && ((a.owners >> tid) & 1u))
-        st_release_sys((uint64_t *)(a.ws[tid] + Layout::data_off(0, ch, me)), g0 + 1);
-    }
-
-    // 2. Reduce my shard in rank order; write my output and every other gatherer's lane-1 slot.
-    if (i_own) {
-      if (tid < n && tid != me) {
-        if (!a.self_source && ((a.contrib >> tid) & 1u))
-          wait_at_least((const uint64_t *)(mine + Layout::data_off(0, ch, tid)), g0 + 1, a.timeout_ns);
-        if (((a.gather >> tid) & 1u) && g1 + 1 > (uint64_t)D)
-          wait_at_least((const uint64_t *)(mine + Layout::ack_off(1, ch, tid)), g1 + 1 - D, a.timeout_ns);
-      }
-      __syncthreads();
-      Piece p = piece_of(a, me, ch, t);
-      const char *srcs[MG_MAX_RANKS];
-      char *dsts[MG_MAX_RANKS];
-      int ns = 0, nd = 0;
-      if (a.self_source) {
-        srcs[ns++] = a.send + p.in * es;
-      } else {
-        for (int k = 0; k < n; ++k) {
-          if (!((a.contrib >> k) & 1u)) continue;
-          srcs[ns++] = k == me ? a.send + p.in * es : mine + a.layout.slot_off(0, ch, k, g0);
-        }
-      }
-      if (i_gather || a.gather == 0) dsts[nd++] = a.recv + p.out * es;
-      for (int k = 0; k < n; ++k)
-        if (k != me && ((a.gather >> k) & 1u)) dsts[nd++] = a.ws[k] + a.layout.slot_off(1, ch, me, g1);
-      // Skip a copy onto itself (in-place Allgather's own block).
-      if (!(ns == 1 && nd == 1 && srcs[0] == dsts[0]))
-        reduce_copy<T, Op, MG_MAX_RANKS, MG_MAX_RANKS>(srcs, ns, dsts, nd, p.n);
-      __threadfence_system();
-      __syncthreads();
-      if (tid < n && tid != me) {
-        if ((a.gather >> tid) & 1u)
-          st_release_sys((uint64_t *)(a.ws[tid] + Layout::data_off(1, ch, me)), g1 + 1);
-        if (!a.self_source && ((a.contrib >> tid) & 1u))
-          st_release_sys((uint64_t *)(a.ws[tid] + Layout::ack_off(0, ch, me)), g0 + 1);
-      }
-    }
-
-    // 3. Results of every other owner (lane 1) into my output.
-    if (i_gather) {
-      if (tid < n && tid != me && ((a.owners >> tid) & 1u))
-        wait_at_least((const uint64_t *)(mine + Layout::data_off(1, ch, tid)), g1 + 1, a.timeout_ns);
-      __syncthreads();
-      for (int j = 0; j < n; ++j) {
-        if (j == me || !((a.owners >> j) & 1u)) continue;
-        Piece p = piece_of(a, j, ch, t);
-        const char *s = mine + a.layout.slot_off(1, ch, j, g1);
-        char *d = a.recv + p.out * es;
-        reduce_copy<T, OpCopy, 1, 1>(&s, 1, &d, 1, p.n);
-      }
-      __syncthreads();
-      if (tid < n && tid != me && ((a.owners >> tid) & 1u))
-        st_release_sys((uint64_t *)(a.ws[tid] + Layout::ack_off(1, ch, me)), g1 + 1);
-    }
+  for (int s = 0; s < T + 2; ++s) {
+    if (i_contrib && s < T) stage_contribute<T_>(a, ch, s, b0 + s);
+    if (i_own && s >= 1 && s - 1 < T) stage_reduce<T_, Op>(a, ch, s - 1, b0 + s - 1, b1 + s - 1);
+    if (i_gather && s >= 2 && s - 2 < T) stage_receive<T_>(a, ch, s - 2, b1 + s - 2);
   }
 
   // Release every incoming connection of the lanes this call used: a peer that starts a later call
@@ -153,9 +165,9 @@ __global__ void __launch_bounds__(kThreads, 1) direct_kernel(const __grid_consta
   __syncthreads();
   if (tid < n && tid != me) {
     if (!a.self_source)
-      st_release_sys((uint64_t *)(a.ws[tid] + Layout::ack_off(0, ch, me)), a.base[0][ch] + a.nsteps);
+      st_release_sys((uint64_t *)(a.ws[tid] + Layout::ack_off(0, ch, me)), b0 + T);
     if (a.gather)
-      st_release_sys((uint64_t *)(a.ws[tid] + Layout::ack_off(1, ch, me)), a.base[1][ch] + a.nsteps);
+      st_release_sys((uint64_t *)(a.ws[tid] + Layout::ack_off(1, ch, me)), b1 + T);
   }
 }
 

@@ -9,8 +9,8 @@
 
 static const double kHopUs = 3.0;                  // one flag round through NVLink + block sync
 static const double kPushBytesPerUs = 340e3;       // sustained NVLink stores per GPU (~340 GB/s)
-static const size_t kBytesPerChannel = 256 * 1024; // below this per channel, more blocks add latency
-static const int kDefaultChannels = 32;
+static const size_t kBytesPerChannel = 32 * 1024;  // below this per channel, more blocks add latency
+static const int kDefaultChannels = 64;
 
 static size_t total_bytes(const mg_team *t, const mg_call *c) {
   size_t es = mg::copy_kernel(c->dtype).elem_size * (size_t)mg::copy_kernel(c->dtype).mult;

@@ -33,7 +33,7 @@ extern "C" {
 int mg_team_create(const mg_team_config *cfg, mg_team **out) {
   *out = nullptr;
   if (cfg->nranks < 1 || cfg->nranks > MG_MAX_RANKS || cfg->rank < 0 || cfg->rank >= cfg->nranks ||
-      cfg->nslots < 1 || cfg->max_channels < 1 || cfg->max_channels > MG_MAX_CHANNELS ||
+      cfg->nslots < 2 || cfg->max_channels < 1 || cfg->max_channels > MG_MAX_CHANNELS ||
       cfg->slot_bytes < 4096 || cfg->slot_bytes % 16 != 0)
     return MG_ERR_ARG;
   mg_team *t = (mg_team *)calloc(1, sizeof(mg_team));

@@ -6,6 +6,7 @@ communicators, two communicators alternately, back-to-back calls; CuPy and PyTor
 engine and the staged path. recvbuf is poisoned before every call; results are checked against a
 NumPy reference (float64 for floats) and for bitwise equality across ranks. Exits 1 on any failure.
 """
+import faulthandler
 import hashlib
 import os
 import sys
@@ -26,6 +27,7 @@ except ImportError:
     torch = None
 
 QUICK = '--quick' in sys.argv
+faulthandler.enable()
 world = mpigpu.COMM_WORLD
 RANK, SIZE = world.Get_rank(), world.Get_size()
 ndev = cp.cuda.runtime.getDeviceCount()
@@ -352,23 +354,34 @@ def back_to_back(comm):
     other.Free()
 
 
+def section(name):
+    if RANK == 0:
+        print(f'-- {name}', flush=True)
+
+
 def main():
     print(f'rank {RANK}/{SIZE} on GPU {DEV} {cp.cuda.runtime.getDeviceProperties(DEV)["name"].decode()}', flush=True)
     world.Barrier()
+    section('world sweep')
     sweep(world, ['auto'] if QUICK else ['oneshot', 'twoshot', 'auto'])
     if RANK == 0:
         print('world engine:', world.engine_status(), flush=True)
+    section('bfloat16')
     bf16_cases(world)
+    section('errors')
     error_cases(world)
+    section('back-to-back')
     back_to_back(world)
-    # sub-communicators: halves and odd/even
+    section('sub-communicators')
     if SIZE >= 2:
         for color_fn, name in ((lambda r: r % 2, 'odd/even'), (lambda r: r < SIZE // 2, 'halves')):
             sub = world.Split(int(color_fn(RANK)), RANK)
             assert isinstance(sub, mpigpu.Intracomm)
             sweep(sub, ['auto'])
             sub.Free()
-    # the staged path: a communicator set up while MPIGPU_ALGO=staged
+    section('staged path')
+    if RANK == 0:
+        print('MPI reports CUDA-aware:', mpigpu._engine._mpi_cuda_aware(), flush=True)
     mpigpu.config.algo = 'staged'
     staged = world.Dup()
     for dtype, ops in OPS_FOR.items():

@@ -1,0 +1,89 @@
+"""Engine probe for tuning (not a user tool): `mpirun -n N python benchmarks/engine_probe.py`.
+
+1. Per-call host overhead, by part (intake, parse, device checks, launch+sync), on a 1 KB Allreduce.
+2. Blocking time of the raw engine call (team.run) for each size x algorithm x channel count, so the
+   cost model's constants can be read off one table. Prints rank 0's table.
+"""
+import sys
+import time
+
+import cupy as cp
+from mpi4py import MPI
+
+import mpigpu
+from mpigpu import _buffers, _engine
+from mpigpu._ext import _device, _intake
+
+comm = mpigpu.COMM_WORLD
+rank, n = comm.Get_rank(), comm.Get_size()
+cp.cuda.Device(rank % cp.cuda.runtime.getDeviceCount()).use()
+
+
+def tm(fn, iters=2000):
+    for _ in range(20):
+        fn()
+    comm.Barrier()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    return comm.allreduce((time.perf_counter() - t0) / iters * 1e6, op=MPI.MAX)
+
+
+x = cp.ones(256, cp.float32)
+y = cp.empty_like(x)
+comm.Allreduce(x, y)
+st = comm._mg_state
+c = _buffers.build('Allreduce', 0, n, rank, x, y, MPI.SUM, 0, _engine.consumer_stream)
+parts = {
+    'cupy __cuda_array_interface__': tm(lambda: x.__cuda_array_interface__),
+    '_intake.is_device': tm(lambda: _intake.is_device(x)),
+    '_intake.device_buffer': tm(lambda: _intake.device_buffer(x)),
+    '_buffers.build (both args)': tm(lambda: _buffers.build('Allreduce', 0, n, rank, x, y, MPI.SUM, 0,
+                                                            _engine.consumer_stream)),
+    'state.resolve (pointer checks)': tm(lambda: st.resolve(c)),
+    'pointer_info': tm(lambda: _device.pointer_info(x.data.ptr)),
+    'team.run launch+sync (1 KB)': tm(lambda: st.team.run(0, 0, 11, 0, x.data.ptr, y.data.ptr, 256, 0, 0, 0, True)),
+    'comm.Allreduce (1 KB)': tm(lambda: comm.Allreduce(x, y)),
+}
+
+
+def stream_mode(iters=500):
+    comm.Barrier()
+    s = cp.cuda.get_current_stream()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        st.team.run(0, 0, 11, 0, x.data.ptr, y.data.ptr, 256, 0, 0, 0, False)
+    s.synchronize()
+    return comm.allreduce((time.perf_counter() - t0) / iters * 1e6, op=MPI.MAX)
+
+
+parts['team.run back-to-back, no sync (1 KB)'] = stream_mode()
+if rank == 0:
+    print('# host overhead per call (us), 1 KB float32 Allreduce')
+    for k, v in parts.items():
+        print(f'{k:>40}: {v:8.2f}')
+
+# size x algo x channels
+COLL = {'allreduce': 0, 'bcast': 1, 'rs': 2, 'allgather': 4}
+sizes = [1 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20]
+chans = [1, 4, 8, 16, 32, 48, 64]
+big = cp.ones((256 << 20) // 4 * n, cp.float32)
+out = cp.empty_like(big)
+factor = {'allreduce': 2 * (n - 1) / n, 'bcast': 1, 'rs': (n - 1) / n, 'allgather': (n - 1) / n}
+for coll, code in COLL.items():
+    algos = (1, 2) if coll in ('allreduce', 'bcast') else (1,)
+    if rank == 0:
+        print(f'# {coll}: busbw GB/s by channels ({", ".join(map(str, chans))}); algo 1=oneshot 2=twoshot')
+    for nb in sizes:
+        count = nb // 4 // (n if coll in ('rs', 'allgather') else 1)
+        for algo in algos:
+            row = []
+            for ch in chans:
+                iters = max(3, min(50, int(2e8 / max(nb, 1))))
+                t = tm(lambda: st.team.run(code, algo, 11, 0, big.data.ptr, out.data.ptr, count, 0, ch, 0, True),
+                       iters)
+                row.append(nb / t / 1e3 * factor[coll])
+            if rank == 0:
+                best = chans[max(range(len(row)), key=row.__getitem__)]
+                print(f'{nb:>11} algo{algo}: ' + ' '.join(f'{v:7.1f}' for v in row) + f'   best ch={best}')
+    sys.stdout.flush()

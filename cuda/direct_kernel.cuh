@@ -75,9 +75,8 @@ __device__ __forceinline__ void stage_contribute(const DirectArgs &a, int ch, in
     Piece p = piece_of(a, j, ch, t);
     const char *s = a.send + p.in * sizeof(T);
     char *d = a.ws[j] + a.layout.slot_off(0, ch, me, g0);
-    reduce_copy<T, OpCopy, 1, 1>(&s, 1, &d, 1, p.n);
+    reduce_copy<T, OpCopy, 1, 1, 8>(&s, 1, &d, 1, p.n);
   }
-  __threadfence_system();
   __syncthreads();
   if (tid < n && tid != me && ((a.owners >> tid) & 1u))
     st_release_sys((uint64_t *)(a.ws[tid] + Layout::data_off(0, ch, me)), g0 + 1);
@@ -112,8 +111,7 @@ __device__ __forceinline__ void stage_reduce(const DirectArgs &a, int ch, int t,
     if (k != me && ((a.gather >> k) & 1u)) dsts[nd++] = a.ws[k] + a.layout.slot_off(1, ch, me, g1);
   // Skip a copy onto itself (in-place Allgather's own block).
   if (!(ns == 1 && nd == 1 && srcs[0] == dsts[0]))
-    reduce_copy<T, Op, MG_MAX_RANKS, MG_MAX_RANKS>(srcs, ns, dsts, nd, p.n);
-  __threadfence_system();
+    reduce_copy<T, Op, MG_MAX_RANKS, MG_MAX_RANKS, 2>(srcs, ns, dsts, nd, p.n);
   __syncthreads();
   if (tid < n && tid != me) {
     if ((a.gather >> tid) & 1u)
@@ -135,7 +133,7 @@ __device__ __forceinline__ void stage_receive(const DirectArgs &a, int ch, int t
     Piece p = piece_of(a, j, ch, t);
     const char *s = mine + a.layout.slot_off(1, ch, j, g1);
     char *d = a.recv + p.out * sizeof(T);
-    reduce_copy<T, OpCopy, 1, 1>(&s, 1, &d, 1, p.n);
+    reduce_copy<T, OpCopy, 1, 1, 8>(&s, 1, &d, 1, p.n);
   }
   __syncthreads();
   if (tid < n && tid != me && ((a.owners >> tid) & 1u))

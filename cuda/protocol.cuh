@@ -7,8 +7,9 @@
 // step up to g"). Counters hold global step numbers that only grow, across calls too: the host keeps
 // a base per (lane, channel) that all ranks advance identically, so no counter is ever reset.
 //
-// Ordering: writers store data with ordinary stores, every writing thread fences at system scope,
-// the block synchronizes, then one thread publishes the counter with st.release.sys. Readers poll
+// Ordering: writers store data with ordinary stores, the block synchronizes (bar.sync orders every
+// thread's stores before what the posting thread does next), then one thread publishes the counter
+// with st.release.sys, which is cumulative: it carries the whole block's stores to system scope. Readers poll
 // with ld.acquire.sys in one thread, synchronize the block, and read the slot with volatile loads
 // (L1 is not coherent across GPUs, and a slot is rewritten every nslots steps).
 #pragma once
@@ -19,7 +20,7 @@
 namespace mg {
 
 constexpr int kLanes = 2;          // lane 0: contributions to owners; lane 1: owners' results to gatherers
-constexpr int kThreads = 512;      // threads per channel (block)
+constexpr int kThreads = 256;      // threads per channel (block)
 constexpr size_t kFlagBytes = 2 * kLanes * MG_MAX_CHANNELS * MG_MAX_RANKS * sizeof(uint64_t);
 constexpr size_t kSlotsOffset = 65536;  // slots start here, 64 KiB aligned, after the counters
 
@@ -95,73 +96,98 @@ template <typename T> __device__ __forceinline__ T ld_volatile(const T *p) {
 // dst[d][i] = src[0][i] op src[1][i] op ... for every destination d, in source order, so every rank
 // that reduces the same sources gets bitwise the same values. 16-byte vectors where every pointer is
 // 16-byte aligned, scalars otherwise and for the tail. All threads of the block take part.
-template <typename T, typename Op, int MaxSrc, int MaxDst>
-__device__ __forceinline__ void reduce_copy(const char *const *src, int nsrc, char *const *dst, int ndst,
+// Each thread issues the loads of all sources for U vectors before combining any of them: the
+// latency of local HBM is then paid once per U vectors, not once per source.
+template <typename T, typename Op, int MaxSrc, int MaxDst, int U>
+__device__ __forceinline__ void reduce_copy(const char *const *src_in, int nsrc, char *const *dst_in, int ndst,
                                             size_t n) {
   using A = typename AccOf<T>::type;
   constexpr int V = 16 / sizeof(T);
-  constexpr int U = 2;  // vectors per thread per iteration: independent loads in flight
+  const char *src[MaxSrc];
+  char *dst[MaxDst];
   uintptr_t orbits = 0;
-  for (int k = 0; k < nsrc; ++k) orbits |= (uintptr_t)src[k];
-  for (int d = 0; d < ndst; ++d) orbits |= (uintptr_t)dst[d];
-  size_t nvec = (orbits & 15) == 0 ? n / V : 0;
+#pragma unroll
+  for (int k = 0; k < MaxSrc; ++k) {
+    src[k] = k < nsrc ? src_in[k] : src_in[0];
+    orbits |= (uintptr_t)src[k];
+  }
+#pragma unroll
+  for (int d = 0; d < MaxDst; ++d) {
+    dst[d] = d < ndst ? dst_in[d] : dst_in[0];
+    orbits |= (uintptr_t)dst[d];
+  }
+  const size_t nvec = (orbits & 15) == 0 ? n / V : 0;
   const size_t tid = threadIdx.x, stride = blockDim.x;
 
   size_t i = tid;
   for (; i + (U - 1) * stride < nvec; i += U * stride) {
-    A acc[U][V];
+    uint4 w[MaxSrc][U];
+#pragma unroll
+    for (int k = 0; k < MaxSrc; ++k)
+      if (k < nsrc)
+#pragma unroll
+        for (int u = 0; u < U; ++u) w[k][u] = ld_volatile_v4(src[k] + (i + u * stride) * 16);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      uint4 w = ld_volatile_v4(src[0] + (i + u * stride) * 16);
-      const T *e = reinterpret_cast<const T *>(&w);
+      uint4 out = w[0][u];
+      if (MaxSrc > 1) {
+        A acc[V];
+        const T *e = reinterpret_cast<const T *>(&w[0][u]);
 #pragma unroll
-      for (int v = 0; v < V; ++v) acc[u][v] = to_acc<A, T>(e[v]);
-    }
-    for (int k = 1; k < nsrc && k < MaxSrc; ++k) {
-      uint4 w[U];
+        for (int v = 0; v < V; ++v) acc[v] = to_acc<A, T>(e[v]);
 #pragma unroll
-      for (int u = 0; u < U; ++u) w[u] = ld_volatile_v4(src[k] + (i + u * stride) * 16);
+        for (int k = 1; k < MaxSrc; ++k) {
+          if (k < nsrc) {
+            const T *f = reinterpret_cast<const T *>(&w[k][u]);
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const T *e = reinterpret_cast<const T *>(&w[u]);
+            for (int v = 0; v < V; ++v) acc[v] = Op::f(acc[v], to_acc<A, T>(f[v]));
+          }
+        }
+        T *o = reinterpret_cast<T *>(&out);
 #pragma unroll
-        for (int v = 0; v < V; ++v) acc[u][v] = Op::f(acc[u][v], to_acc<A, T>(e[v]));
+        for (int v = 0; v < V; ++v) o[v] = from_acc<T, A>(acc[v]);
       }
-    }
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      uint4 out;
-      T *o = reinterpret_cast<T *>(&out);
-#pragma unroll
-      for (int v = 0; v < V; ++v) o[v] = from_acc<T, A>(acc[u][v]);
-      for (int d = 0; d < ndst && d < MaxDst; ++d)
-        *reinterpret_cast<uint4 *>(dst[d] + (i + u * stride) * 16) = out;
+      for (int d = 0; d < MaxDst; ++d)
+        if (d < ndst) *reinterpret_cast<uint4 *>(dst[d] + (i + u * stride) * 16) = out;
     }
   }
   for (; i < nvec; i += stride) {
-    uint4 w = ld_volatile_v4(src[0] + i * 16);
-    const T *e = reinterpret_cast<const T *>(&w);
-    A acc[V];
+    uint4 w[MaxSrc];
 #pragma unroll
-    for (int v = 0; v < V; ++v) acc[v] = to_acc<A, T>(e[v]);
-    for (int k = 1; k < nsrc && k < MaxSrc; ++k) {
-      uint4 x = ld_volatile_v4(src[k] + i * 16);
-      const T *f = reinterpret_cast<const T *>(&x);
+    for (int k = 0; k < MaxSrc; ++k)
+      if (k < nsrc) w[k] = ld_volatile_v4(src[k] + i * 16);
+    uint4 out = w[0];
+    if (MaxSrc > 1) {
+      A acc[V];
+      const T *e = reinterpret_cast<const T *>(&w[0]);
 #pragma unroll
-      for (int v = 0; v < V; ++v) acc[v] = Op::f(acc[v], to_acc<A, T>(f[v]));
+      for (int v = 0; v < V; ++v) acc[v] = to_acc<A, T>(e[v]);
+#pragma unroll
+      for (int k = 1; k < MaxSrc; ++k) {
+        if (k < nsrc) {
+          const T *f = reinterpret_cast<const T *>(&w[k]);
+#pragma unroll
+          for (int v = 0; v < V; ++v) acc[v] = Op::f(acc[v], to_acc<A, T>(f[v]));
+        }
+      }
+      T *o = reinterpret_cast<T *>(&out);
+#pragma unroll
+      for (int v = 0; v < V; ++v) o[v] = from_acc<T, A>(acc[v]);
     }
-    uint4 out;
-    T *o = reinterpret_cast<T *>(&out);
 #pragma unroll
-    for (int v = 0; v < V; ++v) o[v] = from_acc<T, A>(acc[v]);
-    for (int d = 0; d < ndst && d < MaxDst; ++d) *reinterpret_cast<uint4 *>(dst[d] + i * 16) = out;
+    for (int d = 0; d < MaxDst; ++d)
+      if (d < ndst) *reinterpret_cast<uint4 *>(dst[d] + i * 16) = out;
   }
   for (size_t j = nvec * V + tid; j < n; j += stride) {
     A acc = to_acc<A, T>(ld_volatile(reinterpret_cast<const T *>(src[0]) + j));
-    for (int k = 1; k < nsrc && k < MaxSrc; ++k)
-      acc = Op::f(acc, to_acc<A, T>(ld_volatile(reinterpret_cast<const T *>(src[k]) + j)));
+#pragma unroll
+    for (int k = 1; k < MaxSrc; ++k)
+      if (k < nsrc) acc = Op::f(acc, to_acc<A, T>(ld_volatile(reinterpret_cast<const T *>(src[k]) + j)));
     T out = from_acc<T, A>(acc);
-    for (int d = 0; d < ndst && d < MaxDst; ++d) reinterpret_cast<T *>(dst[d])[j] = out;
+#pragma unroll
+    for (int d = 0; d < MaxDst; ++d)
+      if (d < ndst) reinterpret_cast<T *>(dst[d])[j] = out;
   }
 }
 

@@ -303,6 +303,7 @@ def collective(comm, name, coll, sendbuf, recvbuf, op, root, host_call):
 
 
 def _attach(comm):
+    """Caches the state on the wrapper object (its __dict__), where the fast path looks it up."""
     st = state_of(comm)
     try:
         comm._mg_state = st

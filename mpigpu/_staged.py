@@ -170,7 +170,7 @@ def run_staged(st, c, stream):
         sbuf, snp = sg.host('s', nb)
         rbuf, rnp = sg.host('r', nb * n)
         sg.to_host(sbuf.ptr, c.send_ptr, nb)
-        comm.Allgather([snp, nb, MPI.BYTE], [rnp, nb * n, MPI.BYTE])
+        comm.Allgather([snp, nb, MPI.BYTE], [rnp, nb, MPI.BYTE])  # receive count is per rank
         sg.to_device(c.recv_ptr, rbuf.ptr, nb * n)
         return
     if mpi_t is None and (c.op_code < 0 or c.dtype < 0):
@@ -221,9 +221,9 @@ def _gathered(comm, sg, c, rank, n):
     gbuf, gnp = sg.host('g', nb * n)
     sg.to_host(sbuf.ptr, c.send_ptr, nb)
     if c.coll == 0:
-        comm.Allgather([snp, nb, MPI.BYTE], [gnp, nb * n, MPI.BYTE])
+        comm.Allgather([snp, nb, MPI.BYTE], [gnp, nb, MPI.BYTE])  # receive count is per rank
     else:
-        comm.Gather([snp, nb, MPI.BYTE], [gnp, nb * n, MPI.BYTE] if rank == c.root else None, c.root)
+        comm.Gather([snp, nb, MPI.BYTE], [gnp, nb, MPI.BYTE] if rank == c.root else None, c.root)
         if rank != c.root:
             return
     rows = gnp[:nb * n].view(npt).reshape(n, c.count)

@@ -6,10 +6,30 @@ device engine or the staged path (_engine.collective). Communicators made from o
 from mpi4py import MPI
 
 from . import _engine
+from ._config import config
 from ._ext._intake import is_device
+from ._types import ALGO, OP_CODE
 from .errors import Error
 
 _SUM = MPI.SUM
+_IN_PLACE = MPI.IN_PLACE
+_fast = getattr(_engine._device, 'fast_collective', None)
+
+
+def _try_fast(comm, coll, sendbuf, recvbuf, op, root=0):
+    """The Cython fast path, once this communicator's device team is up; False: take the general path."""
+    st = comm.__dict__.get('_mg_state')
+    if st is None or st.team is None:
+        return False
+    code = OP_CODE.get(op.handle, -1) if op is not None else 0
+    if code < 0:
+        return False
+    try:
+        return _fast(st.team, st.device, coll, sendbuf, recvbuf, code, root, sendbuf is _IN_PLACE,
+                     ALGO.get(config.algo, 0), config.nchannels) == 1
+    except _engine._device.DeviceError as exc:
+        raise Error(('Allreduce', 'Bcast', 'Reduce_scatter_block', '', 'Allgather')[coll], str(exc),
+                    rank=st.rank) from None
 
 
 def _device_call(comm, name, sendbuf, recvbuf):
@@ -34,18 +54,24 @@ class Intracomm(MPI.Intracomm):
 
     # ---- collectives with MPI semantics --------------------------------------------------------
     def Allreduce(self, sendbuf, recvbuf, op=_SUM):
+        if _try_fast(self, 0, sendbuf, recvbuf, op):
+            return None
         if _device_call(self, 'Allreduce', sendbuf, recvbuf):
             return _engine.collective(self, 'Allreduce', 0, sendbuf, recvbuf, op, 0,
                                       lambda: MPI.Intracomm.Allreduce(self, sendbuf, recvbuf, op))
         return MPI.Intracomm.Allreduce(self, sendbuf, recvbuf, op)
 
     def Bcast(self, buf, root=0):
+        if _try_fast(self, 1, None, buf, None, root):
+            return None
         if is_device(buf):
             return _engine.collective(self, 'Bcast', 1, None, buf, None, root,
                                       lambda: MPI.Intracomm.Bcast(self, buf, root))
         return MPI.Intracomm.Bcast(self, buf, root)
 
     def Reduce_scatter_block(self, sendbuf, recvbuf, op=_SUM):
+        if _try_fast(self, 2, sendbuf, recvbuf, op):
+            return None
         if _device_call(self, 'Reduce_scatter_block', sendbuf, recvbuf):
             return _engine.collective(self, 'Reduce_scatter_block', 2, sendbuf, recvbuf, op, 0,
                                       lambda: MPI.Intracomm.Reduce_scatter_block(self, sendbuf, recvbuf, op))
@@ -59,6 +85,8 @@ class Intracomm(MPI.Intracomm):
         return MPI.Intracomm.Reduce(self, sendbuf, recvbuf, op, root)
 
     def Allgather(self, sendbuf, recvbuf):
+        if _try_fast(self, 4, sendbuf, recvbuf, None):
+            return None
         if _device_call(self, 'Allgather', sendbuf, recvbuf):
             return _engine.collective(self, 'Allgather', 4, sendbuf, recvbuf, None, 0,
                                       lambda: MPI.Intracomm.Allgather(self, sendbuf, recvbuf))

@@ -310,3 +310,118 @@ cdef class Team:
             with nogil:
                 e = mg_stream_sync(stream)
             check(e, 'collective (kernel failed or a peer timed out)')
+
+
+# ---- fast path -----------------------------------------------------------------------------------
+# The common call (CUDA Array Interface arrays, no buffer specification, types and counts that
+# match) is handled here without Python-level parsing. Anything else returns 0 and takes the general
+# path in mpigpu._buffers, which also produces the precise error messages.
+cdef dict _CAI_CODE = {
+    '|b1': 0, '|i1': 1, '|u1': 2, '<i2': 3, '<u2': 4, '<i4': 5, '<u4': 6, '<i8': 7, '<u8': 8,
+    '<f2': 9, '<f4': 11, '<f8': 12, '<c8': 13, '<c16': 14,
+}
+cdef tuple _SIZES = (1, 1, 1, 2, 2, 4, 4, 8, 8, 2, 2, 4, 8, 8, 16)
+
+
+cdef inline bint _cai(object obj, uintptr_t *ptr, Py_ssize_t *count, int *dtype, bint *ro,
+                      Py_ssize_t *stream):
+    """Reads a contiguous CAI array; False when the fast path does not apply to it."""
+    cdef type t = type(obj)
+    if t is list or t is tuple or t.__module__.startswith('torch'):
+        return False
+    try:
+        cai = obj.__cuda_array_interface__
+    except Exception:
+        return False
+    if type(cai) is not dict or cai.get('mask') is not None:
+        return False
+    code = _CAI_CODE.get(cai['typestr'])
+    if code is None:
+        return False
+    cdef Py_ssize_t n = 1, itemsize = _SIZES[code], expect
+    shape = cai['shape']
+    for s in shape:
+        n *= s
+    strides = cai.get('strides')
+    if strides is not None and n > 1:
+        expect = itemsize
+        for k in range(len(shape) - 1, -1, -1):
+            if shape[k] != 1 and strides[k] != expect:
+                return False
+            expect *= shape[k]
+    data = cai['data']
+    ptr[0] = <uintptr_t>(data[0] or 0)
+    ro[0] = bool(data[1])
+    count[0] = n
+    dtype[0] = code
+    s = cai.get('stream') if cai.get('version', 0) >= 3 else None
+    stream[0] = 0 if s is None else <Py_ssize_t>s
+    return True
+
+
+cdef inline bint _on_device(uintptr_t ptr, int device):
+    cdef int mt = 0, dev = -1
+    if mg_pointer_info(ptr, &mt, &dev) != 0:
+        return False
+    return (mt == 2 or mt == 3) and dev == device
+
+
+cpdef int fast_collective(Team team, int device, int coll, object sendbuf, object recvbuf, int op_code,
+                          int root, bint inplace, int algo, int nchannels) except -1:
+    """Runs Allreduce (0), Bcast (1, buffer as recvbuf), Reduce_scatter_block (2) or Allgather (4)
+    with MPI semantics when the call is the common case; returns 1 when done, 0 when the general path
+    must handle it."""
+    cdef uintptr_t sp = 0, rp = 0
+    cdef Py_ssize_t sc = 0, rc = 0, ss = 0, rs = 0, count
+    cdef int sd = -1, rd = -1, n = team.nranks, e
+    cdef bint sro = False, rro = False
+    if team.t == NULL:
+        return 0
+    if not _cai(recvbuf, &rp, &rc, &rd, &rro, &rs) or rro:
+        return 0
+    if inplace or coll == 1:
+        sd, sc, ss = rd, rc, rs
+    elif not _cai(sendbuf, &sp, &sc, &sd, &sro, &ss) or sd != rd or ss != rs:
+        return 0
+    if coll != 4 and coll != 1 and not mg_supports(rd, op_code):
+        return 0
+    if root < 0 or root >= n:
+        return 0
+    if coll == 1:
+        count = rc
+        sp = rp
+        inplace = True
+    elif coll == 0:
+        if sc != rc:
+            return 0
+        count = rc
+        if inplace:
+            sp = rp
+    elif coll == 2:
+        if inplace:
+            if rc % n:
+                return 0
+            count = rc // n
+            sp = rp
+        else:
+            if sc != rc * n:
+                return 0
+            count = rc
+    elif coll == 4:
+        if inplace:
+            if rc % n:
+                return 0
+            count = rc // n
+            sp = rp + <uintptr_t>(team.rank * count * _SIZES[rd])
+        else:
+            if rc != sc * n:
+                return 0
+            count = sc
+    else:
+        return 0
+    if count == 0:
+        return 1
+    if not _on_device(rp, device) or (not inplace and not _on_device(sp, device)):
+        return 0
+    team.run(coll, algo, rd, op_code, sp, rp, count, root, nchannels, <uintptr_t>rs, True)
+    return 1

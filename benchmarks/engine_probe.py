@@ -58,6 +58,10 @@ def stream_mode(iters=500):
 
 
 parts['team.run back-to-back, no sync (1 KB)'] = stream_mode()
+_empty = cp.RawKernel('extern "C" __global__ void e() {}', 'e')
+parts['cupy empty kernel launch+sync'] = tm(lambda: (_empty((1,), (32,), ()), cp.cuda.get_current_stream().synchronize()))
+_ns = cp.cuda.Stream(non_blocking=True)
+parts['team.run launch+sync, own stream'] = tm(lambda: st.team.run(0, 0, 11, 0, x.data.ptr, y.data.ptr, 256, 0, 0, _ns.ptr, True))
 if rank == 0:
     print('# host overhead per call (us), 1 KB float32 Allreduce')
     for k, v in parts.items():
@@ -67,18 +71,22 @@ if rank == 0:
 COLL = {'allreduce': 0, 'bcast': 1, 'rs': 2, 'allgather': 4}
 sizes = [1 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20]
 if "--short" in sys.argv:
-    sizes = [1 << 10, 1 << 20, 16 << 20, 256 << 20]
+    sizes = [1 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 16 << 20, 256 << 20]
 chans = [1, 8, 16, 32, 48, 64]
 big = cp.ones((256 << 20) // 4 * n, cp.float32)
 out = cp.empty_like(big)
 factor = {'allreduce': 2 * (n - 1) / n, 'bcast': 1, 'rs': (n - 1) / n, 'allgather': (n - 1) / n}
 for coll, code in COLL.items():
     algos = (1, 2) if coll in ('allreduce', 'bcast') else (1,)
+    if coll != 'bcast':
+        algos = algos + (3,)
     if rank == 0:
-        print(f'# {coll}: busbw GB/s by channels ({", ".join(map(str, chans))}); algo 1=oneshot 2=twoshot')
+        print(f'# {coll}: busbw GB/s by channels ({", ".join(map(str, chans))}); algo 1=oneshot 2=twoshot 3=ll')
     for nb in sizes:
         count = nb // 4 // (n if coll in ('rs', 'allgather') else 1)
         for algo in algos:
+            if algo == 3 and nb // (n if coll in ('rs', 'allgather') else 1) > 64 * 1024:
+                continue
             row = []
             for ch in chans:
                 iters = max(3, min(50, int(2e8 / max(nb, 1))))

@@ -102,6 +102,32 @@ static int plan(mg_team *t, const mg_call *c, DirectArgs *a, mg::KernelFn *fn) {
   return 0;
 }
 
+static int launch_ll(mg_team *t, const mg_call *c, uintptr_t stream) {
+  const bool reduces = c->coll != MG_ALLGATHER;
+  mg::KernelChoice k = reduces ? mg::reduce_kernel(c->dtype, c->op) : mg::copy_kernel(c->dtype);
+  if (!k.ll) return MG_ERR_UNSUPPORTED;
+  mg::LLArgs a;
+  for (int r = 0; r < t->cfg.nranks; ++r) a.ws[r] = t->ws[r];
+  a.send = (const char *)c->send;
+  a.recv = (char *)c->recv;
+  a.layout = t->layout;
+  a.rank = t->cfg.rank;
+  a.nranks = t->cfg.nranks;
+  a.mode = c->coll == MG_ALLREDUCE ? mg::kLLAllreduce : c->coll == MG_ALLGATHER ? mg::kLLAllgather : mg::kLLReduceScatter;
+  a.seq = t->ll_seq + 1;
+  a.piece_bytes = c->count * (size_t)k.elem_size * k.mult;
+  a.timeout_ns = t->timeout_ns;
+  void *args[] = {&a};
+  cudaError_t ce = cudaLaunchKernel((const void *)k.ll, dim3(c->nchannels), dim3(mg::kThreads), args, 0,
+                                    (cudaStream_t)stream);
+  if (ce != cudaSuccess) {
+    cudaGetLastError();
+    return (int)ce;
+  }
+  t->ll_seq += 1;
+  return 0;
+}
+
 extern "C" int mg_collective(mg_team *t, const mg_call *call, uintptr_t stream) {
   if (call->count == 0) return 0;
   if (t->cfg.nranks == 1) return single_rank(call, stream);
@@ -110,6 +136,7 @@ extern "C" int mg_collective(mg_team *t, const mg_call *call, uintptr_t stream) 
   mg_call c = *call;
   int e = mg_select(t, &c);
   if (e) return e;
+  if (c.algo == MG_ALGO_LL) return launch_ll(t, &c, stream);
   DirectArgs a;
   mg::KernelFn fn = nullptr;
   e = plan(t, &c, &a, &fn);

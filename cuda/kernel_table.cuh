@@ -2,13 +2,16 @@
 // storage elements one user element is (complex SUM runs as a float SUM over twice the count).
 #pragma once
 #include "direct_kernel.cuh"
+#include "ll_kernel.cuh"
 
 namespace mg {
 
 using KernelFn = void (*)(DirectArgs);
+using LLKernelFn = void (*)(LLArgs);
 
 struct KernelChoice {
   KernelFn fn;
+  LLKernelFn ll;  // the same (type, op) in the low-latency protocol
   int elem_size;  // bytes of the storage type the kernel moves
   int mult;       // storage elements per user element
 };

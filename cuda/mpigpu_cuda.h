@@ -17,6 +17,7 @@ extern "C" {
 #define MG_MAX_RANKS 8      /* ranks of one node that one device team can hold */
 #define MG_MAX_CHANNELS 64  /* thread blocks (channels) one collective may use */
 #define MG_IPC_HANDLE_BYTES 64
+#define MG_LL_MAX_BYTES (64 * 1024)  /* largest per-peer piece of the low-latency protocol */
 
 enum mg_dtype {
   MG_BOOL = 0, MG_INT8, MG_UINT8, MG_INT16, MG_UINT16, MG_INT32, MG_UINT32, MG_INT64, MG_UINT64,
@@ -34,6 +35,7 @@ enum mg_algo {
   MG_ALGO_AUTO = 0,
   MG_ALGO_ONESHOT,   /* every owner receives every contribution whole: one hop, (n-1)x bytes per rank */
   MG_ALGO_TWOSHOT,   /* shards: reduce-scatter by push, then push the reduced shards: 2 hops, 2(n-1)/n bytes */
+  MG_ALGO_LL,        /* low-latency one-shot (data and flag in each 8 bytes): small symmetric calls */
   MG_NALGOS
 };
 

@@ -39,9 +39,14 @@ struct Layout {
     size_t s = (size_t)(step % (uint64_t)nslots);
     return kSlotsOffset + ((((size_t)lane * max_channels + ch) * nranks + src) * nslots + s) * slot_bytes;
   }
-  __host__ __device__ size_t total_bytes() const {
+  __host__ __device__ size_t slots_end() const {
     return kSlotsOffset + (size_t)kLanes * max_channels * nranks * nslots * slot_bytes;
   }
+  // Low-latency region (ll_kernel.cuh): per call parity and source, 2 bytes per data byte.
+  __host__ __device__ size_t ll_off(int parity, int src) const {
+    return slots_end() + ((size_t)parity * nranks + src) * 2 * MG_LL_MAX_BYTES;
+  }
+  __host__ __device__ size_t total_bytes() const { return ll_off(2, 0); }
 };
 
 __device__ __forceinline__ uint64_t ld_acquire_sys(const uint64_t *p) {

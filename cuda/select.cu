@@ -11,6 +11,9 @@ static const double kHopUs = 3.0;                  // one flag round through NVL
 static const double kPushBytesPerUs = 340e3;       // sustained NVLink stores per GPU (~340 GB/s)
 static const size_t kBytesPerChannel = 32 * 1024;  // below this per channel, more blocks add latency
 static const int kDefaultChannels = 64;
+// Largest per-peer piece that AUTO sends with the low-latency protocol: below it one NVLink store per
+// word beats a fenced step (the protocol moves 2 bytes per data byte, so it loses on bandwidth).
+static const size_t kLLMaxAutoBytes = 32 * 1024;
 
 static size_t total_bytes(const mg_team *t, const mg_call *c) {
   size_t es = mg::copy_kernel(c->dtype).elem_size * (size_t)mg::copy_kernel(c->dtype).mult;
@@ -21,9 +24,24 @@ static size_t total_bytes(const mg_team *t, const mg_call *c) {
   }
 }
 
+// Bytes one rank sends to one peer in the low-latency protocol, 0 when it does not apply.
+static size_t ll_piece_bytes(const mg_team *t, const mg_call *c) {
+  if (c->coll != MG_ALLREDUCE && c->coll != MG_REDUCE_SCATTER_BLOCK && c->coll != MG_ALLGATHER) return 0;
+  mg::KernelChoice k = mg::copy_kernel(c->dtype);
+  return c->count * (size_t)k.elem_size * k.mult;
+}
+
 extern "C" int mg_select(const mg_team *t, mg_call *c) {
   const int n = t->cfg.nranks;
   const double B = (double)total_bytes(t, c);
+  const size_t ll = ll_piece_bytes(t, c);
+  if (c->algo == MG_ALGO_LL && (ll == 0 || ll > MG_LL_MAX_BYTES)) c->algo = MG_ALGO_AUTO;
+  if (c->algo == MG_ALGO_AUTO && ll > 0 && ll <= kLLMaxAutoBytes) c->algo = MG_ALGO_LL;
+  if (c->algo == MG_ALGO_LL) {
+    c->nchannels = (int)((ll + 16 * mg::kThreads - 1) / (16 * mg::kThreads));
+    if (c->nchannels < 1) c->nchannels = 1;
+    return 0;
+  }
   if (c->algo == MG_ALGO_AUTO) {
     switch (c->coll) {
       case MG_ALLREDUCE: case MG_REDUCE: case MG_BCAST: {

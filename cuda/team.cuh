@@ -12,6 +12,7 @@ struct mg_team {
   // Global step number reached per (lane, channel). Every rank advances these identically, because
   // every rank plans the same call the same way; see protocol.cuh.
   uint64_t base[mg::kLanes][MG_MAX_CHANNELS];
+  uint32_t ll_seq;  // calls made with the low-latency protocol (its flag value)
 };
 
 // Runs `body` with cfg.device current, restoring the caller's device after (the user's framework

@@ -197,7 +197,8 @@ def _native(comm, sg, c, mpi_t, rank):
         sbuf, snp = sg.host('s', total)
         rbuf, rnp = sg.host('r', c.count * its)
         sg.to_host(sbuf.ptr, c.send_ptr, total)
-        comm.Reduce_scatter_block([snp, c.count * n, mpi_t], [rnp, c.count, mpi_t], op)
+        # mpi4py reads explicit counts of block collectives per block (per rank)
+        comm.Reduce_scatter_block([snp, c.count, mpi_t], [rnp, c.count, mpi_t], op)
         sg.to_device(c.recv_ptr, rbuf.ptr, c.count * its)
 
 

@@ -13,7 +13,7 @@ OPS = ('SUM', 'PROD', 'MAX', 'MIN', 'LAND', 'LOR', 'LXOR', 'BAND', 'BOR', 'BXOR'
 OP_CODE = {getattr(MPI, name).handle: i for i, name in enumerate(OPS)}
 
 COLL = {'Allreduce': 0, 'Bcast': 1, 'Reduce_scatter_block': 2, 'Reduce': 3, 'Allgather': 4}
-ALGO = {'auto': 0, 'oneshot': 1, 'twoshot': 2}
+ALGO = {'auto': 0, 'oneshot': 1, 'twoshot': 2, 'll': 3}
 
 _INTEGER = frozenset(range(1, 9))
 _FLOAT = frozenset((9, 10, 11, 12))

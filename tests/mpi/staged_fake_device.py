@@ -1,0 +1,140 @@
+"""The staged path, end to end with host MPI, where host memory plays device memory: a fake CUDA
+layer copies with memmove, so the chunked pipeline, pinned-buffer reuse, in-place layouts and the
+rank-order fallback for float16/bfloat16 run on a CPU. Run under mpiexec -n 1..4 (tests/test_mpi.py)."""
+import ctypes
+import sys
+import types
+
+import numpy as np
+from mpi4py import MPI
+
+
+class _Pinned:
+    """Host buffer standing in for cudaHostAlloc memory."""
+
+    def __init__(self, nbytes):
+        self.nbytes = nbytes
+        self._a = np.zeros(max(nbytes, 1), np.uint8)
+        self.ptr = self._a.ctypes.data
+        self.allocs = 1
+
+    def __buffer__(self, flags):
+        return memoryview(self._a)
+
+
+pinned_made = []
+
+
+def _pinned(nbytes):
+    p = _Pinned(nbytes)
+    pinned_made.append(nbytes)
+    return p
+
+
+fake = types.SimpleNamespace(
+    stream_create=lambda: 1, stream_destroy=lambda s: None, event_create=lambda: 1,
+    event_destroy=lambda e: None, event_record=lambda e, s: None, event_sync=lambda e: None,
+    stream_wait_event=lambda s, e: None, stream_sync=lambda s: None,
+    memcpy_async=lambda dst, src, nb, s: ctypes.memmove(dst, src, nb) if nb else None,
+    get_device=lambda: 0, set_device=lambda d: None, PinnedBuffer=_pinned,
+)
+if sys.version_info < (3, 12):
+    # numpy.frombuffer needs the buffer protocol; before 3.12 a Python class cannot export it
+    class _PinnedOld(bytearray):
+        def __init__(self, nbytes):
+            super().__init__(max(nbytes, 1))
+            self.nbytes = nbytes
+            self.ptr = ctypes.addressof(ctypes.c_char.from_buffer(self))
+
+    def _pinned(nbytes):  # noqa: F811
+        pinned_made.append(nbytes)
+        return _PinnedOld(nbytes)
+    fake.PinnedBuffer = _pinned
+
+import mpigpu  # noqa: E402
+from mpigpu import _buffers, _config, _staged  # noqa: E402
+
+_staged._device = fake
+_staged._with_device = lambda dev, fn, *a: fn(*a)
+_config.config.stage_chunk_bytes = 4096  # many chunks even for small tests
+
+
+class FakeCAI:
+    def __init__(self, a):
+        self.a = a
+        self.__cuda_array_interface__ = {'shape': a.shape, 'typestr': a.dtype.str, 'data': (a.ctypes.data, False),
+                                         'version': 3, 'strides': None, 'stream': 1}
+
+
+comm = MPI.COMM_WORLD
+rank, n = comm.Get_rank(), comm.Get_size()
+state = types.SimpleNamespace(comm=comm, rank=rank, size=n, device=0, stager=None)
+
+
+def run(name, coll, send, recv, op=MPI.SUM, root=0):
+    c = _buffers.build(name, coll, n, rank, send, recv, op, root, lambda d: None)
+    if c.count:
+        _staged.run_staged(state, c, 0)
+
+
+def inputs(count, dt, salt):
+    rows = [np.random.default_rng(100 * k + salt).uniform(-1, 1, count).astype(dt) for k in range(n)]
+    return rows
+
+
+def reduce_f32(rows):
+    acc = rows[0].astype(np.float32)
+    for r in rows[1:]:
+        acc = acc + r.astype(np.float32)
+    return acc
+
+
+for count in (1, 1000, 5000, 70001):
+    for dt in (np.float32, np.float64, np.int32, np.float16):
+        rows = inputs(count, dt, 1) if dt != np.int32 else [np.arange(count, dtype=dt) * (k + 1) for k in range(n)]
+        expect = reduce_f32(rows).astype(dt) if dt == np.float16 else sum(r.astype(np.float64) for r in rows)
+        # Allreduce out of place and in place
+        out = np.full(count, 7, dt)
+        run('Allreduce', 0, FakeCAI(rows[rank]), FakeCAI(out))
+        assert np.allclose(out.astype(np.float64), np.asarray(expect, np.float64), rtol=1e-5, atol=1e-5), (count, dt)
+        if dt == np.float16:  # rank-order float32 accumulation, bit for bit
+            assert out.tobytes() == np.asarray(expect).tobytes()
+        buf = rows[rank].copy()
+        run('Allreduce', 0, MPI.IN_PLACE, FakeCAI(buf))
+        assert np.allclose(buf.astype(np.float64), np.asarray(expect, np.float64), rtol=1e-5, atol=1e-5)
+        # Reduce to the last rank, in place at the root
+        root = n - 1
+        out = np.full(count, 7, dt)
+        run('Reduce', 3, FakeCAI(rows[rank]), FakeCAI(out) if rank == root else None, root=root)
+        if rank == root:
+            assert np.allclose(out.astype(np.float64), np.asarray(expect, np.float64), rtol=1e-5, atol=1e-5)
+        # Bcast from every root
+        for root in range(n):
+            b = rows[rank].copy()
+            run('Bcast', 1, None, FakeCAI(b), root=root)
+            assert b.tobytes() == rows[root].tobytes()
+        # Allgather, out of place and in place
+        out = np.zeros(count * n, dt)
+        run('Allgather', 4, FakeCAI(rows[rank]), FakeCAI(out))
+        assert out.tobytes() == np.concatenate(rows).tobytes()
+        out = np.zeros(count * n, dt)
+        out[rank * count:(rank + 1) * count] = rows[rank]
+        run('Allgather', 4, MPI.IN_PLACE, FakeCAI(out))
+        assert out.tobytes() == np.concatenate(rows).tobytes()
+    # Reduce_scatter_block, out of place and in place
+    for dt in (np.float32, np.float16):
+        rows = inputs(count * n, dt, 2)
+        full = reduce_f32(rows).astype(dt) if dt == np.float16 else sum(r.astype(np.float64) for r in rows)
+        out = np.zeros(count, dt)
+        run('Reduce_scatter_block', 2, FakeCAI(rows[rank]), FakeCAI(out))
+        part = np.asarray(full)[rank * count:(rank + 1) * count]
+        assert np.allclose(out.astype(np.float64), part.astype(np.float64), rtol=1e-5, atol=1e-5)
+        buf = rows[rank].copy()
+        run('Reduce_scatter_block', 2, MPI.IN_PLACE, FakeCAI(buf))
+        assert np.allclose(buf[:count].astype(np.float64), part.astype(np.float64), rtol=1e-5, atol=1e-5)
+
+# pinned staging memory is reused, not allocated per call: a handful of grow steps at most
+assert len(pinned_made) <= 12, pinned_made
+comm.Barrier()
+if rank == 0:
+    print(f'staged path on {n} ranks: ok ({len(pinned_made)} pinned allocations)')

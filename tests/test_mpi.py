@@ -1,0 +1,21 @@
+"""Multi-rank tests under mpiexec -n 1..4 (the pip mpich wheel in CI)."""
+import pytest
+
+from conftest import run_ranks
+
+
+@pytest.mark.parametrize('n', [1, 2, 3, 4])
+def test_host_collectives_match_mpi4py(n):
+    out = run_ranks(n, 'host_collectives.py')
+    assert f'identical to mpi4py' in out
+
+
+@pytest.mark.parametrize('n', [1, 2, 3, 4])
+def test_staged_path(n):
+    out = run_ranks(n, 'staged_fake_device.py')
+    assert 'staged path on' in out and ': ok' in out
+
+
+def test_failing_rank_aborts_the_job():
+    with pytest.raises(AssertionError, match='exited'):
+        run_ranks(3, 'fail_on_rank1.py', timeout=120)

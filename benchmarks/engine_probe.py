@@ -62,22 +62,31 @@ _empty = cp.RawKernel('extern "C" __global__ void e() {}', 'e')
 parts['cupy empty kernel launch+sync'] = tm(lambda: (_empty((1,), (32,), ()), cp.cuda.get_current_stream().synchronize()))
 _ns = cp.cuda.Stream(non_blocking=True)
 parts['team.run launch+sync, own stream'] = tm(lambda: st.team.run(0, 0, 11, 0, x.data.ptr, y.data.ptr, 256, 0, 0, _ns.ptr, True))
-if rank == 0:
+if rank == 0 and not LARGE:
     print('# host overhead per call (us), 1 KB float32 Allreduce')
     for k, v in parts.items():
         print(f'{k:>40}: {v:8.2f}')
+if rank == 0 and LARGE:
+    import os
+    print(f"# MPIGPU_CHUNK_BYTES={os.environ.get('MPIGPU_CHUNK_BYTES')} MPIGPU_NSLOTS={os.environ.get('MPIGPU_NSLOTS')}")
 
 # size x algo x channels
 COLL = {'allreduce': 0, 'bcast': 1, 'rs': 2, 'allgather': 4}
 sizes = [1 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20]
-if "--short" in sys.argv:
+LARGE = "--large" in sys.argv
+if LARGE:
+    sizes = [16 << 20, 256 << 20]
+elif "--short" in sys.argv:
     sizes = [1 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 16 << 20, 256 << 20]
-chans = [1, 8, 16, 32, 48, 64]
+chans = [32, 64, 96, 128] if LARGE else [1, 8, 16, 32, 48, 64]
+chans = [c for c in chans if c <= st.team.max_channels] if hasattr(st.team, 'max_channels') else chans
 big = cp.ones((256 << 20) // 4 * n, cp.float32)
 out = cp.empty_like(big)
 factor = {'allreduce': 2 * (n - 1) / n, 'bcast': 1, 'rs': (n - 1) / n, 'allgather': (n - 1) / n}
 for coll, code in COLL.items():
     algos = (1, 2) if coll in ('allreduce', 'bcast') else (1,)
+    if LARGE:
+        algos = (2,) if coll in ('allreduce', 'bcast') else (1,)
     if coll != 'bcast':
         algos = algos + (3,)
     if rank == 0:

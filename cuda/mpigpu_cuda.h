@@ -15,7 +15,7 @@ extern "C" {
 #endif
 
 #define MG_MAX_RANKS 8      /* ranks of one node that one device team can hold */
-#define MG_MAX_CHANNELS 64  /* thread blocks (channels) one collective may use */
+#define MG_MAX_CHANNELS 128 /* thread blocks (channels) one collective may use */
 #define MG_IPC_HANDLE_BYTES 64
 #define MG_LL_MAX_BYTES (64 * 1024)  /* largest per-peer piece of the low-latency protocol */
 

@@ -34,8 +34,8 @@ class Config:
         self.chunk_bytes = _int('MPIGPU_CHUNK_BYTES', 128 * 1024, 4096, 64 << 20) // 16 * 16
         self.nslots = _int('MPIGPU_NSLOTS', 4, 1, 64)
         # Channels per collective (0: cost model) and the most the workspace is laid out for.
-        self.nchannels = _int('MPIGPU_NCHANNELS', 0, 0, 64)
-        self.max_channels = max(_int('MPIGPU_MAX_CHANNELS', 64, 1, 64), self.nchannels)
+        self.nchannels = _int('MPIGPU_NCHANNELS', 0, 0, 128)
+        self.max_channels = max(_int('MPIGPU_MAX_CHANNELS', 64, 1, 128), self.nchannels)
         self.timeout_s = _float('MPIGPU_TIMEOUT_S', 600.0)
         # Staged path: chunk of the host pipeline.
         self.stage_chunk_bytes = _int('MPIGPU_STAGE_CHUNK_BYTES', 4 << 20, 4096, 1 << 30)

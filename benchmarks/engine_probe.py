@@ -16,6 +16,7 @@ from mpigpu._ext import _device, _intake
 
 comm = mpigpu.COMM_WORLD
 rank, n = comm.Get_rank(), comm.Get_size()
+LARGE = "--large" in sys.argv
 cp.cuda.Device(rank % cp.cuda.runtime.getDeviceCount()).use()
 
 
@@ -73,7 +74,6 @@ if rank == 0 and LARGE:
 # size x algo x channels
 COLL = {'allreduce': 0, 'bcast': 1, 'rs': 2, 'allgather': 4}
 sizes = [1 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20]
-LARGE = "--large" in sys.argv
 if LARGE:
     sizes = [16 << 20, 256 << 20]
 elif "--short" in sys.argv:

@@ -263,6 +263,24 @@ def sweep(comm, algos, libs=('cupy',)):
             for op in ops:
                 for count in (5, 70001):
                     run_case(comm, 'Allreduce', dtype, op, count, inplace=(count == 5))
+        # every (dtype, op) pair on the other reductions; every dtype on the copies
+        if algo == 'auto':
+            for dtype, ops in OPS_FOR.items():
+                for op in ops:
+                    run_case(comm, 'Reduce', dtype, op, 1003, root=n - 1)
+                    run_case(comm, 'Reduce_scatter_block', dtype, op, 1003)
+                run_case(comm, 'Bcast', dtype, 'SUM', 1003, root=n - 1)
+                run_case(comm, 'Allgather', dtype, 'SUM', 1003)
+            if torch is not None:
+                for dtype, ops in OPS_FOR.items():
+                    if dtype in ('uint16', 'uint32', 'uint64'):
+                        continue  # PyTorch has these types with few operations
+                    for op in ops:
+                        run_case(comm, 'Allreduce', dtype, op, 1003, lib='torch')
+                    run_case(comm, 'Reduce_scatter_block', dtype, ops[0], 1003, lib='torch')
+                    run_case(comm, 'Reduce', dtype, ops[0], 1003, lib='torch', root=n - 1)
+                    run_case(comm, 'Bcast', dtype, 'SUM', 1003, lib='torch', root=n - 1)
+                    run_case(comm, 'Allgather', dtype, 'SUM', 1003, lib='torch')
         # size classes and shapes for every collective
         for count in sizes(n):
             for coll in ('Allreduce', 'Reduce', 'Reduce_scatter_block', 'Allgather', 'Bcast'):
@@ -388,8 +406,15 @@ def main():
     mpigpu.config.algo = 'staged'
     staged = world.Dup()
     for dtype, ops in OPS_FOR.items():
-        for op in ops[:4]:
+        for op in ops:
             run_case(staged, 'Allreduce', dtype, op, 1001)
+            run_case(staged, 'Reduce', dtype, op, 1001, root=SIZE - 1)
+            run_case(staged, 'Reduce_scatter_block', dtype, op, 1001)
+        run_case(staged, 'Bcast', dtype, 'SUM', 1001, root=SIZE - 1)
+        run_case(staged, 'Allgather', dtype, 'SUM', 1001)
+        if torch is not None and dtype not in ('uint16', 'uint32', 'uint64'):
+            run_case(staged, 'Allreduce', dtype, ops[0], 1001, lib='torch', inplace=True)
+            run_case(staged, 'Bcast', dtype, 'SUM', 1001, lib='torch')
     for count in (0, 1, 1003, (9 << 20) // 4 + 3):
         for coll in ('Allreduce', 'Reduce', 'Reduce_scatter_block', 'Allgather', 'Bcast'):
             for dtype in ('float32', 'float16'):

@@ -31,10 +31,13 @@ if [ "$what" = bench ]; then
 fi
 if [ "$what" = final ]; then
   # 4 GPUs: the four collectives against NCCL and the staged baseline, 1 KB .. 1 GB
-  timeout 240 $run -n "$ngpu" $perf allreduce,bcast,reduce_scatter_block,allgather -b 1K -e 1G -f 4 \
+  timeout 150 $run -n "$ngpu" $perf allreduce,bcast,reduce_scatter_block,allgather -b 1K -e 256M -f 4 \
     --compare nccl,staged -n 20 -w 5 --budget 0.4 --inplace 0 --json "$OUT/perf-$ngpu.json" \
     --plot "$OUT/perf-$ngpu.png" > "$OUT/perf-$ngpu.txt" 2> "$OUT/perf-$ngpu.err"
   summary+=("bench n=$ngpu rc=$?")
+  timeout 60 $run -n "$ngpu" $perf allreduce,bcast,reduce_scatter_block,allgather -b 1G -e 1G \
+    --compare nccl -n 10 -w 2 --inplace 0 > "$OUT/perf-$ngpu-1G.txt" 2>&1
+  summary+=("bench 1G n=$ngpu rc=$?")
   # 2 GPUs of the same host
   timeout 90 $run -n 2 $perf allreduce,bcast -b 1K -e 256M -f 4 --compare nccl -n 20 -w 5 --budget 0.4 \
     --inplace 0 --json "$OUT/perf-2.json" > "$OUT/perf-2.txt" 2> "$OUT/perf-2.err"
@@ -47,6 +50,7 @@ if [ "$what" = final ]; then
   summary+=("staged 256M: $(grep -E '^ +268435456' "$OUT/staged-256M.txt" | awk '{print $6 " us"}')")
   summary+=("host MPI numpy 256M: $(grep -E '^ +268435456' "$OUT/host-256M.txt" | awk '{print $6 " us"}')")
   grep -v '^#  \|^#$' "$OUT/perf-$ngpu.txt" | cut -c1-150
+  grep -E '^ +1073741824' "$OUT/perf-$ngpu-1G.txt" | cut -c1-150
   grep -v '^#  \|^#$' "$OUT/perf-2.txt" | cut -c1-130
 fi
 printf '%s\n' "${summary[@]}"

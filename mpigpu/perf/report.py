@@ -9,25 +9,25 @@ _NAMES = {'float32': 'float', 'float64': 'double', 'float16': 'half', 'bfloat16'
 
 
 def header(baselines):
-    extra_top = ''.join(f'{name:>26}' for name in baselines)
-    extra = ''.join(f'{"time":>9}{"busbw":>8}{"x" + name[:7]:>9}' for name in baselines)
-    extra_u = ''.join(f'{"(us)":>9}{"(GB/s)":>8}{"":>9}' for _ in baselines)
+    extra_top = ''.join(f'{name:>28}' for name in baselines)
+    extra = ''.join(f'{"time":>11}{"busbw":>8}{"x" + name[:7]:>9}' for name in baselines)
+    extra_u = ''.join(f'{"(us)":>11}{"(GB/s)":>8}{"":>9}' for _ in baselines)
     return '\n'.join([
-        f'#{"":>54}{"out-of-place":>31}{"in-place":>31}{extra_top}',
+        f'#{"":>54}{"out-of-place":>33}{"in-place":>33}{extra_top}',
         f'#{"size":>11}{"count":>14}{"type":>10}{"redop":>8}{"root":>8}'
-        f'{"time":>9}{"algbw":>8}{"busbw":>8}{"#wrong":>7}{"time":>9}{"algbw":>8}{"busbw":>8}{"#wrong":>7}{extra}',
-        f'#{"(B)":>11}{"(elements)":>14}{"":>26}{"(us)":>9}{"(GB/s)":>8}{"(GB/s)":>8}{"":>7}'
-        f'{"(us)":>9}{"(GB/s)":>8}{"(GB/s)":>8}{"":>7}{extra_u}',
+        f'{"time":>11}{"algbw":>8}{"busbw":>8}{"#wrong":>7}{"time":>11}{"algbw":>8}{"busbw":>8}{"#wrong":>7}{extra}',
+        f'#{"(B)":>11}{"(elements)":>14}{"":>26}{"(us)":>11}{"(GB/s)":>8}{"(GB/s)":>8}{"":>7}'
+        f'{"(us)":>11}{"(GB/s)":>8}{"(GB/s)":>8}{"":>7}{extra_u}',
     ])
 
 
 def _cell(res):
     if res is None:
-        return f'{"n/a":>9}{"":>8}{"":>8}{"":>7}'
+        return f'{"n/a":>11}{"":>8}{"":>8}{"":>7}'
     if 'error' in res:
-        return f'{"err":>9}{"":>8}{"":>8}{"":>7}'
+        return f'{"err":>11}{"":>8}{"":>8}{"":>7}'
     wrong = res.get('wrong')
-    return f'{res["time_us"]:>9.2f}{res["algbw"]:>8.2f}{res["busbw"]:>8.2f}{"N/A" if wrong is None else wrong:>7}'
+    return f' {res["time_us"]:>10.2f}{res["algbw"]:>8.2f}{res["busbw"]:>8.2f}{"N/A" if wrong is None else wrong:>7}'
 
 
 def line(row, baselines):
@@ -37,10 +37,10 @@ def line(row, baselines):
     for name in baselines:
         b = row['baselines'].get(name)
         if b is None or 'error' in b:
-            out += f'{"unavail":>9}{"":>8}{"":>9}'
+            out += f'{"unavail":>11}{"":>8}{"":>9}'
             continue
         ratio = b['time_us'] / mine['time_us'] if mine and 'time_us' in mine and mine['time_us'] > 0 else float('nan')
-        out += f'{b["time_us"]:>9.2f}{b["busbw"]:>8.2f}{ratio:>8.2f}x'
+        out += f' {b["time_us"]:>10.2f}{b["busbw"]:>8.2f}{ratio:>8.2f}x'
     return out
 
 

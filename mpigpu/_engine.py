@@ -231,6 +231,10 @@ _states = []
 
 def _delete_attr(comm, keyval, state):
     state.release(collective=False)
+    try:
+        _states.remove(state)
+    except ValueError:
+        pass
     return MPI.SUCCESS
 
 

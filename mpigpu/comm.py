@@ -78,7 +78,8 @@ class Intracomm(MPI.Intracomm):
         return MPI.Intracomm.Reduce_scatter_block(self, sendbuf, recvbuf, op)
 
     def Reduce(self, sendbuf, recvbuf, op=_SUM, root=0):
-        rbuf = recvbuf if self.Get_rank() == root else None
+        st = self.__dict__.get('_mg_state')
+        rbuf = recvbuf if (st.rank if st is not None else self.Get_rank()) == root else None
         if _device_call(self, 'Reduce', sendbuf, rbuf):
             return _engine.collective(self, 'Reduce', 3, sendbuf, rbuf, op, root,
                                       lambda: MPI.Intracomm.Reduce(self, sendbuf, recvbuf, op, root))

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device-tool session on the offline GPU host: build, GPU suite, benchmarks against NCCL.
-#   bash .whl/build.sh && bash benchmarks/device_session.sh [suite|bench|final] [bench args...]
+#   bash .whl/build.sh && bash benchmarks/device_session.sh [suite|api|bench|final] [bench args...]
 # Every rank runs through `python -m mpi4py`, so an exception on one rank aborts the job instead of
 # leaving the others spinning in a collective. Logs go under $OUT (or ./device-out); the last lines
 # printed are a short summary.
@@ -22,6 +22,13 @@ if [ "$what" = suite ] || [ "$what" = final ]; then
     rc=$?
     summary+=("suite n=$n rc=$rc: $(grep -E 'passed, [0-9]+ failed' "$OUT/suite-$n.log" | tail -1)")
     grep -E '^FAIL' "$OUT/suite-$n.log" | head -8
+  done
+fi
+if [ "$what" = api ] || [ "$what" = final ]; then
+  for n in 2 $ngpu; do
+    timeout 90 $run -n "$n" python3 -m mpi4py tests/gpu/check_buffer_api.py > "$OUT/api-$n.log" 2>&1
+    summary+=("buffer API n=$n rc=$?: $(grep -E 'passed, [0-9]+ failed' "$OUT/api-$n.log" | tail -1)")
+    grep -E '^FAIL|Error' "$OUT/api-$n.log" | head -5
   done
 fi
 if [ "$what" = bench ]; then

@@ -152,6 +152,15 @@ class GpuState:
             log.debug('rank %d: device engine on (GPU %s, %d ranks, workspace %d MiB)', self.rank, bus, n,
                       team.workspace_bytes >> 20)
 
+    def stager_for(self, device):
+        """The staging streams and pinned buffers of this communicator on `device` (created once)."""
+        from ._staged import Stager
+        if self.stager is None or self.stager.device != device:
+            if self.stager is not None:
+                self.stager.close()
+            self.stager = Stager(device)
+        return self.stager
+
     def release(self, collective):
         """Frees the team, staging buffers and events. `collective`: all ranks are here too, so a
         barrier can make sure no peer still uses this rank's workspace."""

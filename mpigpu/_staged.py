@@ -153,9 +153,7 @@ def host_reduce(rows, dtype, op_code):
 
 # ---- collectives -------------------------------------------------------------------------------------
 def run_staged(st, c, stream):
-    if st.stager is None:
-        st.stager = Stager(st.device)
-    sg = st.stager
+    sg = st.stager_for(st.device)
     sg.after(stream)
     comm, n, rank = st.comm, st.size, st.rank
     mpi_t = c.mpi_type if c.mpi_type is not None else (NATIVE[c.dtype] if c.dtype >= 0 else None)

@@ -5,11 +5,14 @@ device engine or the staged path (_engine.collective). Communicators made from o
 """
 from mpi4py import MPI
 
-from . import _engine
+from . import _engine, _mirror
 from ._config import config
 from ._ext._intake import is_device
+from ._mirror import IN, INOUT, OUT
 from ._types import ALGO, OP_CODE
 from .errors import Error
+
+_ANY_SOURCE, _ANY_TAG = MPI.ANY_SOURCE, MPI.ANY_TAG
 
 _SUM = MPI.SUM
 _IN_PLACE = MPI.IN_PLACE
@@ -92,6 +95,97 @@ class Intracomm(MPI.Intracomm):
             return _engine.collective(self, 'Allgather', 4, sendbuf, recvbuf, None, 0,
                                       lambda: MPI.Intracomm.Allgather(self, sendbuf, recvbuf))
         return MPI.Intracomm.Allgather(self, sendbuf, recvbuf)
+
+    # ---- the rest of the buffer API: device buffers through host mirrors (mpigpu/_mirror.py) ----
+    def Send(self, buf, dest, tag=0):
+        if is_device(buf):
+            return _mirror.run(self, 'Send', lambda b: MPI.Intracomm.Send(self, b, dest, tag), [(buf, IN)])
+        return MPI.Intracomm.Send(self, buf, dest, tag)
+
+    def Ssend(self, buf, dest, tag=0):
+        if is_device(buf):
+            return _mirror.run(self, 'Ssend', lambda b: MPI.Intracomm.Ssend(self, b, dest, tag), [(buf, IN)])
+        return MPI.Intracomm.Ssend(self, buf, dest, tag)
+
+    def Rsend(self, buf, dest, tag=0):
+        if is_device(buf):
+            return _mirror.run(self, 'Rsend', lambda b: MPI.Intracomm.Rsend(self, b, dest, tag), [(buf, IN)])
+        return MPI.Intracomm.Rsend(self, buf, dest, tag)
+
+    def Bsend(self, buf, dest, tag=0):
+        if is_device(buf):
+            return _mirror.run(self, 'Bsend', lambda b: MPI.Intracomm.Bsend(self, b, dest, tag), [(buf, IN)])
+        return MPI.Intracomm.Bsend(self, buf, dest, tag)
+
+    def Recv(self, buf, source=_ANY_SOURCE, tag=_ANY_TAG, status=None):
+        if is_device(buf):
+            return _mirror.run(self, 'Recv', lambda b: MPI.Intracomm.Recv(self, b, source, tag, status),
+                               [(buf, OUT)])
+        return MPI.Intracomm.Recv(self, buf, source, tag, status)
+
+    def Sendrecv(self, sendbuf, dest, sendtag=0, recvbuf=None, source=_ANY_SOURCE, recvtag=_ANY_TAG,
+                 status=None):
+        if is_device(sendbuf) or is_device(recvbuf):
+            return _mirror.run(self, 'Sendrecv', lambda s, r: MPI.Intracomm.Sendrecv(
+                self, s, dest, sendtag, r, source, recvtag, status), [(sendbuf, IN), (recvbuf, OUT)])
+        return MPI.Intracomm.Sendrecv(self, sendbuf, dest, sendtag, recvbuf, source, recvtag, status)
+
+    def Sendrecv_replace(self, buf, dest, sendtag=0, source=_ANY_SOURCE, recvtag=_ANY_TAG, status=None):
+        if is_device(buf):
+            return _mirror.run(self, 'Sendrecv_replace', lambda b: MPI.Intracomm.Sendrecv_replace(
+                self, b, dest, sendtag, source, recvtag, status), [(buf, INOUT)])
+        return MPI.Intracomm.Sendrecv_replace(self, buf, dest, sendtag, source, recvtag, status)
+
+    def _rooted(self, name, sendbuf, recvbuf, root, gathers):
+        """Gather(v) (gathers=True) and Scatter(v): which buffers are read and written, per MPI."""
+        inplace = sendbuf is MPI.IN_PLACE if gathers else recvbuf is MPI.IN_PLACE
+        base = getattr(MPI.Intracomm, name)
+        if gathers:
+            items = [(sendbuf, IN), (recvbuf, INOUT if inplace else OUT)]
+        else:
+            items = [(sendbuf, IN), (recvbuf, OUT)]
+        if any(v is not None and v is not MPI.IN_PLACE and is_device(v) for v, _ in items):
+            return _mirror.run(self, name, lambda s, r: base(self, s, r, root), items)
+        return base(self, sendbuf, recvbuf, root)
+
+    def Gather(self, sendbuf, recvbuf, root=0):
+        return self._rooted('Gather', sendbuf, recvbuf, root, True)
+
+    def Gatherv(self, sendbuf, recvbuf, root=0):
+        return self._rooted('Gatherv', sendbuf, recvbuf, root, True)
+
+    def Scatter(self, sendbuf, recvbuf, root=0):
+        return self._rooted('Scatter', sendbuf, recvbuf, root, False)
+
+    def Scatterv(self, sendbuf, recvbuf, root=0):
+        return self._rooted('Scatterv', sendbuf, recvbuf, root, False)
+
+    def _all(self, name, sendbuf, recvbuf, *extra, reduces=False):
+        """Allgatherv, Alltoall(v), Reduce_scatter, Scan, Exscan: sendbuf read, recvbuf written."""
+        base = getattr(MPI.Intracomm, name)
+        if is_device(sendbuf) or is_device(recvbuf):
+            role = INOUT if sendbuf is MPI.IN_PLACE else OUT
+            return _mirror.run(self, name, lambda s, r: base(self, s, r, *extra),
+                               [(sendbuf, IN), (recvbuf, role)], reduces=reduces)
+        return base(self, sendbuf, recvbuf, *extra)
+
+    def Allgatherv(self, sendbuf, recvbuf):
+        return self._all('Allgatherv', sendbuf, recvbuf)
+
+    def Alltoall(self, sendbuf, recvbuf):
+        return self._all('Alltoall', sendbuf, recvbuf)
+
+    def Alltoallv(self, sendbuf, recvbuf):
+        return self._all('Alltoallv', sendbuf, recvbuf)
+
+    def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=_SUM):
+        return self._all('Reduce_scatter', sendbuf, recvbuf, recvcounts, op, reduces=True)
+
+    def Scan(self, sendbuf, recvbuf, op=_SUM):
+        return self._all('Scan', sendbuf, recvbuf, op, reduces=True)
+
+    def Exscan(self, sendbuf, recvbuf, op=_SUM):
+        return self._all('Exscan', sendbuf, recvbuf, op, reduces=True)
 
     # ---- communicator constructors return wrapped communicators ------------------------------
     def Dup(self, info=None):

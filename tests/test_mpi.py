@@ -19,3 +19,9 @@ def test_staged_path(n):
 def test_failing_rank_aborts_the_job():
     with pytest.raises(AssertionError, match='exited'):
         run_ranks(3, 'fail_on_rank1.py', timeout=120)
+
+
+@pytest.mark.parametrize('n', [1, 2, 3, 4])
+def test_mirrored_buffer_api(n):
+    out = run_ranks(n, 'mirror_fake_device.py')
+    assert 'identical to mpi4py' in out

@@ -1,74 +1,21 @@
 """The staged path, end to end with host MPI, where host memory plays device memory: a fake CUDA
 layer copies with memmove, so the chunked pipeline, pinned-buffer reuse, in-place layouts and the
 rank-order fallback for float16/bfloat16 run on a CPU. Run under mpiexec -n 1..4 (tests/test_mpi.py)."""
-import ctypes
-import sys
-import types
-
 import numpy as np
 from mpi4py import MPI
 
+from fake_device import FakeCAI, install, pinned_made
 
-class _Pinned:
-    """Host buffer standing in for cudaHostAlloc memory."""
+install()
+from mpigpu import _buffers, _config, _engine, _staged  # noqa: E402
 
-    def __init__(self, nbytes):
-        self.nbytes = nbytes
-        self._a = np.zeros(max(nbytes, 1), np.uint8)
-        self.ptr = self._a.ctypes.data
-        self.allocs = 1
-
-    def __buffer__(self, flags):
-        return memoryview(self._a)
-
-
-pinned_made = []
-
-
-def _pinned(nbytes):
-    p = _Pinned(nbytes)
-    pinned_made.append(nbytes)
-    return p
-
-
-fake = types.SimpleNamespace(
-    stream_create=lambda: 1, stream_destroy=lambda s: None, event_create=lambda: 1,
-    event_destroy=lambda e: None, event_record=lambda e, s: None, event_sync=lambda e: None,
-    stream_wait_event=lambda s, e: None, stream_sync=lambda s: None,
-    memcpy_async=lambda dst, src, nb, s: ctypes.memmove(dst, src, nb) if nb else None,
-    get_device=lambda: 0, set_device=lambda d: None, PinnedBuffer=_pinned,
-)
-if sys.version_info < (3, 12):
-    # numpy.frombuffer needs the buffer protocol; before 3.12 a Python class cannot export it
-    class _PinnedOld(bytearray):
-        def __init__(self, nbytes):
-            super().__init__(max(nbytes, 1))
-            self.nbytes = nbytes
-            self.ptr = ctypes.addressof(ctypes.c_char.from_buffer(self))
-
-    def _pinned(nbytes):  # noqa: F811
-        pinned_made.append(nbytes)
-        return _PinnedOld(nbytes)
-    fake.PinnedBuffer = _pinned
-
-import mpigpu  # noqa: E402
-from mpigpu import _buffers, _config, _staged  # noqa: E402
-
-_staged._device = fake
-_staged._with_device = lambda dev, fn, *a: fn(*a)
 _config.config.stage_chunk_bytes = 4096  # many chunks even for small tests
-
-
-class FakeCAI:
-    def __init__(self, a):
-        self.a = a
-        self.__cuda_array_interface__ = {'shape': a.shape, 'typestr': a.dtype.str, 'data': (a.ctypes.data, False),
-                                         'version': 3, 'strides': None, 'stream': 1}
 
 
 comm = MPI.COMM_WORLD
 rank, n = comm.Get_rank(), comm.Get_size()
-state = types.SimpleNamespace(comm=comm, rank=rank, size=n, device=0, stager=None)
+state = _engine.GpuState(comm)  # no team: the staged path alone
+state.device = 0
 
 
 def run(name, coll, send, recv, op=MPI.SUM, root=0):

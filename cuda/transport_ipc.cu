@@ -16,8 +16,10 @@ static int team_alloc(mg_team *t) {
   void *p = nullptr;
   int e = rc(cudaMalloc(&p, bytes));
   if (e) return e;
-  // Counters must start at zero; slots need no clearing. Synchronous: peers map it right after.
-  e = rc(cudaMemset(p, 0, mg::kSlotsOffset));
+  // Everything starts at zero: the counters, and the low-latency region, whose flags live in the
+  // data (a block reused from an earlier team could otherwise hold flags that match this team's
+  // first sequence numbers). Synchronous: peers map it right after.
+  e = rc(cudaMemset(p, 0, bytes));
   if (!e) e = rc(cudaDeviceSynchronize());
   if (e) {
     cudaFree(p);

@@ -5,6 +5,8 @@ mpi4py's rules for buffer specifications apply: `buf`, `[buf, datatype]`, `[buf,
 `[buf, count, displ, datatype]`; `displ` counts datatype extents. Every check raises `mpigpu.Error`
 before anything is transferred, so a rejected call leaves recvbuf untouched.
 """
+import operator
+
 from mpi4py import MPI
 
 from ._ext._intake import DeviceBuffer, IntakeError, device_buffer
@@ -81,11 +83,18 @@ def _unpack_spec(call, argname, rank, spec):
     else:
         raise Error(call, f'buffer specification must have 2 to 4 items, not {n}', arg=argname, rank=rank,
                     error_class=MPI.ERR_BUFFER)
+    checked = []
     for label, value in (('count', count), ('displacement', displ)):
-        if value is not None and (not isinstance(value, int) or value < 0):
-            raise Error(call, f'{label} must be a non-negative integer, not {value!r}', arg=argname, rank=rank,
-                        error_class=MPI.ERR_COUNT if label == 'count' else MPI.ERR_ARG)
-    return obj, count, displ, dtype
+        if value is not None:
+            try:
+                value = operator.index(value)  # Python and NumPy integers, as mpi4py takes them
+            except TypeError:
+                value = -1
+            if value < 0:
+                raise Error(call, f'{label} must be a non-negative integer', arg=argname, rank=rank,
+                            error_class=MPI.ERR_COUNT if label == 'count' else MPI.ERR_ARG)
+        checked.append(value)
+    return obj, checked[0], checked[1], dtype
 
 
 def parse(call, argname, rank, obj, writable, stream_for):
@@ -205,6 +214,9 @@ def build(name, coll, size, rank, sendbuf, recvbuf, op, root, stream_for):
                             arg='recvbuf', rank=rank, error_class=MPI.ERR_COUNT)
 
     if coll in (0, 2, 3):
+        if not isinstance(op, MPI.Op):
+            raise Error(name, f'op must be an MPI.Op, not {type(op).__name__}', arg='op', rank=rank,
+                        error_class=MPI.ERR_OP)
         c.op_code = op_code(op)
         check_op(name, c.dtype, op, rank)
     else:

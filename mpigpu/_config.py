@@ -17,9 +17,25 @@ def _int(name, default, lo, hi):
     return value
 
 
-def _float(name, default):
+def _float(name, default, lo, hi):
     raw = os.environ.get(name)
-    return default if not raw else float(raw)
+    if raw is None or raw.strip() == '':
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f'{name}={raw!r}: expected a number') from None
+    if not lo <= value <= hi:
+        raise ValueError(f'{name}={value}: expected {lo}..{hi}')
+    return value
+
+
+def _choice(name, default, choices):
+    raw = os.environ.get(name, default).strip().lower() or default
+    for canonical, spellings in choices.items():
+        if raw in spellings:
+            return canonical
+    raise ValueError(f'{name}={raw!r}: expected one of {", ".join(s[0] for s in choices.values())}')
 
 
 class Config:
@@ -32,17 +48,19 @@ class Config:
         self.algo = algo
         # FIFO slot size = pipeline chunk of the device engine, and FIFO depth.
         self.chunk_bytes = _int('MPIGPU_CHUNK_BYTES', 128 * 1024, 4096, 64 << 20) // 16 * 16
-        self.nslots = _int('MPIGPU_NSLOTS', 4, 1, 64)
+        self.nslots = _int('MPIGPU_NSLOTS', 4, 2, 64)
         # Channels per collective (0: cost model) and the most the workspace is laid out for.
         self.nchannels = _int('MPIGPU_NCHANNELS', 0, 0, 128)
         self.max_channels = max(_int('MPIGPU_MAX_CHANNELS', 64, 1, 128), self.nchannels)
-        self.timeout_s = _float('MPIGPU_TIMEOUT_S', 600.0)
+        self.timeout_s = _float('MPIGPU_TIMEOUT_S', 600.0, 0.001, 1e7)
         # Staged path: chunk of the host pipeline.
         self.stage_chunk_bytes = _int('MPIGPU_STAGE_CHUNK_BYTES', 4 << 20, 4096, 1 << 30)
         # CUDA-aware MPI: 'auto' asks the library (MPIX_Query_cuda_support), '1'/'0' force it.
-        self.mpi_cuda_aware = os.environ.get('MPIGPU_MPI_CUDA_AWARE', 'auto').strip().lower() or 'auto'
+        self.mpi_cuda_aware = _choice('MPIGPU_MPI_CUDA_AWARE', 'auto', {
+            'auto': ('auto',), '1': ('1', 'yes', 'true', 'on'), '0': ('0', 'no', 'false', 'off')})
         # Debug log of engine decisions (why a call is staged) on the 'mpigpu' logger.
-        self.debug = os.environ.get('MPIGPU_DEBUG', '0').strip() not in ('', '0', 'false', 'no')
+        self.debug = _choice('MPIGPU_DEBUG', '0', {'1': ('1', 'yes', 'true', 'on'),
+                                                   '0': ('0', 'no', 'false', 'off')}) == '1'
 
 
 config = Config()

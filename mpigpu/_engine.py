@@ -54,9 +54,9 @@ def consumer_stream(device):
 
 
 def _mpi_cuda_aware():
-    if config.mpi_cuda_aware in ('1', 'yes', 'true'):
+    if config.mpi_cuda_aware == '1':
         return True
-    if config.mpi_cuda_aware in ('0', 'no', 'false'):
+    if config.mpi_cuda_aware == '0':
         return False
     import ctypes
     try:
@@ -198,7 +198,7 @@ class GpuState:
         if first is None:
             first = c.device if c.device is not None and c.device >= 0 else _device.get_device()
         self.bind_device(c.name, first)
-        return self._stream(c)
+        return _with_device(self.device, self._stream, c)
 
     def _stream(self, c):
         """Launch on the producer's stream (CAI v3), or on the stream a DLPack producer synchronized
@@ -218,6 +218,8 @@ class GpuState:
 
 
 def _with_device(device, fn, *args):
+    """fn(*args) with `device` current, the caller's current device restored after: kernels, copies
+    and events must be issued on the device that owns their stream."""
     prev = _device.get_device()
     if prev != device:
         _device.set_device(device)
@@ -293,26 +295,31 @@ def collective(comm, name, coll, sendbuf, recvbuf, op, root, host_call):
     c = _buffers.build(name, coll, st.size, st.rank, sendbuf, recvbuf, op, root, consumer_stream)
     if c.count == 0:
         return
-    stream = st.resolve(c)
-    if st.team is not None and c.dtype >= 0 and (coll in (1, 4) or (c.op_code >= 0 and
-                                                                    _device.supports(c.dtype, c.op_code))):
-        try:
-            st.team.run(coll, ALGO.get(config.algo, 0), c.dtype, c.op_code, c.send_ptr, c.recv_ptr, c.count,
-                        root, config.nchannels, stream, True)
-        except _device.DeviceError as exc:
-            raise Error(name, str(exc), rank=st.rank, error_class=MPI.ERR_OTHER) from None
+    try:
+        stream = st.resolve(c)
+        _with_device(st.device, _run, st, c, stream, host_call)
+    except _device.DeviceError as exc:
+        raise Error(name, str(exc), rank=st.rank, error_class=MPI.ERR_OTHER) from None
+
+
+def _run(st, c, stream, host_call):
+    if st.team is not None and c.dtype >= 0 and (c.coll in (1, 4) or (c.op_code >= 0 and
+                                                                      _device.supports(c.dtype, c.op_code))):
+        st.team.run(c.coll, ALGO.get(config.algo, 0), c.dtype, c.op_code, c.send_ptr, c.recv_ptr, c.count,
+                    c.root, config.nchannels, stream, True)
         return
     if st.cuda_aware is None:
         st.cuda_aware = _mpi_cuda_aware()
-    if st.cuda_aware:
+    # CUDA-aware MPI takes device pointers, but like any MPI it cannot reduce 16-bit floats: those
+    # stay on the staged path, which reduces them itself.
+    from ._staged import run_staged
+    from ._types import NATIVE
+    mpi_can = c.coll in (1, 4) or c.mpi_type is not None or (c.dtype >= 0 and NATIVE[c.dtype] is not None)
+    if st.cuda_aware and mpi_can:
         _device.stream_sync(stream)  # CUDA-aware MPI reads device memory without stream ordering
         host_call()
         return
-    from ._staged import run_staged
-    try:
-        run_staged(st, c, stream)
-    except _device.DeviceError as exc:
-        raise Error(name, str(exc), rank=st.rank, error_class=MPI.ERR_OTHER) from None
+    run_staged(st, c, stream)
 
 
 def _attach(comm):

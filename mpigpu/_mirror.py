@@ -8,6 +8,8 @@ datatypes of buffer specifications mean exactly what they mean to mpi4py; output
 before the call returns. Outputs are copied in too, so the parts MPI does not write stay unchanged.
 No collective setup happens here (point-to-point calls involve two ranks only).
 """
+import threading
+
 import numpy as np
 from mpi4py import MPI
 
@@ -29,9 +31,18 @@ def _split(value):
 def run(comm, name, fn, items, reduces=False):
     """items: (value, role) per buffer argument, in the order `fn` takes them."""
     st = comm.__dict__.get('_mg_state') or _engine._attach(comm)
-    _device = _engine._device
-    if _device is None:
+    if _engine._device is None:
         raise Error(name, _engine.gpu_available()[1], arg='buffer', rank=st.rank, error_class=MPI.ERR_BUFFER)
+    try:
+        return _run(st, name, fn, items, reduces)
+    except _engine._device.DeviceError as exc:
+        raise Error(name, str(exc), rank=st.rank, error_class=MPI.ERR_OTHER) from None
+
+
+def _run(st, name, fn, items, reduces):
+    _device = _engine._device
+    # Pinned mirrors are per thread: point-to-point calls of several threads may run at once.
+    tag = threading.get_ident()
     hosts, backs, ordered = [], [], set()
     for i, (value, role) in enumerate(items):
         if value is None or value is MPI.IN_PLACE or not is_device(value):
@@ -63,16 +74,19 @@ def run(comm, name, fn, items, reduces=False):
             dev = d
         stager = st.stager_for(dev if dev is not None and dev >= 0 else _device.get_device())
         stream = _engine.consumer_stream(stager.device) if buf.stream_synced else max(buf.stream, 0)
-        if stream not in ordered:
-            stager.after(stream)
-            ordered.add(stream)
-        pinned, arr = stager.host(f'mirror{i}', buf.nbytes)
+        pinned, arr = stager.host(f'mirror{i}-{tag}', buf.nbytes)
+
+        def copy_in():
+            if stream not in ordered:
+                stager.after(stream)
+                ordered.add(stream)
+            stager.to_host(pinned.ptr, buf.ptr, buf.nbytes)
+        _engine._with_device(stager.device, copy_in)
         host = arr[:buf.nbytes].view(_NP.get(buf.dtype, np.uint8) if buf.dtype != 0 else np.bool_)
-        stager.to_host(pinned.ptr, buf.ptr, buf.nbytes)
         hosts.append(host if rest is None else [host, *rest])
         if role != IN:
             backs.append((stager, buf, pinned))
     result = fn(*hosts)
     for stager, buf, pinned in backs:
-        stager.to_device(buf.ptr, pinned.ptr, buf.nbytes)
+        _engine._with_device(stager.device, stager.to_device, buf.ptr, pinned.ptr, buf.nbytes)
     return result

@@ -43,7 +43,10 @@ class Stager:
         """Pinned buffer `key` of at least nbytes, as a uint8 array; reallocated only to grow."""
         buf = self.pinned.get(key)
         if buf is None or buf.nbytes < nbytes:
-            buf = self.pinned[key] = _device.PinnedBuffer(max(nbytes, 1 << 16))
+            # grow geometrically, so a run of slightly larger calls does not pin memory every time
+            size = max(nbytes, 1 << 16, 0 if buf is None else buf.nbytes * 3 // 2)
+            self.pinned.pop(key, None)
+            buf = self.pinned[key] = _device.PinnedBuffer(size)
         return buf, np.frombuffer(buf, dtype=np.uint8, count=buf.nbytes)
 
     def close(self):

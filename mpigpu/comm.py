@@ -17,15 +17,21 @@ _ANY_SOURCE, _ANY_TAG = MPI.ANY_SOURCE, MPI.ANY_TAG
 _SUM = MPI.SUM
 _IN_PLACE = MPI.IN_PLACE
 _fast = getattr(_engine._device, 'fast_collective', None)
+_get_device = getattr(_engine._device, 'get_device', None)
 
 
 def _try_fast(comm, coll, sendbuf, recvbuf, op, root=0):
     """The Cython fast path, once this communicator's device team is up; False: take the general path."""
     st = comm.__dict__.get('_mg_state')
-    if st is None or st.team is None:
-        return False
-    code = OP_CODE.get(op.handle, -1) if op is not None else 0
-    if code < 0:
+    if st is None or st.team is None or _get_device() != st.device:
+        return False  # the general path switches to the team's device
+    if coll in (1, 4):
+        code = 0
+    elif isinstance(op, MPI.Op):
+        code = OP_CODE.get(op.handle, -1)
+        if code < 0:
+            return False
+    else:
         return False
     try:
         return _fast(st.team, st.device, coll, sendbuf, recvbuf, code, root, sendbuf is _IN_PLACE,
@@ -137,12 +143,17 @@ class Intracomm(MPI.Intracomm):
         return MPI.Intracomm.Sendrecv_replace(self, buf, dest, sendtag, source, recvtag, status)
 
     def _rooted(self, name, sendbuf, recvbuf, root, gathers):
-        """Gather(v) (gathers=True) and Scatter(v): which buffers are read and written, per MPI."""
+        """Gather(v) (gathers=True) and Scatter(v): which buffers are read and written, per MPI.
+        The root-only buffer is not significant elsewhere: it is neither mirrored nor passed on."""
         inplace = sendbuf is MPI.IN_PLACE if gathers else recvbuf is MPI.IN_PLACE
         base = getattr(MPI.Intracomm, name)
+        st = self.__dict__.get('_mg_state')
+        at_root = (st.rank if st is not None else self.Get_rank()) == root
         if gathers:
+            recvbuf = recvbuf if at_root else None
             items = [(sendbuf, IN), (recvbuf, INOUT if inplace else OUT)]
         else:
+            sendbuf = sendbuf if at_root else None
             items = [(sendbuf, IN), (recvbuf, OUT)]
         if any(v is not None and v is not MPI.IN_PLACE and is_device(v) for v, _ in items):
             return _mirror.run(self, name, lambda s, r: base(self, s, r, root), items)
@@ -212,3 +223,42 @@ class Intracomm(MPI.Intracomm):
     def engine_status(self):
         """'on', 'off: <why>', or 'not set up yet': whether GPU collectives use the device engine."""
         return _engine.engine_status(self)
+
+
+# Buffer methods mpigpu has no device path for yet (non-blocking, persistent, Alltoallw, matched
+# probes): with a device buffer and an MPI that is not CUDA-aware they raise instead of passing a
+# device pointer to MPI, which would crash the process.
+_UNSUPPORTED = (
+    'Isend', 'Issend', 'Irsend', 'Ibsend', 'Irecv', 'Isendrecv', 'Isendrecv_replace', 'Send_init', 'Ssend_init',
+    'Rsend_init', 'Bsend_init', 'Recv_init', 'Psend_init', 'Precv_init', 'Alltoallw', 'Iallreduce', 'Ibcast',
+    'Ireduce', 'Ireduce_scatter_block', 'Ireduce_scatter', 'Iallgather', 'Iallgatherv', 'Igather', 'Igatherv',
+    'Iscatter', 'Iscatterv', 'Ialltoall', 'Ialltoallv', 'Ialltoallw', 'Iscan', 'Iexscan', 'Allreduce_init',
+    'Bcast_init', 'Reduce_init', 'Reduce_scatter_block_init', 'Reduce_scatter_init', 'Allgather_init',
+    'Allgatherv_init', 'Gather_init', 'Gatherv_init', 'Scatter_init', 'Scatterv_init', 'Alltoall_init',
+    'Alltoallv_init', 'Alltoallw_init', 'Scan_init', 'Exscan_init',
+)
+
+
+def _guard(name):
+    base = getattr(MPI.Intracomm, name)
+
+    def method(self, *args, **kwargs):
+        for value in list(args) + list(kwargs.values()):
+            if value is not None and is_device(value):
+                st = self.__dict__.get('_mg_state') or _engine._attach(self)
+                if st.cuda_aware is None:
+                    st.cuda_aware = _engine._mpi_cuda_aware()
+                if not st.cuda_aware:
+                    raise Error(name, 'device buffers are not supported by this method yet (use the blocking '
+                                'form, which mpigpu handles)', arg='buffer', rank=st.rank,
+                                error_class=MPI.ERR_BUFFER)
+                break
+        return base(self, *args, **kwargs)
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = base.__doc__
+    return method
+
+
+for _name in _UNSUPPORTED:
+    if hasattr(MPI.Intracomm, _name):
+        setattr(Intracomm, _name, _guard(_name))

@@ -177,3 +177,29 @@ def test_error_is_an_mpi_exception():
     e = mpigpu.Error('Bcast', 'boom', arg='buf', rank=3, error_class=MPI.ERR_BUFFER)
     assert isinstance(e, MPI.Exception)
     assert str(e) == 'Bcast: buf: boom (rank 3)'
+
+
+def test_op_must_be_an_mpi_op():
+    with pytest.raises(mpigpu.Error, match='op must be an MPI.Op') as e:
+        build('Allreduce', 0, 2, FakeCAI(np.zeros(4, np.float32)), FakeCAI(np.zeros(4, np.float32)), op=None)
+    assert e.value.Get_error_class() == MPI.ERR_OP
+
+
+def test_numpy_integers_as_counts():
+    f = FakeCAI(np.zeros(10, np.float32))
+    assert parse([f, np.int64(4), np.int32(3), MPI.FLOAT]).count == 4
+
+
+def test_methods_without_device_path_refuse_device_buffers():
+    # a device pointer must never reach a non-CUDA-aware MPI (it would crash the process)
+    comm = mpigpu.COMM_WORLD
+    x = FakeCAI(np.zeros(4, np.float32))
+    for call in (lambda: comm.Iallreduce(x, FakeCAI(np.zeros(4, np.float32))),
+                 lambda: comm.Isend(x, 0, 0),
+                 lambda: comm.Allreduce_init(x, FakeCAI(np.zeros(4, np.float32)))):
+        with pytest.raises(mpigpu.Error, match='not supported by this method yet') as e:
+            call()
+        assert '(rank 0)' in str(e.value)
+    # host buffers go through unchanged
+    req = comm.Iallreduce(np.ones(3), np.zeros(3))
+    req.Wait()

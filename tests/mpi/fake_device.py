@@ -24,7 +24,12 @@ def _pinned(nbytes):
     return _PinnedOld(nbytes)
 
 
+class DeviceError(RuntimeError):
+    pass
+
+
 fake = types.SimpleNamespace(
+    DeviceError=DeviceError,
     stream_create=lambda: 1, stream_destroy=lambda s: None, event_create=lambda: 1,
     event_destroy=lambda e: None, event_record=lambda e, s: None, event_sync=lambda e: None,
     stream_wait_event=lambda s, e: None, stream_sync=lambda s: None,

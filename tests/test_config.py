@@ -1,0 +1,29 @@
+"""Environment knobs: read once, validated with a message that names the variable."""
+import pytest
+
+from mpigpu import _config
+
+
+def test_defaults(monkeypatch):
+    for k in ('MPIGPU_ALGO', 'MPIGPU_CHUNK_BYTES', 'MPIGPU_TIMEOUT_S', 'MPIGPU_MPI_CUDA_AWARE'):
+        monkeypatch.delenv(k, raising=False)
+    c = _config.Config()
+    assert c.algo == 'auto' and c.chunk_bytes == 131072 and c.timeout_s == 600.0 and c.mpi_cuda_aware == 'auto'
+
+
+@pytest.mark.parametrize('name,value,match', [
+    ('MPIGPU_ALGO', 'fastest', 'MPIGPU_ALGO'), ('MPIGPU_CHUNK_BYTES', '12x', 'MPIGPU_CHUNK_BYTES'),
+    ('MPIGPU_NSLOTS', '1', 'MPIGPU_NSLOTS'), ('MPIGPU_TIMEOUT_S', '-1', 'MPIGPU_TIMEOUT_S'),
+    ('MPIGPU_MPI_CUDA_AWARE', 'maybe', 'MPIGPU_MPI_CUDA_AWARE'), ('MPIGPU_NCHANNELS', '500', 'MPIGPU_NCHANNELS'),
+])
+def test_bad_values_name_the_variable(monkeypatch, name, value, match):
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=match):
+        _config.Config()
+
+
+def test_spellings(monkeypatch):
+    monkeypatch.setenv('MPIGPU_MPI_CUDA_AWARE', 'on')
+    monkeypatch.setenv('MPIGPU_DEBUG', 'yes')
+    c = _config.Config()
+    assert c.mpi_cuda_aware == '1' and c.debug

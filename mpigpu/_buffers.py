@@ -97,28 +97,34 @@ def _unpack_spec(call, argname, rank, spec):
     return obj, checked[0], checked[1], dtype
 
 
+def read_whole(call, argname, rank, obj, writable, stream_for):
+    """The whole device buffer behind `obj` (no specification), checked for writability.
+    `stream_for(device)` gives the stream a DLPack producer is asked to order its work before."""
+    if isinstance(obj, DeviceBuffer):
+        buf = obj
+    else:
+        dev = None
+        if hasattr(obj, '__dlpack_device__'):
+            try:
+                dev = obj.__dlpack_device__()[1]
+            except Exception:
+                dev = None
+        try:
+            buf = device_buffer(obj, stream_for(dev))
+        except IntakeError as exc:
+            raise Error(call, str(exc), arg=argname, rank=rank, error_class=MPI.ERR_BUFFER) from None
+    if writable and buf.readonly:
+        raise Error(call, 'buffer is read-only', arg=argname, rank=rank, error_class=MPI.ERR_BUFFER)
+    return buf
+
+
 def parse(call, argname, rank, obj, writable, stream_for):
-    """Parses one device buffer argument into an `Arg`. `stream_for(device)` gives the stream a
-    DLPack producer is asked to order its work before."""
+    """Parses one device buffer argument (a buffer or a specification) into an `Arg`."""
     spec = None
     if type(obj) in (list, tuple):
         spec = obj
         obj, count, displ, spec_type = _unpack_spec(call, argname, rank, spec)
-    try:
-        if isinstance(obj, DeviceBuffer):
-            buf = obj
-        else:
-            dev = None
-            if hasattr(obj, '__dlpack_device__'):
-                try:
-                    dev = obj.__dlpack_device__()[1]
-                except Exception:
-                    dev = None
-            buf = device_buffer(obj, stream_for(dev))
-    except IntakeError as exc:
-        raise Error(call, str(exc), arg=argname, rank=rank, error_class=MPI.ERR_BUFFER) from None
-    if writable and buf.readonly:
-        raise Error(call, 'buffer is read-only', arg=argname, rank=rank, error_class=MPI.ERR_BUFFER)
+    buf = read_whole(call, argname, rank, obj, writable, stream_for)
     if spec is None:
         if buf.dtype < 0:
             raise Error(call, 'unsupported element type of the device buffer; give an MPI datatype in a '

@@ -14,7 +14,8 @@ import numpy as np
 from mpi4py import MPI
 
 from . import _engine
-from ._ext._intake import IntakeError, device_buffer, is_device
+from ._buffers import read_whole
+from ._ext._intake import is_device
 from ._staged import _NP
 from .errors import Error
 
@@ -50,18 +51,8 @@ def _run(st, name, fn, items, reduces):
             continue
         obj, rest = _split(value)
         label = ('sendbuf', 'recvbuf', 'buf')[min(i, 1)] if len(items) > 1 else 'buf'
-        dev = None
-        if hasattr(obj, '__dlpack_device__'):
-            try:
-                dev = obj.__dlpack_device__()[1]
-            except Exception:
-                dev = None
-        try:
-            buf = device_buffer(obj, _engine.consumer_stream(dev))
-        except IntakeError as exc:
-            raise Error(name, str(exc), arg=label, rank=st.rank, error_class=MPI.ERR_BUFFER) from None
-        if role != IN and buf.readonly:
-            raise Error(name, 'buffer is read-only', arg=label, rank=st.rank, error_class=MPI.ERR_BUFFER)
+        buf = read_whole(name, label, st.rank, obj, role != IN, _engine.consumer_stream)
+        dev = buf.device
         if reduces and buf.dtype in _REDUCING_16BIT:
             raise Error(name, 'host MPI cannot reduce 16-bit floats; only Allreduce, Reduce and '
                         'Reduce_scatter_block reduce them (on the device)', arg=label, rank=st.rank,

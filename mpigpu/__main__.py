@@ -20,11 +20,22 @@ def main(argv=None):
     MPI.COMM_WORLD = mpigpu.COMM_WORLD
     MPI.COMM_SELF = mpigpu.COMM_SELF
     sys.argv = list(argv)
-    if argv[0] == '-m' and len(argv) > 1:
-        sys.argv = argv[1:]
-        runpy.run_module(argv[1], run_name='__main__', alter_sys=True)
-    else:
-        runpy.run_path(argv[0], run_name='__main__')
+    try:
+        if argv[0] == '-m' and len(argv) > 1:
+            sys.argv = argv[1:]
+            runpy.run_module(argv[1], run_name='__main__', alter_sys=True)
+        else:
+            runpy.run_path(argv[0], run_name='__main__')
+    except SystemExit as exc:
+        if exc.code not in (None, 0) and MPI.COMM_WORLD.Get_size() > 1:
+            MPI.COMM_WORLD.Abort(exc.code if isinstance(exc.code, int) else 1)
+        raise
+    except BaseException:
+        # as `python -m mpi4py` does: a failing rank ends the job instead of leaving others waiting
+        import traceback
+        traceback.print_exc()
+        sys.stderr.flush()
+        MPI.COMM_WORLD.Abort(1)
     return 0
 
 

@@ -2,17 +2,16 @@
 and the (type, op) pairs MPI allows."""
 from mpi4py import MPI
 
+from ._ext._intake import DTYPE_NAMES, DTYPE_SIZES
 from .errors import Error
 
-DTYPES = ('bool', 'int8', 'uint8', 'int16', 'uint16', 'int32', 'uint32', 'int64', 'uint64',
-          'float16', 'bfloat16', 'float32', 'float64', 'complex64', 'complex128')
-SIZES = (1, 1, 1, 2, 2, 4, 4, 8, 8, 2, 2, 4, 8, 8, 16)
+# Names and sizes come from the intake (one table; codes are enum mg_dtype of cuda/mpigpu_cuda.h).
+DTYPES, SIZES = DTYPE_NAMES, DTYPE_SIZES
 CODE = {name: i for i, name in enumerate(DTYPES)}
 
 OPS = ('SUM', 'PROD', 'MAX', 'MIN', 'LAND', 'LOR', 'LXOR', 'BAND', 'BOR', 'BXOR')
 OP_CODE = {getattr(MPI, name).handle: i for i, name in enumerate(OPS)}
 
-COLL = {'Allreduce': 0, 'Bcast': 1, 'Reduce_scatter_block': 2, 'Reduce': 3, 'Allgather': 4}
 ALGO = {'auto': 0, 'oneshot': 1, 'twoshot': 2, 'll': 3}
 
 _INTEGER = frozenset(range(1, 9))
@@ -66,11 +65,6 @@ TYPECHARS = {'?': 0, 'b': 1, 'B': 2, 'h': 3, 'H': 4, 'i': 5, 'I': 6, 'l': 7, 'L'
 def op_code(op):
     """Code of a predefined reduction op, or -1 (user-defined ops, MAXLOC/MINLOC, REPLACE...)."""
     return OP_CODE.get(op.handle, -1)
-
-
-def op_name(op):
-    code = op_code(op)
-    return f'MPI.{OPS[code]}' if code >= 0 else (op.Get_name() if hasattr(op, 'Get_name') else repr(op))
 
 
 def check_op(call, dtype, op, rank):

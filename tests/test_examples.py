@@ -17,3 +17,29 @@ def test_allreduce_hello(n):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f'{n} ranks, host buffers: sum of ranks = {n * (n - 1) // 2}' in proc.stdout
+
+
+@pytest.mark.parametrize('n', [1, 3])
+def test_jacobi_halo_unchanged_through_python_m_mpigpu(n):
+    cmd = [mpiexec(), '-n', str(n), sys.executable, '-m', 'mpigpu',
+           os.path.join(ROOT, 'examples', 'jacobi_halo.py'), '--host', '--n', '40', '--steps', '60']
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f'{n} ranks, host arrays: matches serial' in proc.stdout
+
+
+def test_broadcast_parameters():
+    cmd = [mpiexec(), '-n', '3', sys.executable, '-m', 'mpi4py',
+           os.path.join(ROOT, 'examples', 'broadcast_parameters.py'), '--host']
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert 'all equal to rank 0' in proc.stdout
+
+
+def test_python_m_mpigpu_aborts_on_failure(tmp_path):
+    prog = tmp_path / 'bad.py'
+    prog.write_text('from mpi4py import MPI\nif MPI.COMM_WORLD.Get_rank() == 1:\n    raise ValueError("x")\n'
+                    'MPI.COMM_WORLD.Barrier()\n')
+    proc = subprocess.run([mpiexec(), '-n', '2', sys.executable, '-m', 'mpigpu', str(prog)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and 'ValueError' in proc.stderr

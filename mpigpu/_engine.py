@@ -11,7 +11,7 @@ from mpi4py import MPI
 
 from . import _buffers
 from ._config import config
-from ._types import ALGO, DTYPES
+from ._types import ALGO, NATIVE
 from .errors import Error
 
 try:
@@ -312,8 +312,7 @@ def _run(st, c, stream, host_call):
         st.cuda_aware = _mpi_cuda_aware()
     # CUDA-aware MPI takes device pointers, but like any MPI it cannot reduce 16-bit floats: those
     # stay on the staged path, which reduces them itself.
-    from ._staged import run_staged
-    from ._types import NATIVE
+    from ._staged import run_staged  # imported here: _staged imports this module
     mpi_can = c.coll in (1, 4) or c.mpi_type is not None or (c.dtype >= 0 and NATIVE[c.dtype] is not None)
     if st.cuda_aware and mpi_can:
         _device.stream_sync(stream)  # CUDA-aware MPI reads device memory without stream ordering

@@ -41,8 +41,6 @@ def _args(argv):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     a = _args(argv)
-    from mpi4py import MPI
-
     import mpigpu
     from . import baselines, report, sweep
     comm = mpigpu.COMM_WORLD

@@ -8,7 +8,6 @@ NumPy reference (float64 for floats) and for bitwise equality across ranks. Exit
 """
 import faulthandler
 import hashlib
-import os
 import sys
 import traceback
 import zlib

@@ -2,10 +2,7 @@
 and events are no-ops. install() patches mpigpu's modules; FakeCAI exports host arrays as if they
 were CUDA arrays (CUDA Array Interface v3)."""
 import ctypes
-import sys
 import types
-
-import numpy as np
 
 pinned_made = []
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # One device-tool session on the offline GPU host: build, GPU suite, benchmarks against NCCL.
-#   bash .whl/build.sh && bash benchmarks/device_session.sh [suite|api|bench|final] [bench args...]
+#   bash .whl/build.sh && bash benchmarks/device_session.sh [PARTS] [bench args...]
+# PARTS: comma-separated from suite, api, async, examples, sanitize, probe, bench, final
+# tables, tables2 (final = suite, api, async, examples, tables, tables2).
 # Every rank runs through `python -m mpi4py`, so an exception on one rank aborts the job instead of
 # leaving the others spinning in a collective. Logs go under $OUT (or ./device-out); the last lines
 # printed are a short summary.
@@ -15,7 +17,8 @@ ngpu=$(nvidia-smi -L | wc -l)
 run="mpirun --allow-run-as-root --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE -x MPIGPU_TIMEOUT_S -x PYTHONUNBUFFERED -x MPIGPU_ALGO"
 perf="python3 -m mpi4py -m mpigpu.perf"
 summary=()
-if [ "$what" = suite ] || [ "$what" = final ]; then
+has() { [[ ",$what," == *",$1,"* ]] || { [ "$1" != bench ] && [ "$1" != probe ] && [ "$1" != sanitize ] && [[ ",$what," == *",final,"* ]]; }; }
+if has suite; then
   for n in 2 $ngpu; do
     [ "$n" -le "$ngpu" ] || continue
     timeout ${SUITE_TIMEOUT:-200} $run -n "$n" python3 -m mpi4py tests/gpu/check_collectives.py ${SUITE_ARGS:-} > "$OUT/suite-$n.log" 2>&1
@@ -24,40 +27,75 @@ if [ "$what" = suite ] || [ "$what" = final ]; then
     grep -E '^FAIL' "$OUT/suite-$n.log" | head -8
   done
 fi
-if [ "$what" = api ] || [ "$what" = final ]; then
+if has api; then
   for n in 2 $ngpu; do
     timeout 90 $run -n "$n" python3 -m mpi4py tests/gpu/check_buffer_api.py > "$OUT/api-$n.log" 2>&1
     summary+=("buffer API n=$n rc=$?: $(grep -E 'passed, [0-9]+ failed' "$OUT/api-$n.log" | tail -1)")
     grep -E '^FAIL|Error' "$OUT/api-$n.log" | head -5
   done
 fi
-if [ "$what" = bench ]; then
+if has async; then
+  for n in 2 $ngpu; do
+    timeout 120 $run -n "$n" python3 -m mpi4py tests/gpu/check_async.py > "$OUT/async-$n.log" 2>&1
+    summary+=("async n=$n rc=$?: $(grep -E 'passed, [0-9]+ failed' "$OUT/async-$n.log" | tail -1)")
+    summary+=("  $(grep -E '^1 KB Allreduce' "$OUT/async-$n.log")")
+    grep -E '^FAIL|Error' "$OUT/async-$n.log" | head -5
+  done
+fi
+if has examples; then
+  ex="$OUT/examples-$ngpu.log"
+  : > "$ex"
+  for prog in allreduce_hello.py data_parallel_training.py broadcast_parameters.py; do
+    timeout 120 $run -n "$ngpu" python3 -m mpi4py examples/$prog >> "$ex" 2>&1
+    summary+=("example $prog n=$ngpu rc=$?")
+  done
+  timeout 120 $run -n "$ngpu" python3 -m mpigpu examples/jacobi_halo.py >> "$ex" 2>&1
+  summary+=("example jacobi_halo.py through python -m mpigpu n=$ngpu rc=$?")
+  grep -v '^\[' "$ex" | tail -8
+fi
+if has sanitize; then
+  cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  for tool in memcheck racecheck; do
+    MPIGPU_TIMEOUT_S=300 timeout 240 $run -n 2 -x MPIGPU_TIMEOUT_S "$cs" --tool $tool --error-exitcode 3 \
+      --log-file "$OUT/sanitize-$tool-%p.log" python3 -m mpi4py tests/gpu/sanitize_kernels.py > "$OUT/sanitize-$tool.out" 2>&1
+    summary+=("compute-sanitizer $tool n=2 rc=$?: $(grep -h 'ERROR SUMMARY' "$OUT"/sanitize-$tool-*.log | sort | uniq -c | tr -s ' ' | tr '\n' ';') $(grep -c 'sanitize run ok' "$OUT/sanitize-$tool.out") ranks ok")
+  done
+fi
+if has probe; then
+  for chunk in ${PROBE_CHUNKS:-131072}; do
+    MPIGPU_CHUNK_BYTES=$chunk MPIGPU_MAX_CHANNELS=128 timeout 150 $run -n "$ngpu" -x MPIGPU_CHUNK_BYTES \
+      -x MPIGPU_MAX_CHANNELS python3 -m mpi4py benchmarks/engine_probe.py ${PROBE_ARGS:---mid} > "$OUT/probe-$chunk.txt" 2>&1
+    summary+=("probe chunk=$chunk rc=$?")
+    grep -v '^\[' "$OUT/probe-$chunk.txt" | cut -c1-120
+  done
+fi
+if has bench; then
   timeout 500 $run -n "$ngpu" $perf "${@:-allreduce}" --json "$OUT/perf-$ngpu.json" > "$OUT/perf-$ngpu.txt" 2> "$OUT/perf-$ngpu.err"
   summary+=("bench n=$ngpu rc=$?")
   cat "$OUT/perf-$ngpu.txt"
 fi
-if [ "$what" = final ]; then
-  # 4 GPUs: the four collectives against NCCL and the staged baseline, 1 KB .. 1 GB
-  timeout 150 $run -n "$ngpu" $perf allreduce,bcast,reduce_scatter_block,allgather -b 1K -e 256M -f 4 \
-    --compare nccl,staged -n 20 -w 5 --budget 0.4 --inplace 0 --json "$OUT/perf-$ngpu.json" \
+if has tables; then
+  # 4 GPUs: the four collectives against NCCL and the staged baseline, 1 KB .. 256 MB, then 1 GB
+  timeout 170 $run -n "$ngpu" $perf allreduce,bcast,reduce_scatter_block,allgather -b 1K -e 256M -f 4 \
+    --compare nccl,staged -n 20 -w 5 --budget 0.3 --inplace 0 --json "$OUT/perf-$ngpu.json" \
     --plot "$OUT/perf-$ngpu.png" > "$OUT/perf-$ngpu.txt" 2> "$OUT/perf-$ngpu.err"
   summary+=("bench n=$ngpu rc=$?")
   timeout 60 $run -n "$ngpu" $perf allreduce,bcast,reduce_scatter_block,allgather -b 1G -e 1G \
     --compare nccl -n 10 -w 2 --inplace 0 > "$OUT/perf-$ngpu-1G.txt" 2>&1
   summary+=("bench 1G n=$ngpu rc=$?")
-  # 2 GPUs of the same host
-  timeout 90 $run -n 2 $perf allreduce,bcast -b 1K -e 256M -f 4 --compare nccl -n 20 -w 5 --budget 0.4 \
-    --inplace 0 --json "$OUT/perf-2.json" > "$OUT/perf-2.txt" 2> "$OUT/perf-2.err"
-  summary+=("bench n=2 rc=$?")
-  # issue 2's yardstick: the staged path against host MPI on NumPy buffers, 256 MB, one session
-  MPIGPU_ALGO=staged timeout 60 $run -n "$ngpu" $perf allreduce -b 256M -e 256M -n 3 -w 1 --inplace 0 \
-    --mem device > "$OUT/staged-256M.txt" 2>&1
-  timeout 60 $run -n "$ngpu" $perf allreduce -b 256M -e 256M -n 3 -w 1 --inplace 0 --mem host \
-    > "$OUT/host-256M.txt" 2>&1
-  summary+=("staged 256M: $(grep -E '^ +268435456' "$OUT/staged-256M.txt" | awk '{print $6 " us"}')")
-  summary+=("host MPI numpy 256M: $(grep -E '^ +268435456' "$OUT/host-256M.txt" | awk '{print $6 " us"}')")
-  grep -v '^#  \|^#$' "$OUT/perf-$ngpu.txt" | cut -c1-150
+  # stream-ordered timing (stream= calls back to back, as nccl-tests times NCCL)
+  timeout 100 $run -n "$ngpu" $perf allreduce,bcast,reduce_scatter_block,allgather -b 1K -e 256M -f 4 \
+    --compare nccl -n 20 -w 5 --inplace 0 --timing stream > "$OUT/perf-$ngpu-stream.txt" 2>&1
+  summary+=("bench stream n=$ngpu rc=$?")
+  grep -v '^#  \|^#$\|^\[' "$OUT/perf-$ngpu.txt" | cut -c1-150
   grep -E '^ +1073741824' "$OUT/perf-$ngpu-1G.txt" | cut -c1-150
-  grep -v '^#  \|^#$' "$OUT/perf-2.txt" | cut -c1-130
+  grep -v '^#  \|^#$\|^\[' "$OUT/perf-$ngpu-stream.txt" | cut -c1-130
+fi
+if has tables2; then
+  # 2 GPUs of the same host
+  timeout 120 $run -n 2 $perf allreduce,bcast,reduce_scatter_block,allgather -b 1K -e 256M -f 4 --compare nccl \
+    -n 20 -w 5 --budget 0.3 --inplace 0 --json "$OUT/perf-2.json" --plot "$OUT/perf-2.png" > "$OUT/perf-2.txt" 2> "$OUT/perf-2.err"
+  summary+=("bench n=2 rc=$?")
+  grep -v '^#  \|^#$\|^\[' "$OUT/perf-2.txt" | cut -c1-130
 fi
 printf '%s\n' "${summary[@]}"

@@ -76,9 +76,11 @@ COLL = {'allreduce': 0, 'bcast': 1, 'rs': 2, 'allgather': 4}
 sizes = [1 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20]
 if LARGE:
     sizes = [16 << 20, 256 << 20]
+elif "--mid" in sys.argv:  # the 128 KB - 16 MB band of the engine issue's targets
+    sizes = [128 << 10, 512 << 10, 1 << 20, 4 << 20, 16 << 20]
 elif "--short" in sys.argv:
     sizes = [1 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 16 << 20, 256 << 20]
-chans = [32, 64, 96, 128] if LARGE else [1, 8, 16, 32, 48, 64]
+chans = [32, 64, 96, 128] if LARGE else [8, 16, 32, 64, 96, 128] if "--mid" in sys.argv else [1, 8, 16, 32, 48, 64]
 chans = [c for c in chans if c <= st.team.max_channels] if hasattr(st.team, 'max_channels') else chans
 big = cp.ones((256 << 20) // 4 * n, cp.float32)
 out = cp.empty_like(big)

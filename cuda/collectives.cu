@@ -97,8 +97,6 @@ static int plan(mg_team *t, const mg_call *c, DirectArgs *a, mg::KernelFn *fn) {
   a->chunk = a->span < slot_elems ? a->span : slot_elems;
   if (a->chunk == 0) a->chunk = V;
   a->nsteps = (int)ceil_div(a->span == 0 ? 1 : a->span, a->chunk);
-  for (int L = 0; L < mg::kLanes; ++L)
-    for (int ch = 0; ch < C; ++ch) a->base[L][ch] = t->base[L][ch];
   return 0;
 }
 
@@ -114,22 +112,16 @@ static int launch_ll(mg_team *t, const mg_call *c, uintptr_t stream) {
   a.rank = t->cfg.rank;
   a.nranks = t->cfg.nranks;
   a.mode = c->coll == MG_ALLREDUCE ? mg::kLLAllreduce : c->coll == MG_ALLGATHER ? mg::kLLAllgather : mg::kLLReduceScatter;
-  a.seq = t->ll_seq + 1;
   a.piece_bytes = c->count * (size_t)k.elem_size * k.mult;
   a.timeout_ns = t->timeout_ns;
   void *args[] = {&a};
   cudaError_t ce = cudaLaunchKernel((const void *)k.ll, dim3(c->nchannels), dim3(mg::kThreads), args, 0,
                                     (cudaStream_t)stream);
-  if (ce != cudaSuccess) {
-    cudaGetLastError();
-    return (int)ce;
-  }
-  t->ll_seq += 1;
-  return 0;
+  if (ce != cudaSuccess) cudaGetLastError();
+  return (int)ce;
 }
 
-extern "C" int mg_collective(mg_team *t, const mg_call *call, uintptr_t stream) {
-  if (call->count == 0) return 0;
+static int launch(mg_team *t, const mg_call *call, uintptr_t stream) {
   if (t->cfg.nranks == 1) return single_rank(call, stream);
   for (int r = 0; r < t->cfg.nranks; ++r)
     if (!t->opened[r]) return MG_ERR_TEAM;
@@ -144,14 +136,42 @@ extern "C" int mg_collective(mg_team *t, const mg_call *call, uintptr_t stream) 
   void *args[] = {&a};
   cudaError_t ce = cudaLaunchKernel((const void *)fn, dim3(a.nchannels), dim3(mg::kThreads), args, 0,
                                     (cudaStream_t)stream);
-  if (ce != cudaSuccess) {
+  if (ce != cudaSuccess) cudaGetLastError();
+  return (int)ce;
+}
+
+static bool capturing(uintptr_t stream) {
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing((cudaStream_t)stream, &cs) != cudaSuccess) {
     cudaGetLastError();
-    return (int)ce;
+    return false;
   }
-  // The launch is enqueued: advance the step numbers of the lanes it uses, as every rank does.
-  for (int ch = 0; ch < a.nchannels; ++ch) {
-    if (!a.self_source) t->base[0][ch] += a.nsteps;
-    if (a.gather) t->base[1][ch] += a.nsteps;
+  return cs != cudaStreamCaptureStatusNone;
+}
+
+extern "C" int mg_collective(mg_team *t, const mg_call *call, uintptr_t stream, int async) {
+  if (call->count == 0) return 0;
+  // A call captured into a graph runs when the graph is launched, ordered by the user's stream: no
+  // event crosses the capture boundary (CUDA forbids it), and nothing is in flight now.
+  const bool cap = async && capturing(stream);
+  if (t->inflight && stream != t->last_stream && !cap) {
+    cudaError_t ce = cudaStreamWaitEvent((cudaStream_t)stream, t->done, 0);
+    if (ce != cudaSuccess) {
+      cudaGetLastError();
+      return (int)ce;
+    }
+  }
+  int e = launch(t, call, stream);
+  if (e) return e;
+  t->last_stream = stream;
+  t->inflight = 0;
+  if (async && !cap) {
+    cudaError_t ce = cudaEventRecord(t->done, (cudaStream_t)stream);
+    if (ce != cudaSuccess) {
+      cudaGetLastError();
+      return (int)ce;
+    }
+    t->inflight = 1;
   }
   return 0;
 }

@@ -38,7 +38,6 @@ struct DirectArgs {
   size_t chunk;                // elements per step (multiple of the vector width)
   int nsteps;
   uint64_t timeout_ns;
-  uint64_t base[kLanes][MG_MAX_CHANNELS];  // global step number of this call's step 0, per lane/channel
 };
 
 __device__ __forceinline__ int owner_index(uint32_t owners, int j) { return __popc(owners & ((1u << j) - 1u)); }
@@ -150,7 +149,9 @@ __global__ void __launch_bounds__(kThreads, 1) direct_kernel(const __grid_consta
   const bool i_own = (a.owners >> me) & 1u;
   const bool i_gather = (a.gather >> me) & 1u;
   const int T = a.nsteps;
-  const uint64_t b0 = a.base[0][ch], b1 = a.base[1][ch];
+  // This call's first step numbers (protocol.cuh): only this block reads and writes its channel's.
+  TeamState *state = team_state(a.ws[me]);
+  const uint64_t b0 = state->base[0][ch], b1 = state->base[1][ch];
 
   for (int s = 0; s < T + 2; ++s) {
     if (i_contrib && s < T) stage_contribute<T_>(a, ch, s, b0 + s);
@@ -166,6 +167,10 @@ __global__ void __launch_bounds__(kThreads, 1) direct_kernel(const __grid_consta
       st_release_sys((uint64_t *)(a.ws[tid] + Layout::ack_off(0, ch, me)), b0 + T);
     if (a.gather)
       st_release_sys((uint64_t *)(a.ws[tid] + Layout::ack_off(1, ch, me)), b1 + T);
+  }
+  if (tid == 0) {  // the next call on this channel starts where this one ended
+    if (!a.self_source) state->base[0][ch] = b0 + T;
+    if (a.gather) state->base[1][ch] = b1 + T;
   }
 }
 

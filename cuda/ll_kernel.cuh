@@ -3,6 +3,9 @@
 // data and the 32-bit sequence number of the call, so a receiver polls the data itself. No fence, no
 // counter, no ack: one NVLink store and one poll per word, the lowest latency a kernel can have.
 //
+// The sequence number is kept in the rank's TeamState (device memory, so graph replays continue it):
+// every block reads it at its start, and the last block to finish stores the new one.
+//
 // Reuse without acks: call seq writes region seq & 1, and a rank starts call seq + 2 only after its
 // call seq + 1 received every peer's data of seq + 1, which those peers sent after finishing call
 // seq (calls are stream-ordered). That argument needs every rank to receive from every other rank,
@@ -21,7 +24,6 @@ struct LLArgs {
   char *recv;
   Layout layout;
   int rank, nranks, mode;
-  uint32_t seq;
   size_t piece_bytes;  // bytes one rank sends to one peer
   uint64_t timeout_ns;
 };
@@ -75,8 +77,10 @@ __global__ void __launch_bounds__(kThreads, 1) ll_kernel(const __grid_constant__
   const int me = a.rank, n = a.nranks;
   const size_t nb = a.piece_bytes, nvec = (nb + 15) / 16;
   const size_t gid = (size_t)blockIdx.x * blockDim.x + threadIdx.x, gstride = (size_t)gridDim.x * blockDim.x;
-  const int parity = (int)(a.seq & 1u);
   char *mine = a.ws[me];
+  TeamState *state = team_state(mine);
+  const uint32_t seq = *(volatile uint32_t *)&state->ll_seq + 1u;
+  const int parity = (int)(seq & 1u);
 
   for (size_t v = gid; v < nvec; v += gstride) {
     const size_t off = v * 16;
@@ -84,11 +88,11 @@ __global__ void __launch_bounds__(kThreads, 1) ll_kernel(const __grid_constant__
     for (int j = 0; j < n; ++j) {
       if (j == me) continue;
       const char *src = a.send + (a.mode == kLLReduceScatter ? (size_t)j * nb : 0);
-      ll_store(a.ws[j] + a.layout.ll_off(parity, me) + v * 32, load_piece16(src, off, nb), a.seq);
+      ll_store(a.ws[j] + a.layout.ll_off(parity, me) + v * 32, load_piece16(src, off, nb), seq);
     }
     if (a.mode == kLLAllgather) {
       for (int k = 0; k < n; ++k) {
-        uint4 x = k == me ? load_piece16(a.send, off, nb) : ll_load(mine + a.layout.ll_off(parity, k) + v * 32, a.seq, a.timeout_ns);
+        uint4 x = k == me ? load_piece16(a.send, off, nb) : ll_load(mine + a.layout.ll_off(parity, k) + v * 32, seq, a.timeout_ns);
         if (!(k == me && a.send == a.recv + (size_t)me * nb)) store_piece16(a.recv + (size_t)k * nb, off, nb, x);
       }
       continue;
@@ -97,7 +101,7 @@ __global__ void __launch_bounds__(kThreads, 1) ll_kernel(const __grid_constant__
     A acc[V];
     for (int k = 0; k < n; ++k) {
       uint4 x = k == me ? load_piece16(a.send + (a.mode == kLLReduceScatter ? (size_t)me * nb : 0), off, nb)
-                        : ll_load(mine + a.layout.ll_off(parity, k) + v * 32, a.seq, a.timeout_ns);
+                        : ll_load(mine + a.layout.ll_off(parity, k) + v * 32, seq, a.timeout_ns);
       const T *e = reinterpret_cast<const T *>(&x);
       if (k == 0) {
 #pragma unroll
@@ -112,6 +116,15 @@ __global__ void __launch_bounds__(kThreads, 1) ll_kernel(const __grid_constant__
 #pragma unroll
     for (int i = 0; i < V; ++i) o[i] = from_acc<T, A>(acc[i]);
     store_piece16(a.recv, off, nb, out);
+  }
+  // Last block out publishes this call's sequence number (every block has read the old one by then).
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    if (atomicAdd(&state->ll_arrived, 1u) == gridDim.x - 1) {
+      state->ll_arrived = 0;
+      *(volatile uint32_t *)&state->ll_seq = seq;
+    }
   }
 }
 

@@ -69,6 +69,7 @@ int mg_event_create(uintptr_t *event);            /* timing disabled */
 int mg_event_destroy(uintptr_t event);
 int mg_event_record(uintptr_t event, uintptr_t stream);
 int mg_event_sync(uintptr_t event);
+int mg_event_query(uintptr_t event, int *done);   /* done = 1 when the work before it has finished */
 int mg_stream_wait_event(uintptr_t stream, uintptr_t event);
 int mg_memcpy_async(uintptr_t dst, uintptr_t src, size_t bytes, uintptr_t stream);
 int mg_memset_async(uintptr_t dst, int value, size_t bytes, uintptr_t stream);
@@ -106,8 +107,10 @@ typedef struct mg_call {
 int mg_supports(int dtype, int op);
 /* Fills algo and nchannels for a call, as mg_collective would run it. */
 int mg_select(const mg_team *team, mg_call *call);
-/* Enqueues the collective on stream; returns once it is enqueued. */
-int mg_collective(mg_team *team, const mg_call *call, uintptr_t stream);
+/* Enqueues the collective on stream; returns once it is enqueued. async = 0: the caller waits for the
+ * stream before its next call on this team (blocking MPI call); async = 1: it may not (stream=,
+ * non-blocking, persistent), so a later call on another stream is ordered after this one. */
+int mg_collective(mg_team *team, const mg_call *call, uintptr_t stream, int async);
 
 #ifdef __cplusplus
 }

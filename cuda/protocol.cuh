@@ -4,8 +4,11 @@
 // A connection (lane, channel, src -> dst) is a FIFO of `nslots` slots in dst's workspace plus two
 // 64-bit counters: data[lane][channel][src] in dst's workspace (written by src: "step g is in slot
 // g % nslots") and ack[lane][channel][dst] in src's workspace (written by dst: "I am done with every
-// step up to g"). Counters hold global step numbers that only grow, across calls too: the host keeps
-// a base per (lane, channel) that all ranks advance identically, so no counter is ever reset.
+// step up to g"). Counters hold global step numbers that only grow, across calls too: each rank keeps
+// the step reached per (lane, channel) in its own workspace (TeamState), read by the kernel at its
+// start and advanced at its end, so every rank advances it identically and no counter is ever reset.
+// The numbers live in device memory, not in kernel arguments, so a kernel captured into a CUDA graph
+// and replayed continues the sequence instead of repeating it.
 //
 // Ordering: writers store data with ordinary stores, the block synchronizes (bar.sync orders every
 // thread's stores before what the posting thread does next), then one thread publishes the counter
@@ -22,7 +25,18 @@ namespace mg {
 constexpr int kLanes = 2;          // lane 0: contributions to owners; lane 1: owners' results to gatherers
 constexpr int kThreads = 256;      // threads per channel (block)
 constexpr size_t kFlagBytes = 2 * kLanes * MG_MAX_CHANNELS * MG_MAX_RANKS * sizeof(uint64_t);
+constexpr size_t kStateOffset = kFlagBytes;  // TeamState follows the counters
 constexpr size_t kSlotsOffset = 65536;  // slots start here, 64 KiB aligned, after the counters
+
+// Per-rank sequence state, in the rank's own workspace; only its own kernels touch it.
+struct TeamState {
+  uint64_t base[kLanes][MG_MAX_CHANNELS];  // direct kernel: global step of the next call's step 0
+  uint32_t ll_seq;                         // low-latency calls completed (the last call's flag value)
+  uint32_t ll_arrived;                     // blocks of the running LL call that are done
+};
+static_assert(kStateOffset + sizeof(TeamState) <= kSlotsOffset, "state must fit before the slots");
+
+__host__ __device__ inline TeamState *team_state(char *ws) { return reinterpret_cast<TeamState *>(ws + kStateOffset); }
 
 // Layout of one workspace; identical in every rank, so offsets computed here apply to any peer's base.
 struct Layout {

@@ -1,5 +1,6 @@
 // team.cuh: the host-side state of one device team (shared by transport_ipc.cu and collectives.cu).
 #pragma once
+#include <cuda_runtime.h>
 #include "mpigpu_cuda.h"
 #include "protocol.cuh"
 
@@ -9,10 +10,12 @@ struct mg_team {
   char *ws[MG_MAX_RANKS];      // workspaces as mapped here; ws[rank] is this rank's own allocation
   int opened[MG_MAX_RANKS];
   uint64_t timeout_ns;
-  // Global step number reached per (lane, channel). Every rank advances these identically, because
-  // every rank plans the same call the same way; see protocol.cuh.
-  uint64_t base[mg::kLanes][MG_MAX_CHANNELS];
-  uint32_t ll_seq;  // calls made with the low-latency protocol (its flag value)
+  // Ordering across streams: calls of one team share its workspace, so a call must not start before
+  // the previous one ended. A blocking call ends before the next begins; after a non-blocking one
+  // (`inflight`), a call on another stream first waits for `done`, recorded after the last launch.
+  cudaEvent_t done;
+  uintptr_t last_stream;
+  int inflight;
 };
 
 // Runs `body` with cfg.device current, restoring the caller's device after (the user's framework

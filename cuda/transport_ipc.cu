@@ -25,6 +25,11 @@ static int team_alloc(mg_team *t) {
     cudaFree(p);
     return e;
   }
+  e = rc(cudaEventCreateWithFlags(&t->done, cudaEventDisableTiming));
+  if (e) {
+    cudaFree(p);
+    return e;
+  }
   t->ws[t->cfg.rank] = (char *)p;
   t->opened[t->cfg.rank] = 1;
   return 0;
@@ -97,6 +102,7 @@ int mg_team_destroy(mg_team *t) {
     int e = r == t->cfg.rank ? rc(cudaFree(t->ws[r])) : rc(cudaIpcCloseMemHandle(t->ws[r]));
     if (e && !first) first = e;
   }
+  if (t->done) cudaEventDestroy(t->done);
   if (prev >= 0 && prev != t->cfg.device) cudaSetDevice(prev);
   free(t);
   return first;

@@ -12,6 +12,7 @@ from mpi4py import MPI as _MPI
 
 from ._config import config
 from ._engine import gpu_available
+from ._requests import Startall
 from .comm import Intracomm
 from .errors import Error
 
@@ -20,4 +21,4 @@ __version__ = '0.1.0'
 COMM_WORLD = Intracomm(_MPI.COMM_WORLD)
 COMM_SELF = Intracomm(_MPI.COMM_SELF)
 
-__all__ = ['COMM_SELF', 'COMM_WORLD', 'Error', 'Intracomm', 'config', 'gpu_available']
+__all__ = ['COMM_SELF', 'COMM_WORLD', 'Error', 'Intracomm', 'Startall', 'config', 'gpu_available']

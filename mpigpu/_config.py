@@ -47,11 +47,11 @@ class Config:
             raise ValueError(f'MPIGPU_ALGO={algo!r}: expected one of {", ".join(_ALGOS)}')
         self.algo = algo
         # FIFO slot size = pipeline chunk of the device engine, and FIFO depth.
-        self.chunk_bytes = _int('MPIGPU_CHUNK_BYTES', 128 * 1024, 4096, 64 << 20) // 16 * 16
-        self.nslots = _int('MPIGPU_NSLOTS', 4, 2, 64)
+        self.chunk_bytes = _int('MPIGPU_CHUNK_BYTES', 32 * 1024, 4096, 64 << 20) // 16 * 16
+        self.nslots = _int('MPIGPU_NSLOTS', 8, 2, 64)
         # Channels per collective (0: cost model) and the most the workspace is laid out for.
         self.nchannels = _int('MPIGPU_NCHANNELS', 0, 0, 128)
-        self.max_channels = max(_int('MPIGPU_MAX_CHANNELS', 64, 1, 128), self.nchannels)
+        self.max_channels = max(_int('MPIGPU_MAX_CHANNELS', 128, 1, 128), self.nchannels)
         self.timeout_s = _float('MPIGPU_TIMEOUT_S', 600.0, 0.001, 1e7)
         # Staged path: chunk of the host pipeline.
         self.stage_chunk_bytes = _int('MPIGPU_STAGE_CHUNK_BYTES', 4 << 20, 4096, 1 << 30)

@@ -287,27 +287,61 @@ def _release_all():
 
 
 # ---- dispatch ----------------------------------------------------------------------------------
-def collective(comm, name, coll, sendbuf, recvbuf, op, root, host_call):
-    """Runs one GPU collective with MPI semantics; blocking."""
+def stream_handle(name, rank, stream):
+    """The cudaStream_t behind `stream=`: an int, a CuPy stream (.ptr) or a PyTorch stream (.cuda_stream)."""
+    for attr in ('ptr', 'cuda_stream'):
+        if hasattr(stream, attr):
+            stream = getattr(stream, attr)
+            break
+    if isinstance(stream, bool) or not isinstance(stream, int) or stream < 0:
+        raise Error(name, f'stream must be a CUDA stream (an int handle, a CuPy or PyTorch stream), not '
+                    f'{type(stream).__name__}', arg='stream', rank=rank, error_class=MPI.ERR_ARG)
+    return stream
+
+
+def collective(comm, name, coll, sendbuf, recvbuf, op, root, host_call, stream=None, nonblocking=False):
+    """Runs one GPU collective with MPI semantics.
+
+    Blocking (the default): returns once recvbuf holds the result. `stream`: enqueued on that stream,
+    returns at once. `nonblocking`: enqueued after the producer's stream, returns a _requests.Work to
+    wait on, or None when the call already completed (staged path, count 0)."""
     st = comm._mg_state if hasattr(comm, '_mg_state') else _attach(comm)
     if _device is None:
         raise Error(name, gpu_available()[1], arg='buffer', rank=st.rank, error_class=MPI.ERR_BUFFER)
-    c = _buffers.build(name, coll, st.size, st.rank, sendbuf, recvbuf, op, root, consumer_stream)
+    # With stream=, DLPack producers are asked to order their work before that stream itself: an
+    # event towards another stream would cross a CUDA graph capture's boundary.
+    stream_for = consumer_stream if stream is None else (lambda device: stream)
+    c = _buffers.build(name, coll, st.size, st.rank, sendbuf, recvbuf, op, root, stream_for)
     if c.count == 0:
-        return
+        return None
     try:
-        stream = st.resolve(c)
-        _with_device(st.device, _run, st, c, stream, host_call)
+        launch = st.resolve(c)
+        if stream is not None:
+            launch = stream
+        return _with_device(st.device, _run, st, c, launch, host_call, stream is not None or nonblocking,
+                            nonblocking)
     except _device.DeviceError as exc:
         raise Error(name, str(exc), rank=st.rank, error_class=MPI.ERR_OTHER) from None
 
 
-def _run(st, c, stream, host_call):
-    if st.team is not None and c.dtype >= 0 and (c.coll in (1, 4) or (c.op_code >= 0 and
-                                                                      _device.supports(c.dtype, c.op_code))):
+def engine_runs(st, c):
+    """True when the device engine (not staging) runs this call."""
+    return st.team is not None and c.dtype >= 0 and (c.coll in (1, 4) or (
+        c.op_code >= 0 and _device.supports(c.dtype, c.op_code)))
+
+
+def _run(st, c, stream, host_call, leave_running=False, want_work=False):
+    if engine_runs(st, c):
         st.team.run(c.coll, ALGO.get(config.algo, 0), c.dtype, c.op_code, c.send_ptr, c.recv_ptr, c.count,
-                    c.root, config.nchannels, stream, True)
-        return
+                    c.root, config.nchannels, stream, not leave_running)
+        if want_work:
+            from ._requests import Work, _event_get
+            ev = _event_get(st.device)
+            _device.event_record(ev, stream)
+            return Work(st.device, event=ev)
+        return None
+    # Staging and CUDA-aware MPI run through host MPI calls: they complete before returning, also
+    # for stream= and non-blocking calls (ordered after `stream` like any call).
     if st.cuda_aware is None:
         st.cuda_aware = _mpi_cuda_aware()
     # CUDA-aware MPI takes device pointers, but like any MPI it cannot reduce 16-bit floats: those
@@ -317,8 +351,60 @@ def _run(st, c, stream, host_call):
     if st.cuda_aware and mpi_can:
         _device.stream_sync(stream)  # CUDA-aware MPI reads device memory without stream ordering
         host_call()
-        return
+        return None
     run_staged(st, c, stream)
+    return None
+
+
+class Plan:
+    """A persistent collective's call, parsed and checked once (MPI_Allreduce_init and friends)."""
+    __slots__ = ('st', 'c', 'stream', 'host_call', 'args', 'device')
+
+    def __init__(self, comm, name, coll, sendbuf, recvbuf, op, root, host_call):
+        st = self.st = comm._mg_state if hasattr(comm, '_mg_state') else _attach(comm)
+        if _device is None:
+            raise Error(name, gpu_available()[1], arg='buffer', rank=st.rank, error_class=MPI.ERR_BUFFER)
+        c = self.c = _buffers.build(name, coll, st.size, st.rank, sendbuf, recvbuf, op, root, consumer_stream)
+        self.host_call = host_call
+        self.args = None
+        self.device = None
+        if c.count == 0:
+            return
+        try:
+            self.stream = st.resolve(c)
+        except _device.DeviceError as exc:
+            raise Error(name, str(exc), rank=st.rank, error_class=MPI.ERR_OTHER) from None
+        self.device = st.device
+        if engine_runs(st, c):
+            self.args = (c.coll, ALGO.get(config.algo, 0), c.dtype, c.op_code, c.send_ptr, c.recv_ptr, c.count,
+                         c.root, config.nchannels, self.stream, False)
+
+    def start(self):
+        """Starts one round; returns a _requests.Work, or None when the round already completed."""
+        st, c = self.st, self.c
+        if c.count == 0:
+            return None
+        if st.team is None and self.args is not None:
+            raise Error(c.name, 'persistent request used after its communicator was freed', rank=st.rank,
+                        error_class=MPI.ERR_REQUEST)
+        try:
+            if self.args is None:
+                return _with_device(self.device, _run, st, c, self.stream, self.host_call)
+            from ._requests import Work, _event_get
+            dev = self.device
+            prev = _device.get_device()
+            if prev != dev:
+                _device.set_device(dev)
+            try:
+                st.team.run(*self.args)
+                ev = _event_get(dev)
+                _device.event_record(ev, self.stream)
+            finally:
+                if prev != dev:
+                    _device.set_device(prev)
+            return Work(dev, event=ev)
+        except _device.DeviceError as exc:
+            raise Error(c.name, str(exc), rank=st.rank, error_class=MPI.ERR_OTHER) from None
 
 
 def _attach(comm):

@@ -5,7 +5,7 @@ device engine or the staged path (_engine.collective). Communicators made from o
 """
 from mpi4py import MPI
 
-from . import _engine, _mirror
+from . import _engine, _mirror, _p2p, _requests
 from ._config import config
 from ._ext._intake import is_device
 from ._mirror import IN, INOUT, OUT
@@ -20,8 +20,9 @@ _fast = getattr(_engine._device, 'fast_collective', None)
 _get_device = getattr(_engine._device, 'get_device', None)
 
 
-def _try_fast(comm, coll, sendbuf, recvbuf, op, root=0):
-    """The Cython fast path, once this communicator's device team is up; False: take the general path."""
+def _try_fast(comm, coll, sendbuf, recvbuf, op, root=0, stream=-1):
+    """The Cython fast path, once this communicator's device team is up; False: take the general path.
+    stream >= 0: enqueue on that stream and return at once (stream=)."""
     st = comm.__dict__.get('_mg_state')
     if st is None or st.team is None or _get_device() != st.device:
         return False  # the general path switches to the team's device
@@ -35,7 +36,7 @@ def _try_fast(comm, coll, sendbuf, recvbuf, op, root=0):
         return False
     try:
         return _fast(st.team, st.device, coll, sendbuf, recvbuf, code, root, sendbuf is _IN_PLACE,
-                     ALGO.get(config.algo, 0), config.nchannels) == 1
+                     ALGO.get(config.algo, 0), config.nchannels, stream) == 1
     except _engine._device.DeviceError as exc:
         raise Error(('Allreduce', 'Bcast', 'Reduce_scatter_block', '', 'Allgather')[coll], str(exc),
                     rank=st.rank) from None
@@ -62,7 +63,12 @@ class Intracomm(MPI.Intracomm):
     """An `mpi4py.MPI.Intracomm` (same handle) whose buffer methods accept CUDA device arrays."""
 
     # ---- collectives with MPI semantics --------------------------------------------------------
-    def Allreduce(self, sendbuf, recvbuf, op=_SUM):
+    # stream=: for device buffers, enqueue on that CUDA stream and return at once, as NCCL does (the
+    # result is there when the stream reaches it; usable inside CUDA graph capture once the
+    # communicator's first GPU call has set up its team). Producers must be ordered before it.
+    def Allreduce(self, sendbuf, recvbuf, op=_SUM, *, stream=None):
+        if stream is not None:
+            return self._on_stream('Allreduce', 0, sendbuf, recvbuf, op, 0, stream)
         if _try_fast(self, 0, sendbuf, recvbuf, op):
             return None
         if _device_call(self, 'Allreduce', sendbuf, recvbuf):
@@ -70,7 +76,9 @@ class Intracomm(MPI.Intracomm):
                                       lambda: MPI.Intracomm.Allreduce(self, sendbuf, recvbuf, op))
         return MPI.Intracomm.Allreduce(self, sendbuf, recvbuf, op)
 
-    def Bcast(self, buf, root=0):
+    def Bcast(self, buf, root=0, *, stream=None):
+        if stream is not None:
+            return self._on_stream('Bcast', 1, None, buf, None, root, stream)
         if _try_fast(self, 1, None, buf, None, root):
             return None
         if is_device(buf):
@@ -78,7 +86,9 @@ class Intracomm(MPI.Intracomm):
                                       lambda: MPI.Intracomm.Bcast(self, buf, root))
         return MPI.Intracomm.Bcast(self, buf, root)
 
-    def Reduce_scatter_block(self, sendbuf, recvbuf, op=_SUM):
+    def Reduce_scatter_block(self, sendbuf, recvbuf, op=_SUM, *, stream=None):
+        if stream is not None:
+            return self._on_stream('Reduce_scatter_block', 2, sendbuf, recvbuf, op, 0, stream)
         if _try_fast(self, 2, sendbuf, recvbuf, op):
             return None
         if _device_call(self, 'Reduce_scatter_block', sendbuf, recvbuf):
@@ -86,21 +96,135 @@ class Intracomm(MPI.Intracomm):
                                       lambda: MPI.Intracomm.Reduce_scatter_block(self, sendbuf, recvbuf, op))
         return MPI.Intracomm.Reduce_scatter_block(self, sendbuf, recvbuf, op)
 
-    def Reduce(self, sendbuf, recvbuf, op=_SUM, root=0):
+    def Reduce(self, sendbuf, recvbuf, op=_SUM, root=0, *, stream=None):
         st = self.__dict__.get('_mg_state')
         rbuf = recvbuf if (st.rank if st is not None else self.Get_rank()) == root else None
+        if stream is not None:
+            return self._on_stream('Reduce', 3, sendbuf, rbuf, op, root, stream)
         if _device_call(self, 'Reduce', sendbuf, rbuf):
             return _engine.collective(self, 'Reduce', 3, sendbuf, rbuf, op, root,
                                       lambda: MPI.Intracomm.Reduce(self, sendbuf, recvbuf, op, root))
         return MPI.Intracomm.Reduce(self, sendbuf, recvbuf, op, root)
 
-    def Allgather(self, sendbuf, recvbuf):
+    def Allgather(self, sendbuf, recvbuf, *, stream=None):
+        if stream is not None:
+            return self._on_stream('Allgather', 4, sendbuf, recvbuf, None, 0, stream)
         if _try_fast(self, 4, sendbuf, recvbuf, None):
             return None
         if _device_call(self, 'Allgather', sendbuf, recvbuf):
             return _engine.collective(self, 'Allgather', 4, sendbuf, recvbuf, None, 0,
                                       lambda: MPI.Intracomm.Allgather(self, sendbuf, recvbuf))
         return MPI.Intracomm.Allgather(self, sendbuf, recvbuf)
+
+    _COLL_BASE = {0: 'Allreduce', 1: 'Bcast', 2: 'Reduce_scatter_block', 3: 'Reduce', 4: 'Allgather'}
+
+    def _host_call(self, coll, sendbuf, recvbuf, op, root, prefix='', suffix=''):
+        base = getattr(MPI.Intracomm, prefix + self._COLL_BASE[coll] + suffix)
+        if coll == 1:
+            return lambda: base(self, recvbuf, root)
+        if coll == 4:
+            return lambda: base(self, sendbuf, recvbuf)
+        if coll == 3:
+            return lambda: base(self, sendbuf, recvbuf, op, root)
+        return lambda: base(self, sendbuf, recvbuf, op)
+
+    def _on_stream(self, name, coll, sendbuf, recvbuf, op, root, stream):
+        st = self.__dict__.get('_mg_state')
+        handle = _engine.stream_handle(name, st.rank if st is not None else self.Get_rank(), stream)
+        if coll != 3 and _try_fast(self, coll, sendbuf, recvbuf, op, root, handle):
+            return None
+        if not _device_call(self, name, sendbuf, recvbuf):
+            raise Error(name, 'stream= needs device buffers (host buffers go to MPI, which has no streams)',
+                        arg='stream', rank=self.Get_rank(), error_class=MPI.ERR_ARG)
+        _engine.collective(self, name, coll, sendbuf, recvbuf, op, root,
+                           self._host_call(coll, sendbuf, recvbuf, op, root), stream=handle)
+        return None
+
+    # ---- non-blocking and persistent collectives: generalized requests (mpigpu/_requests.py) ----
+    def _nonblocking(self, name, coll, sendbuf, recvbuf, op, root):
+        work = _engine.collective(self, name, coll, sendbuf, recvbuf, op, root,
+                                  self._host_call(coll, sendbuf, recvbuf, op, root), nonblocking=True)
+        return _requests.completed() if work is None else _requests.start(work)
+
+    def Iallreduce(self, sendbuf, recvbuf, op=_SUM):
+        if _device_call(self, 'Iallreduce', sendbuf, recvbuf):
+            return self._nonblocking('Iallreduce', 0, sendbuf, recvbuf, op, 0)
+        return MPI.Intracomm.Iallreduce(self, sendbuf, recvbuf, op)
+
+    def Ibcast(self, buf, root=0):
+        if is_device(buf):
+            return self._nonblocking('Ibcast', 1, None, buf, None, root)
+        return MPI.Intracomm.Ibcast(self, buf, root)
+
+    def Ireduce_scatter_block(self, sendbuf, recvbuf, op=_SUM):
+        if _device_call(self, 'Ireduce_scatter_block', sendbuf, recvbuf):
+            return self._nonblocking('Ireduce_scatter_block', 2, sendbuf, recvbuf, op, 0)
+        return MPI.Intracomm.Ireduce_scatter_block(self, sendbuf, recvbuf, op)
+
+    def Ireduce(self, sendbuf, recvbuf, op=_SUM, root=0):
+        rbuf = recvbuf if self.Get_rank() == root else None
+        if _device_call(self, 'Ireduce', sendbuf, rbuf):
+            return self._nonblocking('Ireduce', 3, sendbuf, rbuf, op, root)
+        return MPI.Intracomm.Ireduce(self, sendbuf, recvbuf, op, root)
+
+    def Iallgather(self, sendbuf, recvbuf):
+        if _device_call(self, 'Iallgather', sendbuf, recvbuf):
+            return self._nonblocking('Iallgather', 4, sendbuf, recvbuf, None, 0)
+        return MPI.Intracomm.Iallgather(self, sendbuf, recvbuf)
+
+    def _persistent(self, name, coll, sendbuf, recvbuf, op, root, host_init):
+        if not _device_call(self, name, sendbuf, recvbuf):
+            return host_init()
+        plan = _engine.Plan(self, name, coll, sendbuf, recvbuf, op, root,
+                            self._host_call(coll, sendbuf, recvbuf, op, root))
+        return _requests.Persistent.create(plan)
+
+    def Allreduce_init(self, sendbuf, recvbuf, op=_SUM, info=MPI.INFO_NULL):
+        return self._persistent('Allreduce_init', 0, sendbuf, recvbuf, op, 0,
+                                lambda: MPI.Intracomm.Allreduce_init(self, sendbuf, recvbuf, op, info))
+
+    def Bcast_init(self, buf, root=0, info=MPI.INFO_NULL):
+        return self._persistent('Bcast_init', 1, None, buf, None, root,
+                                lambda: MPI.Intracomm.Bcast_init(self, buf, root, info))
+
+    def Reduce_scatter_block_init(self, sendbuf, recvbuf, op=_SUM, info=MPI.INFO_NULL):
+        return self._persistent('Reduce_scatter_block_init', 2, sendbuf, recvbuf, op, 0,
+                                lambda: MPI.Intracomm.Reduce_scatter_block_init(self, sendbuf, recvbuf, op, info))
+
+    def Reduce_init(self, sendbuf, recvbuf, op=_SUM, root=0, info=MPI.INFO_NULL):
+        rbuf = recvbuf if self.Get_rank() == root else None
+        return self._persistent('Reduce_init', 3, sendbuf, rbuf, op, root,
+                                lambda: MPI.Intracomm.Reduce_init(self, sendbuf, recvbuf, op, root, info))
+
+    def Allgather_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
+        return self._persistent('Allgather_init', 4, sendbuf, recvbuf, None, 0,
+                                lambda: MPI.Intracomm.Allgather_init(self, sendbuf, recvbuf, info))
+
+    # ---- non-blocking point-to-point: staged through pinned memory (mpigpu/_p2p.py) ------------
+    def Isend(self, buf, dest, tag=0):
+        if is_device(buf):
+            return _p2p.isend(self, 'Isend', MPI.Intracomm.Isend, buf, dest, tag)
+        return MPI.Intracomm.Isend(self, buf, dest, tag)
+
+    def Issend(self, buf, dest, tag=0):
+        if is_device(buf):
+            return _p2p.isend(self, 'Issend', MPI.Intracomm.Issend, buf, dest, tag)
+        return MPI.Intracomm.Issend(self, buf, dest, tag)
+
+    def Irsend(self, buf, dest, tag=0):
+        if is_device(buf):
+            return _p2p.isend(self, 'Irsend', MPI.Intracomm.Irsend, buf, dest, tag)
+        return MPI.Intracomm.Irsend(self, buf, dest, tag)
+
+    def Ibsend(self, buf, dest, tag=0):
+        if is_device(buf):
+            return _p2p.isend(self, 'Ibsend', MPI.Intracomm.Ibsend, buf, dest, tag)
+        return MPI.Intracomm.Ibsend(self, buf, dest, tag)
+
+    def Irecv(self, buf, source=_ANY_SOURCE, tag=_ANY_TAG):
+        if is_device(buf):
+            return _p2p.irecv(self, buf, source, tag)
+        return MPI.Intracomm.Irecv(self, buf, source, tag)
 
     # ---- the rest of the buffer API: device buffers through host mirrors (mpigpu/_mirror.py) ----
     def Send(self, buf, dest, tag=0):
@@ -225,17 +349,43 @@ class Intracomm(MPI.Intracomm):
         return _engine.engine_status(self)
 
 
-# Buffer methods mpigpu has no device path for yet (non-blocking, persistent, Alltoallw, matched
-# probes): with a device buffer and an MPI that is not CUDA-aware they raise instead of passing a
-# device pointer to MPI, which would crash the process.
+# The other non-blocking collectives on device buffers run their blocking form (through host mirrors)
+# and return a completed request: MPI's results, without overlap. A program whose ranks rely on one
+# of these not blocking (starting it, then sending what a peer needs to start it) would wait forever.
+_BLOCKING_FORM = {
+    'Iallgatherv': 'Allgatherv', 'Igather': 'Gather', 'Igatherv': 'Gatherv', 'Iscatter': 'Scatter',
+    'Iscatterv': 'Scatterv', 'Ialltoall': 'Alltoall', 'Ialltoallv': 'Alltoallv', 'Iscan': 'Scan',
+    'Iexscan': 'Exscan', 'Ireduce_scatter': 'Reduce_scatter',
+}
+
+
+def _completing(name, blocking):
+    base = getattr(MPI.Intracomm, name)
+
+    def method(self, *args, **kwargs):
+        values = list(args) + list(kwargs.values())
+        if any(v is not None and v is not MPI.IN_PLACE and is_device(v) for v in values[:2]):
+            getattr(self, blocking)(*args, **kwargs)
+            return _requests.completed()
+        return base(self, *args, **kwargs)
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = base.__doc__
+    return method
+
+
+for _name, _blocking in _BLOCKING_FORM.items():
+    if hasattr(MPI.Intracomm, _name):
+        setattr(Intracomm, _name, _completing(_name, _blocking))
+
+
+# Buffer methods mpigpu has no device path for (persistent point-to-point, Alltoallw, the persistent
+# forms of the mirrored collectives): with a device buffer and an MPI that is not CUDA-aware they
+# raise instead of passing a device pointer to MPI, which would crash the process.
 _UNSUPPORTED = (
-    'Isend', 'Issend', 'Irsend', 'Ibsend', 'Irecv', 'Isendrecv', 'Isendrecv_replace', 'Send_init', 'Ssend_init',
-    'Rsend_init', 'Bsend_init', 'Recv_init', 'Psend_init', 'Precv_init', 'Alltoallw', 'Iallreduce', 'Ibcast',
-    'Ireduce', 'Ireduce_scatter_block', 'Ireduce_scatter', 'Iallgather', 'Iallgatherv', 'Igather', 'Igatherv',
-    'Iscatter', 'Iscatterv', 'Ialltoall', 'Ialltoallv', 'Ialltoallw', 'Iscan', 'Iexscan', 'Allreduce_init',
-    'Bcast_init', 'Reduce_init', 'Reduce_scatter_block_init', 'Reduce_scatter_init', 'Allgather_init',
-    'Allgatherv_init', 'Gather_init', 'Gatherv_init', 'Scatter_init', 'Scatterv_init', 'Alltoall_init',
-    'Alltoallv_init', 'Alltoallw_init', 'Scan_init', 'Exscan_init',
+    'Isendrecv', 'Isendrecv_replace', 'Send_init', 'Ssend_init', 'Rsend_init', 'Bsend_init', 'Recv_init',
+    'Psend_init', 'Precv_init', 'Alltoallw', 'Ialltoallw', 'Reduce_scatter_init', 'Allgatherv_init',
+    'Gather_init', 'Gatherv_init', 'Scatter_init', 'Scatterv_init', 'Alltoall_init', 'Alltoallv_init',
+    'Alltoallw_init', 'Scan_init', 'Exscan_init',
 )
 
 

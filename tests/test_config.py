@@ -8,7 +8,7 @@ def test_defaults(monkeypatch):
     for k in ('MPIGPU_ALGO', 'MPIGPU_CHUNK_BYTES', 'MPIGPU_TIMEOUT_S', 'MPIGPU_MPI_CUDA_AWARE'):
         monkeypatch.delenv(k, raising=False)
     c = _config.Config()
-    assert c.algo == 'auto' and c.chunk_bytes == 131072 and c.timeout_s == 600.0 and c.mpi_cuda_aware == 'auto'
+    assert c.algo == 'auto' and c.chunk_bytes == 32768 and c.nslots == 8 and c.max_channels == 128 and c.timeout_s == 600.0 and c.mpi_cuda_aware == 'auto'
 
 
 @pytest.mark.parametrize('name,value,match', [

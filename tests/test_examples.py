@@ -43,3 +43,12 @@ def test_python_m_mpigpu_aborts_on_failure(tmp_path):
     proc = subprocess.run([mpiexec(), '-n', '2', sys.executable, '-m', 'mpigpu', str(prog)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and 'ValueError' in proc.stderr
+
+
+@pytest.mark.parametrize('n', [1, 3])
+def test_data_parallel_training(n):
+    cmd = [mpiexec(), '-n', str(n), sys.executable, '-m', 'mpi4py',
+           os.path.join(ROOT, 'examples', 'data_parallel_training.py'), '--host']
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert 'parameters match single-process training' in proc.stdout

@@ -25,3 +25,9 @@ def test_failing_rank_aborts_the_job():
 def test_mirrored_buffer_api(n):
     out = run_ranks(n, 'mirror_fake_device.py')
     assert 'identical to mpi4py' in out
+
+
+@pytest.mark.parametrize('n', [1, 2, 3, 4])
+def test_nonblocking_and_persistent(n):
+    out = run_ranks(n, 'nonblocking_fake_device.py')
+    assert 'non-blocking checks identical to mpi4py' in out

@@ -29,6 +29,7 @@ cdef extern from "mpigpu_cuda.h" nogil:
     int mg_event_destroy(uintptr_t event)
     int mg_event_record(uintptr_t event, uintptr_t stream)
     int mg_event_sync(uintptr_t event)
+    int mg_event_query(uintptr_t event, int *done)
     int mg_stream_wait_event(uintptr_t stream, uintptr_t event)
     int mg_memcpy_async(uintptr_t dst, uintptr_t src, size_t bytes, uintptr_t stream)
     int mg_memset_async(uintptr_t dst, int value, size_t bytes, uintptr_t stream)
@@ -54,7 +55,7 @@ cdef extern from "mpigpu_cuda.h" nogil:
         int root, nchannels
     int mg_supports(int dtype, int op)
     int mg_select(const mg_team *team, mg_call *call)
-    int mg_collective(mg_team *team, const mg_call *call, uintptr_t stream)
+    int mg_collective(mg_team *team, const mg_call *call, uintptr_t stream, int async_)
 
 MAX_RANKS = MG_MAX_RANKS
 MAX_CHANNELS = MG_MAX_CHANNELS
@@ -158,6 +159,13 @@ cpdef event_sync(uintptr_t ev):
     with nogil:
         e = mg_event_sync(ev)
     check(e, 'cudaEventSynchronize')
+
+
+cpdef bint event_query(uintptr_t ev) except -1:
+    """True when the work recorded before `ev` has finished."""
+    cdef int done = 0
+    check(mg_event_query(ev, &done), 'cudaEventQuery')
+    return done
 
 
 cpdef stream_wait_event(uintptr_t stream, uintptr_t ev):
@@ -290,7 +298,8 @@ cdef class Team:
 
     cpdef run(self, int coll, int algo, int dtype, int op, uintptr_t send, uintptr_t recv, size_t count,
               int root, int nchannels, uintptr_t stream, bint sync):
-        """Enqueues one collective on `stream`; with `sync`, waits for it (GIL released)."""
+        """Enqueues one collective on `stream`; with `sync`, waits for it (GIL released). Without,
+        the call may still run when the next is enqueued: a next call on another stream waits for it."""
         cdef mg_call c
         cdef int e
         if self.t == NULL:
@@ -304,7 +313,7 @@ cdef class Team:
         c.count = count
         c.root = root
         c.nchannels = nchannels
-        e = mg_collective(self.t, &c, stream)
+        e = mg_collective(self.t, &c, stream, 0 if sync else 1)
         check(e, 'collective launch')
         if sync:
             with nogil:
@@ -367,10 +376,11 @@ cdef inline bint _on_device(uintptr_t ptr, int device):
 
 
 cpdef int fast_collective(Team team, int device, int coll, object sendbuf, object recvbuf, int op_code,
-                          int root, bint inplace, int algo, int nchannels) except -1:
+                          int root, bint inplace, int algo, int nchannels, Py_ssize_t stream=-1) except -1:
     """Runs Allreduce (0), Bcast (1, buffer as recvbuf), Reduce_scatter_block (2) or Allgather (4)
     with MPI semantics when the call is the common case; returns 1 when done, 0 when the general path
-    must handle it."""
+    must handle it. stream < 0: on the producer's stream, returning with the result (MPI blocking);
+    stream >= 0: enqueued on that stream, returning at once."""
     cdef uintptr_t sp = 0, rp = 0
     cdef Py_ssize_t sc = 0, rc = 0, ss = 0, rs = 0, count
     cdef int sd = -1, rd = -1, n = team.nranks, e
@@ -423,5 +433,8 @@ cpdef int fast_collective(Team team, int device, int coll, object sendbuf, objec
         return 1
     if not _on_device(rp, device) or (not inplace and not _on_device(sp, device)):
         return 0
-    team.run(coll, algo, rd, op_code, sp, rp, count, root, nchannels, <uintptr_t>rs, True)
+    if stream >= 0:
+        team.run(coll, algo, rd, op_code, sp, rp, count, root, nchannels, <uintptr_t>stream, False)
+    else:
+        team.run(coll, algo, rd, op_code, sp, rp, count, root, nchannels, <uintptr_t>rs, True)
     return 1

@@ -32,6 +32,9 @@ def _args(argv):
     p.add_argument('--algo', default=None, help='force an engine algorithm: auto, oneshot, twoshot, staged')
     p.add_argument('--inplace', type=int, default=1, help='also time in-place calls (1) or not (0)')
     p.add_argument('--compare', default='', help='baselines in the same run: nccl,staged,cuda-aware-mpi')
+    p.add_argument('--timing', choices=('blocking', 'stream'), default='blocking',
+                   help='blocking: each call returns with its result (MPI); stream: stream= calls launched '
+                        'back to back, one synchronization per row (nccl-tests\' way)')
     p.add_argument('--budget', type=float, default=2.0, help='seconds at most per baseline row (fewer iterations)')
     p.add_argument('--json', default=None, help='write every row, the command line and the host here')
     p.add_argument('--plot', default=None, help='write busbw/time plots (PNG) here; needs matplotlib')
@@ -87,17 +90,34 @@ def main(argv=None):
     sizes = sweep.sizes(sweep.parse_size(a.minbytes), sweep.parse_size(a.maxbytes), a.stepfactor)
 
     def measure(impl, b, op, iters):
+        streamed = a.timing == 'stream'
         try:
-            fn = impl.make(b, op)
+            made = impl.make(b, op, streamed)
         except baselines.Unavailable as exc:
             return {'error': str(exc)}
+        if streamed:
+            launch, sync = made
+
+            def fn():
+                launch()
+                sync()
+        else:
+            fn = made
         k = min(iters, sweep.plan_iters(comm, fn, iters, a.budget))
-        t = sweep.time_blocking(comm, fn, k, min(a.warmup_iters, k))
+        if streamed:
+            t = sweep.time_stream(comm, launch, sync, k, min(a.warmup_iters, k))
+        else:
+            t = sweep.time_blocking(comm, fn, k, min(a.warmup_iters, k))
         res = {'time_us': t * 1e6, 'iters': k}
         wrong = None
         if a.check:
             b2 = baselines.Buffers(xp, b.coll, b.count, b.send.dtype, n, rank, b.inplace, b.root)
-            impl.make(b2, op)()
+            fn2 = impl.make(b2, op, streamed)
+            if streamed:
+                fn2[0]()
+                fn2[1]()
+            else:
+                fn2()
             got = b2.result()
             exp = b2.expected(op)
             if b.coll == 'reduce' and rank != b.root:
@@ -111,7 +131,7 @@ def main(argv=None):
     rows = []
     if rank == 0:
         print(f'# mpigpu-perf: {n} ranks, {mem} buffers, engine algo {mpigpu.config.algo}, '
-              f'baselines: {", ".join(names) or "none"}')
+              f'{a.timing} timing, baselines: {", ".join(names) or "none"}')
     for coll in colls:
         rcoll_ops = ops if coll in ('allreduce', 'reduce', 'reduce_scatter_block') else ['none']
         for dtype in types:

@@ -68,24 +68,25 @@ class Buffers:
         return host(self.recv)
 
 
-def mpi_call(comm, b, op):
-    """The mpi4py-style call of a row on communicator `comm` (mpigpu or plain mpi4py)."""
+def mpi_call(comm, b, op, **kw):
+    """The mpi4py-style call of a row on communicator `comm` (mpigpu or plain mpi4py); `kw` takes
+    mpigpu's stream= for stream-ordered timing."""
     c, root = b.coll, b.root
     mop = _OPS[op]
     s = MPI.IN_PLACE if b.inplace else b.send
     if c == 'allreduce':
-        return lambda: comm.Allreduce(s, b.recv, mop)
+        return lambda: comm.Allreduce(s, b.recv, mop, **kw)
     if c == 'bcast':
-        return lambda: comm.Bcast(b.send, root)
+        return lambda: comm.Bcast(b.send, root, **kw)
     if c == 'reduce_scatter_block':
-        return lambda: comm.Reduce_scatter_block(s, b.recv, mop)
+        return lambda: comm.Reduce_scatter_block(s, b.recv, mop, **kw)
     if c == 'reduce':
         s2 = s if comm.Get_rank() == root else b.send
-        return lambda: comm.Reduce(s2, b.recv, mop, root)
+        return lambda: comm.Reduce(s2, b.recv, mop, root, **kw)
     if c == 'allgather':
         if b.inplace:
-            return lambda: comm.Allgather(MPI.IN_PLACE, b.recv)
-        return lambda: comm.Allgather(b.send, b.recv)
+            return lambda: comm.Allgather(MPI.IN_PLACE, b.recv, **kw)
+        return lambda: comm.Allgather(b.send, b.recv, **kw)
     if c == 'sendrecv':
         n, r = comm.Get_size(), comm.Get_rank()
         return lambda: comm.Sendrecv(b.send, (r + 1) % n, 0, b.recv, (r - 1) % n, 0)
@@ -98,8 +99,14 @@ class MpigpuImpl:
     def __init__(self, comm):
         self.comm = comm
 
-    def make(self, b, op):
-        return mpi_call(self.comm, b, op)  # device Sendrecv goes through pinned host mirrors (for now)
+    def make(self, b, op, stream=False):
+        """The blocking call, or with `stream` (launch, sync): stream= calls and one synchronization."""
+        if not stream:
+            return mpi_call(self.comm, b, op)  # device Sendrecv goes through pinned host mirrors
+        if b.xp is np or b.coll == 'sendrecv':
+            raise Unavailable('stream-ordered timing needs device buffers and a collective')
+        st = b.xp.cuda.get_current_stream()
+        return mpi_call(self.comm, b, op, stream=st.ptr), st.synchronize
 
 
 class StagedImpl:
@@ -109,9 +116,11 @@ class StagedImpl:
     def __init__(self, comm):
         self.comm = MPI.Intracomm(comm)
 
-    def make(self, b, op):
+    def make(self, b, op, stream=False):
         if b.xp is np:
             raise Unavailable('host buffers: nothing to stage')
+        if stream:
+            raise Unavailable('host staging has no stream-ordered form')
         xp, comm, mop = b.xp, self.comm, _OPS[op]
         c, root = b.coll, b.root
 
@@ -156,9 +165,11 @@ class CudaAwareMpiImpl:
         self.comm = MPI.Intracomm(comm)
         self.ok = _mpi_cuda_aware()
 
-    def make(self, b, op):
+    def make(self, b, op, stream=False):
         if b.xp is np:
             raise Unavailable('host buffers')
+        if stream:
+            raise Unavailable('MPI calls have no stream-ordered form')
         if not self.ok:
             raise Unavailable('this MPI is not CUDA-aware (MPIX_Query_cuda_support)')
         call = mpi_call(self.comm, b, op)
@@ -192,12 +203,12 @@ class NcclImpl:
            'uint32': 'NCCL_UINT32', 'uint64': 'NCCL_UINT64'}
     _OP = {'sum': 'NCCL_SUM', 'prod': 'NCCL_PROD', 'max': 'NCCL_MAX', 'min': 'NCCL_MIN'}
 
-    def make(self, b, op):
+    def make(self, b, op, stream=False):
         if self.err:
             raise Unavailable(self.err)
         if b.xp is np:
             raise Unavailable('host buffers')
-        nc, cm = self.nccl, self.comm
+        nc, cm, stream_mode = self.nccl, self.comm, stream
         name = b.send.dtype.name
         if name not in self._DT:
             raise Unavailable(f'NCCL has no {name}')
@@ -221,6 +232,9 @@ class NcclImpl:
             call = lambda: cm.allGather(sp, rp, count, dt, stream.ptr)
         else:
             raise Unavailable('no NCCL sendrecv through cupy.cuda.nccl in this tool')
+
+        if stream_mode:
+            return call, stream.synchronize
 
         def run():
             call()

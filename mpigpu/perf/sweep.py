@@ -1,4 +1,6 @@
-"""Sizes, busbw factors and the timing loop (blocking: each call returns with its result)."""
+"""Sizes, busbw factors and the timing loops: blocking (each call returns with its result, MPI's
+semantics) and stream (calls enqueued back to back on one stream, one synchronization at the end,
+as nccl-tests times)."""
 import time
 
 COLLS = ('allreduce', 'bcast', 'reduce_scatter_block', 'reduce', 'allgather', 'sendrecv')
@@ -48,6 +50,20 @@ def time_blocking(comm, fn, iters, warmup):
     t0 = time.perf_counter()
     for _ in range(iters):
         fn()
+    dt = (time.perf_counter() - t0) / max(iters, 1)
+    return comm.allreduce(dt, op=_MAX())
+
+
+def time_stream(comm, launch, sync, iters, warmup):
+    """Seconds per call when `launch` only enqueues: back-to-back launches, one `sync` at the end."""
+    for _ in range(warmup):
+        launch()
+    sync()
+    comm.Barrier()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        launch()
+    sync()
     dt = (time.perf_counter() - t0) / max(iters, 1)
     return comm.allreduce(dt, op=_MAX())
 

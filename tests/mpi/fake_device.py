@@ -32,7 +32,7 @@ fake = types.SimpleNamespace(
     stream_wait_event=lambda s, e: None, stream_sync=lambda s: None,
     memcpy_async=lambda dst, src, nb, s: ctypes.memmove(dst, src, nb) if nb else None,
     get_device=lambda: 0, set_device=lambda d: None, PinnedBuffer=_pinned,
-    pointer_info=lambda ptr: (2, 0), MEM_DEVICE=2, MEM_MANAGED=3, MEM_HOST=1, MEM_UNREGISTERED=0,
+    pointer_info=lambda ptr: (2, 0), pci_bus_id=lambda d: '0000:00:00.0', MEM_DEVICE=2, MEM_MANAGED=3, MEM_HOST=1, MEM_UNREGISTERED=0,
 )
 
 

@@ -230,8 +230,16 @@ class NcclImpl:
             call = lambda: cm.reduce(sp, rp, count, dt, nop, root, stream.ptr)
         elif c == 'allgather':
             call = lambda: cm.allGather(sp, rp, count, dt, stream.ptr)
+        elif c == 'sendrecv':  # the ring exchange of mpi_call: send to rank+1, receive from rank-1
+            n, r = b.n, b.rank
+
+            def call():
+                nc.groupStart()
+                cm.send(b.send.data.ptr, count, dt, (r + 1) % n, stream.ptr)
+                cm.recv(rp, count, dt, (r - 1) % n, stream.ptr)
+                nc.groupEnd()
         else:
-            raise Unavailable('no NCCL sendrecv through cupy.cuda.nccl in this tool')
+            raise Unavailable(f'no NCCL {c} in this tool')
 
         if stream_mode:
             return call, stream.synchronize

@@ -9,7 +9,7 @@ import logging
 
 from mpi4py import MPI
 
-from . import _buffers
+from . import _buffers, _requests
 from ._config import config
 from ._types import ALGO, NATIVE
 from .errors import Error
@@ -334,12 +334,7 @@ def _run(st, c, stream, host_call, leave_running=False, want_work=False):
     if engine_runs(st, c):
         st.team.run(c.coll, ALGO.get(config.algo, 0), c.dtype, c.op_code, c.send_ptr, c.recv_ptr, c.count,
                     c.root, config.nchannels, stream, not leave_running)
-        if want_work:
-            from ._requests import Work, _event_get
-            ev = _event_get(st.device)
-            _device.event_record(ev, stream)
-            return Work(st.device, event=ev)
-        return None
+        return _requests.gpu_work(st.device, stream) if want_work else None
     # Staging and CUDA-aware MPI run through host MPI calls: they complete before returning, also
     # for stream= and non-blocking calls (ordered after `stream` like any call).
     if st.cuda_aware is None:
@@ -379,6 +374,10 @@ class Plan:
             self.args = (c.coll, ALGO.get(config.algo, 0), c.dtype, c.op_code, c.send_ptr, c.recv_ptr, c.count,
                          c.root, config.nchannels, self.stream, False)
 
+    def _launch(self):
+        self.st.team.run(*self.args)
+        return _requests.gpu_work(self.device, self.stream)
+
     def start(self):
         """Starts one round; returns a _requests.Work, or None when the round already completed."""
         st, c = self.st, self.c
@@ -390,19 +389,7 @@ class Plan:
         try:
             if self.args is None:
                 return _with_device(self.device, _run, st, c, self.stream, self.host_call)
-            from ._requests import Work, _event_get
-            dev = self.device
-            prev = _device.get_device()
-            if prev != dev:
-                _device.set_device(dev)
-            try:
-                st.team.run(*self.args)
-                ev = _event_get(dev)
-                _device.event_record(ev, self.stream)
-            finally:
-                if prev != dev:
-                    _device.set_device(prev)
-            return Work(dev, event=ev)
+            return _with_device(self.device, self._launch)
         except _device.DeviceError as exc:
             raise Error(c.name, str(exc), rank=st.rank, error_class=MPI.ERR_OTHER) from None
 

@@ -22,7 +22,7 @@ import time
 
 from mpi4py import MPI
 
-from ._ext import _device
+from . import _engine  # its _device and _with_device (None _device: a build without CUDA)
 
 _POLL_S = 20e-6  # agent's pause between rounds while host MPI work is pending
 
@@ -31,24 +31,16 @@ _POLL_S = 20e-6  # agent's pause between rounds while host MPI work is pending
 _events = {}
 
 
-def _event_get(device):
-    pool = _events.setdefault(device, [])
-    return pool.pop() if pool else _device.event_create()
-
-
 def _event_put(device, ev):
     _events.setdefault(device, []).append(ev)
 
 
-def _with_device(device, fn, *args):
-    prev = _device.get_device()
-    if prev != device:
-        _device.set_device(device)
-    try:
-        return fn(*args)
-    finally:
-        if prev != device:
-            _device.set_device(prev)
+def gpu_work(device, stream):
+    """A Work for what is enqueued on `stream` so far (device current): a pooled event recorded there."""
+    pool = _events.get(device)
+    ev = pool.pop() if pool else _engine._device.event_create()
+    _engine._device.event_record(ev, stream)
+    return Work(device, event=ev)
 
 
 class Work:
@@ -83,7 +75,7 @@ class Work:
 
     def block(self):
         """Blocks (GIL released) until the GPU work is done; GPU kind only."""
-        _with_device(self.device, _device.event_sync, self.event)
+        _engine._with_device(self.device, _engine._device.event_sync, self.event)
 
     def finish(self, blocking):
         """Completes the generalized request once the work is done; True when it is (now or before).
@@ -101,7 +93,7 @@ class Work:
                     return False
             elif blocking:
                 self.block()
-            elif not _with_device(self.device, _device.event_query, self.event):
+            elif not _engine._with_device(self.device, _engine._device.event_query, self.event):
                 return False
             self.done = True
             try:
@@ -118,22 +110,25 @@ class Work:
             self.lock.release()
 
 
-class Request(MPI.Grequest):
-    """A generalized request whose Wait/Test finish the work on the calling thread (no round trip
-    through the agent); the class-level Waitall/Testall/Waitany see a plain MPI request that the
-    agent completes."""
+class _Finishing:
+    """Wait/Test that finish the work on the calling thread (no round trip through the agent);
+    mpi4py's class-level Waitall/Testall/Waitany see a plain MPI request that the agent completes."""
 
     def Wait(self, status=None):
-        w = self.__dict__.get('_work')
+        w = getattr(self, '_work', None)
         if w is not None:
             w.finish(True)
-        return MPI.Grequest.Wait(self, status)
+        return super().Wait(status)
 
     def Test(self, status=None):
-        w = self.__dict__.get('_work')
+        w = getattr(self, '_work', None)
         if w is not None:
             w.finish(False)
-        return MPI.Grequest.Test(self, status)
+        return super().Test(status)
+
+
+class Request(_Finishing, MPI.Grequest):
+    """The generalized request returned by mpigpu's non-blocking calls on device buffers."""
 
 
 def _noop(*args):
@@ -241,7 +236,7 @@ def _set_handle(req, other):
     ctypes.memmove(MPI._addressof(req), MPI._addressof(other), MPI._sizeof(MPI.Request))
 
 
-class Persistent(MPI.Prequest):
+class Persistent(_Finishing, MPI.Prequest):
     """A persistent collective on device buffers (Allreduce_init and friends).
 
     The call is parsed, checked and planned once; each `Start` enqueues the kernel after the producer's
@@ -266,18 +261,6 @@ class Persistent(MPI.Prequest):
         inner = completed() if work is None else start(work)
         _set_handle(self, inner)
         self._work = inner._work
-
-    def Wait(self, status=None):
-        w = self._work
-        if w is not None:
-            w.finish(True)
-        return MPI.Prequest.Wait(self, status)
-
-    def Test(self, status=None):
-        w = self._work
-        if w is not None:
-            w.finish(False)
-        return MPI.Prequest.Test(self, status)
 
     def Free(self):
         if self._work is not None and not self._work.done:

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One device-tool session on the offline GPU host: build, GPU suite, benchmarks against NCCL.
 #   bash .whl/build.sh && bash benchmarks/device_session.sh [PARTS] [bench args...]
-# PARTS: comma-separated from suite, api, async, examples, sanitize, probe, bench, final
-# tables, tables2 (final = suite, api, async, examples, tables, tables2).
+# PARTS: comma-separated from suite, api, async, p2p, examples, sanitize, probe, bench, final
+# tables, tables2 (final = suite, api, async, p2p, examples, tables, tables2).
 # Every rank runs through `python -m mpi4py`, so an exception on one rank aborts the job instead of
 # leaving the others spinning in a collective. Logs go under $OUT (or ./device-out); the last lines
 # printed are a short summary.
@@ -40,6 +40,14 @@ if has async; then
     summary+=("async n=$n rc=$?: $(grep -E 'passed, [0-9]+ failed' "$OUT/async-$n.log" | tail -1)")
     summary+=("  $(grep -E '^1 KB Allreduce' "$OUT/async-$n.log")")
     grep -E '^FAIL|Error' "$OUT/async-$n.log" | head -5
+  done
+fi
+if has p2p; then
+  for n in 2 $ngpu; do
+    timeout 150 $run -n "$n" python3 -m mpi4py tests/gpu/check_p2p.py > "$OUT/p2p-$n.log" 2>&1
+    summary+=("p2p n=$n rc=$?: $(grep -E 'passed, [0-9]+ failed' "$OUT/p2p-$n.log" | tail -1)")
+    grep -E '^Sendrecv ring' "$OUT/p2p-$n.log" | while read -r line; do echo "  $line"; done
+    grep -E '^FAIL|Error' "$OUT/p2p-$n.log" | head -8
   done
 fi
 if has examples; then

@@ -2,7 +2,8 @@
  *
  * Only pointers, sizes, enums and error codes cross this line. Every function returns 0 on success,
  * a positive cudaError_t value when the CUDA runtime failed, or a negative MG_ERR_* code; the text
- * of either comes from mg_error_string(). Nothing here calls MPI, allocates per collective, or prints.
+ * of either comes from mg_error_string(). Nothing here allocates per collective or prints; MPI is
+ * called only by the request completion below, through function pointers the caller resolved.
  */
 #ifndef MPIGPU_CUDA_H
 #define MPIGPU_CUDA_H
@@ -44,7 +45,10 @@ enum mg_err {
   MG_ERR_UNSUPPORTED = -1, /* type/op pair the engine does not implement */
   MG_ERR_ARG = -2,         /* bad argument (rank, count, root, sizes) */
   MG_ERR_TEAM = -3,        /* team not complete (a peer workspace not opened) */
-  MG_ERR_NOMEM = -4
+  MG_ERR_NOMEM = -4,
+  MG_ERR_BUSY = -5,        /* every request slot is in use */
+  MG_ERR_MPI = -6,         /* an MPI function called through mg_mpi_api failed */
+  MG_ERR_THREAD = -7       /* the completion watcher thread could not start */
 };
 
 const char *mg_error_string(int err);
@@ -111,6 +115,44 @@ int mg_select(const mg_team *team, mg_call *call);
  * stream before its next call on this team (blocking MPI call); async = 1: it may not (stream=,
  * non-blocking, persistent), so a later call on another stream is ordered after this one. */
 int mg_collective(mg_team *team, const mg_call *call, uintptr_t stream, int async);
+
+/* ---- user buffers over CUDA IPC, for point-to-point (ipc_buffers.cu) ---- */
+/* The allocation holding ptr: its base, size, process-wide unique id, and whether cudaIpcGetMemHandle
+ * can export it (cudaMalloc memory can; stream-ordered pools and cuMemCreate memory cannot). */
+int mg_ipc_describe(uintptr_t ptr, uintptr_t *base, size_t *size, uint64_t *buffer_id, int *ipc_capable);
+int mg_ipc_export(uintptr_t base, void *handle /* MG_IPC_HANDLE_BYTES */);
+int mg_ipc_open(const void *handle, uintptr_t *base); /* maps a peer's allocation on the current device */
+int mg_ipc_close(uintptr_t base);
+
+/* ---- generalized requests for GPU work (completion.cu) ---- */
+#define MG_COMPLETION_SLOTS 1024 /* GPU requests outstanding at once, per process */
+
+/* The MPI functions and ABI facts request completion needs, resolved by the caller in the MPI library
+ * in use. Handles are passed as intptr_t (int handles and pointer handles both fit). */
+typedef struct mg_mpi_api {
+  void *grequest_start;       /* MPI_Grequest_start */
+  void *grequest_complete;    /* MPI_Grequest_complete */
+  void *status_set_elements;  /* MPI_Status_set_elements */
+  void *status_set_cancelled; /* MPI_Status_set_cancelled */
+  intptr_t byte_type;         /* the handle of MPI_BYTE */
+  int status_source_offset;   /* byte offsets of MPI_SOURCE and MPI_TAG in MPI_Status */
+  int status_tag_offset;
+  int any_source, any_tag;    /* MPI_ANY_SOURCE, MPI_ANY_TAG */
+  int err_other;              /* MPI_ERR_OTHER: the request's error when its GPU work failed */
+  int request_bytes;          /* sizeof(MPI_Request) */
+} mg_mpi_api;
+
+int mg_completion_init(const mg_mpi_api *api);
+/* Records an event on stream (device current) and starts a generalized request completed once the
+ * event has passed; writes the MPI_Request (request_bytes) to *request and a ticket for wait/test.
+ * watch = 1: a watcher thread completes it too (needs MPI_THREAD_MULTIPLE), for waits through MPI. */
+int mg_completion_start(uintptr_t stream, int device, void *request, int watch, uint64_t *ticket);
+/* Blocks until the ticket's work is done and its request completed (by this call or the watcher). */
+int mg_completion_wait(uint64_t ticket);
+/* done = 1 when the work is done (its request then completed); never blocks. */
+int mg_completion_test(uint64_t ticket, int *done);
+/* Stops the watcher thread (before MPI_Finalize). */
+void mg_completion_shutdown(void);
 
 #ifdef __cplusplus
 }

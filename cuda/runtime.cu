@@ -17,6 +17,9 @@ const char *mg_error_string(int err) {
     case MG_ERR_ARG: return "invalid argument";
     case MG_ERR_TEAM: return "device team incomplete: a peer workspace is not mapped";
     case MG_ERR_NOMEM: return "out of host memory";
+    case MG_ERR_BUSY: return "too many GPU requests outstanding (complete some with Wait or Test)";
+    case MG_ERR_MPI: return "MPI_Grequest_start failed";
+    case MG_ERR_THREAD: return "the request completion thread could not start";
     default: return err > 0 ? cudaGetErrorString((cudaError_t)err) : "unknown mpigpu error";
   }
 }

@@ -55,6 +55,8 @@ class Config:
         self.timeout_s = _float('MPIGPU_TIMEOUT_S', 600.0, 0.001, 1e7)
         # Staged path: chunk of the host pipeline.
         self.stage_chunk_bytes = _int('MPIGPU_STAGE_CHUNK_BYTES', 4 << 20, 4096, 1 << 30)
+        # Point-to-point: messages from this size up go GPU to GPU over the peer mappings.
+        self.p2p_ipc_bytes = _int('MPIGPU_P2P_IPC_BYTES', 64 * 1024, 128, 1 << 62)
         # CUDA-aware MPI: 'auto' asks the library (MPIX_Query_cuda_support), '1'/'0' force it.
         self.mpi_cuda_aware = _choice('MPIGPU_MPI_CUDA_AWARE', 'auto', {
             'auto': ('auto',), '1': ('1', 'yes', 'true', 'on'), '0': ('0', 'no', 'false', 'off')})

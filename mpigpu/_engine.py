@@ -83,6 +83,9 @@ class GpuState:
         self.stager = None
         self.dep_event = None
         self.cuda_aware = None
+        self.shadow = None      # duplicate for point-to-point replies (mpigpu/_p2p_ipc.py), with the team
+        self.kept = []          # (source, tag, bytes) that Probe took out of MPI, oldest first
+        self.reply_tags = {}    # dest -> last reply tag used
 
     # ---- setup -------------------------------------------------------------------------------
     def bind_device(self, name, device):
@@ -149,8 +152,16 @@ class GpuState:
             log.debug('rank %d: device engine off on this communicator: %s', self.rank, reason)
         else:
             self.team, self.reason = team, ''
+            self.shadow = comm.Dup()  # collective, like the setup: every rank is here
             log.debug('rank %d: device engine on (GPU %s, %d ranks, workspace %d MiB)', self.rank, bus, n,
                       team.workspace_bytes >> 20)
+
+    def next_reply_tag(self, dest):
+        """A tag for the reply to a point-to-point send to `dest` (per destination, so replies to
+        outstanding sends never collide; the shadow communicator carries nothing else)."""
+        tag = (self.reply_tags.get(dest, -1) + 1) % 32768
+        self.reply_tags[dest] = tag
+        return tag
 
     def stager_for(self, device):
         """The staging streams and pinned buffers of this communicator on `device` (created once)."""
@@ -165,10 +176,13 @@ class GpuState:
         """Frees the team, staging buffers and events. `collective`: all ranks are here too, so a
         barrier can make sure no peer still uses this rank's workspace."""
         team, self.team = self.team, None
+        shadow, self.shadow = self.shadow, None
         if team is not None:
             if collective:
                 try:
                     self.comm.Barrier()
+                    if shadow is not None:
+                        shadow.Free()
                 except MPI.Exception:
                     pass
             _with_device(self.device, team.close)
@@ -272,6 +286,8 @@ def release(comm):
 @atexit.register
 def _release_all():
     # Runs before mpi4py finalizes MPI (registered later, so called earlier).
+    from . import _p2p_ipc
+    _p2p_ipc.close_all()
     for st in _states:
         try:
             st.release(collective=False)
@@ -303,8 +319,8 @@ def collective(comm, name, coll, sendbuf, recvbuf, op, root, host_call, stream=N
     """Runs one GPU collective with MPI semantics.
 
     Blocking (the default): returns once recvbuf holds the result. `stream`: enqueued on that stream,
-    returns at once. `nonblocking`: enqueued after the producer's stream, returns a _requests.Work to
-    wait on, or None when the call already completed (staged path, count 0)."""
+    returns at once. `nonblocking`: enqueued after the producer's stream, returns a request for it,
+    or None when the call already completed (staged path, count 0)."""
     st = comm._mg_state if hasattr(comm, '_mg_state') else _attach(comm)
     if _device is None:
         raise Error(name, gpu_available()[1], arg='buffer', rank=st.rank, error_class=MPI.ERR_BUFFER)
@@ -334,7 +350,7 @@ def _run(st, c, stream, host_call, leave_running=False, want_work=False):
     if engine_runs(st, c):
         st.team.run(c.coll, ALGO.get(config.algo, 0), c.dtype, c.op_code, c.send_ptr, c.recv_ptr, c.count,
                     c.root, config.nchannels, stream, not leave_running)
-        return _requests.gpu_work(st.device, stream) if want_work else None
+        return _requests.gpu_request(st.device, stream) if want_work else None
     # Staging and CUDA-aware MPI run through host MPI calls: they complete before returning, also
     # for stream= and non-blocking calls (ordered after `stream` like any call).
     if st.cuda_aware is None:
@@ -372,24 +388,30 @@ class Plan:
         self.device = st.device
         if engine_runs(st, c):
             self.args = (c.coll, ALGO.get(config.algo, 0), c.dtype, c.op_code, c.send_ptr, c.recv_ptr, c.count,
-                         c.root, config.nchannels, self.stream, False)
+                         c.root, config.nchannels, self.stream)
 
-    def _launch(self):
-        self.st.team.run(*self.args)
-        return _requests.gpu_work(self.device, self.stream)
-
-    def start(self):
-        """Starts one round; returns a _requests.Work, or None when the round already completed."""
+    def start(self, req):
+        """Starts one round into persistent request `req` (points it at the round's generalized
+        request); returns the ticket of the GPU work, or 0 when the round already completed."""
         st, c = self.st, self.c
         if c.count == 0:
-            return None
+            _requests._set_handle(req, _requests.completed())
+            return 0
         if st.team is None and self.args is not None:
             raise Error(c.name, 'persistent request used after its communicator was freed', rank=st.rank,
                         error_class=MPI.ERR_REQUEST)
         try:
-            if self.args is None:
-                return _with_device(self.device, _run, st, c, self.stream, self.host_call)
-            return _with_device(self.device, self._launch)
+            if self.args is not None and _requests.c_completion():
+                if _device.get_device() != self.device:
+                    return _with_device(self.device, self.start, req)
+                watch = _requests._agent.enabled()
+                ticket = st.team.run_request(*self.args, MPI._addressof(req), watch)
+                if not watch:  # nobody could complete it while the program waits through MPI
+                    _device.request_wait(ticket)
+                return ticket
+            _with_device(self.device, _run, st, c, self.stream, self.host_call)  # staged: done on return
+            _requests._set_handle(req, _requests.completed())
+            return 0
         except _device.DeviceError as exc:
             raise Error(c.name, str(exc), rank=st.rank, error_class=MPI.ERR_OTHER) from None
 

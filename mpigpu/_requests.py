@@ -3,20 +3,24 @@
 A non-blocking or persistent call on device buffers returns an `mpi4py.MPI.Request` (a
 generalized request), so `Wait`, `Test`, `Waitall`, `Testall`, `Waitany` of mpi4py work on it, mixed
 with any other request. Two kinds of work stand behind one:
-- GPU work (a collective enqueued on a stream): done when a CUDA event recorded after it has passed;
-- staged point-to-point (Isend/Irecv through pinned host memory): done when the inner MPI request
-  on the host copy is, and, for a receive, the copy back to the device has finished.
-
-Who completes the generalized request: the request's own `Wait`/`Test` (fast: the calling thread
-waits on the event itself), or, for the class-level `Waitall` and friends that only see the MPI
-handle, one agent thread per process that watches outstanding work. The agent needs
-MPI_THREAD_MULTIPLE (mpi4py's default); at any lower level there is no agent and non-blocking calls
-complete before they return (still correct, not overlapped). Calls from several threads at once are
-not supported for the same communicator (as in MPI, the order of collectives must be the same on all
-ranks).
+- GPU work (a collective enqueued on a stream): `GpuRequest`, created and completed in C
+  (cuda/completion.cu) once a CUDA event recorded after the kernel has passed. Its own `Wait`/`Test`
+  wait on the event with the GIL released and complete it on the calling thread; for mpi4py's
+  class-level `Waitall` and friends, which only see the MPI handle, a C watcher thread polls the
+  events. No Python runs between the kernel and the completion, which keeps a persistent
+  `Start` + `Wait` cheaper than the blocking call.
+- staged point-to-point (Isend/Irecv through pinned host memory): `Work` with the inner MPI request on
+  the host copy, done when it is and, for a receive, the copy back to the device has finished;
+  completed by the request's own `Wait`/`Test` or by one Python agent thread.
+Completing a request from another thread needs MPI_THREAD_MULTIPLE (mpi4py's default); at a lower
+level there is no watcher and no agent, and non-blocking calls complete before they return (still
+correct, not overlapped). Calls from several threads at once are not supported for the same
+communicator (as in MPI, the order of collectives must be the same on all ranks).
 """
 import atexit
 import ctypes
+import logging
+import struct
 import threading
 import time
 
@@ -25,62 +29,135 @@ from mpi4py import MPI
 from . import _engine  # its _device and _with_device (None _device: a build without CUDA)
 
 _POLL_S = 20e-6  # agent's pause between rounds while host MPI work is pending
+log = logging.getLogger('mpigpu')
 
 
-# ---- CUDA events, pooled per device (creating one per call would cost a driver call) ----------
-_events = {}
+# ---- GPU work: generalized requests completed in C -------------------------------------------
+_c_ready = None  # None: not tried yet; True: cuda/completion.cu has the MPI functions; False: not
 
 
-def _event_put(device, ev):
-    _events.setdefault(device, []).append(ev)
+def _mpi_functions():
+    """Addresses of the MPI functions the C completion calls, from the MPI library mpi4py loaded."""
+    names = ('MPI_Grequest_start', 'MPI_Grequest_complete', 'MPI_Status_set_elements',
+             'MPI_Status_set_cancelled')
+    for lib in (MPI.__file__, None):  # the extension's own dependencies, then the global scope
+        try:
+            dll = ctypes.CDLL(lib)
+            return [ctypes.cast(getattr(dll, n), ctypes.c_void_p).value for n in names]
+        except (OSError, AttributeError):
+            continue
+    return None
 
 
-def gpu_work(device, stream):
-    """A Work for what is enqueued on `stream` so far (device current): a pooled event recorded there."""
-    pool = _events.get(device)
-    ev = pool.pop() if pool else _engine._device.event_create()
-    _engine._device.event_record(ev, stream)
-    return Work(device, event=ev)
+def _status_offsets():
+    """Byte offsets of MPI_SOURCE and MPI_TAG in this MPI's MPI_Status, found by writing marks."""
+    st = MPI.Status()
+    st.Set_source(0x5A5A01)
+    st.Set_tag(0x5A5A02)
+    raw = ctypes.string_at(MPI._addressof(st), MPI._sizeof(MPI.Status))
+    return raw.find(struct.pack('=i', 0x5A5A01)), raw.find(struct.pack('=i', 0x5A5A02))
 
 
+def c_completion():
+    """True when GPU requests are created and completed in C (set up on first use)."""
+    global _c_ready
+    if _c_ready is None:
+        _c_ready = False
+        fns = _mpi_functions() if _engine._device is not None else None
+        src, tag = _status_offsets()
+        if fns is None or min(src, tag) < 0 or src % 4 or tag % 4:
+            log.debug('GPU requests complete before they return: MPI functions or status layout not found')
+        else:
+            _engine._device.request_init(*fns, MPI._handleof(MPI.BYTE), src, tag, MPI.ANY_SOURCE,
+                                         MPI.ANY_TAG, MPI.ERR_OTHER, MPI._sizeof(MPI.Request))
+            atexit.register(_engine._device.request_shutdown)  # runs before mpi4py finalizes MPI
+            _c_ready = True
+    return _c_ready
+
+
+class _WaitsForGpu:
+    """Wait/Test that finish the GPU work on the calling thread (GIL released), then let MPI free
+    or reset the request; mpi4py's class-level Waitall & co. rely on the watcher instead."""
+    _ticket = 0
+
+    def Wait(self, status=None):
+        if self._ticket:
+            _engine._device.request_wait(self._ticket)
+        return super().Wait(status)
+
+    def Test(self, status=None):
+        if self._ticket and not _engine._device.request_test(self._ticket):
+            return False
+        return super().Test(status)
+
+
+class GpuRequest(_WaitsForGpu, MPI.Request):
+    """The request of a non-blocking collective on device buffers."""
+
+
+def start_gpu(req, launch):
+    """Points `req` at a generalized request for GPU work: `launch(request_address, watch)` enqueues
+    the work and starts the request there (the work's device current), returning its ticket."""
+    watch = _agent.enabled()
+    ticket = launch(MPI._addressof(req), watch)
+    if not watch:  # nobody could complete it while the program waits through MPI: finish now
+        _engine._device.request_wait(ticket)
+    req._ticket = ticket
+    return req
+
+
+def gpu_request(device, stream):
+    """A request for the work enqueued on `stream` so far (`device` current)."""
+    if not c_completion():
+        _engine._device.stream_sync(stream)
+        return completed()
+    return start_gpu(GpuRequest(), lambda addr, watch: _engine._device.request_start(stream, device, addr, watch))
+
+
+# ---- staged point-to-point: the inner MPI request, completed from Python ----------------------
 class Work:
-    """One outstanding operation behind a generalized request."""
-    __slots__ = ('greq', 'device', 'event', 'inner', 'inner_status', 'on_done', 'lock', 'done', 'error')
+    """One outstanding point-to-point operation: an inner MPI request (None: nothing to wait for) and
+    what to do once it has completed (`on_done`: copy back, reply to a sender, return buffers)."""
+    __slots__ = ('greq', 'device', 'inner', 'inner_status', 'on_done', 'lock', 'done', 'error', 'exc',
+                 'receive', 'received', 'source', 'tag')
 
-    def __init__(self, device, event=None, inner=None, on_done=None):
+    def __init__(self, device, inner=None, on_done=None, receive=False):
         self.device = device
-        self.event = event        # CUDA event after the GPU work (GPU kind)
-        self.inner = inner        # host MPI request (staged point-to-point kind)
+        self.inner = inner
         self.inner_status = MPI.Status() if inner is not None else None
-        self.on_done = on_done    # run once when the work is done, before completion (copy back)
+        self.on_done = on_done
         self.lock = threading.Lock()
         self.done = False
         self.error = MPI.SUCCESS
+        self.exc = None           # what on_done raised (blocking callers raise it again)
+        self.receive = receive    # a receive reports who sent what; other work MPI's empty status
+        self.received = None      # bytes that arrived, where the inner status does not say it
+        self.source = None        # sender and tag, where no inner request received the message
+        self.tag = None
         self.greq = None
+
+    def source_of(self):
+        return self.source if self.source is not None else self.inner_status.Get_source()
 
     # -- status seen by the user (MPI_Grequest query function) --
     def query(self, status):
-        st = self.inner_status
-        if st is not None:  # a receive: who sent what
-            status.Set_source(st.Get_source())
-            status.Set_tag(st.Get_tag())
-            status.Set_elements(MPI.BYTE, st.Get_count(MPI.BYTE))
-        else:  # collectives and sends: MPI's empty status
+        if self.receive:
+            st = self.inner_status
+            status.Set_source(self.source_of())
+            status.Set_tag(self.tag if self.tag is not None else st.Get_tag())
+            status.Set_elements(MPI.BYTE, self.received if self.received is not None else st.Get_count(MPI.BYTE))
+        else:
             status.Set_source(MPI.ANY_SOURCE)
             status.Set_tag(MPI.ANY_TAG)
             status.Set_elements(MPI.BYTE, 0)
         status.Set_cancelled(False)
         status.Set_error(self.error)
-        return MPI.SUCCESS
-
-    def block(self):
-        """Blocks (GIL released) until the GPU work is done; GPU kind only."""
-        _engine._with_device(self.device, _engine._device.event_sync, self.event)
+        return self.error
 
     def finish(self, blocking):
-        """Completes the generalized request once the work is done; True when it is (now or before).
-        Only one thread at a time touches the inner MPI request (MPI forbids two completing one):
-        a non-blocking attempt gives way to a thread already inside."""
+        """Completes the operation (and its generalized request) once the inner request has; True
+        when it is done (now or before). Only one thread at a time touches the inner MPI request
+        (MPI forbids two completing one): a non-blocking attempt gives way to a thread inside."""
         if not self.lock.acquire(blocking):
             return False
         try:
@@ -91,20 +168,15 @@ class Work:
                     self.inner.Wait(self.inner_status)
                 elif not self.inner.Test(self.inner_status):
                     return False
-            elif blocking:
-                self.block()
-            elif not _engine._with_device(self.device, _engine._device.event_query, self.event):
-                return False
             self.done = True
             try:
                 if self.on_done is not None:
                     self.on_done()
-            except Exception:  # reported through the status, MPI's way for a failed request
-                self.error = MPI.ERR_OTHER
-            if self.event is not None:
-                _event_put(self.device, self.event)
-                self.event = None
-            self.greq.Complete()
+            except Exception as exc:  # reported through the status, MPI's way for a failed request
+                self.exc = exc
+                self.error = exc.Get_error_class() if isinstance(exc, MPI.Exception) else MPI.ERR_OTHER
+            if self.greq is not None:
+                self.greq.Complete()
             return True
         finally:
             self.lock.release()
@@ -128,7 +200,7 @@ class _Finishing:
 
 
 class Request(_Finishing, MPI.Grequest):
-    """The generalized request returned by mpigpu's non-blocking calls on device buffers."""
+    """The generalized request of staged point-to-point calls and of calls completed on return."""
 
 
 def _noop(*args):
@@ -161,7 +233,8 @@ def completed():
 
 
 class _Agent:
-    """One daemon thread per process completing requests whose owner may only wait through MPI."""
+    """One daemon thread per process completing staged point-to-point requests whose owner may only
+    wait through MPI (GPU requests have the C watcher)."""
 
     def __init__(self):
         self.cond = threading.Condition()
@@ -196,7 +269,7 @@ class _Agent:
                 try:
                     if w.finish(False):
                         finished.append(w)
-                except Exception:  # a failed CUDA query or MPI test: the request reports the error
+                except Exception:  # a failed MPI test or copy: the request reports the error
                     w.error = MPI.ERR_OTHER
                     finished.append(w)
                     try:
@@ -208,16 +281,7 @@ class _Agent:
                 with self.cond:
                     self.items = [w for w in self.items if w not in finished]
                 continue
-            if all(w.inner is None for w in items):
-                # GPU work only: sleep in the driver until the oldest is done, or on its lock while
-                # its owner finishes it. Never spin here: a Python loop holding the GIL would keep
-                # the waiting thread from running for a whole switch interval (milliseconds).
-                try:
-                    items[0].finish(True)
-                except Exception:
-                    pass
-            else:
-                time.sleep(_POLL_S)
+            time.sleep(_POLL_S)
 
     def stop(self):
         with self.cond:
@@ -236,37 +300,30 @@ def _set_handle(req, other):
     ctypes.memmove(MPI._addressof(req), MPI._addressof(other), MPI._sizeof(MPI.Request))
 
 
-class Persistent(_Finishing, MPI.Prequest):
+class Persistent(_WaitsForGpu, MPI.Prequest):
     """A persistent collective on device buffers (Allreduce_init and friends).
 
     The call is parsed, checked and planned once; each `Start` enqueues the kernel after the producer's
-    stream and points this request at a fresh generalized request, so `Wait`/`Test` here and mpi4py's
-    `Waitall`/`Testall` see it complete when the GPU is done. `MPI.Prequest.Startall` of mpi4py
-    starts MPI handles only: start these with `Start` (or `mpigpu`'s own `Startall` below)."""
+    stream and points this request at a fresh generalized request (created in C), so `Wait`/`Test`
+    here and mpi4py's `Waitall`/`Testall` see it complete when the GPU is done. `MPI.Prequest.Startall`
+    of mpi4py starts MPI handles only: start these with `Start` (or `mpigpu`'s own `Startall` below)."""
 
     @classmethod
     def create(cls, plan):
         req = cls()
         req._plan = plan
-        req._work = None
         return req
 
     def Start(self):
-        w = self._work
-        if w is not None and not w.done:
+        if self:  # the previous round's request: not yet completed by Wait or Test
             from .errors import Error
             raise Error('Start', 'persistent request is still active (Wait or Test it to completion first)',
                         arg='request', rank=self._plan.st.rank, error_class=MPI.ERR_REQUEST)
-        work = self._plan.start()
-        inner = completed() if work is None else start(work)
-        _set_handle(self, inner)
-        self._work = inner._work
+        self._ticket = self._plan.start(self)
 
     def Free(self):
-        if self._work is not None and not self._work.done:
-            self._work.finish(True)
-        if self != MPI.REQUEST_NULL:
-            MPI.Prequest.Free(self)
+        if self:
+            self.Wait()
         self._plan = None
 
 

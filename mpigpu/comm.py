@@ -142,9 +142,9 @@ class Intracomm(MPI.Intracomm):
 
     # ---- non-blocking and persistent collectives: generalized requests (mpigpu/_requests.py) ----
     def _nonblocking(self, name, coll, sendbuf, recvbuf, op, root):
-        work = _engine.collective(self, name, coll, sendbuf, recvbuf, op, root,
-                                  self._host_call(coll, sendbuf, recvbuf, op, root), nonblocking=True)
-        return _requests.completed() if work is None else _requests.start(work)
+        req = _engine.collective(self, name, coll, sendbuf, recvbuf, op, root,
+                                 self._host_call(coll, sendbuf, recvbuf, op, root), nonblocking=True)
+        return _requests.completed() if req is None else req
 
     def Iallreduce(self, sendbuf, recvbuf, op=_SUM):
         if _device_call(self, 'Iallreduce', sendbuf, recvbuf):
@@ -200,7 +200,7 @@ class Intracomm(MPI.Intracomm):
         return self._persistent('Allgather_init', 4, sendbuf, recvbuf, None, 0,
                                 lambda: MPI.Intracomm.Allgather_init(self, sendbuf, recvbuf, info))
 
-    # ---- non-blocking point-to-point: staged through pinned memory (mpigpu/_p2p.py) ------------
+    # ---- point-to-point (mpigpu/_p2p.py): GPU to GPU over peer mappings, or staged ----------------
     def Isend(self, buf, dest, tag=0):
         if is_device(buf):
             return _p2p.isend(self, 'Isend', MPI.Intracomm.Isend, buf, dest, tag)
@@ -221,44 +221,58 @@ class Intracomm(MPI.Intracomm):
             return _p2p.isend(self, 'Ibsend', MPI.Intracomm.Ibsend, buf, dest, tag)
         return MPI.Intracomm.Ibsend(self, buf, dest, tag)
 
+    def _receives_specially(self, buf):
+        """A host receive that must take kept messages or look for a GPU sender's header."""
+        st = self.__dict__.get('_mg_state')
+        return st is not None and st.team is not None and (bool(st.kept) or _p2p.host_checked(st, buf))
+
     def Irecv(self, buf, source=_ANY_SOURCE, tag=_ANY_TAG):
-        if is_device(buf):
+        if is_device(buf) or self._receives_specially(buf):
             return _p2p.irecv(self, buf, source, tag)
         return MPI.Intracomm.Irecv(self, buf, source, tag)
 
-    # ---- the rest of the buffer API: device buffers through host mirrors (mpigpu/_mirror.py) ----
     def Send(self, buf, dest, tag=0):
         if is_device(buf):
-            return _mirror.run(self, 'Send', lambda b: MPI.Intracomm.Send(self, b, dest, tag), [(buf, IN)])
+            return _p2p.send(self, 'Send', buf, dest, tag)
         return MPI.Intracomm.Send(self, buf, dest, tag)
 
     def Ssend(self, buf, dest, tag=0):
         if is_device(buf):
-            return _mirror.run(self, 'Ssend', lambda b: MPI.Intracomm.Ssend(self, b, dest, tag), [(buf, IN)])
+            return _p2p.send(self, 'Ssend', buf, dest, tag)
         return MPI.Intracomm.Ssend(self, buf, dest, tag)
 
     def Rsend(self, buf, dest, tag=0):
         if is_device(buf):
-            return _mirror.run(self, 'Rsend', lambda b: MPI.Intracomm.Rsend(self, b, dest, tag), [(buf, IN)])
+            return _p2p.send(self, 'Rsend', buf, dest, tag)
         return MPI.Intracomm.Rsend(self, buf, dest, tag)
 
     def Bsend(self, buf, dest, tag=0):
         if is_device(buf):
-            return _mirror.run(self, 'Bsend', lambda b: MPI.Intracomm.Bsend(self, b, dest, tag), [(buf, IN)])
+            return _p2p.send(self, 'Bsend', buf, dest, tag)
         return MPI.Intracomm.Bsend(self, buf, dest, tag)
 
     def Recv(self, buf, source=_ANY_SOURCE, tag=_ANY_TAG, status=None):
-        if is_device(buf):
-            return _mirror.run(self, 'Recv', lambda b: MPI.Intracomm.Recv(self, b, source, tag, status),
-                               [(buf, OUT)])
+        if is_device(buf) or self._receives_specially(buf):
+            return _p2p.recv(self, buf, source, tag, status)
         return MPI.Intracomm.Recv(self, buf, source, tag, status)
 
     def Sendrecv(self, sendbuf, dest, sendtag=0, recvbuf=None, source=_ANY_SOURCE, recvtag=_ANY_TAG,
                  status=None):
-        if is_device(sendbuf) or is_device(recvbuf):
-            return _mirror.run(self, 'Sendrecv', lambda s, r: MPI.Intracomm.Sendrecv(
-                self, s, dest, sendtag, r, source, recvtag, status), [(sendbuf, IN), (recvbuf, OUT)])
+        if is_device(sendbuf) or is_device(recvbuf) or self._receives_specially(recvbuf):
+            return _p2p.sendrecv(self, sendbuf, dest, sendtag, recvbuf, source, recvtag, status)
         return MPI.Intracomm.Sendrecv(self, sendbuf, dest, sendtag, recvbuf, source, recvtag, status)
+
+    def Probe(self, source=_ANY_SOURCE, tag=_ANY_TAG, status=None):
+        st = self.__dict__.get('_mg_state')
+        if st is not None and st.shadow is not None:
+            return _p2p.probe(self, source, tag, status, True)
+        return MPI.Intracomm.Probe(self, source, tag, status)
+
+    def Iprobe(self, source=_ANY_SOURCE, tag=_ANY_TAG, status=None):
+        st = self.__dict__.get('_mg_state')
+        if st is not None and st.shadow is not None:
+            return _p2p.probe(self, source, tag, status, False)
+        return MPI.Intracomm.Iprobe(self, source, tag, status)
 
     def Sendrecv_replace(self, buf, dest, sendtag=0, source=_ANY_SOURCE, recvtag=_ANY_TAG, status=None):
         if is_device(buf):

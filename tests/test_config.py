@@ -5,16 +5,18 @@ from mpigpu import _config
 
 
 def test_defaults(monkeypatch):
-    for k in ('MPIGPU_ALGO', 'MPIGPU_CHUNK_BYTES', 'MPIGPU_TIMEOUT_S', 'MPIGPU_MPI_CUDA_AWARE'):
+    for k in ('MPIGPU_ALGO', 'MPIGPU_CHUNK_BYTES', 'MPIGPU_TIMEOUT_S', 'MPIGPU_MPI_CUDA_AWARE', 'MPIGPU_P2P_IPC_BYTES'):
         monkeypatch.delenv(k, raising=False)
     c = _config.Config()
     assert c.algo == 'auto' and c.chunk_bytes == 32768 and c.nslots == 8 and c.max_channels == 128 and c.timeout_s == 600.0 and c.mpi_cuda_aware == 'auto'
+    assert c.p2p_ipc_bytes == 65536
 
 
 @pytest.mark.parametrize('name,value,match', [
     ('MPIGPU_ALGO', 'fastest', 'MPIGPU_ALGO'), ('MPIGPU_CHUNK_BYTES', '12x', 'MPIGPU_CHUNK_BYTES'),
     ('MPIGPU_NSLOTS', '1', 'MPIGPU_NSLOTS'), ('MPIGPU_TIMEOUT_S', '-1', 'MPIGPU_TIMEOUT_S'),
     ('MPIGPU_MPI_CUDA_AWARE', 'maybe', 'MPIGPU_MPI_CUDA_AWARE'), ('MPIGPU_NCHANNELS', '500', 'MPIGPU_NCHANNELS'),
+    ('MPIGPU_P2P_IPC_BYTES', '64', 'MPIGPU_P2P_IPC_BYTES'),
 ])
 def test_bad_values_name_the_variable(monkeypatch, name, value, match):
     monkeypatch.setenv(name, value)

@@ -1,8 +1,9 @@
 # CUDA layer of the hot path: runtime calls, pinned host buffers, and device teams (the workspace
-# shared over CUDA IPC plus the collective launch). Only the plain C ABI of cuda/mpigpu_cuda.h is
-# used here; nothing in this module calls MPI.
+# shared over CUDA IPC plus the collective launch), and generalized requests for GPU work. Only the
+# plain C ABI of cuda/mpigpu_cuda.h is used here; MPI is reached only by the request completion in
+# cuda/completion.cu, through function pointers that mpigpu._requests resolves.
 from cpython.buffer cimport PyBUF_WRITABLE, PyBUF_FORMAT, PyBUF_ND
-from libc.stdint cimport uintptr_t
+from libc.stdint cimport intptr_t, uint64_t, uintptr_t
 from libc.string cimport memcpy
 
 cdef extern from "mpigpu_cuda.h" nogil:
@@ -56,6 +57,24 @@ cdef extern from "mpigpu_cuda.h" nogil:
     int mg_supports(int dtype, int op)
     int mg_select(const mg_team *team, mg_call *call)
     int mg_collective(mg_team *team, const mg_call *call, uintptr_t stream, int async_)
+
+    int mg_ipc_describe(uintptr_t ptr, uintptr_t *base, size_t *size, uint64_t *buffer_id, int *ipc_capable)
+    int mg_ipc_export(uintptr_t base, void *handle)
+    int mg_ipc_open(const void *handle, uintptr_t *base)
+    int mg_ipc_close(uintptr_t base)
+
+    ctypedef struct mg_mpi_api:
+        void *grequest_start
+        void *grequest_complete
+        void *status_set_elements
+        void *status_set_cancelled
+        intptr_t byte_type
+        int status_source_offset, status_tag_offset, any_source, any_tag, err_other, request_bytes
+    int mg_completion_init(const mg_mpi_api *api)
+    int mg_completion_start(uintptr_t stream, int device, void *request, int watch, uint64_t *ticket)
+    int mg_completion_wait(uint64_t ticket)
+    int mg_completion_test(uint64_t ticket, int *done)
+    void mg_completion_shutdown()
 
 MAX_RANKS = MG_MAX_RANKS
 MAX_CHANNELS = MG_MAX_CHANNELS
@@ -319,6 +338,96 @@ cdef class Team:
             with nogil:
                 e = mg_stream_sync(stream)
             check(e, 'collective (kernel failed or a peer timed out)')
+
+    cpdef uint64_t run_request(self, int coll, int algo, int dtype, int op, uintptr_t send, uintptr_t recv,
+                               size_t count, int root, int nchannels, uintptr_t stream, uintptr_t request,
+                               bint watch) except? 0:
+        """Enqueues one collective on `stream` and starts the generalized request that completes
+        after it (writing the handle at address `request`); returns the request's ticket."""
+        self.run(coll, algo, dtype, op, send, recv, count, root, nchannels, stream, False)
+        return request_start(stream, self.device, request, watch)
+
+
+# ---- user buffers over CUDA IPC (cuda/ipc_buffers.cu) --------------------------------------------
+cpdef tuple ipc_describe(uintptr_t ptr):
+    """(base, size, buffer id, exportable) of the allocation holding device pointer `ptr`."""
+    cdef uintptr_t base = 0
+    cdef size_t size = 0
+    cdef uint64_t ident = 0
+    cdef int capable = 0
+    check(mg_ipc_describe(ptr, &base, &size, &ident, &capable), 'cuPointerGetAttributes')
+    return base, size, ident, bool(capable)
+
+
+def ipc_export(uintptr_t base):
+    """The IPC handle (bytes) of the allocation at `base`."""
+    cdef char h[MG_IPC_HANDLE_BYTES]
+    check(mg_ipc_export(base, h), 'cudaIpcGetMemHandle')
+    return h[:MG_IPC_HANDLE_BYTES]
+
+
+def ipc_open(bytes handle):
+    """Maps a peer's allocation on the current device; returns its base address here."""
+    cdef uintptr_t base = 0
+    if len(handle) != MG_IPC_HANDLE_BYTES:
+        raise ValueError('IPC handle must be %d bytes' % MG_IPC_HANDLE_BYTES)
+    check(mg_ipc_open(<const char *>handle, &base), 'cudaIpcOpenMemHandle')
+    return base
+
+
+def ipc_close(uintptr_t base):
+    check(mg_ipc_close(base), 'cudaIpcCloseMemHandle')
+
+
+# ---- generalized requests for GPU work (cuda/completion.cu) --------------------------------------
+def request_init(uintptr_t grequest_start, uintptr_t grequest_complete, uintptr_t status_set_elements,
+                 uintptr_t status_set_cancelled, intptr_t byte_type, int status_source_offset,
+                 int status_tag_offset, int any_source, int any_tag, int err_other, int request_bytes):
+    """Hands the MPI functions and ABI facts to the completion layer (once per process)."""
+    cdef mg_mpi_api api
+    if request_bytes not in (4, 8):
+        raise ValueError('MPI_Request of %d bytes' % request_bytes)
+    api.grequest_start = <void *>grequest_start
+    api.grequest_complete = <void *>grequest_complete
+    api.status_set_elements = <void *>status_set_elements
+    api.status_set_cancelled = <void *>status_set_cancelled
+    api.byte_type = byte_type
+    api.status_source_offset = status_source_offset
+    api.status_tag_offset = status_tag_offset
+    api.any_source = any_source
+    api.any_tag = any_tag
+    api.err_other = err_other
+    api.request_bytes = request_bytes
+    check(mg_completion_init(&api), 'request_init')
+
+
+cpdef uint64_t request_start(uintptr_t stream, int device, uintptr_t request, bint watch) except? 0:
+    """Starts a generalized request completed when the work on `stream` so far is done (device
+    current); writes its MPI handle at address `request`; returns the ticket for wait/test."""
+    cdef uint64_t ticket = 0
+    check(mg_completion_start(stream, device, <void *>request, watch, &ticket), 'MPI_Grequest_start')
+    return ticket
+
+
+cpdef request_wait(uint64_t ticket):
+    """Blocks (GIL released) until the ticket's GPU work is done and its request completed."""
+    cdef int e
+    with nogil:
+        e = mg_completion_wait(ticket)
+    check(e, 'GPU work of a request (kernel failed or a peer timed out)')
+
+
+cpdef bint request_test(uint64_t ticket) except -1:
+    """True when the ticket's GPU work is done (its request is then complete)."""
+    cdef int done = 0
+    check(mg_completion_test(ticket, &done), 'GPU work of a request (kernel failed or a peer timed out)')
+    return done
+
+
+def request_shutdown():
+    """Stops the completion watcher thread (before MPI is finalized)."""
+    with nogil:
+        mg_completion_shutdown()
 
 
 # ---- fast path -----------------------------------------------------------------------------------

@@ -60,6 +60,9 @@ def main(argv=None):
         if ok:
             cupy.cuda.Device(rank % cupy.cuda.runtime.getDeviceCount()).use()
             xp, mem = cupy, 'device'
+            # A first GPU collective sets up the device team (collectively); point-to-point goes GPU
+            # to GPU only on a communicator whose team is up.
+            comm.Allreduce(cupy.zeros(1, cupy.float32), cupy.zeros(1, cupy.float32))
         elif mem == 'device':
             if rank == 0:
                 print(f'mpigpu-perf: --mem device: {why}', file=sys.stderr)

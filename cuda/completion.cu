@@ -1,0 +1,288 @@
+// completion.cu: MPI generalized requests for GPU work, completed in C.
+//
+// A non-blocking or persistent GPU collective hands the user an MPI generalized request that must be
+// completed (MPI_Grequest_complete) once the CUDA event recorded after its kernel has passed. Two
+// parties may do it: the owner's Wait/Test on the calling thread, or a watcher thread for programs
+// that only wait through MPI itself (MPI_Waitall over a mixed list sees nothing but the handle).
+// Both run here without the Python interpreter, so neither waits for the other's lock or the GIL;
+// a compare-and-swap on the slot's state word decides who completes.
+//
+// MPI is reached only through function pointers the Cython layer resolves in the MPI library that
+// mpi4py loaded: no MPI header at build time, and any ABI (handles travel as intptr_t, which both
+// int handles (MPICH) and pointer handles (Open MPI) fit; MPI_Status fields by measured offsets).
+// None of this runs on a blocking collective's path.
+#include <cuda_runtime.h>
+#include <pthread.h>
+#include <string.h>
+#include <time.h>
+
+#include <atomic>
+
+#include "mpigpu_cuda.h"
+
+namespace {
+
+typedef int (*query_fn_t)(void *, void *);
+typedef int (*free_fn_t)(void *);
+typedef int (*cancel_fn_t)(void *, int);
+typedef int (*grequest_start_t)(query_fn_t, free_fn_t, cancel_fn_t, void *, void *);
+typedef int (*grequest_complete_t)(intptr_t);
+typedef int (*status_set_elements_t)(void *, intptr_t, int);
+typedef int (*status_set_cancelled_t)(void *, int);
+
+constexpr int kMaxDevices = 16;
+constexpr uint64_t kPending = 1, kComplete = 2;  // low two bits of a slot's word; FREE is 0
+
+// One outstanding request. `word` = generation << 2 | state; the generation changes each time the
+// slot is recycled, so a stale ticket (or the watcher's stale view) never completes a newer request.
+struct Slot {
+  std::atomic<uint64_t> word{0};
+  cudaEvent_t event[kMaxDevices] = {};  // created on first use per device, kept: no per-call creation
+  int device = 0;
+  intptr_t request = 0;
+  int error = 0;           // MPI error code reported by the query function (0: success)
+  bool completed = false;  // MPI_Grequest_complete has returned          (under g_mutex)
+  bool freed = false;      // MPI has called the free function            (under g_mutex)
+  int next_free = -1;
+};
+
+Slot g_slots[MG_COMPLETION_SLOTS];
+mg_mpi_api g_api;
+bool g_ready = false;
+pthread_mutex_t g_mutex = PTHREAD_MUTEX_INITIALIZER;
+pthread_cond_t g_cond = PTHREAD_COND_INITIALIZER;
+int g_free = -1;  // head of the free list
+int g_pending[MG_COMPLETION_SLOTS];
+uint64_t g_pending_gen[MG_COMPLETION_SLOTS];
+// The watcher's own list: what it still polls (at most all slots) plus what was handed over since.
+int g_local[2 * MG_COMPLETION_SLOTS];
+uint64_t g_local_gen[2 * MG_COMPLETION_SLOTS];
+int g_npending = 0;  // handed to the watcher, not yet taken by it
+bool g_watcher_running = false, g_stop = false;
+pthread_t g_watcher;
+
+uint64_t ticket_of(int idx, uint64_t gen) { return gen * MG_COMPLETION_SLOTS + (uint64_t)idx; }
+int index_of(uint64_t ticket) { return (int)(ticket % MG_COMPLETION_SLOTS); }
+uint64_t gen_of(uint64_t ticket) { return ticket / MG_COMPLETION_SLOTS; }
+
+void release_locked(int idx) {  // both completed and freed: back to the free list, next generation
+  Slot &s = g_slots[idx];
+  uint64_t gen = s.word.load() >> 2;
+  s.word.store((gen + 1) << 2);
+  s.next_free = g_free;
+  g_free = idx;
+}
+
+int query_cb(void *extra, void *status) {
+  Slot &s = g_slots[(intptr_t)extra];
+  // MPI's empty status: the source and tag of a collective mean nothing.
+  memcpy((char *)status + g_api.status_source_offset, &g_api.any_source, sizeof(int));
+  memcpy((char *)status + g_api.status_tag_offset, &g_api.any_tag, sizeof(int));
+  ((status_set_elements_t)g_api.status_set_elements)(status, g_api.byte_type, 0);
+  ((status_set_cancelled_t)g_api.status_set_cancelled)(status, 0);
+  return s.error;
+}
+
+int free_cb(void *extra) {
+  int idx = (int)(intptr_t)extra;
+  pthread_mutex_lock(&g_mutex);
+  g_slots[idx].freed = true;
+  if (g_slots[idx].completed) release_locked(idx);
+  pthread_mutex_unlock(&g_mutex);
+  return 0;
+}
+
+int cancel_cb(void *, int) { return 0; }  // GPU work cannot be cancelled; MPI reports it not cancelled
+
+// Completes the request if this caller wins the slot (state PENDING of generation gen).
+// cuda_error: the event's outcome (0: the work finished).
+bool claim_and_complete(int idx, uint64_t gen, int cuda_error) {
+  Slot &s = g_slots[idx];
+  uint64_t expect = gen << 2 | kPending;
+  intptr_t request = s.request;  // read before the claim: once completed the slot may be recycled
+  if (!s.word.compare_exchange_strong(expect, gen << 2 | kComplete)) return false;
+  s.error = cuda_error ? g_api.err_other : 0;
+  ((grequest_complete_t)g_api.grequest_complete)(request);
+  pthread_mutex_lock(&g_mutex);
+  s.completed = true;
+  if (s.freed) release_locked(idx);
+  pthread_mutex_unlock(&g_mutex);
+  return true;
+}
+
+// Polls every watched request's event; completes those whose work is done. Never blocks on one
+// event: a request that cannot finish until its owner makes progress elsewhere (a collective whose
+// peers wait for this rank's other request) must not hold back the others.
+void *watch_loop(void *) {
+  int *local = g_local;
+  uint64_t *local_gen = g_local_gen;
+  int n = 0, current_device = -1, idle_rounds = 0;
+  for (;;) {
+    pthread_mutex_lock(&g_mutex);
+    while (n == 0 && g_npending == 0 && !g_stop) pthread_cond_wait(&g_cond, &g_mutex);
+    if (g_stop) {
+      pthread_mutex_unlock(&g_mutex);
+      return nullptr;
+    }
+    for (int i = 0; i < g_npending; ++i) {
+      local[n] = g_pending[i];
+      local_gen[n++] = g_pending_gen[i];
+    }
+    g_npending = 0;
+    pthread_mutex_unlock(&g_mutex);
+
+    int kept = 0;
+    bool progress = false;
+    for (int i = 0; i < n; ++i) {
+      Slot &s = g_slots[local[i]];
+      if (s.word.load() != (local_gen[i] << 2 | kPending)) continue;  // its owner completed it
+      if (s.device != current_device) {
+        cudaSetDevice(s.device);
+        current_device = s.device;
+      }
+      cudaError_t e = cudaEventQuery(s.event[s.device]);
+      if (e == cudaErrorNotReady) {
+        local[kept] = local[i];
+        local_gen[kept++] = local_gen[i];
+        continue;
+      }
+      if (e != cudaSuccess) cudaGetLastError();
+      claim_and_complete(local[i], local_gen[i], (int)e);
+      progress = true;
+    }
+    n = kept;
+    // Spin briefly after progress (a burst of requests completes together), then poll every 20 us.
+    idle_rounds = progress ? 0 : idle_rounds + 1;
+    if (n && idle_rounds > 64) {
+      struct timespec ts = {0, 20000};
+      nanosleep(&ts, nullptr);
+    }
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+int mg_completion_init(const mg_mpi_api *api) {
+  pthread_mutex_lock(&g_mutex);
+  if (!g_ready) {
+    g_api = *api;
+    for (int i = MG_COMPLETION_SLOTS - 1; i >= 0; --i) {
+      g_slots[i].word.store((uint64_t)1 << 2);  // generation 1: no ticket is 0
+      g_slots[i].next_free = g_free;
+      g_free = i;
+    }
+    g_ready = true;
+  }
+  pthread_mutex_unlock(&g_mutex);
+  return 0;
+}
+
+int mg_completion_start(uintptr_t stream, int device, void *request, int watch, uint64_t *ticket) {
+  *ticket = 0;
+  if (!g_ready) return MG_ERR_ARG;
+  if (device < 0 || device >= kMaxDevices) return MG_ERR_ARG;
+  pthread_mutex_lock(&g_mutex);
+  int idx = g_free;
+  if (idx >= 0) g_free = g_slots[idx].next_free;
+  pthread_mutex_unlock(&g_mutex);
+  if (idx < 0) return MG_ERR_BUSY;
+  Slot &s = g_slots[idx];
+  auto give_back = [&](int err) {
+    pthread_mutex_lock(&g_mutex);
+    s.next_free = g_free;
+    g_free = idx;
+    pthread_mutex_unlock(&g_mutex);
+    return err;
+  };
+  if (!s.event[device]) {  // the caller has `device` current
+    cudaError_t e = cudaEventCreateWithFlags(&s.event[device], cudaEventDisableTiming);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      s.event[device] = nullptr;
+      return give_back((int)e);
+    }
+  }
+  cudaError_t e = cudaEventRecord(s.event[device], (cudaStream_t)stream);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return give_back((int)e);
+  }
+  uint64_t gen = s.word.load() >> 2;
+  s.device = device;
+  s.error = 0;
+  s.completed = s.freed = false;
+  union {
+    intptr_t p;
+    int32_t i;
+    char raw[16];
+  } handle;
+  memset(&handle, 0, sizeof handle);
+  s.word.store(gen << 2 | kPending);
+  int err = ((grequest_start_t)g_api.grequest_start)(query_cb, free_cb, cancel_cb, (void *)(intptr_t)idx,
+                                                      &handle);
+  if (err) {
+    s.word.store(gen << 2);
+    return give_back(MG_ERR_MPI);
+  }
+  s.request = g_api.request_bytes == 4 ? (intptr_t)handle.i : handle.p;
+  memcpy(request, &handle, (size_t)g_api.request_bytes);
+  *ticket = ticket_of(idx, gen);
+  if (watch) {
+    pthread_mutex_lock(&g_mutex);
+    g_pending[g_npending] = idx;
+    g_pending_gen[g_npending++] = gen;
+    int rc = 0;
+    if (!g_watcher_running) {
+      g_stop = false;
+      rc = pthread_create(&g_watcher, nullptr, watch_loop, nullptr);
+      g_watcher_running = rc == 0;
+    }
+    pthread_cond_signal(&g_cond);
+    pthread_mutex_unlock(&g_mutex);
+    if (rc) return MG_ERR_THREAD;  // the request stays valid; the owner's Wait completes it
+  }
+  return 0;
+}
+
+int mg_completion_wait(uint64_t ticket) {
+  int idx = index_of(ticket);
+  uint64_t gen = gen_of(ticket);
+  Slot &s = g_slots[idx];
+  if (s.word.load() != (gen << 2 | kPending)) return 0;  // completed already (possibly recycled)
+  cudaError_t e = cudaEventSynchronize(s.event[s.device]);
+  if (e != cudaSuccess) cudaGetLastError();
+  claim_and_complete(idx, gen, (int)e);
+  return (int)e;
+}
+
+int mg_completion_test(uint64_t ticket, int *done) {
+  int idx = index_of(ticket);
+  uint64_t gen = gen_of(ticket);
+  Slot &s = g_slots[idx];
+  *done = 1;
+  if (s.word.load() != (gen << 2 | kPending)) return 0;
+  cudaError_t e = cudaEventQuery(s.event[s.device]);
+  if (e == cudaErrorNotReady) {
+    *done = 0;
+    return 0;
+  }
+  if (e != cudaSuccess) cudaGetLastError();
+  claim_and_complete(idx, gen, (int)e);
+  return (int)e;
+}
+
+void mg_completion_shutdown(void) {
+  pthread_mutex_lock(&g_mutex);
+  bool running = g_watcher_running;
+  g_stop = true;
+  pthread_cond_signal(&g_cond);
+  pthread_mutex_unlock(&g_mutex);
+  if (running) pthread_join(g_watcher, nullptr);
+  pthread_mutex_lock(&g_mutex);
+  g_watcher_running = false;
+  pthread_mutex_unlock(&g_mutex);
+}
+
+}  // extern "C"

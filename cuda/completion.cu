@@ -231,6 +231,15 @@ int mg_completion_start(uintptr_t stream, int device, void *request, int watch, 
   *ticket = ticket_of(idx, gen);
   if (watch) {
     pthread_mutex_lock(&g_mutex);
+    if (g_npending == MG_COMPLETION_SLOTS) {  // the watcher fell behind: drop what is already complete
+      int kept = 0;
+      for (int i = 0; i < g_npending; ++i)
+        if (g_slots[g_pending[i]].word.load() == (g_pending_gen[i] << 2 | kPending)) {
+          g_pending[kept] = g_pending[i];
+          g_pending_gen[kept++] = g_pending_gen[i];
+        }
+      g_npending = kept;  // < MG_COMPLETION_SLOTS: this slot is pending and not yet listed
+    }
     g_pending[g_npending] = idx;
     g_pending_gen[g_npending++] = gen;
     int rc = 0;
@@ -241,7 +250,7 @@ int mg_completion_start(uintptr_t stream, int device, void *request, int watch, 
     }
     pthread_cond_signal(&g_cond);
     pthread_mutex_unlock(&g_mutex);
-    if (rc) return MG_ERR_THREAD;  // the request stays valid; the owner's Wait completes it
+    (void)rc;  // without a watcher the request stays valid: the owner's Wait or Test completes it
   }
   return 0;
 }

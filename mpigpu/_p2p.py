@@ -222,6 +222,10 @@ def _post_recv_staged(st, comm, name, value, source, tag):
 
     def copy_back():
         try:
+            n = work.inner_status.Get_count(MPI.BYTE)
+            fields = _p2p_ipc.parse(pinned, n) if _p2p_ipc.usable(st) else None
+            if fields is not None:
+                _p2p_ipc.refuse(st, name, fields, work.inner_status.Get_source())
             if dbuf.nbytes:
                 dm = _engine._device
                 stream = _stream_of(dbuf, dev)
@@ -229,7 +233,8 @@ def _post_recv_staged(st, comm, name, value, source, tag):
                                                    dm.stream_sync(stream)))
         finally:
             _give(pinned)
-    return _requests.Work(dev, inner=inner, on_done=copy_back, receive=True)
+    work = _requests.Work(dev, inner=inner, on_done=copy_back, receive=True)
+    return work
 
 
 def host_checked(st, value):
@@ -317,12 +322,23 @@ def sendrecv(comm, sendbuf, dest, sendtag, recvbuf, source, recvtag, status):
 
     def go():
         rwork = _post_recv(st, comm, 'Sendrecv', recvbuf, source, recvtag)
-        if sendbuf is not None and is_device(sendbuf):
-            swork = _post_send(st, comm, 'Sendrecv', MPI.Intracomm.Isend, sendbuf, dest, sendtag)
-        else:
-            swork = _requests.Work(None, inner=MPI.Intracomm.Isend(comm, sendbuf, dest, sendtag))
-        _finish_now(rwork)
-        _finish_now(swork)
+        try:
+            if sendbuf is not None and is_device(sendbuf):
+                swork = _post_send(st, comm, 'Sendrecv', MPI.Intracomm.Isend, sendbuf, dest, sendtag)
+            else:
+                swork = _requests.Work(None, inner=MPI.Intracomm.Isend(comm, sendbuf, dest, sendtag))
+        except BaseException:
+            if rwork.inner is not None:  # take the posted receive back before raising
+                rwork.inner.Cancel()
+            rwork.on_done = None
+            rwork.finish(True)
+            raise
+        try:
+            _finish_now(rwork)
+        finally:
+            swork.finish(True)  # the send completes even when the receive failed (truncation)
+        if swork.exc is not None:
+            raise swork.exc
         if status is not None:
             rwork.query(status)
     return _guarded(st, 'Sendrecv', go)

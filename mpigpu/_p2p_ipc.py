@@ -19,12 +19,13 @@ at least 128 bytes on such a communicator therefore checks for a header: device 
 host receives when the buffer is a whole buffer of at least MPIGPU_P2P_IPC_BYTES.
 """
 import struct
+import threading
 from collections import OrderedDict
 
 import numpy as np
 from mpi4py import MPI
 
-from . import _engine
+from . import _engine, _requests
 from ._config import config
 from .errors import Error
 
@@ -41,9 +42,14 @@ _mapped = OrderedDict()   # (device, sender world rank, allocation id) -> (base 
 _mapped_base = {}         # (device, sender world rank, sender's base) -> key in _mapped
 
 
+_lock = threading.Lock()  # the mapping cache, from the calling thread and the request agent
+
+
 def usable(st):
-    """True when senders on this communicator may use the protocol (and receivers must expect it)."""
-    return st.team is not None and st.shadow is not None
+    """True when senders on this communicator may use the protocol (and receivers must expect it).
+    It needs the request agent (MPI_THREAD_MULTIPLE): a non-blocking receive must be able to answer
+    a header while its owner waits for something else."""
+    return st.team is not None and st.shadow is not None and _requests._agent.enabled()
 
 
 def header_for(st, buf, dev, dest):
@@ -127,9 +133,10 @@ def receive(st, name, fields, source, dst, capacity, stream):
                         f'of {capacity} bytes', arg='buf', rank=st.rank, error_class=MPI.ERR_TRUNCATE)
 
         def copy():
-            base = _map(st.device, world_rank, ident, sender_base, handle)
-            dm.memcpy_async(dst, base + offset, nbytes, stream)
-            dm.stream_sync(stream)
+            with _lock:  # no other thread unmaps this allocation while it is read
+                base = _map(st.device, world_rank, ident, sender_base, handle)
+                dm.memcpy_async(dst, base + offset, nbytes, stream)
+                dm.stream_sync(stream)
         try:
             _engine._with_device(st.device, copy)
         except dm.DeviceError as exc:
@@ -140,6 +147,14 @@ def receive(st, name, fields, source, dst, capacity, stream):
     finally:
         st.shadow.Send([np.array([code], np.int32), MPI.INT], source, reply)
     return nbytes
+
+
+def refuse(st, name, fields, source):
+    """A header arrived at a receive that cannot take it (a buffer specification): both sides raise."""
+    st.shadow.Send([np.array([_FAILED], np.int32), MPI.INT], source, fields[2])
+    raise Error(name, f'rank {source} sent a device array of {fields[3]} bytes GPU to GPU; receive it into a '
+                'whole array, not a buffer specification (or set MPIGPU_P2P_IPC_BYTES higher)', arg='buf',
+                rank=st.rank, error_class=MPI.ERR_BUFFER)
 
 
 def check_reply(st, name, dest, code):

@@ -220,9 +220,12 @@ def start(work, cls=Request):
     return req
 
 
-def completed():
-    """A request that is already complete (the work ran before the call returned)."""
-    w = Work(None)
+def completed(status=None):
+    """A request that is already complete (the work ran before the call returned); `status`: the
+    receive's status it reports (MPI's empty status without one)."""
+    w = Work(None, receive=status is not None)
+    if status is not None:
+        w.source, w.tag, w.received = status.Get_source(), status.Get_tag(), status.Get_count(MPI.BYTE)
     greq = MPI.Grequest.Start(w.query, _noop, _noop)
     w.greq = greq
     w.done = True

@@ -363,24 +363,31 @@ class Intracomm(MPI.Intracomm):
         return _engine.engine_status(self)
 
 
-# The other non-blocking collectives on device buffers run their blocking form (through host mirrors)
-# and return a completed request: MPI's results, without overlap. A program whose ranks rely on one
-# of these not blocking (starting it, then sending what a peer needs to start it) would wait forever.
+# The other non-blocking collectives and Isendrecv(_replace) on device buffers run their blocking
+# form and return a completed request (with the receive's status for Isendrecv): MPI's results,
+# without overlap. A program whose ranks rely on one of these not blocking (starting it, then sending
+# what a peer needs to start it) would wait forever.
 _BLOCKING_FORM = {
     'Iallgatherv': 'Allgatherv', 'Igather': 'Gather', 'Igatherv': 'Gatherv', 'Iscatter': 'Scatter',
     'Iscatterv': 'Scatterv', 'Ialltoall': 'Alltoall', 'Ialltoallv': 'Alltoallv', 'Iscan': 'Scan',
-    'Iexscan': 'Exscan', 'Ireduce_scatter': 'Reduce_scatter',
+    'Iexscan': 'Exscan', 'Ireduce_scatter': 'Reduce_scatter', 'Isendrecv': 'Sendrecv',
+    'Isendrecv_replace': 'Sendrecv_replace',
 }
 
 
 def _completing(name, blocking):
     base = getattr(MPI.Intracomm, name)
+    receives = name.startswith('Isendrecv')
 
     def method(self, *args, **kwargs):
         values = list(args) + list(kwargs.values())
-        if any(v is not None and v is not MPI.IN_PLACE and is_device(v) for v in values[:2]):
-            getattr(self, blocking)(*args, **kwargs)
-            return _requests.completed()
+        if any(v is not None and v is not MPI.IN_PLACE and is_device(v) for v in values):
+            if not receives:
+                getattr(self, blocking)(*args, **kwargs)
+                return _requests.completed()
+            status = MPI.Status()
+            getattr(self, blocking)(*args, status=status, **kwargs)
+            return _requests.completed(status)
         return base(self, *args, **kwargs)
     method.__name__ = method.__qualname__ = name
     method.__doc__ = base.__doc__
@@ -396,7 +403,7 @@ for _name, _blocking in _BLOCKING_FORM.items():
 # forms of the mirrored collectives): with a device buffer and an MPI that is not CUDA-aware they
 # raise instead of passing a device pointer to MPI, which would crash the process.
 _UNSUPPORTED = (
-    'Isendrecv', 'Isendrecv_replace', 'Send_init', 'Ssend_init', 'Rsend_init', 'Bsend_init', 'Recv_init',
+    'Send_init', 'Ssend_init', 'Rsend_init', 'Bsend_init', 'Recv_init',
     'Psend_init', 'Precv_init', 'Alltoallw', 'Ialltoallw', 'Reduce_scatter_init', 'Allgatherv_init',
     'Gather_init', 'Gatherv_init', 'Scatter_init', 'Scatterv_init', 'Alltoall_init', 'Alltoallv_init',
     'Alltoallw_init', 'Scan_init', 'Exscan_init',

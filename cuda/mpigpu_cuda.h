@@ -73,7 +73,6 @@ int mg_event_create(uintptr_t *event);            /* timing disabled */
 int mg_event_destroy(uintptr_t event);
 int mg_event_record(uintptr_t event, uintptr_t stream);
 int mg_event_sync(uintptr_t event);
-int mg_event_query(uintptr_t event, int *done);   /* done = 1 when the work before it has finished */
 int mg_stream_wait_event(uintptr_t stream, uintptr_t event);
 int mg_memcpy_async(uintptr_t dst, uintptr_t src, size_t bytes, uintptr_t stream);
 int mg_memset_async(uintptr_t dst, int value, size_t bytes, uintptr_t stream);

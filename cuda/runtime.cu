@@ -82,11 +82,6 @@ int mg_event_record(uintptr_t event, uintptr_t stream) {
   return rc(cudaEventRecord((cudaEvent_t)event, (cudaStream_t)stream));
 }
 int mg_event_sync(uintptr_t event) { return rc(cudaEventSynchronize((cudaEvent_t)event)); }
-int mg_event_query(uintptr_t event, int *done) {
-  cudaError_t e = cudaEventQuery((cudaEvent_t)event);
-  *done = e == cudaSuccess;
-  return e == cudaErrorNotReady ? 0 : rc(e);
-}
 int mg_stream_wait_event(uintptr_t stream, uintptr_t event) {
   return rc(cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)event, 0));
 }

@@ -346,11 +346,11 @@ def engine_runs(st, c):
         c.op_code >= 0 and _device.supports(c.dtype, c.op_code)))
 
 
-def _run(st, c, stream, host_call, leave_running=False, want_work=False):
+def _run(st, c, stream, host_call, leave_running=False, want_request=False):
     if engine_runs(st, c):
         st.team.run(c.coll, ALGO.get(config.algo, 0), c.dtype, c.op_code, c.send_ptr, c.recv_ptr, c.count,
                     c.root, config.nchannels, stream, not leave_running)
-        return _requests.gpu_request(st.device, stream) if want_work else None
+        return _requests.gpu_request(st.device, stream) if want_request else None
     # Staging and CUDA-aware MPI run through host MPI calls: they complete before returning, also
     # for stream= and non-blocking calls (ordered after `stream` like any call).
     if st.cuda_aware is None:
@@ -402,13 +402,9 @@ class Plan:
                         error_class=MPI.ERR_REQUEST)
         try:
             if self.args is not None and _requests.c_completion():
-                if _device.get_device() != self.device:
-                    return _with_device(self.device, self.start, req)
-                watch = _requests._agent.enabled()
-                ticket = st.team.run_request(*self.args, MPI._addressof(req), watch)
-                if not watch:  # nobody could complete it while the program waits through MPI
-                    _device.request_wait(ticket)
-                return ticket
+                run, args = st.team.run_request, self.args
+                return _with_device(self.device, _requests.start_gpu, req,
+                                    lambda addr, watch: run(*args, addr, watch))._ticket
             _with_device(self.device, _run, st, c, self.stream, self.host_call)  # staged: done on return
             _requests._set_handle(req, _requests.completed())
             return 0

@@ -29,6 +29,19 @@ def _split(value):
     return value, None
 
 
+def device_of(st, name, label, buf):
+    """The device holding DeviceBuffer `buf` (checked to be device memory), else the current one."""
+    _device = _engine._device
+    dev = buf.device
+    if buf.nbytes:
+        memtype, d = _device.pointer_info(buf.ptr)
+        if memtype not in (_device.MEM_DEVICE, _device.MEM_MANAGED):
+            raise Error(name, 'buffer claims to be on a CUDA device but its pointer is not device memory',
+                        arg=label, rank=st.rank, error_class=MPI.ERR_BUFFER)
+        dev = d
+    return dev if dev is not None and dev >= 0 else _device.get_device()
+
+
 def run(comm, name, fn, items, reduces=False):
     """items: (value, role) per buffer argument, in the order `fn` takes them."""
     st = comm.__dict__.get('_mg_state') or _engine._attach(comm)
@@ -41,7 +54,6 @@ def run(comm, name, fn, items, reduces=False):
 
 
 def _run(st, name, fn, items, reduces):
-    _device = _engine._device
     # Pinned mirrors are per thread: point-to-point calls of several threads may run at once.
     tag = threading.get_ident()
     hosts, backs, ordered = [], [], set()
@@ -52,18 +64,11 @@ def _run(st, name, fn, items, reduces):
         obj, rest = _split(value)
         label = ('sendbuf', 'recvbuf', 'buf')[min(i, 1)] if len(items) > 1 else 'buf'
         buf = read_whole(name, label, st.rank, obj, role != IN, _engine.consumer_stream)
-        dev = buf.device
         if reduces and buf.dtype in _REDUCING_16BIT:
             raise Error(name, 'host MPI cannot reduce 16-bit floats; only Allreduce, Reduce and '
                         'Reduce_scatter_block reduce them (on the device)', arg=label, rank=st.rank,
                         error_class=MPI.ERR_TYPE)
-        if buf.nbytes:
-            memtype, d = _device.pointer_info(buf.ptr)
-            if memtype not in (_device.MEM_DEVICE, _device.MEM_MANAGED):
-                raise Error(name, 'buffer claims to be on a CUDA device but its pointer is not device memory',
-                            arg=label, rank=st.rank, error_class=MPI.ERR_BUFFER)
-            dev = d
-        stager = st.stager_for(dev if dev is not None and dev >= 0 else _device.get_device())
+        stager = st.stager_for(device_of(st, name, label, buf))
         stream = _engine.consumer_stream(stager.device) if buf.stream_synced else max(buf.stream, 0)
         pinned, arr = stager.host(f'mirror{i}-{tag}', buf.nbytes)
 

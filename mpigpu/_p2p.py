@@ -21,7 +21,7 @@ from . import _engine, _mirror, _p2p_ipc, _requests
 from ._buffers import read_whole
 from ._config import config
 from ._ext._intake import is_device
-from ._mirror import IN, _split
+from ._mirror import IN, _split, device_of
 from ._staged import _NP
 from .errors import Error
 
@@ -47,28 +47,25 @@ def _state(comm):
     return comm.__dict__.get('_mg_state') or _engine._attach(comm)
 
 
-def _device_of(st, name, buf):
-    """The device holding a DeviceBuffer (checked to be device memory)."""
-    _device = _engine._device
-    dev = buf.device
-    if buf.nbytes:
-        memtype, d = _device.pointer_info(buf.ptr)
-        if memtype not in (_device.MEM_DEVICE, _device.MEM_MANAGED):
-            raise Error(name, 'buffer claims to be on a CUDA device but its pointer is not device memory',
-                        arg='buf', rank=st.rank, error_class=MPI.ERR_BUFFER)
-        dev = d
-    return dev if dev is not None and dev >= 0 else _device.get_device()
-
-
 def _stream_of(buf, dev):
     return _engine.consumer_stream(dev) if buf.stream_synced else max(buf.stream, 0)
+
+
+def _copy_sync(dev, dst, src, nbytes, stream):
+    """Copies nbytes on `stream` of device `dev` and waits for it."""
+    dm = _engine._device
+
+    def copy():
+        dm.memcpy_async(dst, src, nbytes, stream)
+        dm.stream_sync(stream)
+    _engine._with_device(dev, copy)
 
 
 def _stage(st, name, value, writable):
     """(device buffer, pinned copy, host view as mpi4py spec, device) with the device bytes copied in."""
     obj, rest = _split(value)
     buf = read_whole(name, 'buf', st.rank, obj, writable, _engine.consumer_stream)
-    dev = _device_of(st, name, buf)
+    dev = device_of(st, name, 'buf', buf)
     pinned = _take(buf.nbytes)
     if buf.nbytes:
         stager = st.stager_for(dev)
@@ -108,7 +105,7 @@ def _post_send(st, comm, name, base, value, dest, tag):
     obj, rest = _split(value)
     if rest is None and name in ('Send', 'Ssend', 'Isend', 'Issend', 'Sendrecv'):
         buf = read_whole(name, 'buf', st.rank, obj, False, _engine.consumer_stream)
-        dev = _device_of(st, name, buf)
+        dev = device_of(st, name, 'buf', buf)
         h = _p2p_ipc.header_for(st, buf, dev, dest)
         if h is not None:
             header, reply = h
@@ -157,8 +154,9 @@ def _kept_match(st, source, tag, remove=True):
     return None
 
 
-def _deliver(st, name, work, data, n, dst, capacity, stream, on_device):
-    """What arrived (n bytes in `data`: a header or the payload itself) goes to `dst`."""
+def _deliver(st, name, work, data, n, dst, capacity, stream, place):
+    """What arrived (n bytes in `data`: a header or the payload itself) goes to `dst`; `place(n)`
+    puts a payload there (None: MPI received it in place already)."""
     fields = _p2p_ipc.parse(data, n)
     if fields is not None:
         work.received = _p2p_ipc.receive(st, name, fields, work.source_of(), dst, capacity, stream)
@@ -166,13 +164,8 @@ def _deliver(st, name, work, data, n, dst, capacity, stream, on_device):
     if n > capacity:
         raise Error(name, f'message of {n} bytes truncated to the receive buffer of {capacity} bytes',
                     arg='buf', rank=st.rank, error_class=MPI.ERR_TRUNCATE)
-    if on_device and n:
-        dm = _engine._device
-
-        def copy():
-            dm.memcpy_async(dst, data.ptr, n, stream)  # data: the pinned buffer
-            dm.stream_sync(stream)
-        _engine._with_device(work.device, copy)
+    if place is not None and n:
+        place(n)
     work.received = n
 
 
@@ -183,7 +176,7 @@ def _address(data):
 def _post_recv_device(st, comm, name, obj, source, tag):
     """A receive into a whole device array: bytes (or a header) land in pinned memory first."""
     buf = read_whole(name, 'buf', st.rank, obj, True, _engine.consumer_stream)
-    dev = _device_of(st, name, buf)
+    dev = device_of(st, name, 'buf', buf)
     stream = _stream_of(buf, dev)
     cap = max(buf.nbytes, _p2p_ipc.HEADER_BYTES if _p2p_ipc.usable(st) else 0)
     pinned = _take(cap)
@@ -204,7 +197,8 @@ def _post_recv_device(st, comm, name, obj, source, tag):
     def arrived():
         try:
             n = len(kept[2]) if kept is not None else work.inner_status.Get_count(MPI.BYTE)
-            _deliver(st, name, work, pinned, n, buf.ptr, buf.nbytes, stream, True)
+            _deliver(st, name, work, pinned, n, buf.ptr, buf.nbytes, stream,
+                     lambda k: _copy_sync(dev, buf.ptr, pinned.ptr, k, stream))
         finally:
             _give(pinned)
     work.on_done = arrived
@@ -227,10 +221,7 @@ def _post_recv_staged(st, comm, name, value, source, tag):
             if fields is not None:
                 _p2p_ipc.refuse(st, name, fields, work.inner_status.Get_source())
             if dbuf.nbytes:
-                dm = _engine._device
-                stream = _stream_of(dbuf, dev)
-                _engine._with_device(dev, lambda: (dm.memcpy_async(dbuf.ptr, pinned.ptr, dbuf.nbytes, stream),
-                                                   dm.stream_sync(stream)))
+                _copy_sync(dev, dbuf.ptr, pinned.ptr, dbuf.nbytes, _stream_of(dbuf, dev))
         finally:
             _give(pinned)
     work = _requests.Work(dev, inner=inner, on_done=copy_back, receive=True)
@@ -256,7 +247,7 @@ def _post_recv_host(st, comm, name, value, source, tag):
     def arrived():
         n = work.inner_status.Get_count(MPI.BYTE)
         if n == _p2p_ipc.HEADER_BYTES:
-            _deliver(st, name, work, mv, n, _address(mv), mv.nbytes, _engine.consumer_stream(st.device), False)
+            _deliver(st, name, work, mv, n, _address(mv), mv.nbytes, _engine.consumer_stream(st.device), None)
     work.on_done = arrived
     return work
 
@@ -285,16 +276,8 @@ def _kept_host(st, name, value, kept):
     work.source, work.tag = src, tag
 
     def arrived():
-        fields = _p2p_ipc.parse(data, len(data))
-        if fields is not None:
-            _deliver(st, name, work, data, len(data), _address(mv), mv.nbytes, _engine.consumer_stream(st.device),
-                     False)
-        elif len(data) > mv.nbytes:
-            raise Error(name, f'message of {len(data)} bytes truncated to the receive buffer of {mv.nbytes} bytes',
-                        arg='buf', rank=st.rank, error_class=MPI.ERR_TRUNCATE)
-        else:
-            mv[:len(data)] = data
-            work.received = len(data)
+        _deliver(st, name, work, data, len(data), _address(mv), mv.nbytes, _engine.consumer_stream(st.device),
+                 lambda k: mv.__setitem__(slice(0, k), data[:k]))
     work.on_done = arrived
     return work
 

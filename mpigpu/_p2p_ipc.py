@@ -57,7 +57,7 @@ def header_for(st, buf, dev, dest):
     when this message takes the staged path."""
     global _world_rank
     if (not usable(st) or dev != st.device or buf.nbytes < config.p2p_ipc_bytes
-            or dest in (MPI.PROC_NULL,) or dest == st.rank):
+            or dest == MPI.PROC_NULL or dest == st.rank):
         return None
     dm = _engine._device
     base, _size, ident, exportable = dm.ipc_describe(buf.ptr)

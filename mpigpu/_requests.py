@@ -64,7 +64,7 @@ def c_completion():
     if _c_ready is None:
         _c_ready = False
         fns = _mpi_functions() if _engine._device is not None else None
-        src, tag = _status_offsets()
+        src, tag = _status_offsets() if fns is not None else (-1, -1)
         if fns is None or min(src, tag) < 0 or src % 4 or tag % 4:
             log.debug('GPU requests complete before they return: MPI functions or status layout not found')
         else:

@@ -30,7 +30,6 @@ cdef extern from "mpigpu_cuda.h" nogil:
     int mg_event_destroy(uintptr_t event)
     int mg_event_record(uintptr_t event, uintptr_t stream)
     int mg_event_sync(uintptr_t event)
-    int mg_event_query(uintptr_t event, int *done)
     int mg_stream_wait_event(uintptr_t stream, uintptr_t event)
     int mg_memcpy_async(uintptr_t dst, uintptr_t src, size_t bytes, uintptr_t stream)
     int mg_memset_async(uintptr_t dst, int value, size_t bytes, uintptr_t stream)
@@ -178,13 +177,6 @@ cpdef event_sync(uintptr_t ev):
     with nogil:
         e = mg_event_sync(ev)
     check(e, 'cudaEventSynchronize')
-
-
-cpdef bint event_query(uintptr_t ev) except -1:
-    """True when the work recorded before `ev` has finished."""
-    cdef int done = 0
-    check(mg_event_query(ev, &done), 'cudaEventQuery')
-    return done
 
 
 cpdef stream_wait_event(uintptr_t stream, uintptr_t ev):

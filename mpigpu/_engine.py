@@ -403,6 +403,8 @@ class Plan:
         try:
             if self.args is not None and _requests.c_completion():
                 run, args = st.team.run_request, self.args
+                if _device.get_device() == self.device and _requests._agent.enabled():
+                    return run(*args, MPI._addressof(req), True)  # the common case, one Cython call
                 return _with_device(self.device, _requests.start_gpu, req,
                                     lambda addr, watch: run(*args, addr, watch))._ticket
             _with_device(self.device, _run, st, c, self.stream, self.host_call)  # staged: done on return

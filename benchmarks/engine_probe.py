@@ -77,7 +77,7 @@ sizes = [1 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20]
 if LARGE:
     sizes = [16 << 20, 256 << 20]
 elif "--mid" in sys.argv:  # the 128 KB - 16 MB band of the engine issue's targets
-    sizes = [128 << 10, 512 << 10, 1 << 20, 4 << 20, 16 << 20]
+    sizes = [64 << 10, 128 << 10, 256 << 10, 512 << 10, 1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20]
 elif "--short" in sys.argv:
     sizes = [1 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 16 << 20, 256 << 20]
 chans = [32, 64, 96, 128] if LARGE else [8, 16, 32, 64, 96, 128] if "--mid" in sys.argv else [1, 8, 16, 32, 48, 64]
@@ -85,18 +85,30 @@ chans = [c for c in chans if c <= st.team.max_channels] if hasattr(st.team, 'max
 big = cp.ones((256 << 20) // 4 * n, cp.float32)
 out = cp.empty_like(big)
 factor = {'allreduce': 2 * (n - 1) / n, 'bcast': 1, 'rs': (n - 1) / n, 'allgather': (n - 1) / n}
+LL128_MAX = 2 << 20
 for coll, code in COLL.items():
     algos = (1, 2) if coll in ('allreduce', 'bcast') else (1,)
     if LARGE:
         algos = (2,) if coll in ('allreduce', 'bcast') else (1,)
     if coll != 'bcast':
-        algos = algos + (3,)
+        algos = algos + (3, 4)
+    if coll == 'allreduce':
+        algos = algos + (5,)
     if rank == 0:
-        print(f'# {coll}: busbw GB/s by channels ({", ".join(map(str, chans))}); algo 1=oneshot 2=twoshot 3=ll')
+        print(f'# {coll}: busbw GB/s by channels ({", ".join(map(str, chans))}); '
+              'algo 1=oneshot 2=twoshot 3=ll 4=ll128 5=ll128-twoshot; auto = what the cost model runs')
     for nb in sizes:
         count = nb // 4 // (n if coll in ('rs', 'allgather') else 1)
-        for algo in algos:
-            if algo == 3 and nb // (n if coll in ('rs', 'allgather') else 1) > 64 * 1024:
+        piece = nb // (n if coll in ('rs', 'allgather') else 1)
+        for algo in algos + (0,):
+            if algo == 3 and piece > 64 * 1024 or algo == 4 and piece > LL128_MAX or \
+                    algo == 5 and -(-piece // n) > LL128_MAX:
+                continue
+            if algo == 0:  # the cost model's choice, once
+                iters = max(3, min(50, int(2e8 / max(nb, 1))))
+                t = tm(lambda: st.team.run(code, 0, 11, 0, big.data.ptr, out.data.ptr, count, 0, 0, 0, True), iters)
+                if rank == 0:
+                    print(f'{nb:>11} auto : {nb / t / 1e3 * factor[coll]:7.1f}   = algo, ch {st.team.select(code, 11, count)}')
                 continue
             row = []
             for ch in chans:

@@ -121,6 +121,36 @@ static int launch_ll(mg_team *t, const mg_call *c, uintptr_t stream) {
   return (int)ce;
 }
 
+static int launch_ll128(mg_team *t, const mg_call *c, uintptr_t stream) {
+  const bool reduces = c->coll != MG_ALLGATHER;
+  mg::KernelChoice k = reduces ? mg::reduce_kernel(c->dtype, c->op) : mg::copy_kernel(c->dtype);
+  if (!k.ll128) return MG_ERR_UNSUPPORTED;
+  const size_t es = (size_t)k.elem_size, count = c->count * (size_t)k.mult, n = (size_t)t->cfg.nranks;
+  mg::LL128Args a;
+  for (int r = 0; r < t->cfg.nranks; ++r) a.ws[r] = t->ws[r];
+  a.send = (const char *)c->send;
+  a.recv = (char *)c->recv;
+  a.layout = t->layout;
+  a.rank = t->cfg.rank;
+  a.nranks = t->cfg.nranks;
+  a.timeout_ns = t->timeout_ns;
+  a.total_bytes = count * es;
+  a.block_bytes = count * es;
+  if (c->coll == MG_ALLREDUCE && c->algo == MG_ALGO_LL128_TWOSHOT) {
+    // Shards of whole 16-byte multiples, so every shard starts as aligned as the buffer.
+    a.mode = mg::kLL128AllreduceTwoShot;
+    a.block_bytes = round_up(ceil_div(count, n), 16 / es) * es;
+  } else {
+    a.mode = c->coll == MG_ALLREDUCE ? mg::kLL128Allreduce
+             : c->coll == MG_ALLGATHER ? mg::kLL128Allgather : mg::kLL128ReduceScatter;
+  }
+  void *args[] = {&a};
+  cudaError_t ce = cudaLaunchKernel((const void *)k.ll128, dim3(c->nchannels), dim3(mg::kThreads), args, 0,
+                                    (cudaStream_t)stream);
+  if (ce != cudaSuccess) cudaGetLastError();
+  return (int)ce;
+}
+
 static int launch(mg_team *t, const mg_call *call, uintptr_t stream) {
   if (t->cfg.nranks == 1) return single_rank(call, stream);
   for (int r = 0; r < t->cfg.nranks; ++r)
@@ -129,6 +159,7 @@ static int launch(mg_team *t, const mg_call *call, uintptr_t stream) {
   int e = mg_select(t, &c);
   if (e) return e;
   if (c.algo == MG_ALGO_LL) return launch_ll(t, &c, stream);
+  if (c.algo == MG_ALGO_LL128 || c.algo == MG_ALGO_LL128_TWOSHOT) return launch_ll128(t, &c, stream);
   DirectArgs a;
   mg::KernelFn fn = nullptr;
   e = plan(t, &c, &a, &fn);

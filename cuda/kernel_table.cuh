@@ -3,15 +3,19 @@
 #pragma once
 #include "direct_kernel.cuh"
 #include "ll_kernel.cuh"
+#include "ll128_kernel.cuh"
 
 namespace mg {
 
 using KernelFn = void (*)(DirectArgs);
 using LLKernelFn = void (*)(LLArgs);
+using LL128KernelFn = void (*)(LL128Args);
 
 struct KernelChoice {
   KernelFn fn;
   LLKernelFn ll;  // the same (type, op) in the low-latency protocol
+  LL128KernelFn ll128;  // in the 128-byte-line protocol; nullptr for 16-byte types (a line's flag
+                        // thread carries 8 bytes of data, which must hold whole elements)
   int elem_size;  // bytes of the storage type the kernel moves
   int mult;       // storage elements per user element
 };

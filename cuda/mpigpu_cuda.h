@@ -19,6 +19,7 @@ extern "C" {
 #define MG_MAX_CHANNELS 128 /* thread blocks (channels) one collective may use */
 #define MG_IPC_HANDLE_BYTES 64
 #define MG_LL_MAX_BYTES (64 * 1024)  /* largest per-peer piece of the low-latency protocol */
+#define MG_LL128_MAX_BYTES (2 * 1024 * 1024) /* largest per-peer piece of the 128-byte-line protocol */
 
 enum mg_dtype {
   MG_BOOL = 0, MG_INT8, MG_UINT8, MG_INT16, MG_UINT16, MG_INT32, MG_UINT32, MG_INT64, MG_UINT64,
@@ -37,6 +38,8 @@ enum mg_algo {
   MG_ALGO_ONESHOT,   /* every owner receives every contribution whole: one hop, (n-1)x bytes per rank */
   MG_ALGO_TWOSHOT,   /* shards: reduce-scatter by push, then push the reduced shards: 2 hops, 2(n-1)/n bytes */
   MG_ALGO_LL,        /* low-latency one-shot (data and flag in each 8 bytes): small symmetric calls */
+  MG_ALGO_LL128,     /* 128-byte lines (120 bytes of data and a flag): one-shot, medium symmetric calls */
+  MG_ALGO_LL128_TWOSHOT, /* Allreduce as reduce-scatter then all-gather, both in 128-byte lines */
   MG_NALGOS
 };
 

@@ -60,7 +60,16 @@ struct Layout {
   __host__ __device__ size_t ll_off(int parity, int src) const {
     return slots_end() + ((size_t)parity * nranks + src) * 2 * MG_LL_MAX_BYTES;
   }
-  __host__ __device__ size_t total_bytes() const { return ll_off(2, 0); }
+  // 128-byte-line region (ll128_kernel.cuh): per call parity, phase and source, one area of whole
+  // lines for a piece of up to MG_LL128_MAX_BYTES; 4 KiB aligned, so every line is 128-byte aligned.
+  __host__ __device__ static size_t ll128_area_bytes() {
+    return (MG_LL128_MAX_BYTES + 119) / 120 * 128;
+  }
+  __host__ __device__ size_t ll128_off(int parity, int phase, int src) const {
+    size_t base = (ll_off(2, 0) + 4095) / 4096 * 4096;
+    return base + (((size_t)parity * 2 + phase) * nranks + src) * ll128_area_bytes();
+  }
+  __host__ __device__ size_t total_bytes() const { return ll128_off(2, 0, 0); }
 };
 
 __device__ __forceinline__ uint64_t ld_acquire_sys(const uint64_t *p) {

@@ -2,6 +2,8 @@
 # shared over CUDA IPC plus the collective launch), and generalized requests for GPU work. Only the
 # plain C ABI of cuda/mpigpu_cuda.h is used here; MPI is reached only by the request completion in
 # cuda/completion.cu, through function pointers that mpigpu._requests resolves.
+import sys
+
 from cpython.buffer cimport PyBUF_WRITABLE, PyBUF_FORMAT, PyBUF_ND
 from libc.stdint cimport intptr_t, uint64_t, uintptr_t
 from libc.string cimport memcpy
@@ -80,7 +82,7 @@ MAX_CHANNELS = MG_MAX_CHANNELS
 # memory types of pointer_info(): the values of cudaMemoryType
 MEM_UNREGISTERED, MEM_HOST, MEM_DEVICE, MEM_MANAGED = 0, 1, 2, 3
 COLLS = ('allreduce', 'bcast', 'reduce_scatter_block', 'reduce', 'allgather')
-ALGOS = ('auto', 'oneshot', 'twoshot', 'll')
+ALGOS = ('auto', 'oneshot', 'twoshot', 'll', 'll128', 'll128-twoshot')
 
 
 class DeviceError(RuntimeError):
@@ -433,6 +435,52 @@ cdef dict _CAI_CODE = {
 cdef tuple _SIZES = (1, 1, 1, 2, 2, 4, 4, 8, 8, 2, 2, 4, 8, 8, 16)
 
 
+# CuPy arrays are read from their attributes (no interface dictionary, no pointer query): building
+# __cuda_array_interface__ and asking the driver where a pointer lives cost ~1.5 us per array.
+cdef object _cupy_ndarray = None      # cupy.ndarray, once CuPy has been imported by the program
+cdef object _cupy_current_stream = None
+cdef dict _NUM_CODE = {}              # numpy dtype.num -> mg_dtype code
+
+
+cdef int _cupy_attach() except -1:
+    global _cupy_ndarray, _cupy_current_stream
+    m = sys.modules.get('cupy')
+    if m is None:
+        return 0
+    import numpy
+    for ch in '?bBhHiIlLqQefdFD':
+        dt = numpy.dtype(ch)
+        key = ('|b1' if dt.kind == 'b' else ('|' if dt.itemsize == 1 else '<') + dt.kind + str(dt.itemsize))
+        if key in _CAI_CODE:
+            _NUM_CODE[dt.num] = _CAI_CODE[key]
+    _cupy_current_stream = m.cuda.get_current_stream
+    _cupy_ndarray = m.ndarray
+    return 1
+
+
+cdef inline bint _cupy(object obj, uintptr_t *ptr, Py_ssize_t *count, int *dtype, int *device) except? False:
+    """Reads a C-contiguous cupy.ndarray (exactly that type); False when obj is not one."""
+    if _cupy_ndarray is None and not _cupy_attach():
+        return False
+    if type(obj) is not _cupy_ndarray or not obj._c_contiguous:
+        return False
+    code = _NUM_CODE.get(obj.dtype.num)
+    if code is None:
+        return False
+    mp = obj.data
+    ptr[0] = <uintptr_t>mp.ptr
+    count[0] = obj.size
+    dtype[0] = code
+    device[0] = mp.device_id
+    return True
+
+
+cdef inline Py_ssize_t _cupy_stream():
+    """CuPy's current stream as its __cuda_array_interface__ reports it (1: the legacy default)."""
+    cdef Py_ssize_t p = _cupy_current_stream().ptr
+    return p if p != 0 else 1
+
+
 cdef inline bint _cai(object obj, uintptr_t *ptr, Py_ssize_t *count, int *dtype, bint *ro,
                       Py_ssize_t *stream):
     """Reads a contiguous CAI array; False when the fast path does not apply to it."""
@@ -484,14 +532,20 @@ cpdef int fast_collective(Team team, int device, int coll, object sendbuf, objec
     stream >= 0: enqueued on that stream, returning at once."""
     cdef uintptr_t sp = 0, rp = 0
     cdef Py_ssize_t sc = 0, rc = 0, ss = 0, rs = 0, count
-    cdef int sd = -1, rd = -1, n = team.nranks, e
+    cdef int sd = -1, rd = -1, n = team.nranks, e, rdev = -1, sdev = -1
     cdef bint sro = False, rro = False
     if team.t == NULL:
         return 0
-    if not _cai(recvbuf, &rp, &rc, &rd, &rro, &rs) or rro:
+    if _cupy(recvbuf, &rp, &rc, &rd, &rdev):
+        rs = _cupy_stream()
+    elif not _cai(recvbuf, &rp, &rc, &rd, &rro, &rs) or rro:
         return 0
     if inplace or coll == 1:
-        sd, sc, ss = rd, rc, rs
+        sd, sc, ss, sdev = rd, rc, rs, rdev
+    elif _cupy(sendbuf, &sp, &sc, &sd, &sdev):
+        if sd != rd or (rdev < 0 and _cupy_stream() != rs):
+            return 0
+        ss = rs
     elif not _cai(sendbuf, &sp, &sc, &sd, &sro, &ss) or sd != rd or ss != rs:
         return 0
     if coll != 4 and coll != 1 and not mg_supports(rd, op_code):
@@ -532,7 +586,9 @@ cpdef int fast_collective(Team team, int device, int coll, object sendbuf, objec
         return 0
     if count == 0:
         return 1
-    if not _on_device(rp, device) or (not inplace and not _on_device(sp, device)):
+    if not (rdev == device if rdev >= 0 else _on_device(rp, device)):
+        return 0
+    if not inplace and not (sdev == device if sdev >= 0 else _on_device(sp, device)):
         return 0
     if stream >= 0:
         team.run(coll, algo, rd, op_code, sp, rp, count, root, nchannels, <uintptr_t>stream, False)

@@ -372,6 +372,35 @@ def back_to_back(comm):
             comm.Allreduce(z, w)
             record('stream-ordered', bool(cp.allclose(w, cp.arange(1 << 16, dtype=cp.float32) * 2 * total)), f'it {i}')
     other.Free()
+    mixed_protocols(comm)
+
+
+def mixed_protocols(comm):
+    """Calls of every protocol (LL, LL128 one- and two-shot, direct) back to back on one stream with
+    no host synchronization between them: each protocol's reuse of its buffers without acks must hold
+    across calls of the others."""
+    n, r = comm.Get_size(), comm.Get_rank()
+    total = sum(range(1, n + 1))
+    counts = [256, 1 << 16, (1 << 19) + 7, 5, (1 << 20) + 3, 3 << 20]
+    base = {c: cp.arange(c, dtype=cp.float32) % 97 for c in counts}
+    s = cp.cuda.Stream(non_blocking=True)
+    pending = []
+    with s:
+        for i in range(48):
+            c = counts[i % len(counts)]
+            if i % 4 == 3:  # an Allgather and a Reduce_scatter_block of the same elements between them
+                g = cp.empty(c * n, cp.float32)
+                comm.Allgather(base[c] * (r + 1), g, stream=s)
+                pending.append(('Allgather', c, g, cp.concatenate([base[c] * (k + 1) for k in range(n)])))
+                rs = cp.empty(c, cp.float32)
+                comm.Reduce_scatter_block(cp.tile(base[c], n) * (r + 1), rs, stream=s)
+                pending.append(('Reduce_scatter_block', c, rs, base[c] * total))
+            y = cp.empty(c, cp.float32)
+            comm.Allreduce(base[c] * (r + 1), y, stream=s)
+            pending.append(('Allreduce', c, y, base[c] * total))
+    s.synchronize()
+    for i, (name, c, got, want) in enumerate(pending):
+        record(f'mixed protocols back to back: {name} count={c} #{i}', bool(cp.array_equal(got, want)), 'wrong result')
 
 
 def section(name):
@@ -383,7 +412,7 @@ def main():
     print(f'rank {RANK}/{SIZE} on GPU {DEV} {cp.cuda.runtime.getDeviceProperties(DEV)["name"].decode()}', flush=True)
     world.Barrier()
     section('world sweep')
-    sweep(world, ['auto'] if QUICK else ['ll', 'oneshot', 'twoshot', 'auto'])
+    sweep(world, ['auto'] if QUICK else ['ll', 'll128', 'll128-twoshot', 'oneshot', 'twoshot', 'auto'])
     if RANK == 0:
         print('world engine:', world.engine_status(), flush=True)
     section('bfloat16')

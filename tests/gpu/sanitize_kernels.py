@@ -1,6 +1,6 @@
 """Each kernel family once, small and odd-sized, for compute-sanitizer (memcheck, racecheck) on 2 GPUs:
     mpirun -n 2 compute-sanitizer --tool memcheck python -m mpi4py tests/gpu/sanitize_kernels.py
-LL (Allreduce, Reduce_scatter_block, Allgather), direct one-shot and two-shot Allreduce, Bcast
+LL and LL128 (Allreduce one- and two-shot, Reduce_scatter_block, Allgather), direct one-shot and two-shot Allreduce, Bcast
 (direct and scatter-forward), Reduce, Reduce_scatter_block, Allgather, float16 accumulation, a
 pointer offset from 16-byte alignment; results checked so a silent fault cannot pass."""
 import sys
@@ -15,7 +15,7 @@ world = mpigpu.COMM_WORLD
 rank, n = world.Get_rank(), world.Get_size()
 cp.cuda.Device(rank % cp.cuda.runtime.getDeviceCount()).use()
 bad = []
-for algo in ('ll', 'oneshot', 'twoshot'):
+for algo in ('ll', 'll128', 'll128-twoshot', 'oneshot', 'twoshot'):
     mpigpu.config.algo = algo
     for count in (1, 1001, 70001):
         x = cp.arange(count + 1, dtype=cp.float32)[1:] * (rank + 1)   # offset by 4 bytes
@@ -34,7 +34,7 @@ for algo in ('ll', 'oneshot', 'twoshot'):
         world.Allgather(r, g)
         if not bool((g == n).all()):
             bad.append(f'{algo} Reduce_scatter_block+Allgather {count}')
-        if algo != 'll':
+        if not algo.startswith('ll'):
             b = cp.full(count, rank, cp.int64)
             world.Bcast(b, root=n - 1)
             rr = cp.zeros(count, cp.float64)

@@ -1,0 +1,253 @@
+// ll128_kernel.cuh: the 128-byte-line protocol for medium symmetric collectives, after NCCL's LL128.
+//
+// The data travels in 128-byte lines: 120 bytes of payload and an 8-byte flag holding the call's
+// sequence number. A warp stores four whole lines at a time (eight threads per line, 16 bytes each,
+// the flag in the eighth thread's upper half) with one coalesced store; NVLink delivers such a line
+// whole, so a receiver that sees the flag of a line sees its payload. That is the property NCCL's
+// LL128 relies on (it enables LL128 on NVLink GPUs from Volta on). A receiver's warp loads the same four
+// lines, its flag threads compare the flag, and the warp reloads until every flag matches.
+//
+// Against the 8-byte LL protocol (ll_kernel.cuh) this moves 128 bytes per 120 instead of 2 per 1,
+// and against the direct kernel it has no fence and no counter round trip per step: one NVLink
+// store per 16 bytes and one local poll. It serves medium sizes where the direct kernel's two flag
+// round trips per step dominate and the LL protocol's doubled bytes cost too much.
+//
+// Forms (symmetric: every rank sends to and receives from every other rank in each phase):
+//   Allreduce one-shot: every rank sends its whole input to every peer and reduces all n in rank order.
+//   Allreduce two-shot: shard k of every input goes to rank k, which reduces it, writes it and sends
+//     the result to every peer (phase 1); every rank then copies the other shards in (phase 2).
+//   Reduce_scatter_block: block j of every input goes to rank j, which reduces it.
+//   Allgather: every rank sends its input to every peer and copies the n blocks out.
+//
+// Reuse of the line areas without acks, and the sequence number, follow ll_kernel.cuh: call seq uses
+// the areas of parity seq & 1; a peer writes them again at call seq + 2, which it starts only after
+// receiving my phase-0 lines of call seq + 1, which I send only after my call seq has finished.
+//
+// Each thread handles part (lane % 8) of line L of every block, in every phase, so in-place calls
+// are safe: a thread reads a line of the input before it writes that line of the output.
+#pragma once
+#include "dtypes.cuh"
+#include "protocol.cuh"
+
+namespace mg {
+
+enum LL128Mode { kLL128Allreduce = 0, kLL128ReduceScatter = 1, kLL128Allgather = 2, kLL128AllreduceTwoShot = 3 };
+
+constexpr int kLineBytes = 128;
+constexpr int kLineData = 120;  // payload bytes per line; the last 8 bytes are the flag
+
+struct LL128Args {
+  char *ws[MG_MAX_RANKS];
+  const char *send;
+  char *recv;
+  Layout layout;
+  int rank, nranks, mode;
+  size_t block_bytes;  // bytes of block j (RS, AG), of the whole message (one-shot), of a shard (two-shot)
+  size_t total_bytes;  // two-shot: the whole message; shard k holds min(block, total - k * block) bytes
+  uint64_t timeout_ns;
+};
+
+__host__ __device__ inline size_t ll128_lines(size_t bytes) { return (bytes + kLineData - 1) / kLineData; }
+
+// `len` (16 or 8) bytes at p + off, of which those at or past nbytes read as zero. User buffers
+// have any element alignment, so 16- and 8-byte loads are used only where the address allows.
+__device__ __forceinline__ uint4 read_part(const char *p, size_t off, int len, size_t nbytes) {
+  const char *q = p + off;
+  if (off + len <= nbytes) {
+    if (len == 16 && ((uintptr_t)q & 15) == 0) return *reinterpret_cast<const uint4 *>(q);
+    if (((uintptr_t)q & 7) == 0) {
+      uint2 lo = *reinterpret_cast<const uint2 *>(q);
+      uint2 hi = len == 16 ? *reinterpret_cast<const uint2 *>(q + 8) : make_uint2(0, 0);
+      return make_uint4(lo.x, lo.y, hi.x, hi.y);
+    }
+  }
+  uint4 v = make_uint4(0, 0, 0, 0);
+  unsigned char *b = reinterpret_cast<unsigned char *>(&v);
+  for (int i = 0; i < len && off + i < nbytes; ++i) b[i] = (unsigned char)q[i];
+  return v;
+}
+
+__device__ __forceinline__ void write_part(char *p, size_t off, int len, size_t nbytes, uint4 v) {
+  char *q = p + off;
+  if (off + len <= nbytes) {
+    if (len == 16 && ((uintptr_t)q & 15) == 0) {
+      *reinterpret_cast<uint4 *>(q) = v;
+      return;
+    }
+    if (((uintptr_t)q & 7) == 0) {
+      *reinterpret_cast<uint2 *>(q) = make_uint2(v.x, v.y);
+      if (len == 16) *reinterpret_cast<uint2 *>(q + 8) = make_uint2(v.z, v.w);
+      return;
+    }
+  }
+  const unsigned char *b = reinterpret_cast<const unsigned char *>(&v);
+  for (int i = 0; i < len && off + i < nbytes; ++i) q[i] = (char)b[i];
+}
+
+// One thread's 16 bytes of a line: payload, or (flag threads) 8 bytes of payload and the flag.
+__device__ __forceinline__ void line_store(char *dst, uint4 v, bool flag_part, uint64_t flag) {
+  uint64_t lo = ((uint64_t)v.y << 32) | v.x;
+  uint64_t hi = flag_part ? flag : ((uint64_t)v.w << 32) | v.z;
+  asm volatile("st.volatile.global.v2.u64 [%0], {%1,%2};" ::"l"(dst), "l"(lo), "l"(hi) : "memory");
+}
+
+__device__ __forceinline__ void line_load(const char *src, uint64_t &lo, uint64_t &hi) {
+  asm volatile("ld.volatile.global.v2.u64 {%0,%1}, [%2];" : "=l"(lo), "=l"(hi) : "l"(src) : "memory");
+}
+
+__device__ __forceinline__ uint4 payload(uint64_t lo, uint64_t hi, bool flag_part) {
+  if (flag_part) hi = 0;
+  return make_uint4((uint32_t)lo, (uint32_t)(lo >> 32), (uint32_t)hi, (uint32_t)(hi >> 32));
+}
+
+// Loads this thread's part of line `line` from every peer k (in `want`) of area (parity, phase, k)
+// in my workspace, reloading the warp's lines until every flag is this call's. All lanes of the warp
+// call it together (the retry is a warp vote); `want` may differ per lane (lines past a block's end).
+struct Received { uint64_t lo[MG_MAX_RANKS], hi[MG_MAX_RANKS]; };
+
+__device__ __forceinline__ void receive_lines(const LL128Args &a, int parity, int phase, size_t line,
+                                              uint32_t want, bool flag_part, uint64_t flag, int part,
+                                              Received &r) {
+  const char *mine = a.ws[a.rank];
+  const size_t at = line * kLineBytes + (size_t)part * 16;
+#pragma unroll
+  for (int k = 0; k < MG_MAX_RANKS; ++k)
+    if ((want >> k) & 1u) line_load(mine + a.layout.ll128_off(parity, phase, k) + at, r.lo[k], r.hi[k]);
+  uint64_t start = 0;
+  for (unsigned spins = 0;; ++spins) {
+    bool bad = false;
+#pragma unroll
+    for (int k = 0; k < MG_MAX_RANKS; ++k)
+      if (((want >> k) & 1u) && flag_part && r.hi[k] != flag) bad = true;
+    if (!__any_sync(0xffffffffu, bad)) return;
+#pragma unroll
+    for (int k = 0; k < MG_MAX_RANKS; ++k)
+      if ((want >> k) & 1u) line_load(mine + a.layout.ll128_off(parity, phase, k) + at, r.lo[k], r.hi[k]);
+    if ((spins & 1023u) == 0) {
+      if (spins == 0) start = global_timer_ns();
+      else if (global_timer_ns() - start > a.timeout_ns) __trap();
+    }
+  }
+}
+
+// Reduces this thread's part over all ranks in rank order: `own` for me, the received parts else.
+template <typename T, typename Op>
+__device__ __forceinline__ uint4 reduce_part(const LL128Args &a, uint4 own, const Received &r, bool flag_part) {
+  using A = typename AccOf<T>::type;
+  constexpr int V = 16 / sizeof(T);
+  A acc[V];
+#pragma unroll
+  for (int k = 0; k < MG_MAX_RANKS; ++k) {
+    if (k >= a.nranks) break;
+    uint4 x = k == a.rank ? own : payload(r.lo[k], r.hi[k], flag_part);
+    const T *e = reinterpret_cast<const T *>(&x);
+#pragma unroll
+    for (int i = 0; i < V; ++i) acc[i] = k == 0 ? to_acc<A, T>(e[i]) : Op::f(acc[i], to_acc<A, T>(e[i]));
+  }
+  uint4 out;
+  T *o = reinterpret_cast<T *>(&out);
+#pragma unroll
+  for (int i = 0; i < V; ++i) o[i] = from_acc<T, A>(acc[i]);
+  return out;
+}
+
+template <typename T, typename Op>
+__global__ void __launch_bounds__(kThreads, 1) ll128_kernel(const __grid_constant__ LL128Args a) {
+  const int me = a.rank, n = a.nranks, lane = threadIdx.x & 31, part = lane & 7;
+  const bool flag_part = part == 7;
+  const int len = flag_part ? 8 : 16;  // payload bytes of this thread's part
+  const size_t warp = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+  const size_t nwarps = ((size_t)gridDim.x * blockDim.x) >> 5;
+  const uint32_t all = (1u << n) - 1u, peers = all & ~(1u << me);
+  TeamState *state = team_state(a.ws[me]);
+  const uint32_t seq = *(volatile uint32_t *)&state->ll_seq + 1u;
+  const uint64_t flag = (uint64_t)seq | (1ull << 32);  // never 0, the value of a fresh workspace
+  const int parity = (int)(seq & 1u);
+
+  const bool two = a.mode == kLL128AllreduceTwoShot;
+  const bool scatter = two || a.mode == kLL128ReduceScatter;  // block j of the input goes to rank j
+  const size_t B = a.block_bytes;
+  // Bytes of block k: every block is B except a two-shot message's last shards.
+  auto block_len = [&](int k) -> size_t {
+    if (!two) return B;
+    size_t lo = (size_t)k * B;
+    return a.total_bytes > lo ? (a.total_bytes - lo < B ? a.total_bytes - lo : B) : 0;
+  };
+  const size_t nlines = ll128_lines(B);  // lines of the largest block
+  const size_t mine_len = block_len(me);
+
+  // Phase 0: send my input's lines to every peer (block j to rank j when scattering).
+  for (size_t l0 = warp * 4; l0 < nlines; l0 += nwarps * 4) {
+    const size_t line = l0 + (lane >> 3), off = line * kLineData + (size_t)part * 16;
+    const size_t at = a.layout.ll128_off(parity, 0, me) + line * kLineBytes + (size_t)part * 16;
+    if (!scatter) {  // the same lines to every peer
+      if (line >= nlines) continue;
+      const uint4 v = read_part(a.send, off, len, B);
+      for (int j = 0; j < n; ++j)
+        if (j != me) line_store(a.ws[j] + at, v, flag_part, flag);
+      if (a.mode == kLL128Allgather && a.send != a.recv + (size_t)me * B) write_part(a.recv + (size_t)me * B, off, len, B, v);
+      continue;
+    }
+    for (int j = 0; j < n; ++j) {
+      if (j == me) continue;
+      const size_t bj = block_len(j);
+      if (line >= ll128_lines(bj)) continue;
+      line_store(a.ws[j] + at, read_part(a.send + (size_t)j * B, off, len, bj), flag_part, flag);
+    }
+  }
+
+  // Phase 0, receiving: reduce my block (or copy every peer's block, Allgather).
+  for (size_t l0 = warp * 4; l0 < nlines; l0 += nwarps * 4) {
+    const size_t line = l0 + (lane >> 3), off = line * kLineData + (size_t)part * 16;
+    Received r;
+    if (a.mode == kLL128Allgather) {
+      receive_lines(a, parity, 0, line, line < nlines ? peers : 0u, flag_part, flag, part, r);
+      if (line >= nlines) continue;
+#pragma unroll
+      for (int k = 0; k < MG_MAX_RANKS; ++k)
+        if ((peers >> k) & 1u) write_part(a.recv + (size_t)k * B, off, len, B, payload(r.lo[k], r.hi[k], flag_part));
+      continue;
+    }
+    const bool valid = line < ll128_lines(mine_len);
+    // My own part is read before the wait, so its load overlaps the peers' lines arriving.
+    const uint4 own = read_part(a.send + (scatter ? (size_t)me * B : 0), off, len, valid ? mine_len : 0);
+    receive_lines(a, parity, 0, line, valid ? peers : 0u, flag_part, flag, part, r);
+    if (!valid) continue;
+    uint4 v = reduce_part<T, Op>(a, own, r, flag_part);
+    char *out = a.recv + (two ? (size_t)me * B : 0);
+    write_part(out, off, len, mine_len, v);
+    if (two) {  // my reduced shard to every peer (phase 1)
+      const size_t at = a.layout.ll128_off(parity, 1, me) + line * kLineBytes + (size_t)part * 16;
+      for (int j = 0; j < n; ++j)
+        if (j != me) line_store(a.ws[j] + at, v, flag_part, flag);
+    }
+  }
+
+  // Phase 1 (two-shot), receiving: every other shard into my output.
+  if (two) {
+    for (size_t l0 = warp * 4; l0 < nlines; l0 += nwarps * 4) {
+      const size_t line = l0 + (lane >> 3), off = line * kLineData + (size_t)part * 16;
+      uint32_t want = 0;
+      for (int k = 0; k < n; ++k)
+        if (k != me && line < ll128_lines(block_len(k))) want |= 1u << k;
+      Received r;
+      receive_lines(a, parity, 1, line, want, flag_part, flag, part, r);
+#pragma unroll
+      for (int k = 0; k < MG_MAX_RANKS; ++k)
+        if ((want >> k) & 1u)
+          write_part(a.recv + (size_t)k * B, off, len, block_len(k), payload(r.lo[k], r.hi[k], flag_part));
+    }
+  }
+
+  // Last block out publishes this call's sequence number (as in ll_kernel.cuh).
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    if (atomicAdd(&state->ll_arrived, 1u) == gridDim.x - 1) {
+      state->ll_arrived = 0;
+      *(volatile uint32_t *)&state->ll_seq = seq;
+    }
+  }
+}
+
+}  // namespace mg

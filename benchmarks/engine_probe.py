@@ -86,6 +86,32 @@ big = cp.ones((256 << 20) // 4 * n, cp.float32)
 out = cp.empty_like(big)
 factor = {'allreduce': 2 * (n - 1) / n, 'bcast': 1, 'rs': (n - 1) / n, 'allgather': (n - 1) / n}
 LL128_MAX = 2 << 20
+if "--split" in sys.argv:
+    # Direct kernel, stages on separate warps from MPIGPU_SPLIT_STEPS steps per channel: one team per
+    # setting (the value is fixed at team setup), busbw by channels for each.
+    splits, split_chans = (0, 2, 4, 8), (32, 64, 128)
+    teams = {}
+    for v in splits:
+        mpigpu.config.split_steps = v
+        c2 = comm.Dup()
+        c2.Allreduce(x, y)
+        teams[v] = c2._mg_state.team
+    if rank == 0:
+        print(f'# direct kernel busbw GB/s; columns: split_steps {splits} x channels {split_chans}')
+    for coll, code, algo in (('allreduce', 0, 2), ('bcast', 1, 2), ('rs', 2, 1), ('allgather', 4, 1)):
+        for nb in (4 << 20, 16 << 20, 64 << 20, 256 << 20):
+            count = nb // 4 // (n if coll in ('rs', 'allgather') else 1)
+            row = []
+            for v in splits:
+                for ch in split_chans:
+                    iters = max(3, min(50, int(2e8 / nb)))
+                    t = tm(lambda: teams[v].run(code, algo, 11, 0, big.data.ptr, out.data.ptr, count, 0, ch, 0, True),
+                           iters)
+                    row.append(nb / t / 1e3 * factor[coll])
+            if rank == 0:
+                print(f'{coll:>10} {nb:>10}: ' + ' | '.join(' '.join(f'{v:6.1f}' for v in row[i:i + 3])
+                                                         for i in range(0, len(row), 3)), flush=True)
+    sys.exit(0)
 for coll, code in COLL.items():
     algos = (1, 2) if coll in ('allreduce', 'bcast') else (1,)
     if LARGE:

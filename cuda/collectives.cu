@@ -90,6 +90,10 @@ static int plan(mg_team *t, const mg_call *c, DirectArgs *a, mg::KernelFn *fn) {
     default: return MG_ERR_ARG;
   }
 
+  a->split_steps = t->cfg.split_steps;
+  // In place, a rank's reduce stage writes where its contribute stage reads, except in the two-shot
+  // reductions, whose owners write only their own shard (direct_kernel.cuh).
+  a->inplace_hazard = c->send == c->recv && !(two && (c->coll == MG_ALLREDUCE || c->coll == MG_REDUCE));
   const int C = c->nchannels < 1 ? 1 : c->nchannels;
   a->nchannels = C;
   a->span = round_up(ceil_div(a->shard_len, C), V);

@@ -37,6 +37,8 @@ struct DirectArgs {
   size_t span;                 // elements per channel of a shard (multiple of the vector width)
   size_t chunk;                // elements per step (multiple of the vector width)
   int nsteps;
+  int split_steps;             // from this many steps per channel, the stages run on separate warps
+  int inplace_hazard;          // output overlaps what the contribute stage still reads (see below)
   uint64_t timeout_ns;
 };
 
@@ -63,27 +65,28 @@ __device__ __forceinline__ Piece piece_of(const DirectArgs &a, int j, int ch, in
 
 // The three stages of one step, as device functions so the kernel can skew them (see below).
 template <typename T>
-__device__ __forceinline__ void stage_contribute(const DirectArgs &a, int ch, int t, uint64_t g0) {
-  const int me = a.rank, n = a.nranks, tid = threadIdx.x, D = a.layout.nslots;
+__device__ __forceinline__ void stage_contribute(const Group &g, const DirectArgs &a, int ch, int t, uint64_t g0) {
+  const int me = a.rank, n = a.nranks, tid = g.tid, D = a.layout.nslots;
   const char *mine = a.ws[me];
   if (tid < n && tid != me && ((a.owners >> tid) & 1u) && g0 + 1 > (uint64_t)D)
     wait_at_least((const uint64_t *)(mine + Layout::ack_off(0, ch, tid)), g0 + 1 - D, a.timeout_ns);
-  __syncthreads();
+  g.sync();
   for (int j = 0; j < n; ++j) {
     if (j == me || !((a.owners >> j) & 1u)) continue;
     Piece p = piece_of(a, j, ch, t);
     const char *s = a.send + p.in * sizeof(T);
     char *d = a.ws[j] + a.layout.slot_off(0, ch, me, g0);
-    reduce_copy<T, OpCopy, 1, 1, 8>(&s, 1, &d, 1, p.n);
+    reduce_copy<T, OpCopy, 1, 1, 8>(g, &s, 1, &d, 1, p.n);
   }
-  __syncthreads();
+  g.sync();
   if (tid < n && tid != me && ((a.owners >> tid) & 1u))
     st_release_sys((uint64_t *)(a.ws[tid] + Layout::data_off(0, ch, me)), g0 + 1);
 }
 
 template <typename T, typename Op>
-__device__ __forceinline__ void stage_reduce(const DirectArgs &a, int ch, int t, uint64_t g0, uint64_t g1) {
-  const int me = a.rank, n = a.nranks, tid = threadIdx.x, D = a.layout.nslots;
+__device__ __forceinline__ void stage_reduce(const Group &g, const DirectArgs &a, int ch, int t, uint64_t g0,
+                                             uint64_t g1) {
+  const int me = a.rank, n = a.nranks, tid = g.tid, D = a.layout.nslots;
   char *mine = a.ws[me];
   const bool i_gather = (a.gather >> me) & 1u;
   if (tid < n && tid != me) {
@@ -92,7 +95,7 @@ __device__ __forceinline__ void stage_reduce(const DirectArgs &a, int ch, int t,
     if (((a.gather >> tid) & 1u) && g1 + 1 > (uint64_t)D)
       wait_at_least((const uint64_t *)(mine + Layout::ack_off(1, ch, tid)), g1 + 1 - D, a.timeout_ns);
   }
-  __syncthreads();
+  g.sync();
   Piece p = piece_of(a, me, ch, t);
   const char *srcs[MG_MAX_RANKS];
   char *dsts[MG_MAX_RANKS];
@@ -110,8 +113,8 @@ __device__ __forceinline__ void stage_reduce(const DirectArgs &a, int ch, int t,
     if (k != me && ((a.gather >> k) & 1u)) dsts[nd++] = a.ws[k] + a.layout.slot_off(1, ch, me, g1);
   // Skip a copy onto itself (in-place Allgather's own block).
   if (!(ns == 1 && nd == 1 && srcs[0] == dsts[0]))
-    reduce_copy<T, Op, MG_MAX_RANKS, MG_MAX_RANKS, 2>(srcs, ns, dsts, nd, p.n);
-  __syncthreads();
+    reduce_copy<T, Op, MG_MAX_RANKS, MG_MAX_RANKS, 2>(g, srcs, ns, dsts, nd, p.n);
+  g.sync();
   if (tid < n && tid != me) {
     if ((a.gather >> tid) & 1u)
       st_release_sys((uint64_t *)(a.ws[tid] + Layout::data_off(1, ch, me)), g1 + 1);
@@ -121,27 +124,36 @@ __device__ __forceinline__ void stage_reduce(const DirectArgs &a, int ch, int t,
 }
 
 template <typename T>
-__device__ __forceinline__ void stage_receive(const DirectArgs &a, int ch, int t, uint64_t g1) {
-  const int me = a.rank, n = a.nranks, tid = threadIdx.x;
+__device__ __forceinline__ void stage_receive(const Group &g, const DirectArgs &a, int ch, int t, uint64_t g1) {
+  const int me = a.rank, n = a.nranks, tid = g.tid;
   const char *mine = a.ws[me];
   if (tid < n && tid != me && ((a.owners >> tid) & 1u))
     wait_at_least((const uint64_t *)(mine + Layout::data_off(1, ch, tid)), g1 + 1, a.timeout_ns);
-  __syncthreads();
+  g.sync();
   for (int j = 0; j < n; ++j) {
     if (j == me || !((a.owners >> j) & 1u)) continue;
     Piece p = piece_of(a, j, ch, t);
     const char *s = mine + a.layout.slot_off(1, ch, j, g1);
     char *d = a.recv + p.out * sizeof(T);
-    reduce_copy<T, OpCopy, 1, 1, 8>(&s, 1, &d, 1, p.n);
+    reduce_copy<T, OpCopy, 1, 1, 8>(g, &s, 1, &d, 1, p.n);
   }
-  __syncthreads();
+  g.sync();
   if (tid < n && tid != me && ((a.owners >> tid) & 1u))
     st_release_sys((uint64_t *)(a.ws[tid] + Layout::ack_off(1, ch, me)), g1 + 1);
 }
 
-// Software pipelining: iteration s contributes step s, reduces step s-1 and receives step s-2, so
-// each wait is for data a peer produced one iteration earlier and a block rarely stalls. Needs
-// nslots >= 2 (checked at team creation); with nsteps == 1 it degenerates to the plain order.
+// Two ways to run a channel's steps:
+// - skewed (few steps): all warps run every stage in turn; iteration s contributes step s, reduces
+//   step s-1 and receives step s-2, so each wait is for data a peer produced one iteration earlier.
+//   Needs nslots >= 2 (checked at team creation); with nsteps == 1 it is the plain order.
+// - split (from a.split_steps steps): the block's warps are divided among the stages this rank runs,
+//   each group looping over all steps on its own named barrier. The stages of one rank depend on
+//   each other only through peers' counters, so they overlap: NVLink stores of one stage run while
+//   another reduces or copies out, instead of the link idling during the local stages.
+//   One hazard: in place, a rank's reduce stage could overwrite input its own contribute stage has
+//   not pushed yet (one-shot Allreduce and Reduce, in-place Reduce_scatter_block write where they
+//   read); those calls (a.inplace_hazard) stay skewed. Two-shot forms write their own shard, which
+//   contribute never reads, and receive other shards only after their owners got this rank's part.
 template <typename T_, typename Op>
 __global__ void __launch_bounds__(kThreads, 1) direct_kernel(const __grid_constant__ DirectArgs a) {
   const int ch = blockIdx.x, me = a.rank, n = a.nranks, tid = threadIdx.x;
@@ -152,11 +164,35 @@ __global__ void __launch_bounds__(kThreads, 1) direct_kernel(const __grid_consta
   // This call's first step numbers (protocol.cuh): only this block reads and writes its channel's.
   TeamState *state = team_state(a.ws[me]);
   const uint64_t b0 = state->base[0][ch], b1 = state->base[1][ch];
+  const int nroles = (int)i_contrib + (int)i_own + (int)i_gather;
+  const bool split = a.split_steps > 0 && T >= a.split_steps && nroles > 1 &&
+                     !(a.inplace_hazard && i_contrib && i_own);
 
-  for (int s = 0; s < T + 2; ++s) {
-    if (i_contrib && s < T) stage_contribute<T_>(a, ch, s, b0 + s);
-    if (i_own && s >= 1 && s - 1 < T) stage_reduce<T_, Op>(a, ch, s - 1, b0 + s - 1, b1 + s - 1);
-    if (i_gather && s >= 2 && s - 2 < T) stage_receive<T_>(a, ch, s - 2, b1 + s - 2);
+  if (!split) {
+    const Group all{tid, (int)blockDim.x, 0};
+    for (int s = 0; s < T + 2; ++s) {
+      if (i_contrib && s < T) stage_contribute<T_>(all, a, ch, s, b0 + s);
+      if (i_own && s >= 1 && s - 1 < T) stage_reduce<T_, Op>(all, a, ch, s - 1, b0 + s - 1, b1 + s - 1);
+      if (i_gather && s >= 2 && s - 2 < T) stage_receive<T_>(all, a, ch, s - 2, b1 + s - 2);
+    }
+  } else {
+    // Warps per stage: an equal share, the remainder first to reduce (it loads every source and
+    // stores to every gatherer), then to contribute.
+    const int W = (int)blockDim.x / 32, w = tid / 32;
+    const int share = W / nroles, extra = W % nroles;
+    const int n_reduce = i_own ? share + (extra > 0) : 0;
+    const int n_contrib = i_contrib ? share + (extra > (i_own ? 1 : 0)) : 0;
+    const int n_receive = i_gather ? W - n_reduce - n_contrib : 0;
+    if (w < n_reduce) {
+      const Group g{tid, n_reduce * 32, 1};
+      for (int t = 0; t < T; ++t) stage_reduce<T_, Op>(g, a, ch, t, b0 + t, b1 + t);
+    } else if (w < n_reduce + n_contrib) {
+      const Group g{tid - n_reduce * 32, n_contrib * 32, 2};
+      for (int t = 0; t < T; ++t) stage_contribute<T_>(g, a, ch, t, b0 + t);
+    } else if (w < n_reduce + n_contrib + n_receive) {
+      const Group g{tid - (n_reduce + n_contrib) * 32, n_receive * 32, 3};
+      for (int t = 0; t < T; ++t) stage_receive<T_>(g, a, ch, t, b1 + t);
+    }
   }
 
   // Release every incoming connection of the lanes this call used: a peer that starts a later call

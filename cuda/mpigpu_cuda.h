@@ -88,6 +88,7 @@ typedef struct mg_team_config {
   size_t slot_bytes;   /* bytes of one FIFO slot (the pipeline chunk) */
   int nslots;          /* FIFO depth per connection */
   int max_channels;    /* channels the workspace is laid out for */
+  int split_steps;     /* direct kernel: from this many steps per channel, stages on separate warps (0: never) */
   double timeout_s;    /* a kernel waiting longer than this on a peer traps */
 } mg_team_config;
 

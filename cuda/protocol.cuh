@@ -123,12 +123,22 @@ template <typename T> __device__ __forceinline__ T ld_volatile(const T *p) {
 
 // dst[d][i] = src[0][i] op src[1][i] op ... for every destination d, in source order, so every rank
 // that reduces the same sources gets bitwise the same values. 16-byte vectors where every pointer is
-// 16-byte aligned, scalars otherwise and for the tail. All threads of the block take part.
+// 16-byte aligned, scalars otherwise and for the tail. All threads of the group take part.
 // Each thread issues the loads of all sources for U vectors before combining any of them: the
 // latency of local HBM is then paid once per U vectors, not once per source.
+// A set of warps of one block that runs a piece of work together: its threads are numbered tid in
+// [0, nthreads) and synchronize on named barrier `barrier` (0: the whole block, __syncthreads).
+struct Group {
+  int tid, nthreads, barrier;
+  __device__ __forceinline__ void sync() const {
+    if (barrier == 0) __syncthreads();
+    else asm volatile("bar.sync %0, %1;" ::"r"(barrier), "r"(nthreads) : "memory");
+  }
+};
+
 template <typename T, typename Op, int MaxSrc, int MaxDst, int U>
-__device__ __forceinline__ void reduce_copy(const char *const *src_in, int nsrc, char *const *dst_in, int ndst,
-                                            size_t n) {
+__device__ __forceinline__ void reduce_copy(const Group &g, const char *const *src_in, int nsrc,
+                                            char *const *dst_in, int ndst, size_t n) {
   using A = typename AccOf<T>::type;
   constexpr int V = 16 / sizeof(T);
   const char *src[MaxSrc];
@@ -145,7 +155,7 @@ __device__ __forceinline__ void reduce_copy(const char *const *src_in, int nsrc,
     orbits |= (uintptr_t)dst[d];
   }
   const size_t nvec = (orbits & 15) == 0 ? n / V : 0;
-  const size_t tid = threadIdx.x, stride = blockDim.x;
+  const size_t tid = (size_t)g.tid, stride = (size_t)g.nthreads;
 
   size_t i = tid;
   for (; i + (U - 1) * stride < nvec; i += U * stride) {

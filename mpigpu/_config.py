@@ -53,6 +53,8 @@ class Config:
         self.nchannels = _int('MPIGPU_NCHANNELS', 0, 0, 128)
         self.max_channels = max(_int('MPIGPU_MAX_CHANNELS', 128, 1, 128), self.nchannels)
         self.timeout_s = _float('MPIGPU_TIMEOUT_S', 600.0, 0.001, 1e7)
+        # Direct kernel: from this many pipeline steps per channel, its stages run on separate warps.
+        self.split_steps = _int('MPIGPU_SPLIT_STEPS', 4, 0, 1 << 30)
         # Staged path: chunk of the host pipeline.
         self.stage_chunk_bytes = _int('MPIGPU_STAGE_CHUNK_BYTES', 4 << 20, 4096, 1 << 30)
         # Point-to-point: messages from this size up go GPU to GPU over the peer mappings.

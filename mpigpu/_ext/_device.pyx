@@ -43,6 +43,7 @@ cdef extern from "mpigpu_cuda.h" nogil:
         size_t slot_bytes
         int nslots
         int max_channels
+        int split_steps
         double timeout_s
     int mg_team_create(const mg_team_config *cfg, mg_team **team)
     int mg_team_export(mg_team *team, void *handle)
@@ -254,7 +255,7 @@ cdef class Team:
     cdef readonly int rank, nranks, device
 
     def __cinit__(self, int rank, int nranks, int device, size_t slot_bytes, int nslots,
-                  int max_channels, double timeout_s):
+                  int max_channels, double timeout_s, int split_steps=0):
         cdef mg_team_config cfg
         cfg.rank = rank
         cfg.nranks = nranks
@@ -263,6 +264,7 @@ cdef class Team:
         cfg.nslots = nslots
         cfg.max_channels = max_channels
         cfg.timeout_s = timeout_s
+        cfg.split_steps = split_steps
         self.t = NULL
         check(mg_team_create(&cfg, &self.t), 'workspace allocation')
         self.rank, self.nranks, self.device = rank, nranks, device

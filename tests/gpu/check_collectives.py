@@ -27,6 +27,7 @@ except ImportError:
     torch = None
 
 QUICK = '--quick' in sys.argv
+SPLIT_STEPS = mpigpu.config.split_steps
 faulthandler.enable()
 world = mpigpu.COMM_WORLD
 RANK, SIZE = world.Get_rank(), world.Get_size()
@@ -421,6 +422,12 @@ def main():
     error_cases(world)
     section('back-to-back')
     back_to_back(world)
+    section('direct kernel with its stages on separate warps, many steps per channel')
+    mpigpu.config.split_steps, mpigpu.config.nchannels = 1, 2
+    split = world.Dup()
+    sweep(split, ['oneshot', 'twoshot'])
+    split.Free()
+    mpigpu.config.split_steps, mpigpu.config.nchannels = SPLIT_STEPS, 0
     section('sub-communicators')
     if SIZE >= 2:
         for color_fn, name in ((lambda r: r % 2, 'odd/even'), (lambda r: r < SIZE // 2, 'halves')):

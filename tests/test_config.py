@@ -5,18 +5,19 @@ from mpigpu import _config
 
 
 def test_defaults(monkeypatch):
-    for k in ('MPIGPU_ALGO', 'MPIGPU_CHUNK_BYTES', 'MPIGPU_TIMEOUT_S', 'MPIGPU_MPI_CUDA_AWARE', 'MPIGPU_P2P_IPC_BYTES'):
+    for k in ('MPIGPU_ALGO', 'MPIGPU_CHUNK_BYTES', 'MPIGPU_TIMEOUT_S', 'MPIGPU_MPI_CUDA_AWARE', 'MPIGPU_P2P_IPC_BYTES',
+              'MPIGPU_SPLIT_STEPS'):
         monkeypatch.delenv(k, raising=False)
     c = _config.Config()
     assert c.algo == 'auto' and c.chunk_bytes == 32768 and c.nslots == 8 and c.max_channels == 128 and c.timeout_s == 600.0 and c.mpi_cuda_aware == 'auto'
-    assert c.p2p_ipc_bytes == 65536
+    assert c.p2p_ipc_bytes == 65536 and c.split_steps == 4
 
 
 @pytest.mark.parametrize('name,value,match', [
     ('MPIGPU_ALGO', 'fastest', 'MPIGPU_ALGO'), ('MPIGPU_CHUNK_BYTES', '12x', 'MPIGPU_CHUNK_BYTES'),
     ('MPIGPU_NSLOTS', '1', 'MPIGPU_NSLOTS'), ('MPIGPU_TIMEOUT_S', '-1', 'MPIGPU_TIMEOUT_S'),
     ('MPIGPU_MPI_CUDA_AWARE', 'maybe', 'MPIGPU_MPI_CUDA_AWARE'), ('MPIGPU_NCHANNELS', '500', 'MPIGPU_NCHANNELS'),
-    ('MPIGPU_P2P_IPC_BYTES', '64', 'MPIGPU_P2P_IPC_BYTES'),
+    ('MPIGPU_P2P_IPC_BYTES', '64', 'MPIGPU_P2P_IPC_BYTES'), ('MPIGPU_SPLIT_STEPS', '-1', 'MPIGPU_SPLIT_STEPS'),
 ])
 def test_bad_values_name_the_variable(monkeypatch, name, value, match):
     monkeypatch.setenv(name, value)
@@ -29,3 +30,9 @@ def test_spellings(monkeypatch):
     monkeypatch.setenv('MPIGPU_DEBUG', 'yes')
     c = _config.Config()
     assert c.mpi_cuda_aware == '1' and c.debug
+
+
+@pytest.mark.parametrize('algo', ['ll128', 'll128-twoshot', 'LL128'])
+def test_ll128_algorithms(monkeypatch, algo):
+    monkeypatch.setenv('MPIGPU_ALGO', algo)
+    assert _config.Config().algo == algo.lower()

@@ -29,11 +29,18 @@ static int single_rank(const mg_call *c, uintptr_t stream) {
   return (int)e;
 }
 
+// Launches one of the engine's kernels (its argument struct at `args`) with kThreads per channel.
+static int launch_kernel(const void *fn, int nchannels, void *args, uintptr_t stream) {
+  void *params[] = {args};
+  cudaError_t ce = cudaLaunchKernel(fn, dim3(nchannels), dim3(mg::kThreads), params, 0, (cudaStream_t)stream);
+  if (ce != cudaSuccess) cudaGetLastError();
+  return (int)ce;
+}
+
 static int plan(mg_team *t, const mg_call *c, DirectArgs *a, mg::KernelFn *fn) {
   const int n = t->cfg.nranks, me = t->cfg.rank;
   const uint32_t all = (n == 32 ? 0xffffffffu : ((1u << n) - 1u));
-  const bool reduces = c->coll == MG_ALLREDUCE || c->coll == MG_REDUCE || c->coll == MG_REDUCE_SCATTER_BLOCK;
-  mg::KernelChoice k = reduces ? mg::reduce_kernel(c->dtype, c->op) : mg::copy_kernel(c->dtype);
+  mg::KernelChoice k = mg::kernels_for(c->coll, c->dtype, c->op);
   if (!k.fn) return MG_ERR_UNSUPPORTED;
   if (c->root < 0 || c->root >= n) return MG_ERR_ARG;
   *fn = k.fn;
@@ -105,8 +112,7 @@ static int plan(mg_team *t, const mg_call *c, DirectArgs *a, mg::KernelFn *fn) {
 }
 
 static int launch_ll(mg_team *t, const mg_call *c, uintptr_t stream) {
-  const bool reduces = c->coll != MG_ALLGATHER;
-  mg::KernelChoice k = reduces ? mg::reduce_kernel(c->dtype, c->op) : mg::copy_kernel(c->dtype);
+  mg::KernelChoice k = mg::kernels_for(c->coll, c->dtype, c->op);
   if (!k.ll) return MG_ERR_UNSUPPORTED;
   mg::LLArgs a;
   for (int r = 0; r < t->cfg.nranks; ++r) a.ws[r] = t->ws[r];
@@ -118,16 +124,11 @@ static int launch_ll(mg_team *t, const mg_call *c, uintptr_t stream) {
   a.mode = c->coll == MG_ALLREDUCE ? mg::kLLAllreduce : c->coll == MG_ALLGATHER ? mg::kLLAllgather : mg::kLLReduceScatter;
   a.piece_bytes = c->count * (size_t)k.elem_size * k.mult;
   a.timeout_ns = t->timeout_ns;
-  void *args[] = {&a};
-  cudaError_t ce = cudaLaunchKernel((const void *)k.ll, dim3(c->nchannels), dim3(mg::kThreads), args, 0,
-                                    (cudaStream_t)stream);
-  if (ce != cudaSuccess) cudaGetLastError();
-  return (int)ce;
+  return launch_kernel((const void *)k.ll, c->nchannels, &a, stream);
 }
 
 static int launch_ll128(mg_team *t, const mg_call *c, uintptr_t stream) {
-  const bool reduces = c->coll != MG_ALLGATHER;
-  mg::KernelChoice k = reduces ? mg::reduce_kernel(c->dtype, c->op) : mg::copy_kernel(c->dtype);
+  mg::KernelChoice k = mg::kernels_for(c->coll, c->dtype, c->op);
   if (!k.ll128) return MG_ERR_UNSUPPORTED;
   const size_t es = (size_t)k.elem_size, count = c->count * (size_t)k.mult, n = (size_t)t->cfg.nranks;
   mg::LL128Args a;
@@ -141,18 +142,13 @@ static int launch_ll128(mg_team *t, const mg_call *c, uintptr_t stream) {
   a.total_bytes = count * es;
   a.block_bytes = count * es;
   if (c->coll == MG_ALLREDUCE && c->algo == MG_ALGO_LL128_TWOSHOT) {
-    // Shards of whole 16-byte multiples, so every shard starts as aligned as the buffer.
     a.mode = mg::kLL128AllreduceTwoShot;
-    a.block_bytes = round_up(ceil_div(count, n), 16 / es) * es;
+    a.block_bytes = mg::ll128_shard_bytes(count, es, n);
   } else {
     a.mode = c->coll == MG_ALLREDUCE ? mg::kLL128Allreduce
              : c->coll == MG_ALLGATHER ? mg::kLL128Allgather : mg::kLL128ReduceScatter;
   }
-  void *args[] = {&a};
-  cudaError_t ce = cudaLaunchKernel((const void *)k.ll128, dim3(c->nchannels), dim3(mg::kThreads), args, 0,
-                                    (cudaStream_t)stream);
-  if (ce != cudaSuccess) cudaGetLastError();
-  return (int)ce;
+  return launch_kernel((const void *)k.ll128, c->nchannels, &a, stream);
 }
 
 static int launch(mg_team *t, const mg_call *call, uintptr_t stream) {
@@ -168,11 +164,7 @@ static int launch(mg_team *t, const mg_call *call, uintptr_t stream) {
   mg::KernelFn fn = nullptr;
   e = plan(t, &c, &a, &fn);
   if (e) return e;
-  void *args[] = {&a};
-  cudaError_t ce = cudaLaunchKernel((const void *)fn, dim3(a.nchannels), dim3(mg::kThreads), args, 0,
-                                    (cudaStream_t)stream);
-  if (ce != cudaSuccess) cudaGetLastError();
-  return (int)ce;
+  return launch_kernel((const void *)fn, a.nchannels, &a, stream);
 }
 
 static bool capturing(uintptr_t stream) {

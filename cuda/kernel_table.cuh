@@ -23,4 +23,10 @@ struct KernelChoice {
 KernelChoice reduce_kernel(int dtype, int op);  // fn == nullptr: pair not implemented
 KernelChoice copy_kernel(int dtype);
 
+// The kernels of a collective: reductions combine with op, Bcast and Allgather copy.
+inline KernelChoice kernels_for(int coll, int dtype, int op) {
+  const bool reduces = coll == MG_ALLREDUCE || coll == MG_REDUCE || coll == MG_REDUCE_SCATTER_BLOCK;
+  return reduces ? reduce_kernel(dtype, op) : copy_kernel(dtype);
+}
+
 }  // namespace mg

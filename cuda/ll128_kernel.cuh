@@ -49,6 +49,13 @@ struct LL128Args {
 
 __host__ __device__ inline size_t ll128_lines(size_t bytes) { return (bytes + kLineData - 1) / kLineData; }
 
+// Bytes of a two-shot shard of `count` elements of `es` bytes over n ranks: whole 16-byte multiples,
+// so every shard starts as aligned as the buffer.
+__host__ __device__ inline size_t ll128_shard_bytes(size_t count, size_t es, size_t n) {
+  const size_t v = 16 / es, per = (count + n - 1) / n;
+  return (per + v - 1) / v * v * es;
+}
+
 // `len` (16 or 8) bytes at p + off, of which those at or past nbytes read as zero. User buffers
 // have any element alignment, so 16- and 8-byte loads are used only where the address allows.
 __device__ __forceinline__ uint4 read_part(const char *p, size_t off, int len, size_t nbytes) {
@@ -160,7 +167,7 @@ __global__ void __launch_bounds__(kThreads, 1) ll128_kernel(const __grid_constan
   const size_t nwarps = ((size_t)gridDim.x * blockDim.x) >> 5;
   const uint32_t all = (1u << n) - 1u, peers = all & ~(1u << me);
   TeamState *state = team_state(a.ws[me]);
-  const uint32_t seq = *(volatile uint32_t *)&state->ll_seq + 1u;
+  const uint32_t seq = ll_sequence_begin(state);
   const uint64_t flag = (uint64_t)seq | (1ull << 32);  // never 0, the value of a fresh workspace
   const int parity = (int)(seq & 1u);
 
@@ -239,15 +246,7 @@ __global__ void __launch_bounds__(kThreads, 1) ll128_kernel(const __grid_constan
     }
   }
 
-  // Last block out publishes this call's sequence number (as in ll_kernel.cuh).
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    if (atomicAdd(&state->ll_arrived, 1u) == gridDim.x - 1) {
-      state->ll_arrived = 0;
-      *(volatile uint32_t *)&state->ll_seq = seq;
-    }
-  }
+  ll_sequence_publish(state, seq);
 }
 
 }  // namespace mg

@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(kThreads, 1) ll_kernel(const __grid_constant__
   const size_t gid = (size_t)blockIdx.x * blockDim.x + threadIdx.x, gstride = (size_t)gridDim.x * blockDim.x;
   char *mine = a.ws[me];
   TeamState *state = team_state(mine);
-  const uint32_t seq = *(volatile uint32_t *)&state->ll_seq + 1u;
+  const uint32_t seq = ll_sequence_begin(state);
   const int parity = (int)(seq & 1u);
 
   for (size_t v = gid; v < nvec; v += gstride) {
@@ -117,15 +117,7 @@ __global__ void __launch_bounds__(kThreads, 1) ll_kernel(const __grid_constant__
     for (int i = 0; i < V; ++i) o[i] = from_acc<T, A>(acc[i]);
     store_piece16(a.recv, off, nb, out);
   }
-  // Last block out publishes this call's sequence number (every block has read the old one by then).
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    if (atomicAdd(&state->ll_arrived, 1u) == gridDim.x - 1) {
-      state->ll_arrived = 0;
-      *(volatile uint32_t *)&state->ll_seq = seq;
-    }
-  }
+  ll_sequence_publish(state, seq);
 }
 
 }  // namespace mg

@@ -72,6 +72,24 @@ struct Layout {
   __host__ __device__ size_t total_bytes() const { return ll128_off(2, 0, 0); }
 };
 
+// Sequence numbers of the protocols with flags in the data (LL, LL128), shared by both: every block
+// reads the last call's number at its start; the last block out publishes this call's, when every
+// block has read the old one (all blocks of a call are resident at once).
+__device__ __forceinline__ uint32_t ll_sequence_begin(TeamState *state) {
+  return *(volatile uint32_t *)&state->ll_seq + 1u;
+}
+
+__device__ __forceinline__ void ll_sequence_publish(TeamState *state, uint32_t seq) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    if (atomicAdd(&state->ll_arrived, 1u) == gridDim.x - 1) {
+      state->ll_arrived = 0;
+      *(volatile uint32_t *)&state->ll_seq = seq;
+    }
+  }
+}
+
 __device__ __forceinline__ uint64_t ld_acquire_sys(const uint64_t *p) {
   uint64_t v;
   asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");

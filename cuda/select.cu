@@ -49,15 +49,10 @@ static size_t ll_piece_bytes(const mg_team *t, const mg_call *c) {
 static size_t ll128_piece_bytes(const mg_team *t, const mg_call *c, bool two) {
   if (c->coll != MG_ALLREDUCE && c->coll != MG_REDUCE_SCATTER_BLOCK && c->coll != MG_ALLGATHER) return 0;
   if (two && c->coll != MG_ALLREDUCE) return 0;
-  mg::KernelChoice k = c->coll == MG_ALLGATHER ? mg::copy_kernel(c->dtype) : mg::reduce_kernel(c->dtype, c->op);
+  mg::KernelChoice k = mg::kernels_for(c->coll, c->dtype, c->op);
   if (!k.ll128) return 0;
-  size_t es = (size_t)k.elem_size, count = c->count * (size_t)k.mult, n = (size_t)t->cfg.nranks;
-  size_t bytes = count * es;
-  if (two) {
-    size_t v = 16 / es;
-    bytes = (count + n - 1) / n;
-    bytes = (bytes + v - 1) / v * v * es;
-  }
+  size_t es = (size_t)k.elem_size, count = c->count * (size_t)k.mult;
+  size_t bytes = two ? mg::ll128_shard_bytes(count, es, (size_t)t->cfg.nranks) : count * es;
   return bytes <= MG_LL128_MAX_BYTES ? bytes : 0;
 }
 
@@ -72,10 +67,10 @@ extern "C" int mg_select(const mg_team *t, mg_call *c) {
   const size_t ll = ll_piece_bytes(t, c);
   if (c->algo == MG_ALGO_LL && (ll == 0 || ll > MG_LL_MAX_BYTES)) c->algo = MG_ALGO_AUTO;
   if (c->algo == MG_ALGO_AUTO && ll > 0 && ll <= kLLMaxAutoBytes) c->algo = MG_ALGO_LL;
-  if (c->algo == MG_ALGO_LL128 && ll128_piece_bytes(t, c, false) == 0) c->algo = MG_ALGO_AUTO;
-  if (c->algo == MG_ALGO_LL128_TWOSHOT && ll128_piece_bytes(t, c, true) == 0) c->algo = MG_ALGO_AUTO;
+  const size_t one = ll128_piece_bytes(t, c, false), two = ll128_piece_bytes(t, c, true);
+  if (c->algo == MG_ALGO_LL128 && one == 0) c->algo = MG_ALGO_AUTO;
+  if (c->algo == MG_ALGO_LL128_TWOSHOT && two == 0) c->algo = MG_ALGO_AUTO;
   if (c->algo == MG_ALGO_AUTO) {
-    const size_t one = ll128_piece_bytes(t, c, false), two = ll128_piece_bytes(t, c, true);
     if (c->coll == MG_ALLREDUCE) {
       if (one && B <= kLL128OneShotMaxAutoBytes) c->algo = MG_ALGO_LL128;
       else if (two && B <= kLL128TwoShotMaxAutoBytes) c->algo = MG_ALGO_LL128_TWOSHOT;
@@ -89,7 +84,7 @@ extern "C" int mg_select(const mg_team *t, mg_call *c) {
     return 0;
   }
   if (c->algo == MG_ALGO_LL128 || c->algo == MG_ALGO_LL128_TWOSHOT) {
-    if (c->nchannels <= 0) c->nchannels = ll128_channels(ll128_piece_bytes(t, c, c->algo == MG_ALGO_LL128_TWOSHOT));
+    if (c->nchannels <= 0) c->nchannels = ll128_channels(c->algo == MG_ALGO_LL128_TWOSHOT ? two : one);
     if (c->nchannels > t->cfg.max_channels) c->nchannels = t->cfg.max_channels;
     return 0;
   }

@@ -63,10 +63,12 @@ if has examples; then
 fi
 if has sanitize; then
   cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  for tool in memcheck racecheck; do
-    MPIGPU_TIMEOUT_S=300 timeout 240 $run -n 2 -x MPIGPU_TIMEOUT_S "$cs" --tool $tool --error-exitcode 3 \
-      --log-file "$OUT/sanitize-$tool-%p.log" python3 -m mpi4py tests/gpu/sanitize_kernels.py > "$OUT/sanitize-$tool.out" 2>&1
-    summary+=("compute-sanitizer $tool n=2 rc=$?: $(grep -h 'ERROR SUMMARY' "$OUT"/sanitize-$tool-*.log | sort | uniq -c | tr -s ' ' | tr '\n' ';') $(grep -c 'sanitize run ok' "$OUT/sanitize-$tool.out") ranks ok")
+  # SANITIZE_RUNS: tool:ranks pairs (4 ranks reach the forms 2 cannot: LL128 Bcast scatter)
+  for spec in ${SANITIZE_RUNS:-memcheck:2 racecheck:2}; do
+    tool=${spec%%:*} sn=${spec##*:}
+    MPIGPU_TIMEOUT_S=300 timeout 240 $run -n "$sn" -x MPIGPU_TIMEOUT_S "$cs" --tool $tool --error-exitcode 3 \
+      --log-file "$OUT/sanitize-$tool-$sn-%p.log" python3 -m mpi4py tests/gpu/sanitize_kernels.py > "$OUT/sanitize-$tool-$sn.out" 2>&1
+    summary+=("compute-sanitizer $tool n=$sn rc=$?: $(grep -h 'ERROR SUMMARY' "$OUT"/sanitize-$tool-$sn-*.log | sort | uniq -c | tr -s ' ' | tr '\n' ';') $(grep -c 'sanitize run ok' "$OUT/sanitize-$tool-$sn.out") ranks ok")
   done
 fi
 if has probe; then

@@ -85,7 +85,60 @@ chans = [c for c in chans if c <= st.team.max_channels] if hasattr(st.team, 'max
 big = cp.ones((256 << 20) // 4 * n, cp.float32)
 out = cp.empty_like(big)
 factor = {'allreduce': 2 * (n - 1) / n, 'bcast': 1, 'rs': (n - 1) / n, 'allgather': (n - 1) / n}
-LL128_MAX = 2 << 20
+LL128_MAX = mpigpu.config.ll128_bytes
+if "--ll128" in sys.argv:
+    # LL128 past its default areas against the direct kernel, 4-64 MB: a team with 16 MiB areas.
+    mpigpu.config.ll128_bytes = 16 << 20
+    c2 = comm.Dup()
+    c2.Allreduce(x, y)
+    team = c2._mg_state.team
+    lchans = (64, 96, 128)
+    if rank == 0:
+        print(f'# busbw GB/s by channels {lchans}; LL128 areas of 16 MiB per peer; algo 1=oneshot 2=twoshot '
+              '4=ll128 5=ll128-twoshot (Bcast: scatter)')
+    for coll, code, algos in (('allreduce', 0, (5, 2)), ('bcast', 1, (5, 2)), ('rs', 2, (4, 1)),
+                              ('allgather', 4, (4, 1))):
+        for nb in (4 << 20, 8 << 20, 16 << 20, 32 << 20, 64 << 20):
+            count = nb // 4 // (n if coll in ('rs', 'allgather') else 1)
+            iters = max(3, min(50, int(2e8 / nb)))
+            for algo in algos:
+                row = [nb / tm(lambda: team.run(code, algo, 11, 0, big.data.ptr, out.data.ptr, count, 0, ch, 0, True),
+                               iters) / 1e3 * factor[coll] for ch in lchans]
+                if rank == 0:
+                    print(f'{coll:>10} {nb:>10} algo{algo}: ' + ' '.join(f'{v:6.1f}' for v in row), flush=True)
+    sys.exit(0)
+if "--chunks" in sys.argv:
+    # Direct kernel: step bytes x channels, for the default MPIGPU_SPLIT_STEPS and for 2, next to
+    # the cost model's choice (algo, channels, step).
+    steps, step_chans = (8192, 16384, 32768), (32, 64, 128)
+    teams = {}
+    for v in (mpigpu.config.split_steps, 2):
+        mpigpu.config.split_steps = v
+        c2 = comm.Dup()
+        c2.Allreduce(x, y)
+        teams[v] = c2._mg_state.team
+    if rank == 0:
+        print(f'# direct kernel busbw GB/s; columns: step bytes {steps} x channels {step_chans}; '
+              f'teams split_steps {tuple(teams)}; auto = cost model (algo, ch, step)')
+    for coll, code, algo in (('allreduce', 0, 2), ('bcast', 1, 2), ('rs', 2, 1), ('allgather', 4, 1)):
+        for nb in (4 << 20, 16 << 20, 64 << 20, 256 << 20):
+            count = nb // 4 // (n if coll in ('rs', 'allgather') else 1)
+            iters = max(3, min(50, int(2e8 / nb)))
+            for v, team in teams.items():
+                row = []
+                for ch in step_chans:
+                    for step in steps:
+                        t = tm(lambda: team.run(code, algo, 11, 0, big.data.ptr, out.data.ptr, count, 0, ch, 0, True,
+                                                step), iters)
+                        row.append(nb / t / 1e3 * factor[coll])
+                if rank == 0:
+                    print(f'{coll:>10} {nb:>10} split{v}: ' + ' | '.join(
+                        ' '.join(f'{b:6.1f}' for b in row[i:i + 3]) for i in range(0, len(row), 3)), flush=True)
+            t = tm(lambda: st.team.run(code, 0, 11, 0, big.data.ptr, out.data.ptr, count, 0, 0, 0, True), iters)
+            if rank == 0:
+                print(f'{coll:>10} {nb:>10} auto: {nb / t / 1e3 * factor[coll]:6.1f} {st.team.select(code, 11, count)}',
+                      flush=True)
+    sys.exit(0)
 if "--split" in sys.argv:
     # Direct kernel, stages on separate warps from MPIGPU_SPLIT_STEPS steps per channel: one team per
     # setting (the value is fixed at team setup), busbw by channels for each.
@@ -117,8 +170,9 @@ for coll, code in COLL.items():
     if LARGE:
         algos = (2,) if coll in ('allreduce', 'bcast') else (1,)
     if coll != 'bcast':
-        algos = algos + (3, 4)
-    if coll == 'allreduce':
+        algos = algos + (3,)
+    algos = algos + (4,)
+    if coll in ('allreduce', 'bcast'):
         algos = algos + (5,)
     if rank == 0:
         print(f'# {coll}: busbw GB/s by channels ({", ".join(map(str, chans))}); '
@@ -127,8 +181,9 @@ for coll, code in COLL.items():
         count = nb // 4 // (n if coll in ('rs', 'allgather') else 1)
         piece = nb // (n if coll in ('rs', 'allgather') else 1)
         for algo in algos + (0,):
+            parts = n - 1 if coll == 'bcast' else n
             if algo == 3 and piece > 64 * 1024 or algo == 4 and piece > LL128_MAX or \
-                    algo == 5 and -(-piece // n) > LL128_MAX:
+                    algo == 5 and (-(-piece // parts) > LL128_MAX or parts < 2):
                 continue
             if algo == 0:  # the cost model's choice, once
                 iters = max(3, min(50, int(2e8 / max(nb, 1))))

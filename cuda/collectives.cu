@@ -104,7 +104,8 @@ static int plan(mg_team *t, const mg_call *c, DirectArgs *a, mg::KernelFn *fn) {
   const int C = c->nchannels < 1 ? 1 : c->nchannels;
   a->nchannels = C;
   a->span = round_up(ceil_div(a->shard_len, C), V);
-  size_t slot_elems = t->layout.slot_bytes / k.elem_size / V * V;
+  size_t step = c->chunk_bytes && c->chunk_bytes < t->layout.slot_bytes ? c->chunk_bytes : t->layout.slot_bytes;
+  size_t slot_elems = step / k.elem_size / V * V;
   a->chunk = a->span < slot_elems ? a->span : slot_elems;
   if (a->chunk == 0) a->chunk = V;
   a->nsteps = (int)ceil_div(a->span == 0 ? 1 : a->span, a->chunk);
@@ -139,9 +140,15 @@ static int launch_ll128(mg_team *t, const mg_call *c, uintptr_t stream) {
   a.rank = t->cfg.rank;
   a.nranks = t->cfg.nranks;
   a.timeout_ns = t->timeout_ns;
+  a.root = c->root;
   a.total_bytes = count * es;
   a.block_bytes = count * es;
-  if (c->coll == MG_ALLREDUCE && c->algo == MG_ALGO_LL128_TWOSHOT) {
+  const bool two = c->algo == MG_ALGO_LL128_TWOSHOT;
+  if (c->coll == MG_BCAST) {
+    if (c->root < 0 || c->root >= t->cfg.nranks) return MG_ERR_ARG;
+    a.mode = two ? mg::kLL128BcastScatter : mg::kLL128Bcast;
+    if (two) a.block_bytes = mg::ll128_shard_bytes(count, es, n - 1);
+  } else if (c->coll == MG_ALLREDUCE && two) {
     a.mode = mg::kLL128AllreduceTwoShot;
     a.block_bytes = mg::ll128_shard_bytes(count, es, n);
   } else {

@@ -71,8 +71,12 @@ __device__ __forceinline__ void stage_contribute(const Group &g, const DirectArg
   if (tid < n && tid != me && ((a.owners >> tid) & 1u) && g0 + 1 > (uint64_t)D)
     wait_at_least((const uint64_t *)(mine + Layout::ack_off(0, ch, tid)), g0 + 1 - D, a.timeout_ns);
   g.sync();
-  for (int j = 0; j < n; ++j) {
-    if (j == me || !((a.owners >> j) & 1u)) continue;
+  // Owners in the order me+1, me+2, ...: with every rank starting at the same owner, that owner's
+  // inbound links would carry all the traffic while the others idle; rotated, each rank's pushes go
+  // to a different peer at any moment.
+  for (int i = 1; i < n; ++i) {
+    const int j = (me + i) % n;
+    if (!((a.owners >> j) & 1u)) continue;
     Piece p = piece_of(a, j, ch, t);
     const char *s = a.send + p.in * sizeof(T);
     char *d = a.ws[j] + a.layout.slot_off(0, ch, me, g0);

@@ -12,26 +12,36 @@
 // store per 16 bytes and one local poll. It serves medium sizes where the direct kernel's two flag
 // round trips per step dominate and the LL protocol's doubled bytes cost too much.
 //
-// Forms (symmetric: every rank sends to and receives from every other rank in each phase):
+// Forms. Symmetric (every rank sends to and receives from every other rank in each phase):
 //   Allreduce one-shot: every rank sends its whole input to every peer and reduces all n in rank order.
 //   Allreduce two-shot: shard k of every input goes to rank k, which reduces it, writes it and sends
 //     the result to every peer (phase 1); every rank then copies the other shards in (phase 2).
 //   Reduce_scatter_block: block j of every input goes to rank j, which reduces it.
 //   Allgather: every rank sends its input to every peer and copies the n blocks out.
+// Rooted:
+//   Bcast one-shot: the root sends every line to every other rank.
+//   Bcast scatter: the root sends shard k of the message to the k-th other rank only (phase 0), which
+//     writes it and forwards it to the other non-roots (phase 1): the root stores the message once,
+//     not n - 1 times, at the cost of one more hop.
 //
-// Reuse of the line areas without acks, and the sequence number, follow ll_kernel.cuh: call seq uses
-// the areas of parity seq & 1; a peer writes them again at call seq + 2, which it starts only after
-// receiving my phase-0 lines of call seq + 1, which I send only after my call seq has finished.
+// Reuse of the line areas and the sequence number follow ll_kernel.cuh: call seq uses the areas of
+// parity seq & 1; a peer writes them again at call seq + 2, which it starts only after receiving my
+// lines of call seq + 1, which I send only after my call seq has finished. A Bcast breaks that
+// chain; ll_reuse_guard (protocol.cuh) makes the call after one wait for the peers' acks instead.
 //
 // Each thread handles part (lane % 8) of line L of every block, in every phase, so in-place calls
 // are safe: a thread reads a line of the input before it writes that line of the output.
 #pragma once
+#include <type_traits>
 #include "dtypes.cuh"
 #include "protocol.cuh"
 
 namespace mg {
 
-enum LL128Mode { kLL128Allreduce = 0, kLL128ReduceScatter = 1, kLL128Allgather = 2, kLL128AllreduceTwoShot = 3 };
+enum LL128Mode {
+  kLL128Allreduce = 0, kLL128ReduceScatter = 1, kLL128Allgather = 2, kLL128AllreduceTwoShot = 3,
+  kLL128Bcast = 4, kLL128BcastScatter = 5
+};
 
 constexpr int kLineBytes = 128;
 constexpr int kLineData = 120;  // payload bytes per line; the last 8 bytes are the flag
@@ -41,9 +51,9 @@ struct LL128Args {
   const char *send;
   char *recv;
   Layout layout;
-  int rank, nranks, mode;
-  size_t block_bytes;  // bytes of block j (RS, AG), of the whole message (one-shot), of a shard (two-shot)
-  size_t total_bytes;  // two-shot: the whole message; shard k holds min(block, total - k * block) bytes
+  int rank, nranks, mode, root;
+  size_t block_bytes;  // bytes of block j (RS, AG), of the whole message (one-shot), of a shard (two-shot, scatter)
+  size_t total_bytes;  // two-shot, scatter: the whole message; shard k holds min(block, total - k * block) bytes
   uint64_t timeout_ns;
 };
 
@@ -158,6 +168,76 @@ __device__ __forceinline__ uint4 reduce_part(const LL128Args &a, uint4 own, cons
   return out;
 }
 
+// Bcast, one-shot or scatter (see the forms above). Non-root k is the idx-th non-root (idx = k
+// without the root) and owns shard idx: bytes [idx * B, min((idx + 1) * B, total)).
+__device__ __forceinline__ void ll128_bcast(const LL128Args &a, int parity, uint64_t flag, size_t warp, size_t nwarps) {
+  const int me = a.rank, n = a.nranks, root = a.root, lane = threadIdx.x & 31, part = lane & 7;
+  const bool flag_part = part == 7;
+  const int len = flag_part ? 8 : 16;
+  const bool scatter = a.mode == kLL128BcastScatter;
+  const size_t B = a.block_bytes, total = a.total_bytes;
+  auto idx = [&](int k) { return (size_t)(k - (k > root)); };
+  auto shard_len = [&](int k) -> size_t {  // bytes non-root k receives from the root
+    if (!scatter) return total;
+    size_t lo = idx(k) * B;
+    return total > lo ? (total - lo < B ? total - lo : B) : 0;
+  };
+  const size_t nlines = ll128_lines(B);
+  if (me == root) {  // phase 0: lines to every other rank
+    for (size_t l0 = warp * 4; l0 < nlines; l0 += nwarps * 4) {
+      const size_t line = l0 + (lane >> 3), off = line * kLineData + (size_t)part * 16;
+      const size_t at = a.layout.ll128_off(parity, 0, root) + line * kLineBytes + (size_t)part * 16;
+      if (!scatter) {
+        if (line >= nlines) continue;
+        const uint4 v = read_part(a.send, off, len, total);
+        for (int j = 0; j < n; ++j)
+          if (j != root) line_store(a.ws[j] + at, v, flag_part, flag);
+        continue;
+      }
+      for (int j = 0; j < n; ++j) {
+        if (j == root) continue;
+        const size_t bj = shard_len(j);
+        if (line < ll128_lines(bj)) line_store(a.ws[j] + at, read_part(a.send + idx(j) * B, off, len, bj), flag_part, flag);
+      }
+    }
+    return;
+  }
+  // Phase 0, receiving my shard (the whole message, one-shot); forwarding it when scattering.
+  const size_t mine = shard_len(me);
+  char *out = a.recv + (scatter ? idx(me) * B : 0);
+  for (size_t l0 = warp * 4; l0 < nlines; l0 += nwarps * 4) {
+    const size_t line = l0 + (lane >> 3), off = line * kLineData + (size_t)part * 16;
+    const bool valid = line < ll128_lines(mine);
+    Received r;
+    receive_lines(a, parity, 0, line, valid ? 1u << root : 0u, flag_part, flag, part, r);
+    if (!valid) continue;
+    uint64_t lo = 0, hi = 0;  // r.lo[root] without a dynamic index (which would put r in local memory)
+#pragma unroll
+    for (int k = 0; k < MG_MAX_RANKS; ++k)
+      if (k == root) lo = r.lo[k], hi = r.hi[k];
+    const uint4 v = payload(lo, hi, flag_part);
+    write_part(out, off, len, mine, v);
+    if (scatter) {
+      const size_t at = a.layout.ll128_off(parity, 1, me) + line * kLineBytes + (size_t)part * 16;
+      for (int j = 0; j < n; ++j)
+        if (j != me && j != root) line_store(a.ws[j] + at, v, flag_part, flag);
+    }
+  }
+  if (!scatter) return;
+  // Phase 1, receiving the other non-roots' shards.
+  for (size_t l0 = warp * 4; l0 < nlines; l0 += nwarps * 4) {
+    const size_t line = l0 + (lane >> 3), off = line * kLineData + (size_t)part * 16;
+    uint32_t want = 0;
+    for (int k = 0; k < n; ++k)
+      if (k != me && k != root && line < ll128_lines(shard_len(k))) want |= 1u << k;
+    Received r;
+    receive_lines(a, parity, 1, line, want, flag_part, flag, part, r);
+#pragma unroll
+    for (int k = 0; k < MG_MAX_RANKS; ++k)
+      if ((want >> k) & 1u) write_part(a.recv + idx(k) * B, off, len, shard_len(k), payload(r.lo[k], r.hi[k], flag_part));
+  }
+}
+
 template <typename T, typename Op>
 __global__ void __launch_bounds__(kThreads, 1) ll128_kernel(const __grid_constant__ LL128Args a) {
   const int me = a.rank, n = a.nranks, lane = threadIdx.x & 31, part = lane & 7;
@@ -170,6 +250,15 @@ __global__ void __launch_bounds__(kThreads, 1) ll128_kernel(const __grid_constan
   const uint32_t seq = ll_sequence_begin(state);
   const uint64_t flag = (uint64_t)seq | (1ull << 32);  // never 0, the value of a fresh workspace
   const int parity = (int)(seq & 1u);
+  ll_reuse_guard(state, me, n, seq, a.timeout_ns);
+  if (a.mode == kLL128Bcast || a.mode == kLL128BcastScatter) {
+    if constexpr (std::is_same<Op, OpCopy>::value) {
+      ll_announce_start(a.ws, me, n, seq);
+      ll128_bcast(a, parity, flag, warp, nwarps);
+    }
+    ll_sequence_publish(state, seq, true);
+    return;
+  }
 
   const bool two = a.mode == kLL128AllreduceTwoShot;
   const bool scatter = two || a.mode == kLL128ReduceScatter;  // block j of the input goes to rank j

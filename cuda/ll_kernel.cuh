@@ -9,7 +9,8 @@
 // Reuse without acks: call seq writes region seq & 1, and a rank starts call seq + 2 only after its
 // call seq + 1 received every peer's data of seq + 1, which those peers sent after finishing call
 // seq (calls are stream-ordered). That argument needs every rank to receive from every other rank,
-// hence symmetric collectives only; Bcast and Reduce use the direct kernel, which has acks.
+// hence symmetric collectives only; after an LL128 Bcast, which breaks it, ll_reuse_guard
+// (protocol.cuh) waits for the peers' acks first.
 #pragma once
 #include "dtypes.cuh"
 #include "protocol.cuh"
@@ -81,6 +82,7 @@ __global__ void __launch_bounds__(kThreads, 1) ll_kernel(const __grid_constant__
   TeamState *state = team_state(mine);
   const uint32_t seq = ll_sequence_begin(state);
   const int parity = (int)(seq & 1u);
+  ll_reuse_guard(state, me, n, seq, a.timeout_ns);
 
   for (size_t v = gid; v < nvec; v += gstride) {
     const size_t off = v * 16;

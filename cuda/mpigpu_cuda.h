@@ -19,7 +19,7 @@ extern "C" {
 #define MG_MAX_CHANNELS 128 /* thread blocks (channels) one collective may use */
 #define MG_IPC_HANDLE_BYTES 64
 #define MG_LL_MAX_BYTES (64 * 1024)  /* largest per-peer piece of the low-latency protocol */
-#define MG_LL128_MAX_BYTES (2 * 1024 * 1024) /* largest per-peer piece of the 128-byte-line protocol */
+#define MG_LL128_LIMIT_BYTES (1u << 30) /* most a team may set as ll128_bytes */
 
 enum mg_dtype {
   MG_BOOL = 0, MG_INT8, MG_UINT8, MG_INT16, MG_UINT16, MG_INT32, MG_UINT32, MG_INT64, MG_UINT64,
@@ -38,8 +38,9 @@ enum mg_algo {
   MG_ALGO_ONESHOT,   /* every owner receives every contribution whole: one hop, (n-1)x bytes per rank */
   MG_ALGO_TWOSHOT,   /* shards: reduce-scatter by push, then push the reduced shards: 2 hops, 2(n-1)/n bytes */
   MG_ALGO_LL,        /* low-latency one-shot (data and flag in each 8 bytes): small symmetric calls */
-  MG_ALGO_LL128,     /* 128-byte lines (120 bytes of data and a flag): one-shot, medium symmetric calls */
-  MG_ALGO_LL128_TWOSHOT, /* Allreduce as reduce-scatter then all-gather, both in 128-byte lines */
+  MG_ALGO_LL128,     /* 128-byte lines (120 bytes of data and a flag): one-shot, small and medium calls */
+  MG_ALGO_LL128_TWOSHOT, /* in 128-byte lines, two phases: Allreduce as reduce-scatter then all-gather;
+                            Bcast as scatter from the root then all-gather among the others */
   MG_NALGOS
 };
 
@@ -89,6 +90,7 @@ typedef struct mg_team_config {
   int nslots;          /* FIFO depth per connection */
   int max_channels;    /* channels the workspace is laid out for */
   int split_steps;     /* direct kernel: from this many steps per channel, stages on separate warps (0: never) */
+  size_t ll128_bytes;  /* largest per-peer piece of the 128-byte-line protocol (sizes its areas; 0: no LL128) */
   double timeout_s;    /* a kernel waiting longer than this on a peer traps */
 } mg_team_config;
 
@@ -108,11 +110,12 @@ typedef struct mg_call {
   size_t count;        /* Allreduce/Bcast/Reduce: elements; Reduce_scatter_block: recvcount; Allgather: sendcount */
   int root;
   int nchannels;       /* 0: the cost model chooses */
+  size_t chunk_bytes;  /* direct kernel: bytes per pipeline step (at most the slot); 0: the cost model chooses */
 } mg_call;
 
 /* 1 when the engine implements this (dtype, op) pair for reductions. */
 int mg_supports(int dtype, int op);
-/* Fills algo and nchannels for a call, as mg_collective would run it. */
+/* Fills algo, nchannels and chunk_bytes for a call, as mg_collective would run it. */
 int mg_select(const mg_team *team, mg_call *call);
 /* Enqueues the collective on stream; returns once it is enqueued. async = 0: the caller waits for the
  * stream before its next call on this team (blocking MPI call); async = 1: it may not (stream=,

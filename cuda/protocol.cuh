@@ -28,11 +28,15 @@ constexpr size_t kFlagBytes = 2 * kLanes * MG_MAX_CHANNELS * MG_MAX_RANKS * size
 constexpr size_t kStateOffset = kFlagBytes;  // TeamState follows the counters
 constexpr size_t kSlotsOffset = 65536;  // slots start here, 64 KiB aligned, after the counters
 
-// Per-rank sequence state, in the rank's own workspace; only its own kernels touch it.
+// Per-rank sequence state, in the rank's own workspace. Only its own kernels touch it, except
+// ll_started, which each peer writes (the LL-family Bcast's acks, see ll_reuse_guard).
 struct TeamState {
   uint64_t base[kLanes][MG_MAX_CHANNELS];  // direct kernel: global step of the next call's step 0
   uint32_t ll_seq;                         // low-latency calls completed (the last call's flag value)
   uint32_t ll_arrived;                     // blocks of the running LL call that are done
+  uint32_t ll_bcast_seq;                   // sequence number of the last LL-family Bcast (0: none)
+  uint32_t ll_started[MG_MAX_RANKS];       // written by peer k when it starts an LL-family Bcast: the
+                                           // number of the last call k had finished by then
 };
 static_assert(kStateOffset + sizeof(TeamState) <= kSlotsOffset, "state must fit before the slots");
 
@@ -42,6 +46,7 @@ __host__ __device__ inline TeamState *team_state(char *ws) { return reinterpret_
 struct Layout {
   size_t slot_bytes;
   int nslots, nranks, max_channels;
+  size_t ll128_bytes;  // largest per-peer piece of LL128 (mg_team_config)
 
   __host__ __device__ static size_t data_off(int lane, int ch, int src) {
     return ((size_t)(lane * MG_MAX_CHANNELS + ch) * MG_MAX_RANKS + src) * sizeof(uint64_t);
@@ -61,9 +66,9 @@ struct Layout {
     return slots_end() + ((size_t)parity * nranks + src) * 2 * MG_LL_MAX_BYTES;
   }
   // 128-byte-line region (ll128_kernel.cuh): per call parity, phase and source, one area of whole
-  // lines for a piece of up to MG_LL128_MAX_BYTES; 4 KiB aligned, so every line is 128-byte aligned.
-  __host__ __device__ static size_t ll128_area_bytes() {
-    return (MG_LL128_MAX_BYTES + 119) / 120 * 128;
+  // lines for a piece of up to ll128_bytes; 4 KiB aligned, so every line is 128-byte aligned.
+  __host__ __device__ size_t ll128_area_bytes() const {
+    return ((ll128_bytes + 119) / 120 * 128 + 4095) / 4096 * 4096;
   }
   __host__ __device__ size_t ll128_off(int parity, int phase, int src) const {
     size_t base = (ll_off(2, 0) + 4095) / 4096 * 4096;
@@ -79,12 +84,13 @@ __device__ __forceinline__ uint32_t ll_sequence_begin(TeamState *state) {
   return *(volatile uint32_t *)&state->ll_seq + 1u;
 }
 
-__device__ __forceinline__ void ll_sequence_publish(TeamState *state, uint32_t seq) {
+__device__ __forceinline__ void ll_sequence_publish(TeamState *state, uint32_t seq, bool bcast = false) {
   __syncthreads();
   if (threadIdx.x == 0) {
     __threadfence();
     if (atomicAdd(&state->ll_arrived, 1u) == gridDim.x - 1) {
       state->ll_arrived = 0;
+      if (bcast) *(volatile uint32_t *)&state->ll_bcast_seq = seq;
       *(volatile uint32_t *)&state->ll_seq = seq;
     }
   }
@@ -104,6 +110,45 @@ __device__ __forceinline__ uint64_t global_timer_ns() {
   uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
+}
+
+// Reuse of the LL and LL128 areas. Call seq writes the areas of parity seq & 1 in its peers'
+// workspaces, which they last read in call seq - 2. In a symmetric call every rank receives from
+// every other, so a rank that finished call seq - 1 has received each peer's lines of seq - 1, sent
+// after that peer finished seq - 2: the areas are free with no ack. A Bcast breaks that chain (its
+// root receives nothing; a one-shot Bcast's other ranks receive from the root only), so:
+// - every rank starting an LL-family Bcast (call b) tells every peer it finished call b - 1, with
+//   one store into the peer's ll_started (ll_announce_start);
+// - the call after such a Bcast (seq = b + 1, any LL-family form) first waits, in every block, until
+//   each peer's ll_started says it finished seq - 2 (ll_reuse_guard). The wait is on this rank's own
+//   memory and is normally over before it starts; a Bcast after a symmetric call needs none.
+__device__ __forceinline__ void ll_announce_start(char *const *ws, int me, int n, uint32_t seq) {
+  if (blockIdx.x == 0 && threadIdx.x < n && (int)threadIdx.x != me) {
+    uint32_t *p = &team_state(ws[threadIdx.x])->ll_started[me];
+    asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(seq - 1u) : "memory");
+  }
+}
+
+__device__ __forceinline__ uint32_t ld_acquire_sys_u32(const uint32_t *p) {
+  uint32_t v;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void ll_reuse_guard(TeamState *state, int me, int n, uint32_t seq, uint64_t timeout_ns) {
+  if (*(volatile uint32_t *)&state->ll_bcast_seq != seq - 1u || seq == 1u) return;  // uniform per block
+  if ((int)threadIdx.x < n && (int)threadIdx.x != me) {
+    const uint32_t want = seq - 2u;
+    const uint32_t *p = &state->ll_started[threadIdx.x];
+    uint64_t start = 0;
+    for (unsigned spins = 0; (int32_t)(ld_acquire_sys_u32(p) - want) < 0; ++spins) {
+      if ((spins & 1023u) == 0) {
+        if (spins == 0) start = global_timer_ns();
+        else if (global_timer_ns() - start > timeout_ns) __trap();
+      }
+    }
+  }
+  __syncthreads();
 }
 
 // Spin until *p >= want. A peer that never arrives would hang the job silently; instead the kernel

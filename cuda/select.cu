@@ -1,12 +1,12 @@
-// select.cu: the cost model that picks an algorithm and a channel count for a call.
+// select.cu: the cost model that picks an algorithm, a channel count and a step size for a call.
 //
-// Symmetric collectives (Allreduce, Reduce_scatter_block, Allgather) use a protocol with the flags
-// in the data while it fits: LL for pieces up to kLLMaxAutoBytes, LL128 above (thresholds below,
-// measured). Beyond those, and for Bcast and Reduce, the direct kernel's forms by this model:
-// time(algo) = hops(algo) * kHopUs + bytes_out(algo) / kPushBytesPerUs, where bytes_out is what one
-// rank must store to its peers: one-shot (n-1) * B per owner fan-out, two-shot 2 (n-1)/n * B.
-// Constants are from the 4x H200 NVLink host (docs/tuning.md has the measurements behind them).
-// MPIGPU_ALGO / MPIGPU_NCHANNELS override the choice; they arrive here through mg_call.
+// Allreduce, Reduce_scatter_block and Allgather use a protocol with the flags in the data while it
+// fits: LL for pieces up to kLLMaxAutoBytes, LL128 above; Bcast uses LL128 (one-shot, then
+// scatter); thresholds below, measured. Beyond those, and for Reduce, the direct kernel's forms by
+// this model: time(algo) = hops(algo) * kHopUs + bytes_out(algo) / kPushBytesPerUs, where bytes_out
+// is what one rank must store to its peers: one-shot (n-1) * B per owner fan-out, two-shot
+// 2 (n-1)/n * B. Constants are from the 4x H200 NVLink host (docs/tuning.md has the measurements
+// behind them). MPIGPU_ALGO / MPIGPU_NCHANNELS override the choice; they arrive here through mg_call.
 #include "team.cuh"
 #include "kernel_table.cuh"
 
@@ -14,19 +14,31 @@ static const double kHopUs = 3.0;                  // one flag round through NVL
 static const double kPushBytesPerUs = 340e3;       // sustained NVLink stores per GPU (~340 GB/s)
 static const size_t kBytesPerChannel = 32 * 1024;  // below this per channel, more blocks add latency
 static const int kDefaultChannels = 128;  // 256 MB: 317 GB/s at 128 channels, 268 at 64 (32 KiB chunks)
+static const double kTwoRankTwoShotBytes = 4 * 1024 * 1024;  // 2 ranks: Allreduce two-shot from here (below)
 // Largest per-peer piece that AUTO sends with the low-latency protocol: below it one NVLink store per
 // word beats a fenced step (the protocol moves 2 bytes per data byte, so it loses on bandwidth).
 static const size_t kLLMaxAutoBytes = 32 * 1024;
-// The 128-byte-line protocol (LL128) from where LL stops: Allreduce one-shot up to 256 KiB, two-shot
-// up to 8 MiB (while a shard fits MG_LL128_MAX_BYTES); Reduce_scatter_block and Allgather while a
-// block fits. 4x H200 (engine probe, best channel count, busbw GB/s): Allreduce 128 KiB one-shot
-// 13.2 vs two-shot 10.8 vs direct 9.3; 256 KiB 23.4 / 22.7 / 17.0; 1 MiB 60.9 / 74.7 / 50.6;
-// 8 MiB - / 194.7 / 169.8; Reduce_scatter_block 8 MiB 158.9 vs 126.6 direct; Allgather 159.9 vs 151.9.
+// The 128-byte-line protocol (LL128) from where LL stops, while a piece fits the team's areas
+// (ll128_bytes, MPIGPU_LL128_BYTES): Allreduce one-shot up to 256 KiB, two-shot up to 8 MiB;
+// Reduce_scatter_block and Allgather while a block is at most 2 MiB. 4x H200 (engine probe, best
+// channel count, busbw GB/s): Allreduce 128 KiB one-shot 13.2 vs two-shot 10.8 vs direct 9.3;
+// 256 KiB 23.4 / 22.7 / 17.0; 1 MiB 60.9 / 74.7 / 50.6; two-shot vs direct (peers in rotated order)
+// 8 MiB 202.3 / 194.0, 16 MiB 226.1 / 245.7; Reduce_scatter_block 8 MiB 163.3 / 154.1, 16 MiB
+// 196.4 / 210.7; Allgather 8 MiB 165.3 / 157.5, 16 MiB 198.5 / 209.5 (16 MiB areas, `--ll128`).
 static const size_t kLL128OneShotMaxAutoBytes = 256 * 1024;
 static const size_t kLL128TwoShotMaxAutoBytes = 8 * 1024 * 1024;
+static const size_t kLL128BlockMaxAutoBytes = 2 * 1024 * 1024;
 // Lines per channel. LL128 is latency-bound per warp (each pass waits for its lines), so more
 // channels always helped in the probe: from 128 KiB up the best count was 96-128.
 static const size_t kLL128LinesPerChannel = 4;
+// Bcast in lines: one-shot (the root stores every line n - 1 times) up to 256 KiB, then the
+// scatter form up to 16 MiB while a shard fits; on 2 ranks the two are the same and one-shot runs
+// while it fits. 4x H200, busbw at the best channel count, one-shot / scatter / direct: 128 KiB
+// 10.2 / 9.0 / 8.9, 256 KiB 19.4 / 18.0 / 16.7, 512 KiB 34.0 / 36.3 / 28.4, 1 MiB 51.6 / 66.3 / 46.6,
+// 4 MiB - / 166.9 / 105.0; with 16 MiB areas, scatter / direct: 8 MiB 215.8 / 195.6, 16 MiB
+// 240.5 / 226.3, 32 MiB 249.3 / 261.5.
+static const size_t kLL128BcastOneShotMaxAutoBytes = 256 * 1024;
+static const size_t kLL128BcastScatterMaxAutoBytes = 16 * 1024 * 1024;
 
 static size_t total_bytes(const mg_team *t, const mg_call *c) {
   size_t es = mg::copy_kernel(c->dtype).elem_size * (size_t)mg::copy_kernel(c->dtype).mult;
@@ -47,13 +59,15 @@ static size_t ll_piece_bytes(const mg_team *t, const mg_call *c) {
 // Bytes one rank sends to one peer per phase in the 128-byte-line protocol (one-shot, or the
 // two-shot Allreduce's shard), 0 when it does not apply (collective, 16-byte types, size).
 static size_t ll128_piece_bytes(const mg_team *t, const mg_call *c, bool two) {
-  if (c->coll != MG_ALLREDUCE && c->coll != MG_REDUCE_SCATTER_BLOCK && c->coll != MG_ALLGATHER) return 0;
-  if (two && c->coll != MG_ALLREDUCE) return 0;
+  const int n = t->cfg.nranks;
+  const bool bcast = c->coll == MG_BCAST;
+  if (c->coll != MG_ALLREDUCE && c->coll != MG_REDUCE_SCATTER_BLOCK && c->coll != MG_ALLGATHER && !bcast) return 0;
+  if (two && !(c->coll == MG_ALLREDUCE || (bcast && n > 2))) return 0;
   mg::KernelChoice k = mg::kernels_for(c->coll, c->dtype, c->op);
   if (!k.ll128) return 0;
   size_t es = (size_t)k.elem_size, count = c->count * (size_t)k.mult;
-  size_t bytes = two ? mg::ll128_shard_bytes(count, es, (size_t)t->cfg.nranks) : count * es;
-  return bytes <= MG_LL128_MAX_BYTES ? bytes : 0;
+  size_t bytes = two ? mg::ll128_shard_bytes(count, es, (size_t)(bcast ? n - 1 : n)) : count * es;
+  return bytes <= t->layout.ll128_bytes ? bytes : 0;
 }
 
 static int ll128_channels(size_t piece) {
@@ -74,7 +88,10 @@ extern "C" int mg_select(const mg_team *t, mg_call *c) {
     if (c->coll == MG_ALLREDUCE) {
       if (one && B <= kLL128OneShotMaxAutoBytes) c->algo = MG_ALGO_LL128;
       else if (two && B <= kLL128TwoShotMaxAutoBytes) c->algo = MG_ALGO_LL128_TWOSHOT;
-    } else if (one) {
+    } else if (c->coll == MG_BCAST) {
+      if (one && B <= (n <= 2 ? kLL128BlockMaxAutoBytes : kLL128BcastOneShotMaxAutoBytes)) c->algo = MG_ALGO_LL128;
+      else if (two && B <= kLL128BcastScatterMaxAutoBytes) c->algo = MG_ALGO_LL128_TWOSHOT;
+    } else if (one && one <= kLL128BlockMaxAutoBytes) {
       c->algo = MG_ALGO_LL128;
     }
   }
@@ -95,21 +112,30 @@ extern "C" int mg_select(const mg_team *t, mg_call *c) {
         double one = kHopUs + (n - 1) * B / kPushBytesPerUs;
         double two_bytes = c->coll == MG_BCAST ? B : 2.0 * (n - 1) / n * B;
         double two = 2 * kHopUs + two_bytes / kPushBytesPerUs;
-        c->algo = (n <= 2 || one <= two) ? MG_ALGO_ONESHOT : MG_ALGO_TWOSHOT;
+        // On 2 ranks both forms store B per rank, but one-shot Allreduce reduces all of B on both
+        // ranks where two-shot reduces half on each: 2x H200, 128 channels, two-shot vs one-shot
+        // 121 / 213 / 285 / 311 GB/s vs 121 / 202 / 225 / 246 at 4 / 16 / 64 / 256 MiB.
+        if (n == 2) one = c->coll == MG_ALLREDUCE && B >= kTwoRankTwoShotBytes ? two + 1 : two - 1;
+        c->algo = one <= two ? MG_ALGO_ONESHOT : MG_ALGO_TWOSHOT;
         break;
       }
       default: c->algo = MG_ALGO_ONESHOT;  // Reduce_scatter_block and Allgather have one form
     }
   }
+  // Bytes of one owner's shard: what a channel count and a step size divide.
+  size_t per_owner = (size_t)B;
+  if (c->algo == MG_ALGO_TWOSHOT || c->coll == MG_REDUCE_SCATTER_BLOCK || c->coll == MG_ALLGATHER)
+    per_owner /= (size_t)(c->coll == MG_BCAST ? n - 1 : n);
   if (c->nchannels <= 0) {
-    size_t per_owner = (size_t)B;
-    if (c->algo == MG_ALGO_TWOSHOT || c->coll == MG_REDUCE_SCATTER_BLOCK || c->coll == MG_ALLGATHER)
-      per_owner /= (size_t)n;
     int ch = (int)((per_owner + kBytesPerChannel - 1) / kBytesPerChannel);
     if (ch < 1) ch = 1;
     if (ch > kDefaultChannels) ch = kDefaultChannels;
     c->nchannels = ch;
   }
   if (c->nchannels > t->cfg.max_channels) c->nchannels = t->cfg.max_channels;
+  // Steps of a whole slot: smaller steps (to give a channel enough steps to split its stages at
+  // 4-16 MiB) measured slower at every size and channel count, e.g. 16 MiB Allreduce at 128
+  // channels: 188 / 187 / 207 GB/s with 8 / 16 / 32 KiB steps (engine probe --chunks).
+  if (c->chunk_bytes == 0 || c->chunk_bytes > t->layout.slot_bytes) c->chunk_bytes = t->layout.slot_bytes;
   return 0;
 }

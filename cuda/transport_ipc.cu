@@ -41,7 +41,7 @@ int mg_team_create(const mg_team_config *cfg, mg_team **out) {
   *out = nullptr;
   if (cfg->nranks < 1 || cfg->nranks > MG_MAX_RANKS || cfg->rank < 0 || cfg->rank >= cfg->nranks ||
       cfg->nslots < 2 || cfg->max_channels < 1 || cfg->max_channels > MG_MAX_CHANNELS ||
-      cfg->slot_bytes < 4096 || cfg->slot_bytes % 16 != 0)
+      cfg->slot_bytes < 4096 || cfg->slot_bytes % 16 != 0 || cfg->ll128_bytes > MG_LL128_LIMIT_BYTES)
     return MG_ERR_ARG;
   mg_team *t = (mg_team *)calloc(1, sizeof(mg_team));
   if (!t) return MG_ERR_NOMEM;
@@ -50,6 +50,7 @@ int mg_team_create(const mg_team_config *cfg, mg_team **out) {
   t->layout.nslots = cfg->nslots;
   t->layout.nranks = cfg->nranks;
   t->layout.max_channels = cfg->max_channels;
+  t->layout.ll128_bytes = cfg->ll128_bytes;
   t->timeout_ns = (uint64_t)(cfg->timeout_s * 1e9);
   int e;
   auto body = [&]() -> int { return team_alloc(t); };

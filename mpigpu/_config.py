@@ -55,6 +55,8 @@ class Config:
         self.timeout_s = _float('MPIGPU_TIMEOUT_S', 600.0, 0.001, 1e7)
         # Direct kernel: from this many pipeline steps per channel, its stages run on separate warps.
         self.split_steps = _int('MPIGPU_SPLIT_STEPS', 4, 0, 1 << 30)
+        # Largest per-peer piece of the 128-byte-line protocol; sizes its areas in the workspace.
+        self.ll128_bytes = _int('MPIGPU_LL128_BYTES', 2 << 20, 0, 1 << 30)
         # Staged path: chunk of the host pipeline.
         self.stage_chunk_bytes = _int('MPIGPU_STAGE_CHUNK_BYTES', 4 << 20, 4096, 1 << 30)
         # Point-to-point: messages from this size up go GPU to GPU over the peer mappings.

@@ -132,7 +132,8 @@ class GpuState:
         if not reason:
             try:
                 team = _with_device(self.device, _device.Team, self.rank, n, self.device, config.chunk_bytes,
-                                    config.nslots, config.max_channels, config.timeout_s, config.split_steps)
+                                    config.nslots, config.max_channels, config.timeout_s, config.split_steps,
+                                    config.ll128_bytes)
                 handle = team.export_handle()
             except _device.DeviceError as exc:
                 handle, reason = None, f'rank {self.rank}: workspace setup failed: {exc}'

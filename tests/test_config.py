@@ -6,11 +6,11 @@ from mpigpu import _config
 
 def test_defaults(monkeypatch):
     for k in ('MPIGPU_ALGO', 'MPIGPU_CHUNK_BYTES', 'MPIGPU_TIMEOUT_S', 'MPIGPU_MPI_CUDA_AWARE', 'MPIGPU_P2P_IPC_BYTES',
-              'MPIGPU_SPLIT_STEPS'):
+              'MPIGPU_SPLIT_STEPS', 'MPIGPU_LL128_BYTES'):
         monkeypatch.delenv(k, raising=False)
     c = _config.Config()
     assert c.algo == 'auto' and c.chunk_bytes == 32768 and c.nslots == 8 and c.max_channels == 128 and c.timeout_s == 600.0 and c.mpi_cuda_aware == 'auto'
-    assert c.p2p_ipc_bytes == 65536 and c.split_steps == 4
+    assert c.p2p_ipc_bytes == 65536 and c.split_steps == 4 and c.ll128_bytes == 2 << 20
 
 
 @pytest.mark.parametrize('name,value,match', [
@@ -18,6 +18,7 @@ def test_defaults(monkeypatch):
     ('MPIGPU_NSLOTS', '1', 'MPIGPU_NSLOTS'), ('MPIGPU_TIMEOUT_S', '-1', 'MPIGPU_TIMEOUT_S'),
     ('MPIGPU_MPI_CUDA_AWARE', 'maybe', 'MPIGPU_MPI_CUDA_AWARE'), ('MPIGPU_NCHANNELS', '500', 'MPIGPU_NCHANNELS'),
     ('MPIGPU_P2P_IPC_BYTES', '64', 'MPIGPU_P2P_IPC_BYTES'), ('MPIGPU_SPLIT_STEPS', '-1', 'MPIGPU_SPLIT_STEPS'),
+    ('MPIGPU_LL128_BYTES', str((1 << 30) + 1), 'MPIGPU_LL128_BYTES'),
 ])
 def test_bad_values_name_the_variable(monkeypatch, name, value, match):
     monkeypatch.setenv(name, value)
@@ -36,3 +37,10 @@ def test_spellings(monkeypatch):
 def test_ll128_algorithms(monkeypatch, algo):
     monkeypatch.setenv('MPIGPU_ALGO', algo)
     assert _config.Config().algo == algo.lower()
+
+
+def test_ll128_bytes(monkeypatch):
+    monkeypatch.setenv('MPIGPU_LL128_BYTES', '0')
+    assert _config.Config().ll128_bytes == 0
+    monkeypatch.setenv('MPIGPU_LL128_BYTES', str(8 << 20))
+    assert _config.Config().ll128_bytes == 8 << 20

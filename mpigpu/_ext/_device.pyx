@@ -44,6 +44,7 @@ cdef extern from "mpigpu_cuda.h" nogil:
         int nslots
         int max_channels
         int split_steps
+        size_t ll128_bytes
         double timeout_s
     int mg_team_create(const mg_team_config *cfg, mg_team **team)
     int mg_team_export(mg_team *team, void *handle)
@@ -56,6 +57,7 @@ cdef extern from "mpigpu_cuda.h" nogil:
         uintptr_t send, recv
         size_t count
         int root, nchannels
+        size_t chunk_bytes
     int mg_supports(int dtype, int op)
     int mg_select(const mg_team *team, mg_call *call)
     int mg_collective(mg_team *team, const mg_call *call, uintptr_t stream, int async_)
@@ -255,7 +257,7 @@ cdef class Team:
     cdef readonly int rank, nranks, device
 
     def __cinit__(self, int rank, int nranks, int device, size_t slot_bytes, int nslots,
-                  int max_channels, double timeout_s, int split_steps=0):
+                  int max_channels, double timeout_s, int split_steps=0, size_t ll128_bytes=2 << 20):
         cdef mg_team_config cfg
         cfg.rank = rank
         cfg.nranks = nranks
@@ -265,6 +267,7 @@ cdef class Team:
         cfg.max_channels = max_channels
         cfg.timeout_s = timeout_s
         cfg.split_steps = split_steps
+        cfg.ll128_bytes = ll128_bytes
         self.t = NULL
         check(mg_team_create(&cfg, &self.t), 'workspace allocation')
         self.rank, self.nranks, self.device = rank, nranks, device
@@ -296,8 +299,8 @@ cdef class Team:
             raise ValueError('IPC handle must be %d bytes' % MG_IPC_HANDLE_BYTES)
         check(mg_team_open_peer(self.t, peer, <const char *>handle), 'cudaIpcOpenMemHandle')
 
-    def select(self, int coll, int dtype, size_t count, int algo=0, int nchannels=0):
-        """(algo, nchannels) the engine would run for this call."""
+    def select(self, int coll, int dtype, size_t count, int algo=0, int nchannels=0, int root=0):
+        """(algo, nchannels, step bytes) the engine would run for this call (step: direct kernel only)."""
         cdef mg_call c
         c.coll = coll
         c.algo = algo
@@ -306,15 +309,17 @@ cdef class Team:
         c.send = 0
         c.recv = 0
         c.count = count
-        c.root = 0
+        c.root = root
         c.nchannels = nchannels
+        c.chunk_bytes = 0
         check(mg_select(self.t, &c), 'select')
-        return c.algo, c.nchannels
+        return c.algo, c.nchannels, c.chunk_bytes
 
     cpdef run(self, int coll, int algo, int dtype, int op, uintptr_t send, uintptr_t recv, size_t count,
-              int root, int nchannels, uintptr_t stream, bint sync):
+              int root, int nchannels, uintptr_t stream, bint sync, size_t chunk=0):
         """Enqueues one collective on `stream`; with `sync`, waits for it (GIL released). Without,
-        the call may still run when the next is enqueued: a next call on another stream waits for it."""
+        the call may still run when the next is enqueued: a next call on another stream waits for it.
+        `nchannels` and `chunk` (direct kernel step bytes) of 0 let the cost model choose."""
         cdef mg_call c
         cdef int e
         if self.t == NULL:
@@ -328,6 +333,7 @@ cdef class Team:
         c.count = count
         c.root = root
         c.nchannels = nchannels
+        c.chunk_bytes = chunk
         e = mg_collective(self.t, &c, stream, 0 if sync else 1)
         check(e, 'collective launch')
         if sync:

@@ -379,7 +379,8 @@ def back_to_back(comm):
 def mixed_protocols(comm):
     """Calls of every protocol (LL, LL128 one- and two-shot, direct) back to back on one stream with
     no host synchronization between them: each protocol's reuse of its buffers without acks must hold
-    across calls of the others."""
+    across calls of the others, and the Bcasts (two in a row, roots changing, whose root receives
+    nothing) must make the next call wait for its peers' acks."""
     n, r = comm.Get_size(), comm.Get_rank()
     total = sum(range(1, n + 1))
     counts = [256, 1 << 16, (1 << 19) + 7, 5, (1 << 20) + 3, 3 << 20]
@@ -396,12 +397,38 @@ def mixed_protocols(comm):
                 rs = cp.empty(c, cp.float32)
                 comm.Reduce_scatter_block(cp.tile(base[c], n) * (r + 1), rs, stream=s)
                 pending.append(('Reduce_scatter_block', c, rs, base[c] * total))
+            if i % 3 == 1:  # two Bcasts in a row, other roots each time
+                for root in (i % n, (i + 1) % n):
+                    b = base[c] * (r + 1) if r == root else cp.full(c, -1, cp.float32)
+                    comm.Bcast(b, root=root, stream=s)
+                    pending.append((f'Bcast root={root}', c, b, base[c] * (root + 1)))
             y = cp.empty(c, cp.float32)
             comm.Allreduce(base[c] * (r + 1), y, stream=s)
             pending.append(('Allreduce', c, y, base[c] * total))
     s.synchronize()
     for i, (name, c, got, want) in enumerate(pending):
         record(f'mixed protocols back to back: {name} count={c} #{i}', bool(cp.array_equal(got, want)), 'wrong result')
+
+
+def ll128_area_sizes(world):
+    """Teams with other LL128 areas (MPIGPU_LL128_BYTES): none (every LL128 request falls back) and
+    8 MiB (Bcast scatter and Allreduce two-shot on pieces past the default 2 MiB)."""
+    n = world.Get_size()
+    default = mpigpu.config.ll128_bytes
+    for area in (0, 8 << 20):
+        mpigpu.config.ll128_bytes = area
+        comm = world.Dup()
+        for algo in ('ll128', 'll128-twoshot', 'auto'):
+            mpigpu.config.algo = algo
+            for count in (1003, (12 << 20) // 4 + 3):
+                run_case(comm, 'Allreduce', 'float32', 'SUM', count)
+                run_case(comm, 'Reduce_scatter_block', 'float32', 'SUM', count // n)
+                run_case(comm, 'Allgather', 'int32', 'SUM', count // n, offset=3)
+                for root in (0, n - 1):
+                    run_case(comm, 'Bcast', 'float32', 'SUM', count, root=root)
+        mpigpu.config.algo = 'auto'
+        comm.Free()
+    mpigpu.config.ll128_bytes = default
 
 
 def section(name):
@@ -428,6 +455,8 @@ def main():
     sweep(split, ['oneshot', 'twoshot'])
     split.Free()
     mpigpu.config.split_steps, mpigpu.config.nchannels = SPLIT_STEPS, 0
+    section('LL128 area sizes')
+    ll128_area_sizes(world)
     section('sub-communicators')
     if SIZE >= 2:
         for color_fn, name in ((lambda r: r % 2, 'odd/even'), (lambda r: r < SIZE // 2, 'halves')):

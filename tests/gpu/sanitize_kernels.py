@@ -1,7 +1,7 @@
 """Each kernel family once, small and odd-sized, for compute-sanitizer (memcheck, racecheck) on 2 GPUs:
     mpirun -n 2 compute-sanitizer --tool memcheck python -m mpi4py tests/gpu/sanitize_kernels.py
-LL and LL128 (Allreduce one- and two-shot, Reduce_scatter_block, Allgather), direct one-shot and two-shot Allreduce, Bcast
-(direct and scatter-forward), Reduce, Reduce_scatter_block, Allgather, float16 accumulation, a
+LL and LL128 (Allreduce one- and two-shot, Reduce_scatter_block, Allgather, Bcast one-shot and
+scatter), direct one-shot and two-shot Allreduce, Bcast (direct and scatter-forward), Reduce, Reduce_scatter_block, Allgather, float16 accumulation, a
 pointer offset from 16-byte alignment; results checked so a silent fault cannot pass."""
 import sys
 
@@ -34,13 +34,15 @@ for algo in ('ll', 'll128', 'll128-twoshot', 'oneshot', 'twoshot'):
         world.Allgather(r, g)
         if not bool((g == n).all()):
             bad.append(f'{algo} Reduce_scatter_block+Allgather {count}')
-        if not algo.startswith('ll'):
-            b = cp.full(count, rank, cp.int64)
-            world.Bcast(b, root=n - 1)
-            rr = cp.zeros(count, cp.float64)
-            world.Reduce(cp.ones(count, cp.float64), rr, root=0)
-            if not bool((b == n - 1).all()) or (rank == 0 and not bool((rr == n).all())):
-                bad.append(f'{algo} Bcast/Reduce {count}')
+        # Bcast twice (two roots: the LL128 forms' ack wait), then Reduce ('ll' has neither: auto).
+        b = cp.full(count, rank, cp.int64)
+        world.Bcast(b, root=n - 1)
+        b2 = cp.full(count + 1, rank, cp.int32)[1:]
+        world.Bcast(b2, root=0)
+        rr = cp.zeros(count, cp.float64)
+        world.Reduce(cp.ones(count, cp.float64), rr, root=0)
+        if not bool((b == n - 1).all()) or not bool((b2 == 0).all()) or (rank == 0 and not bool((rr == n).all())):
+            bad.append(f'{algo} Bcast/Reduce {count}')
 cp.cuda.Device().synchronize()
 print(f'rank {rank}: sanitize run {"ok" if not bad else "FAILED: " + ", ".join(bad)}', flush=True)
 sys.exit(1 if bad else 0)

@@ -56,8 +56,9 @@ static size_t ll_piece_bytes(const mg_team *t, const mg_call *c) {
   return c->count * (size_t)k.elem_size * k.mult;
 }
 
-// Bytes one rank sends to one peer per phase in the 128-byte-line protocol (one-shot, or the
-// two-shot Allreduce's shard), 0 when it does not apply (collective, 16-byte types, size).
+// Bytes one rank sends to one peer per phase in the 128-byte-line protocol (one-shot, or a shard of
+// the two-shot Allreduce or the scatter Bcast), 0 when it does not apply (collective, 16-byte types,
+// size).
 static size_t ll128_piece_bytes(const mg_team *t, const mg_call *c, bool two) {
   const int n = t->cfg.nranks;
   const bool bcast = c->coll == MG_BCAST;
@@ -122,7 +123,7 @@ extern "C" int mg_select(const mg_team *t, mg_call *c) {
       default: c->algo = MG_ALGO_ONESHOT;  // Reduce_scatter_block and Allgather have one form
     }
   }
-  // Bytes of one owner's shard: what a channel count and a step size divide.
+  // Bytes of one owner's shard: what the channel count divides.
   size_t per_owner = (size_t)B;
   if (c->algo == MG_ALGO_TWOSHOT || c->coll == MG_REDUCE_SCATTER_BLOCK || c->coll == MG_ALLGATHER)
     per_owner /= (size_t)(c->coll == MG_BCAST ? n - 1 : n);

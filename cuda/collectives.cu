@@ -37,25 +37,30 @@ static int launch_kernel(const void *fn, int nchannels, void *args, uintptr_t st
   return (int)ce;
 }
 
+// The fields every kernel's arguments share (DirectArgs, LLArgs, LL128Args): the mapped workspaces,
+// the user's buffers, this rank's place in the team and the peer timeout.
+template <typename Args> static void fill_team_args(const mg_team *t, const mg_call *c, Args *a) {
+  for (int r = 0; r < t->cfg.nranks; ++r) a->ws[r] = t->ws[r];
+  a->send = (const char *)c->send;
+  a->recv = (char *)c->recv;
+  a->layout = t->layout;
+  a->rank = t->cfg.rank;
+  a->nranks = t->cfg.nranks;
+  a->timeout_ns = t->timeout_ns;
+}
+
 static int plan(mg_team *t, const mg_call *c, DirectArgs *a, mg::KernelFn *fn) {
-  const int n = t->cfg.nranks, me = t->cfg.rank;
+  const int n = t->cfg.nranks;
   const uint32_t all = (n == 32 ? 0xffffffffu : ((1u << n) - 1u));
   mg::KernelChoice k = mg::kernels_for(c->coll, c->dtype, c->op);
   if (!k.fn) return MG_ERR_UNSUPPORTED;
-  if (c->root < 0 || c->root >= n) return MG_ERR_ARG;
   *fn = k.fn;
   const size_t V = 16 / (size_t)k.elem_size;
   const size_t count = c->count * (size_t)k.mult;
   const uint32_t root = 1u << c->root;
 
-  for (int r = 0; r < n; ++r) a->ws[r] = t->ws[r];
-  a->send = (const char *)c->send;
-  a->recv = (char *)c->recv;
-  a->layout = t->layout;
-  a->rank = me;
-  a->nranks = n;
+  fill_team_args(t, c, a);
   a->elem_size = k.elem_size;
-  a->timeout_ns = t->timeout_ns;
   a->self_source = 0;
   a->contrib = all;
   a->owners = all;
@@ -116,15 +121,9 @@ static int launch_ll(mg_team *t, const mg_call *c, uintptr_t stream) {
   mg::KernelChoice k = mg::kernels_for(c->coll, c->dtype, c->op);
   if (!k.ll) return MG_ERR_UNSUPPORTED;
   mg::LLArgs a;
-  for (int r = 0; r < t->cfg.nranks; ++r) a.ws[r] = t->ws[r];
-  a.send = (const char *)c->send;
-  a.recv = (char *)c->recv;
-  a.layout = t->layout;
-  a.rank = t->cfg.rank;
-  a.nranks = t->cfg.nranks;
+  fill_team_args(t, c, &a);
   a.mode = c->coll == MG_ALLREDUCE ? mg::kLLAllreduce : c->coll == MG_ALLGATHER ? mg::kLLAllgather : mg::kLLReduceScatter;
   a.piece_bytes = c->count * (size_t)k.elem_size * k.mult;
-  a.timeout_ns = t->timeout_ns;
   return launch_kernel((const void *)k.ll, c->nchannels, &a, stream);
 }
 
@@ -133,19 +132,12 @@ static int launch_ll128(mg_team *t, const mg_call *c, uintptr_t stream) {
   if (!k.ll128) return MG_ERR_UNSUPPORTED;
   const size_t es = (size_t)k.elem_size, count = c->count * (size_t)k.mult, n = (size_t)t->cfg.nranks;
   mg::LL128Args a;
-  for (int r = 0; r < t->cfg.nranks; ++r) a.ws[r] = t->ws[r];
-  a.send = (const char *)c->send;
-  a.recv = (char *)c->recv;
-  a.layout = t->layout;
-  a.rank = t->cfg.rank;
-  a.nranks = t->cfg.nranks;
-  a.timeout_ns = t->timeout_ns;
+  fill_team_args(t, c, &a);
   a.root = c->root;
   a.total_bytes = count * es;
   a.block_bytes = count * es;
   const bool two = c->algo == MG_ALGO_LL128_TWOSHOT;
   if (c->coll == MG_BCAST) {
-    if (c->root < 0 || c->root >= t->cfg.nranks) return MG_ERR_ARG;
     a.mode = two ? mg::kLL128BcastScatter : mg::kLL128Bcast;
     if (two) a.block_bytes = mg::ll128_shard_bytes(count, es, n - 1);
   } else if (c->coll == MG_ALLREDUCE && two) {
@@ -162,6 +154,7 @@ static int launch(mg_team *t, const mg_call *call, uintptr_t stream) {
   if (t->cfg.nranks == 1) return single_rank(call, stream);
   for (int r = 0; r < t->cfg.nranks; ++r)
     if (!t->opened[r]) return MG_ERR_TEAM;
+  if (call->root < 0 || call->root >= t->cfg.nranks) return MG_ERR_ARG;  // every form indexes by it
   mg_call c = *call;
   int e = mg_select(t, &c);
   if (e) return e;

@@ -140,10 +140,7 @@ __device__ __forceinline__ void receive_lines(const LL128Args &a, int parity, in
 #pragma unroll
     for (int k = 0; k < MG_MAX_RANKS; ++k)
       if ((want >> k) & 1u) line_load(mine + a.layout.ll128_off(parity, phase, k) + at, r.lo[k], r.hi[k]);
-    if ((spins & 1023u) == 0) {
-      if (spins == 0) start = global_timer_ns();
-      else if (global_timer_ns() - start > a.timeout_ns) __trap();
-    }
+    spin_deadline(spins, start, a.timeout_ns);
   }
 }
 

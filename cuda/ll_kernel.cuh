@@ -63,10 +63,7 @@ __device__ __forceinline__ uint4 ll_load(const char *src, uint32_t f, uint64_t t
     asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(a.x), "=r"(a.y), "=r"(a.z), "=r"(a.w) : "l"(src) : "memory");
     asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(b.x), "=r"(b.y), "=r"(b.z), "=r"(b.w) : "l"(src + 16) : "memory");
     if (a.y == f && a.w == f && b.y == f && b.w == f) break;
-    if ((spins & 1023u) == 0) {
-      if (spins == 0) start = global_timer_ns();
-      else if (global_timer_ns() - start > timeout_ns) __trap();
-    }
+    spin_deadline(spins, start, timeout_ns);
   }
   return make_uint4(a.x, a.z, b.x, b.z);
 }

@@ -112,6 +112,16 @@ __device__ __forceinline__ uint64_t global_timer_ns() {
   return t;
 }
 
+// Called after each failed poll of a spin (spins counts them from 0): reads the clock on the first
+// and every 1024th, and traps once timeout_ns has passed. A peer that never arrives would hang the
+// job silently; the trap makes the host see a launch failure and raise with the call and rank.
+__device__ __forceinline__ void spin_deadline(unsigned spins, uint64_t &start, uint64_t timeout_ns) {
+  if ((spins & 1023u) == 0) {
+    if (spins == 0) start = global_timer_ns();
+    else if (global_timer_ns() - start > timeout_ns) __trap();
+  }
+}
+
 // Reuse of the LL and LL128 areas. Call seq writes the areas of parity seq & 1 in its peers'
 // workspaces, which they last read in call seq - 2. In a symmetric call every rank receives from
 // every other, so a rank that finished call seq - 1 has received each peer's lines of seq - 1, sent
@@ -141,25 +151,15 @@ __device__ __forceinline__ void ll_reuse_guard(TeamState *state, int me, int n, 
     const uint32_t want = seq - 2u;
     const uint32_t *p = &state->ll_started[threadIdx.x];
     uint64_t start = 0;
-    for (unsigned spins = 0; (int32_t)(ld_acquire_sys_u32(p) - want) < 0; ++spins) {
-      if ((spins & 1023u) == 0) {
-        if (spins == 0) start = global_timer_ns();
-        else if (global_timer_ns() - start > timeout_ns) __trap();
-      }
-    }
+    for (unsigned spins = 0; (int32_t)(ld_acquire_sys_u32(p) - want) < 0; ++spins) spin_deadline(spins, start, timeout_ns);
   }
   __syncthreads();
 }
 
-// Spin until *p >= want. A peer that never arrives would hang the job silently; instead the kernel
-// traps after timeout_ns, the host sees a launch failure and raises with the call and rank.
+// Spin until *p >= want (trapping after timeout_ns, spin_deadline).
 __device__ __forceinline__ void wait_at_least(const uint64_t *p, uint64_t want, uint64_t timeout_ns) {
-  if (ld_acquire_sys(p) >= want) return;
-  uint64_t start = global_timer_ns();
-  unsigned spins = 0;
-  while (ld_acquire_sys(p) < want) {
-    if ((++spins & 1023u) == 0 && global_timer_ns() - start > timeout_ns) __trap();
-  }
+  uint64_t start = 0;
+  for (unsigned spins = 0; ld_acquire_sys(p) < want; ++spins) spin_deadline(spins, start, timeout_ns);
 }
 
 // Volatile 16-byte and scalar loads: see the ordering note above.

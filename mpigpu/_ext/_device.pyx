@@ -299,7 +299,7 @@ cdef class Team:
             raise ValueError('IPC handle must be %d bytes' % MG_IPC_HANDLE_BYTES)
         check(mg_team_open_peer(self.t, peer, <const char *>handle), 'cudaIpcOpenMemHandle')
 
-    def select(self, int coll, int dtype, size_t count, int algo=0, int nchannels=0, int root=0):
+    def select(self, int coll, int dtype, size_t count, int algo=0, int nchannels=0):
         """(algo, nchannels, step bytes) the engine would run for this call (step: direct kernel only)."""
         cdef mg_call c
         c.coll = coll
@@ -309,7 +309,7 @@ cdef class Team:
         c.send = 0
         c.recv = 0
         c.count = count
-        c.root = root
+        c.root = 0
         c.nchannels = nchannels
         c.chunk_bytes = 0
         check(mg_select(self.t, &c), 'select')

@@ -68,7 +68,7 @@ if has sanitize; then
     tool=${spec%%:*} sn=${spec##*:}
     MPIGPU_TIMEOUT_S=300 timeout 240 $run -n "$sn" -x MPIGPU_TIMEOUT_S "$cs" --tool $tool --error-exitcode 3 \
       --log-file "$OUT/sanitize-$tool-$sn-%p.log" python3 -m mpi4py tests/gpu/sanitize_kernels.py > "$OUT/sanitize-$tool-$sn.out" 2>&1
-    summary+=("compute-sanitizer $tool n=$sn rc=$?: $(grep -h 'ERROR SUMMARY' "$OUT"/sanitize-$tool-$sn-*.log | sort | uniq -c | tr -s ' ' | tr '\n' ';') $(grep -c 'sanitize run ok' "$OUT/sanitize-$tool-$sn.out") ranks ok")
+    summary+=("compute-sanitizer $tool n=$sn rc=$?: $(grep -hE 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT"/sanitize-$tool-$sn-*.log | sort | uniq -c | tr -s ' ' | tr '\n' ';') $(grep -c 'sanitize run ok' "$OUT/sanitize-$tool-$sn.out") ranks ok")
   done
 fi
 if has probe; then

@@ -139,6 +139,23 @@ if "--chunks" in sys.argv:
                 print(f'{coll:>10} {nb:>10} auto: {nb / t / 1e3 * factor[coll]:6.1f} {st.team.select(code, 11, count)}',
                       flush=True)
     sys.exit(0)
+if "--ring" in sys.argv:
+    # Ring and chain forms (algo 6) by channels, next to the cost model's choice (auto), 256 KB-256 MB.
+    ring_chans = (8, 32, 128)
+    if rank == 0:
+        print(f'# ring busbw GB/s by channels {ring_chans} | auto (cost model: algo, ch, step)')
+    for coll, code in (('allreduce', 0), ('bcast', 1), ('rs', 2), ('reduce', 3), ('allgather', 4)):
+        for nb in (256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20):
+            count = nb // 4 // (n if coll in ('rs', 'allgather') else 1)
+            iters = max(3, min(50, int(2e8 / nb)))
+            f = factor.get(coll, 1)
+            row = [nb / tm(lambda: st.team.run(code, 6, 11, 0, big.data.ptr, out.data.ptr, count, 0, ch, 0, True),
+                           iters) / 1e3 * f for ch in ring_chans]
+            t = tm(lambda: st.team.run(code, 0, 11, 0, big.data.ptr, out.data.ptr, count, 0, 0, 0, True), iters)
+            if rank == 0:
+                print(f'{coll:>10} {nb:>10}: ' + ' '.join(f'{v:6.1f}' for v in row) +
+                      f' | {nb / t / 1e3 * f:6.1f} {st.team.select(code, 11, count)}', flush=True)
+    sys.exit(0)
 if "--split" in sys.argv:
     # Direct kernel, stages on separate warps from MPIGPU_SPLIT_STEPS steps per channel: one team per
     # setting (the value is fixed at team setup), busbw by channels for each.

@@ -1,5 +1,6 @@
-// collectives.cu: each collective as a plan for direct_kernel (rank sets and shard geometry), and
-// the launch. The plan is a pure function of the call and the team, so every rank plans alike.
+// collectives.cu: each collective as a plan for direct_kernel (rank sets and shard geometry) or for
+// the LL, LL128 and ring kernels, and the launch. A plan is a pure function of the call and the
+// team, so every rank plans alike.
 #include <cuda_runtime.h>
 #include "team.cuh"
 #include "kernel_table.cuh"
@@ -150,6 +151,42 @@ static int launch_ll128(mg_team *t, const mg_call *c, uintptr_t stream) {
   return launch_kernel((const void *)k.ll128, c->nchannels, &a, stream);
 }
 
+// Ring and chain forms (ring_kernel.cuh): shards as in the two-shot plan (Allreduce), blocks (RS,
+// AG) or the whole message (Bcast, Reduce), split over channels and cut into steps that fit a slot
+// as partials (fp32 for 16-bit floats).
+static int launch_ring(mg_team *t, const mg_call *c, uintptr_t stream) {
+  mg::KernelChoice k = mg::kernels_for(c->coll, c->dtype, c->op);
+  if (!k.ring) return MG_ERR_UNSUPPORTED;
+  const size_t V = 16 / (size_t)k.elem_size, count = c->count * (size_t)k.mult, n = (size_t)t->cfg.nranks;
+  mg::RingArgs a;
+  fill_team_args(t, c, &a);
+  a.root = c->root;
+  a.shard_len = a.len_total = count;
+  a.len_stride = a.in_stride = a.out_stride = 0;
+  switch (c->coll) {
+    case MG_ALLREDUCE:
+      a.mode = mg::kRingAllreduce;
+      a.shard_len = round_up(ceil_div(count, n), V);
+      a.len_stride = a.in_stride = a.out_stride = a.shard_len;
+      break;
+    case MG_REDUCE_SCATTER_BLOCK: a.mode = mg::kRingReduceScatter; a.in_stride = count; break;
+    case MG_ALLGATHER: a.mode = mg::kRingAllgather; a.out_stride = count; break;
+    case MG_BCAST: a.mode = mg::kRingBcast; break;
+    case MG_REDUCE: a.mode = mg::kRingReduce; break;
+    default: return MG_ERR_ARG;
+  }
+  const int C = c->nchannels < 1 ? 1 : c->nchannels;
+  a.nchannels = C;
+  a.span = round_up(ceil_div(a.shard_len, C), V);
+  const size_t step = c->chunk_bytes && c->chunk_bytes < t->layout.slot_bytes ? c->chunk_bytes : t->layout.slot_bytes;
+  const size_t widest = (size_t)(k.part_size > k.elem_size ? k.part_size : k.elem_size);
+  const size_t slot_elems = step / widest / V * V;
+  a.chunk = a.span < slot_elems ? a.span : slot_elems;
+  if (a.chunk == 0) a.chunk = V;
+  a.nsteps = (int)ceil_div(a.span == 0 ? 1 : a.span, a.chunk);
+  return launch_kernel((const void *)k.ring, C, &a, stream);
+}
+
 static int launch(mg_team *t, const mg_call *call, uintptr_t stream) {
   if (t->cfg.nranks == 1) return single_rank(call, stream);
   for (int r = 0; r < t->cfg.nranks; ++r)
@@ -160,6 +197,7 @@ static int launch(mg_team *t, const mg_call *call, uintptr_t stream) {
   if (e) return e;
   if (c.algo == MG_ALGO_LL) return launch_ll(t, &c, stream);
   if (c.algo == MG_ALGO_LL128 || c.algo == MG_ALGO_LL128_TWOSHOT) return launch_ll128(t, &c, stream);
+  if (c.algo == MG_ALGO_RING) return launch_ring(t, &c, stream);
   DirectArgs a;
   mg::KernelFn fn = nullptr;
   e = plan(t, &c, &a, &fn);

@@ -1,4 +1,4 @@
-// kernel_table.cu: the instantiations of the kernels (direct, LL, LL128), one per (storage type,
+// kernel_table.cu: the instantiations of the kernels (direct, LL, LL128, ring), one per (storage type,
 // operator) that the contract needs. Signed and unsigned integers share one kernel except for MAX/MIN (dtypes.cuh).
 #include "kernel_table.cuh"
 
@@ -11,7 +11,7 @@ template <typename T, typename Op> static LL128KernelFn ll128_of() {
 
 template <typename T, typename Op> static KernelChoice K(int mult = 1) {
   return KernelChoice{(KernelFn)direct_kernel<T, Op>, (LLKernelFn)ll_kernel<T, Op>, ll128_of<T, Op>(), (int)sizeof(T),
-                      mult};
+                      mult, (RingKernelFn)ring_kernel<T, Op>, (int)sizeof(typename PartOf<T>::type)};
 }
 
 // Every op on the unsigned storage type U; MAX/MIN on S (the signed or unsigned type of the dtype).
@@ -28,7 +28,7 @@ template <typename U, typename S> static KernelChoice integer_kernel(int op) {
     case MG_BOR: return K<U, OpBor>();
     case MG_BXOR: return K<U, OpBxor>();
   }
-  return KernelChoice{nullptr, nullptr, nullptr, 0, 0};
+  return KernelChoice{};
 }
 
 template <typename F> static KernelChoice float_kernel(int op) {
@@ -38,7 +38,7 @@ template <typename F> static KernelChoice float_kernel(int op) {
     case MG_MAX: return K<F, OpMax>();
     case MG_MIN: return K<F, OpMin>();
   }
-  return KernelChoice{nullptr, nullptr, nullptr, 0, 0};
+  return KernelChoice{};
 }
 
 KernelChoice reduce_kernel(int dtype, int op) {
@@ -74,7 +74,7 @@ KernelChoice copy_kernel(int dtype) {
     case MG_INT64: case MG_UINT64: case MG_FLOAT64: case MG_COMPLEX64: return K<uint64_t, OpCopy>();
     case MG_COMPLEX128: return K<uint64_t, OpCopy>(2);
   }
-  return KernelChoice{nullptr, nullptr, nullptr, 0, 0};
+  return KernelChoice{};
 }
 
 }  // namespace mg

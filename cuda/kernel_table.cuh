@@ -4,12 +4,14 @@
 #include "direct_kernel.cuh"
 #include "ll_kernel.cuh"
 #include "ll128_kernel.cuh"
+#include "ring_kernel.cuh"
 
 namespace mg {
 
 using KernelFn = void (*)(DirectArgs);
 using LLKernelFn = void (*)(LLArgs);
 using LL128KernelFn = void (*)(LL128Args);
+using RingKernelFn = void (*)(RingArgs);
 
 struct KernelChoice {
   KernelFn fn;
@@ -18,6 +20,8 @@ struct KernelChoice {
                         // thread carries 8 bytes of data, which must hold whole elements)
   int elem_size;  // bytes of the storage type the kernel moves
   int mult;       // storage elements per user element
+  RingKernelFn ring;  // the ring and chain forms
+  int part_size;      // bytes per element of a partial result in the ring's slots (PartOf)
 };
 
 KernelChoice reduce_kernel(int dtype, int op);  // fn == nullptr: pair not implemented

@@ -41,6 +41,8 @@ enum mg_algo {
   MG_ALGO_LL128,     /* 128-byte lines (120 bytes of data and a flag): one-shot, small and medium calls */
   MG_ALGO_LL128_TWOSHOT, /* in 128-byte lines, two phases: Allreduce as reduce-scatter then all-gather;
                             Bcast as scatter from the root then all-gather among the others */
+  MG_ALGO_RING,      /* ring (Allreduce, Reduce_scatter_block, Allgather) and pipelined chain (Bcast, Reduce):
+                        each rank stores only to the next one */
   MG_NALGOS
 };
 
@@ -110,7 +112,7 @@ typedef struct mg_call {
   size_t count;        /* Allreduce/Bcast/Reduce: elements; Reduce_scatter_block: recvcount; Allgather: sendcount */
   int root;
   int nchannels;       /* 0: the cost model chooses */
-  size_t chunk_bytes;  /* direct kernel: bytes per pipeline step (at most the slot); 0: the cost model chooses */
+  size_t chunk_bytes;  /* direct and ring kernels: bytes per pipeline step (at most the slot); 0: the cost model chooses */
 } mg_call;
 
 /* 1 when the engine implements this (dtype, op) pair for reductions. */

@@ -6,7 +6,10 @@
 // this model: time(algo) = hops(algo) * kHopUs + bytes_out(algo) / kPushBytesPerUs, where bytes_out
 // is what one rank must store to its peers: one-shot (n-1) * B per owner fan-out, two-shot
 // 2 (n-1)/n * B. Constants are from the 4x H200 NVLink host (docs/tuning.md has the measurements
-// behind them). MPIGPU_ALGO / MPIGPU_NCHANNELS override the choice; they arrive here through mg_call.
+// behind them). Of the ring and chain forms only the Reduce chain is chosen (from 1 MiB on 3+ ranks);
+// the others take more hops than the direct forms on a full NVLink mesh for the same bytes per rank
+// and measured slower there (docs/tuning.md), so they run when asked for (MPIGPU_ALGO=ring).
+// MPIGPU_ALGO / MPIGPU_NCHANNELS override the choice; they arrive here through mg_call.
 #include "team.cuh"
 #include "kernel_table.cuh"
 
@@ -15,6 +18,11 @@ static const double kPushBytesPerUs = 340e3;       // sustained NVLink stores pe
 static const size_t kBytesPerChannel = 32 * 1024;  // below this per channel, more blocks add latency
 static const int kDefaultChannels = 128;  // 256 MB: 317 GB/s at 128 channels, 268 at 64 (32 KiB chunks)
 static const double kTwoRankTwoShotBytes = 4 * 1024 * 1024;  // 2 ranks: Allreduce two-shot from here (below)
+// Reduce on 3+ ranks takes the pipelined chain (ring_kernel.cuh) from here: the root's inbound links
+// carry the message once, where two-shot brings (n-1)/n of it in twice and one-shot n-1 times.
+// 4x H200, busbw GB/s, chain (128 channels) vs the direct form the model picked: 1 MiB 53.8 / 38.4,
+// 4 MiB 126.5 / 97.4, 16 MiB 205.7 / 167.1, 64 MiB 233.2 / 218.2, 256 MiB 252.4 / 232.5.
+static const double kReduceChainMinBytes = 1024 * 1024;
 // Largest per-peer piece that AUTO sends with the low-latency protocol: below it one NVLink store per
 // word beats a fenced step (the protocol moves 2 bytes per data byte, so it loses on bandwidth).
 static const size_t kLLMaxAutoBytes = 32 * 1024;
@@ -106,6 +114,7 @@ extern "C" int mg_select(const mg_team *t, mg_call *c) {
     if (c->nchannels > t->cfg.max_channels) c->nchannels = t->cfg.max_channels;
     return 0;
   }
+  if (c->algo == MG_ALGO_AUTO && c->coll == MG_REDUCE && n >= 3 && B >= kReduceChainMinBytes) c->algo = MG_ALGO_RING;
   if (c->algo == MG_ALGO_AUTO) {
     switch (c->coll) {
       case MG_ALLREDUCE: case MG_REDUCE: case MG_BCAST: {
@@ -123,9 +132,11 @@ extern "C" int mg_select(const mg_team *t, mg_call *c) {
       default: c->algo = MG_ALGO_ONESHOT;  // Reduce_scatter_block and Allgather have one form
     }
   }
-  // Bytes of one owner's shard: what the channel count divides.
+  // Bytes of one owner's shard (the ring's shards and blocks alike; its chains carry the whole
+  // message): what the channel count divides.
   size_t per_owner = (size_t)B;
-  if (c->algo == MG_ALGO_TWOSHOT || c->coll == MG_REDUCE_SCATTER_BLOCK || c->coll == MG_ALLGATHER)
+  if (c->algo == MG_ALGO_TWOSHOT || (c->algo == MG_ALGO_RING && c->coll == MG_ALLREDUCE) ||
+      c->coll == MG_REDUCE_SCATTER_BLOCK || c->coll == MG_ALLGATHER)
     per_owner /= (size_t)(c->coll == MG_BCAST ? n - 1 : n);
   if (c->nchannels <= 0) {
     int ch = (int)((per_owner + kBytesPerChannel - 1) / kBytesPerChannel);

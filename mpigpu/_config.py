@@ -1,7 +1,7 @@
 """Every environment knob of mpigpu, read once, here. docs/tuning.md documents each one."""
 import os
 
-_ALGOS = ('auto', 'll', 'll128', 'll128-twoshot', 'oneshot', 'twoshot', 'staged')
+_ALGOS = ('auto', 'll', 'll128', 'll128-twoshot', 'oneshot', 'twoshot', 'ring', 'staged')
 
 
 def _int(name, default, lo, hi):

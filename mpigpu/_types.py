@@ -12,7 +12,7 @@ CODE = {name: i for i, name in enumerate(DTYPES)}
 OPS = ('SUM', 'PROD', 'MAX', 'MIN', 'LAND', 'LOR', 'LXOR', 'BAND', 'BOR', 'BXOR')
 OP_CODE = {getattr(MPI, name).handle: i for i, name in enumerate(OPS)}
 
-ALGO = {'auto': 0, 'oneshot': 1, 'twoshot': 2, 'll': 3, 'll128': 4, 'll128-twoshot': 5}
+ALGO = {'auto': 0, 'oneshot': 1, 'twoshot': 2, 'll': 3, 'll128': 4, 'll128-twoshot': 5, 'ring': 6}
 
 _INTEGER = frozenset(range(1, 9))
 _FLOAT = frozenset((9, 10, 11, 12))

@@ -33,10 +33,19 @@ def test_spellings(monkeypatch):
     assert c.mpi_cuda_aware == '1' and c.debug
 
 
-@pytest.mark.parametrize('algo', ['ll128', 'll128-twoshot', 'LL128'])
-def test_ll128_algorithms(monkeypatch, algo):
+@pytest.mark.parametrize('algo', ['ll128', 'll128-twoshot', 'LL128', 'ring', 'Ring'])
+def test_engine_algorithms(monkeypatch, algo):
     monkeypatch.setenv('MPIGPU_ALGO', algo)
     assert _config.Config().algo == algo.lower()
+
+
+def test_algorithm_codes_agree():
+    """The knob's names, the codes passed to the engine and enum mg_algo (through _device) agree."""
+    from mpigpu._types import ALGO
+    assert set(_config._ALGOS) == set(ALGO) | {'staged'}
+    assert sorted(ALGO.values()) == list(range(len(ALGO)))
+    _device = pytest.importorskip('mpigpu._ext._device')
+    assert _device.ALGOS == tuple(sorted(ALGO, key=ALGO.get))
 
 
 def test_ll128_bytes(monkeypatch):

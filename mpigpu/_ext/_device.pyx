@@ -85,7 +85,7 @@ MAX_CHANNELS = MG_MAX_CHANNELS
 # memory types of pointer_info(): the values of cudaMemoryType
 MEM_UNREGISTERED, MEM_HOST, MEM_DEVICE, MEM_MANAGED = 0, 1, 2, 3
 COLLS = ('allreduce', 'bcast', 'reduce_scatter_block', 'reduce', 'allgather')
-ALGOS = ('auto', 'oneshot', 'twoshot', 'll', 'll128', 'll128-twoshot')
+ALGOS = ('auto', 'oneshot', 'twoshot', 'll', 'll128', 'll128-twoshot', 'ring')
 
 
 class DeviceError(RuntimeError):

@@ -377,7 +377,7 @@ def back_to_back(comm):
 
 
 def mixed_protocols(comm):
-    """Calls of every protocol (LL, LL128 one- and two-shot, direct) back to back on one stream with
+    """Calls of every protocol (LL, LL128 one- and two-shot, direct, ring) back to back on one stream with
     no host synchronization between them: each protocol's reuse of its buffers without acks must hold
     across calls of the others, and the Bcasts (two in a row, roots changing, whose root receives
     nothing) must make the next call wait for its peers' acks."""
@@ -402,6 +402,21 @@ def mixed_protocols(comm):
                     b = base[c] * (r + 1) if r == root else cp.full(c, -1, cp.float32)
                     comm.Bcast(b, root=root, stream=s)
                     pending.append((f'Bcast root={root}', c, b, base[c] * (root + 1)))
+            if i % 5 == 2:  # the ring and chain forms, which share the direct kernel's counters
+                mpigpu.config.algo = 'ring'
+                y = cp.empty(c, cp.float32)
+                comm.Allreduce(base[c] * (r + 1), y, stream=s)
+                pending.append(('ring Allreduce', c, y, base[c] * total))
+                root = i % n
+                b = base[c] * (r + 1) if r == root else cp.full(c, -1, cp.float32)
+                comm.Bcast(b, root=root, stream=s)
+                pending.append((f'chain Bcast root={root}', c, b, base[c] * (root + 1)))
+                root = (i + 1) % n
+                rd = cp.full(c, -1, cp.float32) if r == root else None
+                comm.Reduce(base[c] * (r + 1), rd, root=root, stream=s)
+                if r == root:
+                    pending.append((f'chain Reduce root={root}', c, rd, base[c] * total))
+                mpigpu.config.algo = 'auto'
             y = cp.empty(c, cp.float32)
             comm.Allreduce(base[c] * (r + 1), y, stream=s)
             pending.append(('Allreduce', c, y, base[c] * total))
@@ -440,7 +455,7 @@ def main():
     print(f'rank {RANK}/{SIZE} on GPU {DEV} {cp.cuda.runtime.getDeviceProperties(DEV)["name"].decode()}', flush=True)
     world.Barrier()
     section('world sweep')
-    sweep(world, ['auto'] if QUICK else ['ll', 'll128', 'll128-twoshot', 'oneshot', 'twoshot', 'auto'])
+    sweep(world, ['auto'] if QUICK else ['ll', 'll128', 'll128-twoshot', 'oneshot', 'twoshot', 'ring', 'auto'])
     if RANK == 0:
         print('world engine:', world.engine_status(), flush=True)
     section('bfloat16')
@@ -462,7 +477,7 @@ def main():
         for color_fn, name in ((lambda r: r % 2, 'odd/even'), (lambda r: r < SIZE // 2, 'halves')):
             sub = world.Split(int(color_fn(RANK)), RANK)
             assert isinstance(sub, mpigpu.Intracomm)
-            sweep(sub, ['auto'])
+            sweep(sub, ['auto', 'ring'] if name == 'odd/even' else ['auto'])
             sub.Free()
     section('staged path')
     if RANK == 0:

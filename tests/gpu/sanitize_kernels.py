@@ -1,7 +1,8 @@
 """Each kernel family once, small and odd-sized, for compute-sanitizer (memcheck, racecheck) on 2 GPUs:
     mpirun -n 2 compute-sanitizer --tool memcheck python -m mpi4py tests/gpu/sanitize_kernels.py
 LL and LL128 (Allreduce one- and two-shot, Reduce_scatter_block, Allgather, Bcast one-shot and
-scatter), direct one-shot and two-shot Allreduce, Bcast (direct and scatter-forward), Reduce, Reduce_scatter_block, Allgather, float16 accumulation, a
+scatter), direct one-shot and two-shot Allreduce, Bcast (direct and scatter-forward), Reduce,
+Reduce_scatter_block, Allgather, the ring and chain forms of all five, float16 accumulation, a
 pointer offset from 16-byte alignment; results checked so a silent fault cannot pass."""
 import sys
 
@@ -15,7 +16,7 @@ world = mpigpu.COMM_WORLD
 rank, n = world.Get_rank(), world.Get_size()
 cp.cuda.Device(rank % cp.cuda.runtime.getDeviceCount()).use()
 bad = []
-for algo in ('ll', 'll128', 'll128-twoshot', 'oneshot', 'twoshot'):
+for algo in ('ll', 'll128', 'll128-twoshot', 'oneshot', 'twoshot', 'ring'):
     mpigpu.config.algo = algo
     for count in (1, 1001, 70001):
         x = cp.arange(count + 1, dtype=cp.float32)[1:] * (rank + 1)   # offset by 4 bytes

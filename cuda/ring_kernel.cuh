@@ -4,8 +4,8 @@
 // workspace, over the connections of protocol.cuh (FIFO slots, data and ack counters, one fenced
 // step per chunk; both lanes, see ring_kernel). The forms need a link only between ring neighbours
 // and move the same bytes per rank as the best direct forms; on a full NVLink mesh the direct kernel
-// reaches its peers in fewer hops, so the cost model chooses only the Reduce chain (select.cu), and
-// MPIGPU_ALGO=ring asks for the rest. Forms, per piece (one step's chunk of every shard of a channel):
+// reaches its peers in fewer hops, so the cost model chooses only the chains of Reduce and of the
+// 2-rank Bcast (select.cu), and MPIGPU_ALGO=ring asks for the rest. Forms, per piece (one step's chunk of every shard of a channel):
 //   Allreduce: reduce-scatter around the ring (the partial of shard me - k - 1 moves one hop per
 //     step, its owner adds its own part last), then all-gather (each reduced shard moves n - 1 hops):
 //     2 (n - 1) steps, 2 (n - 1) / n bytes per rank.

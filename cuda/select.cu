@@ -6,9 +6,10 @@
 // this model: time(algo) = hops(algo) * kHopUs + bytes_out(algo) / kPushBytesPerUs, where bytes_out
 // is what one rank must store to its peers: one-shot (n-1) * B per owner fan-out, two-shot
 // 2 (n-1)/n * B. Constants are from the 4x H200 NVLink host (docs/tuning.md has the measurements
-// behind them). Of the ring and chain forms only the Reduce chain is chosen (from 1 MiB on 3+ ranks);
-// the others take more hops than the direct forms on a full NVLink mesh for the same bytes per rank
-// and measured slower there (docs/tuning.md), so they run when asked for (MPIGPU_ALGO=ring).
+// behind them). Of the ring and chain forms the cost model chooses the Reduce chain (from 1 MiB on
+// 3+ ranks) and the 2-rank Bcast chain (from 64 MiB); the others take more hops than the direct forms
+// on a full NVLink mesh for the same bytes per rank and measured as fast or slower there
+// (docs/tuning.md), so they run when asked for (MPIGPU_ALGO=ring).
 // MPIGPU_ALGO / MPIGPU_NCHANNELS override the choice; they arrive here through mg_call.
 #include "team.cuh"
 #include "kernel_table.cuh"
@@ -20,9 +21,15 @@ static const int kDefaultChannels = 128;  // 256 MB: 317 GB/s at 128 channels, 2
 static const double kTwoRankTwoShotBytes = 4 * 1024 * 1024;  // 2 ranks: Allreduce two-shot from here (below)
 // Reduce on 3+ ranks takes the pipelined chain (ring_kernel.cuh) from here: the root's inbound links
 // carry the message once, where two-shot brings (n-1)/n of it in twice and one-shot n-1 times.
-// 4x H200, busbw GB/s, chain (128 channels) vs the direct form the model picked: 1 MiB 53.8 / 38.4,
-// 4 MiB 126.5 / 97.4, 16 MiB 205.7 / 167.1, 64 MiB 233.2 / 218.2, 256 MiB 252.4 / 232.5.
+// 4x H200, busbw GB/s, chain with one ring per channel (128 channels) vs the direct form the model
+// picked: 1 MiB 53.8 / 38.4, 4 MiB 126.5 / 97.4, 16 MiB 205.7 / 167.1, 64 MiB 233.2 / 218.2,
+// 256 MiB 252.4 / 232.5; with two rings per channel (ring_kernel) 51.7 / 137.7 / 217.6 / 267.3 / 305.5.
+// At 256 KiB the two tie (15.3 vs 15.1).
 static const double kReduceChainMinBytes = 1024 * 1024;
+// Bcast on 2 ranks takes the chain (root -> other) from here: the same bytes as the direct one-shot,
+// but each channel keeps two steps in flight (ring_kernel). 2x H200, us per call, chain / direct /
+// NCCL: 16 MiB 65.2 / 65.5 / 70.2, 64 MiB 208.3 / 218.8 / 210.8, 256 MiB 760.3 / 833.6 / 756.7.
+static const double kTwoRankBcastChainBytes = 64 * 1024 * 1024;
 // Largest per-peer piece that AUTO sends with the low-latency protocol: below it one NVLink store per
 // word beats a fenced step (the protocol moves 2 bytes per data byte, so it loses on bandwidth).
 static const size_t kLLMaxAutoBytes = 32 * 1024;
@@ -114,7 +121,9 @@ extern "C" int mg_select(const mg_team *t, mg_call *c) {
     if (c->nchannels > t->cfg.max_channels) c->nchannels = t->cfg.max_channels;
     return 0;
   }
-  if (c->algo == MG_ALGO_AUTO && c->coll == MG_REDUCE && n >= 3 && B >= kReduceChainMinBytes) c->algo = MG_ALGO_RING;
+  if (c->algo == MG_ALGO_AUTO && ((c->coll == MG_REDUCE && n >= 3 && B >= kReduceChainMinBytes) ||
+                                   (c->coll == MG_BCAST && n == 2 && B >= kTwoRankBcastChainBytes)))
+    c->algo = MG_ALGO_RING;
   if (c->algo == MG_ALGO_AUTO) {
     switch (c->coll) {
       case MG_ALLREDUCE: case MG_REDUCE: case MG_BCAST: {

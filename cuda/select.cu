@@ -2,8 +2,8 @@
 //
 // Allreduce, Reduce_scatter_block and Allgather use a protocol with the flags in the data while it
 // fits: LL for pieces up to kLLMaxAutoBytes, LL128 above; Bcast uses LL128 (one-shot, then
-// scatter); thresholds below, measured. Beyond those, and for Reduce, the direct kernel's forms by
-// this model: time(algo) = hops(algo) * kHopUs + bytes_out(algo) / kPushBytesPerUs, where bytes_out
+// scatter); thresholds below, measured. Reduce on 3+ ranks from 1 MiB and Bcast on 2 ranks from
+// 64 MiB take the chain (ring_kernel.cuh). Otherwise the direct kernel's forms by this model: time(algo) = hops(algo) * kHopUs + bytes_out(algo) / kPushBytesPerUs, where bytes_out
 // is what one rank must store to its peers: one-shot (n-1) * B per owner fan-out, two-shot
 // 2 (n-1)/n * B. Constants are from the 4x H200 NVLink host (docs/tuning.md has the measurements
 // behind them). Of the ring and chain forms the cost model chooses the Reduce chain (from 1 MiB on
@@ -23,8 +23,9 @@ static const double kTwoRankTwoShotBytes = 4 * 1024 * 1024;  // 2 ranks: Allredu
 // carry the message once, where two-shot brings (n-1)/n of it in twice and one-shot n-1 times.
 // 4x H200, busbw GB/s, chain with one ring per channel (128 channels) vs the direct form the model
 // picked: 1 MiB 53.8 / 38.4, 4 MiB 126.5 / 97.4, 16 MiB 205.7 / 167.1, 64 MiB 233.2 / 218.2,
-// 256 MiB 252.4 / 232.5; with two rings per channel (ring_kernel) 51.7 / 137.7 / 217.6 / 267.3 / 305.5.
-// At 256 KiB the two tie (15.3 vs 15.1).
+// 256 MiB 252.4 / 232.5; with two rings per channel (ring_kernel), run as the model runs it
+// (bytes / 32 KiB channels, at most 128): 50.4 / 140.2 / 219.1 / 266.1 / 305.7. At 256 KiB the
+// chain and one-shot tie (15.3 vs 15.1).
 static const double kReduceChainMinBytes = 1024 * 1024;
 // Bcast on 2 ranks takes the chain (root -> other) from here: the same bytes as the direct one-shot,
 // but each channel keeps two steps in flight (ring_kernel). 2x H200, us per call, chain / direct /

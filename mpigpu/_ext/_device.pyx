@@ -300,7 +300,7 @@ cdef class Team:
         check(mg_team_open_peer(self.t, peer, <const char *>handle), 'cudaIpcOpenMemHandle')
 
     def select(self, int coll, int dtype, size_t count, int algo=0, int nchannels=0):
-        """(algo, nchannels, step bytes) the engine would run for this call (step: direct kernel only)."""
+        """(algo, nchannels, step bytes) the engine would run for this call (step: direct and ring kernels)."""
         cdef mg_call c
         c.coll = coll
         c.algo = algo
@@ -319,7 +319,7 @@ cdef class Team:
               int root, int nchannels, uintptr_t stream, bint sync, size_t chunk=0):
         """Enqueues one collective on `stream`; with `sync`, waits for it (GIL released). Without,
         the call may still run when the next is enqueued: a next call on another stream waits for it.
-        `nchannels` and `chunk` (direct kernel step bytes) of 0 let the cost model choose."""
+        `nchannels` and `chunk` (direct and ring kernel step bytes) of 0 let the cost model choose."""
         cdef mg_call c
         cdef int e
         if self.t == NULL:

@@ -50,6 +50,21 @@ template <typename Args> static void fill_team_args(const mg_team *t, const mg_c
   a->timeout_ns = t->timeout_ns;
 }
 
+// Pipeline geometry shared by the direct and ring kernels: a shard of a->shard_len elements is split
+// over the call's channels (a span each, a multiple of the vector width V) and each span into steps
+// of at most one slot, or the call's chunk_bytes, of elements taking slot_elem_bytes each in a slot.
+template <typename Args>
+static void cut_into_steps(const mg_team *t, const mg_call *c, size_t V, size_t slot_elem_bytes, Args *a) {
+  const int C = c->nchannels < 1 ? 1 : c->nchannels;
+  a->nchannels = C;
+  a->span = round_up(ceil_div(a->shard_len, C), V);
+  const size_t step = c->chunk_bytes && c->chunk_bytes < t->layout.slot_bytes ? c->chunk_bytes : t->layout.slot_bytes;
+  const size_t slot_elems = step / slot_elem_bytes / V * V;
+  a->chunk = a->span < slot_elems ? a->span : slot_elems;
+  if (a->chunk == 0) a->chunk = V;
+  a->nsteps = (int)ceil_div(a->span == 0 ? 1 : a->span, a->chunk);
+}
+
 static int plan(mg_team *t, const mg_call *c, DirectArgs *a, mg::KernelFn *fn) {
   const int n = t->cfg.nranks;
   const uint32_t all = (n == 32 ? 0xffffffffu : ((1u << n) - 1u));
@@ -107,14 +122,7 @@ static int plan(mg_team *t, const mg_call *c, DirectArgs *a, mg::KernelFn *fn) {
   // In place, a rank's reduce stage writes where its contribute stage reads, except in the two-shot
   // reductions, whose owners write only their own shard (direct_kernel.cuh).
   a->inplace_hazard = c->send == c->recv && !(two && (c->coll == MG_ALLREDUCE || c->coll == MG_REDUCE));
-  const int C = c->nchannels < 1 ? 1 : c->nchannels;
-  a->nchannels = C;
-  a->span = round_up(ceil_div(a->shard_len, C), V);
-  size_t step = c->chunk_bytes && c->chunk_bytes < t->layout.slot_bytes ? c->chunk_bytes : t->layout.slot_bytes;
-  size_t slot_elems = step / k.elem_size / V * V;
-  a->chunk = a->span < slot_elems ? a->span : slot_elems;
-  if (a->chunk == 0) a->chunk = V;
-  a->nsteps = (int)ceil_div(a->span == 0 ? 1 : a->span, a->chunk);
+  cut_into_steps(t, c, V, (size_t)k.elem_size, a);
   return 0;
 }
 
@@ -152,8 +160,8 @@ static int launch_ll128(mg_team *t, const mg_call *c, uintptr_t stream) {
 }
 
 // Ring and chain forms (ring_kernel.cuh): shards as in the two-shot plan (Allreduce), blocks (RS,
-// AG) or the whole message (Bcast, Reduce), split over channels and cut into steps that fit a slot
-// as partials (fp32 for 16-bit floats).
+// AG) or the whole message (Bcast, Reduce), cut into steps that fit a slot as partials (fp32 for
+// 16-bit floats).
 static int launch_ring(mg_team *t, const mg_call *c, uintptr_t stream) {
   mg::KernelChoice k = mg::kernels_for(c->coll, c->dtype, c->op);
   if (!k.ring) return MG_ERR_UNSUPPORTED;
@@ -175,16 +183,8 @@ static int launch_ring(mg_team *t, const mg_call *c, uintptr_t stream) {
     case MG_REDUCE: a.mode = mg::kRingReduce; break;
     default: return MG_ERR_ARG;
   }
-  const int C = c->nchannels < 1 ? 1 : c->nchannels;
-  a.nchannels = C;
-  a.span = round_up(ceil_div(a.shard_len, C), V);
-  const size_t step = c->chunk_bytes && c->chunk_bytes < t->layout.slot_bytes ? c->chunk_bytes : t->layout.slot_bytes;
-  const size_t widest = (size_t)(k.part_size > k.elem_size ? k.part_size : k.elem_size);
-  const size_t slot_elems = step / widest / V * V;
-  a.chunk = a.span < slot_elems ? a.span : slot_elems;
-  if (a.chunk == 0) a.chunk = V;
-  a.nsteps = (int)ceil_div(a.span == 0 ? 1 : a.span, a.chunk);
-  return launch_kernel((const void *)k.ring, C, &a, stream);
+  cut_into_steps(t, c, V, (size_t)(k.part_size > k.elem_size ? k.part_size : k.elem_size), &a);
+  return launch_kernel((const void *)k.ring, a.nchannels, &a, stream);
 }
 
 static int launch(mg_team *t, const mg_call *call, uintptr_t stream) {

@@ -1,5 +1,6 @@
-// kernel_table.cu: the instantiations of the kernels (direct, LL, LL128, ring), one per (storage type,
-// operator) that the contract needs. Signed and unsigned integers share one kernel except for MAX/MIN (dtypes.cuh).
+// kernel_table.cu: the instantiations of the kernels (direct, LL, LL128, ring), one per (storage
+// type, operator) that the contract needs. Signed and unsigned integers share one kernel except for
+// MAX/MIN (dtypes.cuh).
 #include "kernel_table.cuh"
 
 namespace mg {
@@ -42,7 +43,7 @@ template <typename F> static KernelChoice float_kernel(int op) {
 }
 
 KernelChoice reduce_kernel(int dtype, int op) {
-  const KernelChoice none{nullptr, nullptr, nullptr, 0, 0};
+  const KernelChoice none{};
   switch (dtype) {
     case MG_BOOL:  // MPI allows only the logical ops on C_BOOL
       return op == MG_LAND || op == MG_LOR || op == MG_LXOR ? integer_kernel<uint8_t, uint8_t>(op) : none;

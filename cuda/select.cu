@@ -3,13 +3,13 @@
 // Allreduce, Reduce_scatter_block and Allgather use a protocol with the flags in the data while it
 // fits: LL for pieces up to kLLMaxAutoBytes, LL128 above; Bcast uses LL128 (one-shot, then
 // scatter); thresholds below, measured. Reduce on 3+ ranks from 1 MiB and Bcast on 2 ranks from
-// 64 MiB take the chain (ring_kernel.cuh). Otherwise the direct kernel's forms by this model: time(algo) = hops(algo) * kHopUs + bytes_out(algo) / kPushBytesPerUs, where bytes_out
-// is what one rank must store to its peers: one-shot (n-1) * B per owner fan-out, two-shot
-// 2 (n-1)/n * B. Constants are from the 4x H200 NVLink host (docs/tuning.md has the measurements
-// behind them). Of the ring and chain forms the cost model chooses the Reduce chain (from 1 MiB on
-// 3+ ranks) and the 2-rank Bcast chain (from 64 MiB); the others take more hops than the direct forms
+// 64 MiB take the chain (ring_kernel.cuh); the other ring forms take more hops than the direct forms
 // on a full NVLink mesh for the same bytes per rank and measured as fast or slower there
-// (docs/tuning.md), so they run when asked for (MPIGPU_ALGO=ring).
+// (docs/tuning.md), so they run only when asked for (MPIGPU_ALGO=ring). Otherwise the direct
+// kernel's forms by this model: time(algo) = hops(algo) * kHopUs + bytes_out(algo) / kPushBytesPerUs,
+// where bytes_out is what one rank must store to its peers: one-shot (n-1) * B per owner fan-out,
+// two-shot 2 (n-1)/n * B. Constants are from the 4x H200 NVLink host (docs/tuning.md has the
+// measurements behind them).
 // MPIGPU_ALGO / MPIGPU_NCHANNELS override the choice; they arrive here through mg_call.
 #include "team.cuh"
 #include "kernel_table.cuh"

@@ -14,12 +14,13 @@ mkdir -p "$OUT"
 what=${1:-final}
 shift || true
 ngpu=$(nvidia-smi -L | wc -l)
+counts=${COUNTS:-$(printf "%s\n" 2 "$ngpu" | sort -un)}  # rank counts of the suite and checks: 2 and all GPUs
 run="mpirun --allow-run-as-root --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE -x MPIGPU_TIMEOUT_S -x PYTHONUNBUFFERED -x MPIGPU_ALGO"
 perf="python3 -m mpi4py -m mpigpu.perf"
 summary=()
 has() { [[ ",$what," == *",$1,"* ]] || { [ "$1" != bench ] && [ "$1" != probe ] && [ "$1" != sanitize ] && [[ ",$what," == *",final,"* ]]; }; }
 if has suite; then
-  for n in 2 $ngpu; do
+  for n in $counts; do
     [ "$n" -le "$ngpu" ] || continue
     timeout ${SUITE_TIMEOUT:-200} $run -n "$n" python3 -m mpi4py tests/gpu/check_collectives.py ${SUITE_ARGS:-} > "$OUT/suite-$n.log" 2>&1
     rc=$?
@@ -28,14 +29,14 @@ if has suite; then
   done
 fi
 if has api; then
-  for n in 2 $ngpu; do
+  for n in $counts; do
     timeout 90 $run -n "$n" python3 -m mpi4py tests/gpu/check_buffer_api.py > "$OUT/api-$n.log" 2>&1
     summary+=("buffer API n=$n rc=$?: $(grep -E 'passed, [0-9]+ failed' "$OUT/api-$n.log" | tail -1)")
     grep -E '^FAIL|Error' "$OUT/api-$n.log" | head -5
   done
 fi
 if has async; then
-  for n in 2 $ngpu; do
+  for n in $counts; do
     timeout 120 $run -n "$n" python3 -m mpi4py tests/gpu/check_async.py > "$OUT/async-$n.log" 2>&1
     summary+=("async n=$n rc=$?: $(grep -E 'passed, [0-9]+ failed' "$OUT/async-$n.log" | tail -1)")
     summary+=("  $(grep -E '^1 KB Allreduce' "$OUT/async-$n.log")")
@@ -43,7 +44,7 @@ if has async; then
   done
 fi
 if has p2p; then
-  for n in 2 $ngpu; do
+  for n in $counts; do
     timeout 150 $run -n "$n" python3 -m mpi4py tests/gpu/check_p2p.py > "$OUT/p2p-$n.log" 2>&1
     summary+=("p2p n=$n rc=$?: $(grep -E 'passed, [0-9]+ failed' "$OUT/p2p-$n.log" | tail -1)")
     grep -E '^Sendrecv ring' "$OUT/p2p-$n.log" | while read -r line; do echo "  $line"; done

@@ -55,4 +55,39 @@ struct OpCprod {
 // Plain copy (Bcast, Allgather): one source, never combined.
 struct OpCopy { template <typename A> __device__ __forceinline__ static A f(A a, A) { return a; } };
 
+// The unit a storage type is guaranteed to be aligned to: its own size, except complex elements,
+// which C and NumPy align like one component (float _Complex: 4 bytes, double _Complex: 8), so a
+// complex128 array viewed out of a float64 one may start 8 bytes off a 16-byte boundary. Scalar
+// accesses of user memory go through ld_elem/st_elem, which move a complex element as its components
+// (a float2/double2 access would fault on such an address).
+template <typename T> struct AlignUnitOf { using type = T; };
+template <> struct AlignUnitOf<float2> { using type = uint32_t; };
+template <> struct AlignUnitOf<double2> { using type = uint64_t; };
+
+template <typename T> __device__ __forceinline__ T ld_elem(const T *p) {
+  using W = typename AlignUnitOf<T>::type;
+  if constexpr (sizeof(W) == sizeof(T)) {
+    return *p;
+  } else {
+    W w[sizeof(T) / sizeof(W)];
+#pragma unroll
+    for (int i = 0; i < (int)(sizeof(T) / sizeof(W)); ++i) w[i] = reinterpret_cast<const W *>(p)[i];
+    T out;
+    memcpy(&out, w, sizeof(T));
+    return out;
+  }
+}
+
+template <typename T> __device__ __forceinline__ void st_elem(T *p, T v) {
+  using W = typename AlignUnitOf<T>::type;
+  if constexpr (sizeof(W) == sizeof(T)) {
+    *p = v;
+  } else {
+    W w[sizeof(T) / sizeof(W)];
+    memcpy(w, &v, sizeof(T));
+#pragma unroll
+    for (int i = 0; i < (int)(sizeof(T) / sizeof(W)); ++i) reinterpret_cast<W *>(p)[i] = w[i];
+  }
+}
+
 }  // namespace mg

@@ -72,7 +72,9 @@ KernelChoice copy_kernel(int dtype) {
     case MG_BOOL: case MG_INT8: case MG_UINT8: return K<uint8_t, OpCopy>();
     case MG_INT16: case MG_UINT16: case MG_FLOAT16: case MG_BFLOAT16: return K<uint16_t, OpCopy>();
     case MG_INT32: case MG_UINT32: case MG_FLOAT32: return K<uint32_t, OpCopy>();
-    case MG_INT64: case MG_UINT64: case MG_FLOAT64: case MG_COMPLEX64: return K<uint64_t, OpCopy>();
+    case MG_INT64: case MG_UINT64: case MG_FLOAT64: return K<uint64_t, OpCopy>();
+    // complex copies move components: a complex element may be aligned only like one (AlignUnitOf)
+    case MG_COMPLEX64: return K<uint32_t, OpCopy>(2);
     case MG_COMPLEX128: return K<uint64_t, OpCopy>(2);
   }
   return KernelChoice{};

@@ -17,6 +17,7 @@
 // (L1 is not coherent across GPUs, and a slot is rewritten every nslots steps).
 #pragma once
 #include <stdint.h>
+#include <type_traits>
 #include "mpigpu_cuda.h"
 #include "dtypes.cuh"
 
@@ -170,17 +171,18 @@ __device__ __forceinline__ uint4 ld_volatile_v4(const void *p) {
   return v;
 }
 
+// A complex element is read as its components (AlignUnitOf).
 template <typename T> __device__ __forceinline__ T ld_volatile(const T *p) {
-  static_assert(sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8 || sizeof(T) == 16, "size");
+  constexpr int kUnit = (int)sizeof(typename AlignUnitOf<T>::type);
+  static_assert(kUnit == 1 || kUnit == 2 || kUnit == 4 || kUnit == 8, "size");
+  using W = typename std::conditional<kUnit == 1, uint8_t,
+            typename std::conditional<kUnit == 2, uint16_t,
+            typename std::conditional<kUnit == 4, uint32_t, uint64_t>::type>::type>::type;
+  W w[sizeof(T) / kUnit];
+#pragma unroll
+  for (int i = 0; i < (int)(sizeof(T) / kUnit); ++i) w[i] = reinterpret_cast<const volatile W *>(p)[i];
   T out;
-  if constexpr (sizeof(T) == 1) { uint8_t v = *(const volatile uint8_t *)p; memcpy(&out, &v, 1); }
-  else if constexpr (sizeof(T) == 2) { uint16_t v = *(const volatile uint16_t *)p; memcpy(&out, &v, 2); }
-  else if constexpr (sizeof(T) == 4) { uint32_t v = *(const volatile uint32_t *)p; memcpy(&out, &v, 4); }
-  else if constexpr (sizeof(T) == 8) { uint64_t v = *(const volatile uint64_t *)p; memcpy(&out, &v, 8); }
-  else { // 16-byte elements (complex128) are at least 8-byte aligned
-    uint64_t v[2] = {((const volatile uint64_t *)p)[0], ((const volatile uint64_t *)p)[1]};
-    memcpy(&out, v, 16);
-  }
+  memcpy(&out, w, sizeof(T));
   return out;
 }
 
@@ -288,7 +290,7 @@ __device__ __forceinline__ void reduce_copy(const Group &g, const char *const *s
     T out = from_acc<T, A>(acc);
 #pragma unroll
     for (int d = 0; d < MaxDst; ++d)
-      if (d < ndst) reinterpret_cast<T *>(dst[d])[j] = out;
+      if (d < ndst) st_elem(reinterpret_cast<T *>(dst[d]) + j, out);
   }
 }
 

@@ -126,9 +126,9 @@ __device__ __forceinline__ void ring_combine(const Group &grp, const PIn *part, 
     }
   }
   for (size_t i = ngroups * V + tid; i < n; i += stride) {
-    A acc = part ? to_acc<A, PIn>(ld_volatile(part + i)) : to_acc<A, T>(own[i]);
-    if (part && own) acc = Op::f(acc, to_acc<A, T>(own[i]));
-    if (out) out[i] = from_acc<T, A>(acc);
+    A acc = part ? to_acc<A, PIn>(ld_volatile(part + i)) : to_acc<A, T>(ld_elem(own + i));
+    if (part && own) acc = Op::f(acc, to_acc<A, T>(ld_elem(own + i)));
+    if (out) st_elem(out + i, from_acc<T, A>(acc));
     if (next) next[i] = from_acc<POut, A>(acc);
   }
 }

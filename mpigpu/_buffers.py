@@ -10,7 +10,7 @@ import operator
 from mpi4py import MPI
 
 from ._ext._intake import DeviceBuffer, IntakeError, device_buffer
-from ._types import DTYPES, FROM_MPI, SIZES, TYPECHARS, check_op, op_code
+from ._types import ALIGNMENT, DTYPES, FROM_MPI, SIZES, TYPECHARS, check_op, op_code
 from .errors import Error
 
 
@@ -235,6 +235,14 @@ def build(name, coll, size, rank, sendbuf, recvbuf, op, root, stream_for):
     if c.device is None:
         raise Error(name, 'sendbuf and recvbuf are on different devices', arg='recvbuf', rank=rank,
                     error_class=MPI.ERR_BUFFER)
+
+    # Alignment: the kernels access elements where C would, at the alignment of the element type
+    # (a complex type's is its component's). Checked on every path, so a program's validity does not
+    # depend on which path runs; GPU libraries never produce such arrays, only raw pointer offsets do.
+    for argname, a in (('sendbuf', s), ('recvbuf' if coll != 1 else 'buf', r)):
+        if a is not None and a.dtype >= 0 and a.buf.ptr % ALIGNMENT[a.dtype]:
+            raise Error(name, f'device address {a.buf.ptr:#x} is not aligned to the {ALIGNMENT[a.dtype]} bytes '
+                        f'of {DTYPES[a.dtype]}', arg=argname, rank=rank, error_class=MPI.ERR_BUFFER)
 
     # Pointers the engine reads and writes (MPI's in-place layouts).
     if coll == 1:

@@ -168,6 +168,29 @@ def test_complex_and_bool_rules():
         build('Allreduce', 0, 2, b, FakeCAI(np.zeros(4, np.bool_)), op=MPI.SUM)
 
 
+def test_element_alignment():
+    """Complex elements need only their component's alignment (C's); anything less is refused on the
+    rank that passes it, whatever path would run, since the kernels access elements where C would."""
+    raw = np.zeros(64, np.uint8)
+    base = raw.ctypes.data + (-raw.ctypes.data) % 16  # 16-byte aligned
+
+    def at(offset, dtype, count=2):
+        return FakeCAI(typestr=np.dtype(dtype).str, shape=(count,), ptr=base + offset)
+
+    build('Allreduce', 0, 2, at(8, np.complex128), at(24, np.complex128), op=MPI.PROD)
+    build('Allreduce', 0, 2, at(4, np.complex64), at(12, np.complex64), op=MPI.PROD)
+    build('Bcast', 1, 2, None, at(2, np.float16))
+    with pytest.raises(mpigpu.Error, match='not aligned to the 8 bytes of complex128') as e:
+        build('Allreduce', 0, 2, at(8, np.complex128), at(20, np.complex128), op=MPI.PROD)
+    assert e.value.Get_error_class() == MPI.ERR_BUFFER and e.value.arg == 'recvbuf'
+    with pytest.raises(mpigpu.Error, match='not aligned to the 4 bytes of float32') as e:
+        build('Reduce', 3, 2, at(2, np.float32), None, root=1, rank=0)
+    assert e.value.arg == 'sendbuf'
+    with pytest.raises(mpigpu.Error, match='not aligned to the 2 bytes of float16') as e:
+        build('Bcast', 1, 2, None, at(1, np.float16))
+    assert e.value.arg == 'buf'
+
+
 def test_mixed_host_device_is_rejected():
     with pytest.raises(mpigpu.Error, match='host and device buffers mixed'):
         mpigpu.COMM_WORLD.Allreduce(np.zeros(4, np.float32), FakeCAI(np.zeros(4, np.float32)))

@@ -163,11 +163,22 @@ def poison(lib, dev):
 
 
 def offset_view(lib, host, offset):
-    """A device array whose data starts `offset` elements into a larger allocation (unaligned)."""
-    big = np.zeros(host.size + offset + 5, dtype=host.dtype)
-    big[offset:offset + host.size] = host
-    dev = xp_array(lib, big)
-    return dev[offset:offset + host.size]
+    """A device array whose data starts `offset` elements into a larger allocation (unaligned). A
+    half-integer offset (complex arrays, CuPy) starts one component further, so a complex128 array
+    sits 8 bytes off a 16-byte boundary: aligned as C aligns it, not to its own size."""
+    if offset == int(offset):
+        big = np.zeros(host.size + int(offset) + 5, dtype=host.dtype)
+        big[int(offset):int(offset) + host.size] = host
+        dev = xp_array(lib, big)
+        return dev[int(offset):int(offset) + host.size]
+    assert lib == 'cupy' and host.dtype.kind == 'c', 'half-element offsets are for complex CuPy arrays'
+    part = np.float32 if host.dtype == np.complex64 else np.float64
+    start = int(2 * offset)  # in components
+    comps = np.zeros(2 * host.size + start + 5, dtype=part)
+    comps[start:start + 2 * host.size] = host.view(part)
+    dev = xp_array(lib, comps)[start:start + 2 * host.size].view(host.dtype)
+    assert dev.data.ptr % dev.itemsize == dev.itemsize // 2
+    return dev
 
 
 def run_case(comm, coll, dtype, op, count, inplace=False, root=0, offset=0, lib='cupy', same_digest=True):
@@ -293,6 +304,13 @@ def sweep(comm, algos, libs=('cupy',)):
                         root = (n - 1) if coll in ('Reduce', 'Bcast') else 0
                         off = 3 if count % 2 else 0
                         run_case(comm, coll, dtype, op, count, inplace=inplace, root=root, offset=off)
+        # complex arrays aligned only like their component (one component off): products and copies
+        for dtype in ('complex64', 'complex128'):
+            for count in (5, 1003, 70001):
+                for coll in ('Allreduce', 'Reduce', 'Reduce_scatter_block', 'Allgather', 'Bcast'):
+                    op = 'PROD' if coll in ('Allreduce', 'Reduce', 'Reduce_scatter_block') else 'SUM'
+                    run_case(comm, coll, dtype, op, count, inplace=coll != 'Bcast' and count == 5,
+                             root=n - 1, offset=1.5)
         for root in range(n):
             run_case(comm, 'Bcast', 'float64', 'SUM', 300007, root=root)
             run_case(comm, 'Reduce', 'float32', 'SUM', 300007, root=root)

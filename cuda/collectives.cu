@@ -131,7 +131,9 @@ static int launch_ll(mg_team *t, const mg_call *c, uintptr_t stream) {
   if (!k.ll) return MG_ERR_UNSUPPORTED;
   mg::LLArgs a;
   fill_team_args(t, c, &a);
-  a.mode = c->coll == MG_ALLREDUCE ? mg::kLLAllreduce : c->coll == MG_ALLGATHER ? mg::kLLAllgather : mg::kLLReduceScatter;
+  // Reduce: the Allreduce, with recv null off the root (no output there; ll_kernel.cuh)
+  a.mode = c->coll == MG_ALLREDUCE || c->coll == MG_REDUCE ? mg::kLLAllreduce
+           : c->coll == MG_ALLGATHER ? mg::kLLAllgather : mg::kLLReduceScatter;
   a.piece_bytes = c->count * (size_t)k.elem_size * k.mult;
   return launch_kernel((const void *)k.ll, c->nchannels, &a, stream);
 }
@@ -149,11 +151,11 @@ static int launch_ll128(mg_team *t, const mg_call *c, uintptr_t stream) {
   if (c->coll == MG_BCAST) {
     a.mode = two ? mg::kLL128BcastScatter : mg::kLL128Bcast;
     if (two) a.block_bytes = mg::ll128_shard_bytes(count, es, n - 1);
-  } else if (c->coll == MG_ALLREDUCE && two) {
+  } else if (two) {  // Allreduce, or Reduce as it (recv null off the root; ll128_kernel.cuh)
     a.mode = mg::kLL128AllreduceTwoShot;
     a.block_bytes = mg::ll128_shard_bytes(count, es, n);
   } else {
-    a.mode = c->coll == MG_ALLREDUCE ? mg::kLL128Allreduce
+    a.mode = c->coll == MG_ALLREDUCE || c->coll == MG_REDUCE ? mg::kLL128Allreduce
              : c->coll == MG_ALLGATHER ? mg::kLL128Allgather : mg::kLL128ReduceScatter;
   }
   return launch_kernel((const void *)k.ll128, c->nchannels, &a, stream);

@@ -18,6 +18,9 @@
 //     the result to every peer (phase 1); every rank then copies the other shards in (phase 2).
 //   Reduce_scatter_block: block j of every input goes to rank j, which reduces it.
 //   Allgather: every rank sends its input to every peer and copies the n blocks out.
+//   Reduce: either Allreduce form with no output off the root (recv == nullptr), so the call stays
+//     symmetric (the reuse argument below) and costs the root one hop, not a fan-in of fenced steps;
+//     the two-shot's non-roots skip phase 1, whose lines only the output needs.
 // Rooted:
 //   Bcast one-shot: the root sends every line to every other rank.
 //   Bcast scatter: the root sends shard k of the message to the k-th other rank only (phase 0), which
@@ -307,8 +310,7 @@ __global__ void __launch_bounds__(kThreads, 1) ll128_kernel(const __grid_constan
     receive_lines(a, parity, 0, line, valid ? peers : 0u, flag_part, flag, part, r);
     if (!valid) continue;
     uint4 v = reduce_part<T, Op>(a, own, r, flag_part);
-    char *out = a.recv + (two ? (size_t)me * B : 0);
-    write_part(out, off, len, mine_len, v);
+    if (a.recv) write_part(a.recv + (two ? (size_t)me * B : 0), off, len, mine_len, v);
     if (two) {  // my reduced shard to every peer (phase 1)
       const size_t at = a.layout.ll128_off(parity, 1, me) + line * kLineBytes + (size_t)part * 16;
       for (int j = 0; j < n; ++j)
@@ -317,7 +319,7 @@ __global__ void __launch_bounds__(kThreads, 1) ll128_kernel(const __grid_constan
   }
 
   // Phase 1 (two-shot), receiving: every other shard into my output.
-  if (two) {
+  if (two && a.recv) {
     for (size_t l0 = warp * 4; l0 < nlines; l0 += nwarps * 4) {
       const size_t line = l0 + (lane >> 3), off = line * kLineData + (size_t)part * 16;
       uint32_t want = 0;

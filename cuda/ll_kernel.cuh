@@ -10,7 +10,9 @@
 // call seq + 1 received every peer's data of seq + 1, which those peers sent after finishing call
 // seq (calls are stream-ordered). That argument needs every rank to receive from every other rank,
 // hence symmetric collectives only; after an LL128 Bcast, which breaks it, ll_reuse_guard
-// (protocol.cuh) waits for the peers' acks first.
+// (protocol.cuh) waits for the peers' acks first. A Reduce runs as the Allreduce with no output off
+// the root (recv == nullptr): every rank still sends to and receives from every other, so the
+// argument holds, and at these sizes the extra lines cost nothing next to one more hop.
 #pragma once
 #include "dtypes.cuh"
 #include "protocol.cuh"
@@ -114,7 +116,7 @@ __global__ void __launch_bounds__(kThreads, 1) ll_kernel(const __grid_constant__
     T *o = reinterpret_cast<T *>(&out);
 #pragma unroll
     for (int i = 0; i < V; ++i) o[i] = from_acc<T, A>(acc[i]);
-    store_piece16(a.recv, off, nb, out);
+    if (a.recv) store_piece16(a.recv, off, nb, out);  // null: a Reduce off its root
   }
   ll_sequence_publish(state, seq);
 }

@@ -1,9 +1,10 @@
 // select.cu: the cost model that picks an algorithm, a channel count and a step size for a call.
 //
 // Allreduce, Reduce_scatter_block and Allgather use a protocol with the flags in the data while it
-// fits: LL for pieces up to kLLMaxAutoBytes, LL128 above; Bcast uses LL128 (one-shot, then
-// scatter); thresholds below, measured. Reduce on 3+ ranks from 1 MiB and Bcast on 2 ranks from
-// 64 MiB take the chain (ring_kernel.cuh); the other ring forms take more hops than the direct forms
+// fits: LL for pieces up to kLLMaxAutoBytes, LL128 above; Reduce below 1 MiB runs as those
+// Allreduce forms; Bcast uses LL128 (one-shot, then scatter); thresholds below, measured. Reduce on
+// 3+ ranks from 1 MiB, and Bcast and Reduce on 2 ranks from 64 MiB, take the chain
+// (ring_kernel.cuh); the other ring forms take more hops than the direct forms
 // on a full NVLink mesh for the same bytes per rank and measured as fast or slower there
 // (docs/tuning.md), so they run only when asked for (MPIGPU_ALGO=ring). Otherwise the direct
 // kernel's forms by this model: time(algo) = hops(algo) * kHopUs + bytes_out(algo) / kPushBytesPerUs,
@@ -27,10 +28,12 @@ static const double kTwoRankTwoShotBytes = 4 * 1024 * 1024;  // 2 ranks: Allredu
 // (bytes / 32 KiB channels, at most 128): 50.4 / 140.2 / 219.1 / 266.1 / 305.7. At 256 KiB the
 // chain and one-shot tie (15.3 vs 15.1).
 static const double kReduceChainMinBytes = 1024 * 1024;
-// Bcast on 2 ranks takes the chain (root -> other) from here: the same bytes as the direct one-shot,
-// but each channel keeps two steps in flight (ring_kernel). 2x H200, us per call, chain / direct /
-// NCCL: 16 MiB 65.2 / 65.5 / 70.2, 64 MiB 208.3 / 218.8 / 210.8, 256 MiB 760.3 / 833.6 / 756.7.
-static const double kTwoRankBcastChainBytes = 64 * 1024 * 1024;
+// Bcast and Reduce on 2 ranks take the chain (root -> other, other -> root) from here: the same
+// bytes as the direct one-shot, but each channel keeps two steps in flight (ring_kernel). 2x H200,
+// us per call, chain / direct / NCCL: Bcast 16 MiB 65.2 / 65.5 / 70.2, 64 MiB 208.3 / 218.8 / 210.8,
+// 256 MiB 760.3 / 833.6 / 756.7; Reduce 16 MiB 66.8 / 66.7, 64 MiB 210.7 / 221.1 / 208.7,
+// 256 MiB 765.1 / 833.4 / 759.3.
+static const double kTwoRankChainBytes = 64 * 1024 * 1024;
 // Largest per-peer piece that AUTO sends with the low-latency protocol: below it one NVLink store per
 // word beats a fenced step (the protocol moves 2 bytes per data byte, so it loses on bandwidth).
 static const size_t kLLMaxAutoBytes = 32 * 1024;
@@ -54,6 +57,11 @@ static const size_t kLL128LinesPerChannel = 4;
 // 4 MiB - / 166.9 / 105.0; with 16 MiB areas, scatter / direct: 8 MiB 215.8 / 195.6, 16 MiB
 // 240.5 / 226.3, 32 MiB 249.3 / 261.5.
 static const size_t kLL128BcastOneShotMaxAutoBytes = 256 * 1024;
+// Reduce runs as the LL or LL128 Allreduce with no output off the root (every rank still receives
+// from every other, which those protocols' reuse needs) below this; from it the chain (3+ ranks) or
+// the direct forms. The direct Reduce is one fenced fan-in to the root: 4x H200, blocking, 25-32 us
+// at 1 KiB - 1 MiB against 17-22 us for the Allreduce forms.
+static const size_t kReduceLL128MaxBytes = kReduceChainMinBytes;
 static const size_t kLL128BcastScatterMaxAutoBytes = 16 * 1024 * 1024;
 
 static size_t total_bytes(const mg_team *t, const mg_call *c) {
@@ -67,7 +75,7 @@ static size_t total_bytes(const mg_team *t, const mg_call *c) {
 
 // Bytes one rank sends to one peer in the low-latency protocol, 0 when it does not apply.
 static size_t ll_piece_bytes(const mg_team *t, const mg_call *c) {
-  if (c->coll != MG_ALLREDUCE && c->coll != MG_REDUCE_SCATTER_BLOCK && c->coll != MG_ALLGATHER) return 0;
+  if (c->coll == MG_BCAST) return 0;
   mg::KernelChoice k = mg::copy_kernel(c->dtype);
   return c->count * (size_t)k.elem_size * k.mult;
 }
@@ -77,9 +85,8 @@ static size_t ll_piece_bytes(const mg_team *t, const mg_call *c) {
 // size).
 static size_t ll128_piece_bytes(const mg_team *t, const mg_call *c, bool two) {
   const int n = t->cfg.nranks;
-  const bool bcast = c->coll == MG_BCAST;
-  if (c->coll != MG_ALLREDUCE && c->coll != MG_REDUCE_SCATTER_BLOCK && c->coll != MG_ALLGATHER && !bcast) return 0;
-  if (two && !(c->coll == MG_ALLREDUCE || (bcast && n > 2))) return 0;
+  const bool bcast = c->coll == MG_BCAST, allreduce = c->coll == MG_ALLREDUCE || c->coll == MG_REDUCE;
+  if (two && !(allreduce || (bcast && n > 2))) return 0;
   mg::KernelChoice k = mg::kernels_for(c->coll, c->dtype, c->op);
   if (!k.ll128) return 0;
   size_t es = (size_t)k.elem_size, count = c->count * (size_t)k.mult;
@@ -102,7 +109,7 @@ extern "C" int mg_select(const mg_team *t, mg_call *c) {
   if (c->algo == MG_ALGO_LL128 && one == 0) c->algo = MG_ALGO_AUTO;
   if (c->algo == MG_ALGO_LL128_TWOSHOT && two == 0) c->algo = MG_ALGO_AUTO;
   if (c->algo == MG_ALGO_AUTO) {
-    if (c->coll == MG_ALLREDUCE) {
+    if (c->coll == MG_ALLREDUCE || (c->coll == MG_REDUCE && B < kReduceLL128MaxBytes)) {
       if (one && B <= kLL128OneShotMaxAutoBytes) c->algo = MG_ALGO_LL128;
       else if (two && B <= kLL128TwoShotMaxAutoBytes) c->algo = MG_ALGO_LL128_TWOSHOT;
     } else if (c->coll == MG_BCAST) {
@@ -123,7 +130,8 @@ extern "C" int mg_select(const mg_team *t, mg_call *c) {
     return 0;
   }
   if (c->algo == MG_ALGO_AUTO && ((c->coll == MG_REDUCE && n >= 3 && B >= kReduceChainMinBytes) ||
-                                   (c->coll == MG_BCAST && n == 2 && B >= kTwoRankBcastChainBytes)))
+                                   ((c->coll == MG_BCAST || c->coll == MG_REDUCE) && n == 2 &&
+                                    B >= kTwoRankChainBytes)))
     c->algo = MG_ALGO_RING;
   if (c->algo == MG_ALGO_AUTO) {
     switch (c->coll) {

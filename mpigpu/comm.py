@@ -38,7 +38,7 @@ def _try_fast(comm, coll, sendbuf, recvbuf, op, root=0, stream=-1):
         return _fast(st.team, st.device, coll, sendbuf, recvbuf, code, root, sendbuf is _IN_PLACE,
                      ALGO.get(config.algo, 0), config.nchannels, stream) == 1
     except _engine._device.DeviceError as exc:
-        raise Error(('Allreduce', 'Bcast', 'Reduce_scatter_block', '', 'Allgather')[coll], str(exc),
+        raise Error(('Allreduce', 'Bcast', 'Reduce_scatter_block', 'Reduce', 'Allgather')[coll], str(exc),
                     rank=st.rank) from None
 
 
@@ -101,6 +101,8 @@ class Intracomm(MPI.Intracomm):
         rbuf = recvbuf if (st.rank if st is not None else self.Get_rank()) == root else None
         if stream is not None:
             return self._on_stream('Reduce', 3, sendbuf, rbuf, op, root, stream)
+        if _try_fast(self, 3, sendbuf, rbuf, op, root):
+            return None
         if _device_call(self, 'Reduce', sendbuf, rbuf):
             return _engine.collective(self, 'Reduce', 3, sendbuf, rbuf, op, root,
                                       lambda: MPI.Intracomm.Reduce(self, sendbuf, recvbuf, op, root))
@@ -131,7 +133,7 @@ class Intracomm(MPI.Intracomm):
     def _on_stream(self, name, coll, sendbuf, recvbuf, op, root, stream):
         st = self.__dict__.get('_mg_state')
         handle = _engine.stream_handle(name, st.rank if st is not None else self.Get_rank(), stream)
-        if coll != 3 and _try_fast(self, coll, sendbuf, recvbuf, op, root, handle):
+        if _try_fast(self, coll, sendbuf, recvbuf, op, root, handle):
             return None
         if not _device_call(self, name, sendbuf, recvbuf):
             raise Error(name, 'stream= needs device buffers (host buffers go to MPI, which has no streams)',

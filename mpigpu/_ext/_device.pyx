@@ -441,6 +441,9 @@ cdef dict _CAI_CODE = {
     '<f2': 9, '<f4': 11, '<f8': 12, '<c8': 13, '<c16': 14,
 }
 cdef tuple _SIZES = (1, 1, 1, 2, 2, 4, 4, 8, 8, 2, 2, 4, 8, 8, 16)
+# C's alignment of each type (a complex type's is its component's): a less aligned pointer takes the
+# general path, which refuses it (mpigpu._buffers.build).
+cdef tuple _ALIGN = (1, 1, 1, 2, 2, 4, 4, 8, 8, 2, 2, 4, 8, 4, 8)
 
 
 # CuPy arrays are read from their attributes (no interface dictionary, no pointer query): building
@@ -534,37 +537,45 @@ cdef inline bint _on_device(uintptr_t ptr, int device):
 
 cpdef int fast_collective(Team team, int device, int coll, object sendbuf, object recvbuf, int op_code,
                           int root, bint inplace, int algo, int nchannels, Py_ssize_t stream=-1) except -1:
-    """Runs Allreduce (0), Bcast (1, buffer as recvbuf), Reduce_scatter_block (2) or Allgather (4)
-    with MPI semantics when the call is the common case; returns 1 when done, 0 when the general path
-    must handle it. stream < 0: on the producer's stream, returning with the result (MPI blocking);
-    stream >= 0: enqueued on that stream, returning at once."""
+    """Runs Allreduce (0), Bcast (1, buffer as recvbuf), Reduce_scatter_block (2), Reduce (3; recvbuf
+    None off the root) or Allgather (4) with MPI semantics when the call is the common case; returns 1
+    when done, 0 when the general path must handle it. stream < 0: on the producer's stream,
+    returning with the result (MPI blocking); stream >= 0: enqueued on that stream, returning at once."""
     cdef uintptr_t sp = 0, rp = 0
     cdef Py_ssize_t sc = 0, rc = 0, ss = 0, rs = 0, count
     cdef int sd = -1, rd = -1, n = team.nranks, e, rdev = -1, sdev = -1
     cdef bint sro = False, rro = False
-    if team.t == NULL:
+    cdef bint off_root = coll == 3 and team.rank != root  # a Reduce's recvbuf is not significant here
+    if team.t == NULL or root < 0 or root >= n:
         return 0
-    if _cupy(recvbuf, &rp, &rc, &rd, &rdev):
-        rs = _cupy_stream()
-    elif not _cai(recvbuf, &rp, &rc, &rd, &rro, &rs) or rro:
-        return 0
-    if inplace or coll == 1:
-        sd, sc, ss, sdev = rd, rc, rs, rdev
-    elif _cupy(sendbuf, &sp, &sc, &sd, &sdev):
-        if sd != rd or (rdev < 0 and _cupy_stream() != rs):
+    if off_root:
+        if inplace:
+            return 0  # MPI.IN_PLACE off the root: the general path raises
+        if _cupy(sendbuf, &sp, &sc, &sd, &sdev):
+            ss = _cupy_stream()
+        elif not _cai(sendbuf, &sp, &sc, &sd, &sro, &ss):
             return 0
-        ss = rs
-    elif not _cai(sendbuf, &sp, &sc, &sd, &sro, &ss) or sd != rd or ss != rs:
-        return 0
+        rd, rc, rs = sd, sc, ss  # rp stays 0: no output off the root
+    else:
+        if _cupy(recvbuf, &rp, &rc, &rd, &rdev):
+            rs = _cupy_stream()
+        elif not _cai(recvbuf, &rp, &rc, &rd, &rro, &rs) or rro:
+            return 0
+        if inplace or coll == 1:
+            sd, sc, ss, sdev = rd, rc, rs, rdev
+        elif _cupy(sendbuf, &sp, &sc, &sd, &sdev):
+            if sd != rd or (rdev < 0 and _cupy_stream() != rs):
+                return 0
+            ss = rs
+        elif not _cai(sendbuf, &sp, &sc, &sd, &sro, &ss) or sd != rd or ss != rs:
+            return 0
     if coll != 4 and coll != 1 and not mg_supports(rd, op_code):
-        return 0
-    if root < 0 or root >= n:
         return 0
     if coll == 1:
         count = rc
         sp = rp
         inplace = True
-    elif coll == 0:
+    elif coll == 0 or coll == 3:
         if sc != rc:
             return 0
         count = rc
@@ -594,7 +605,9 @@ cpdef int fast_collective(Team team, int device, int coll, object sendbuf, objec
         return 0
     if count == 0:
         return 1
-    if not (rdev == device if rdev >= 0 else _on_device(rp, device)):
+    if (sp | rp) % <uintptr_t>_ALIGN[rd]:
+        return 0
+    if not off_root and not (rdev == device if rdev >= 0 else _on_device(rp, device)):
         return 0
     if not inplace and not (sdev == device if sdev >= 0 else _on_device(sp, device)):
         return 0

@@ -91,6 +91,21 @@ for lib in ('cupy', 'torch') if torch is not None else ('cupy',):
         if rank:
             same(lib, r, ref, 'Exscan')
 
+# A pointer less aligned than its type (a raw offset, which no GPU library produces): refused on every
+# rank with ERR_BUFFER, also once the team is up and the fast path sees the call first.
+world.Allreduce(cp.ones(4, cp.float32), cp.zeros(4, cp.float32))
+mis = cp.ndarray((16,), cp.float32, memptr=cp.zeros(65, cp.float32).data + 2)
+for name, call in (('Allreduce', lambda: world.Allreduce(MPI.IN_PLACE, mis)),
+                   ('Reduce', lambda: world.Reduce(mis, cp.zeros(16, cp.float32) if rank == 0 else None, root=0)),
+                   ('Bcast', lambda: world.Bcast(mis, root=0))):
+    checks += 1
+    try:
+        call()
+        fails.append(f'rank {rank}: {name} took a float32 buffer 2 bytes off alignment')
+    except mpigpu.Error as exc:
+        if exc.Get_error_class() != MPI.ERR_BUFFER or 'not aligned to the 4 bytes of float32' not in str(exc):
+            fails.append(f'rank {rank}: {name} misaligned: {exc}')
+
 allf = world.gather(fails, root=0)
 total = world.reduce(checks, root=0)
 if rank == 0:

@@ -36,7 +36,7 @@ for algo in ('ll', 'll128', 'll128-twoshot', 'oneshot', 'twoshot', 'ring'):
         world.Allgather(r, g)
         if not bool((g == n).all()):
             bad.append(f'{algo} Reduce_scatter_block+Allgather {count}')
-        # Bcast twice (two roots: the LL128 forms' ack wait), then Reduce ('ll' has neither: auto).
+        # Bcast twice (two roots: the LL128 forms' ack wait; 'll' has no Bcast: auto), then Reduce.
         b = cp.full(count, rank, cp.int64)
         world.Bcast(b, root=n - 1)
         b2 = cp.full(count + 1, rank, cp.int32)[1:]

@@ -18,9 +18,8 @@
 //     the result to every peer (phase 1); every rank then copies the other shards in (phase 2).
 //   Reduce_scatter_block: block j of every input goes to rank j, which reduces it.
 //   Allgather: every rank sends its input to every peer and copies the n blocks out.
-//   Reduce: either Allreduce form with no output off the root (recv == nullptr), so the call stays
-//     symmetric (the reuse argument below) and costs the root one hop, not a fan-in of fenced steps;
-//     the two-shot's non-roots skip phase 1, whose lines only the output needs.
+//   Reduce: either Allreduce form with no output off the root (recv == nullptr): the same lines move
+//     (the reuse argument below) and the root waits one hop, not a fan-in of fenced steps.
 // Rooted:
 //   Bcast one-shot: the root sends every line to every other rank.
 //   Bcast scatter: the root sends shard k of the message to the k-th other rank only (phase 0), which
@@ -318,8 +317,10 @@ __global__ void __launch_bounds__(kThreads, 1) ll128_kernel(const __grid_constan
     }
   }
 
-  // Phase 1 (two-shot), receiving: every other shard into my output.
-  if (two && a.recv) {
+  // Phase 1 (two-shot), receiving: every other shard into my output. A Reduce's non-roots receive
+  // too, writing nothing: with a message this short that some shards are empty, phase 1 may be all
+  // a rank hears from its peers, and the areas' reuse needs every rank to hear from them.
+  if (two) {
     for (size_t l0 = warp * 4; l0 < nlines; l0 += nwarps * 4) {
       const size_t line = l0 + (lane >> 3), off = line * kLineData + (size_t)part * 16;
       uint32_t want = 0;
@@ -329,7 +330,7 @@ __global__ void __launch_bounds__(kThreads, 1) ll128_kernel(const __grid_constan
       receive_lines(a, parity, 1, line, want, flag_part, flag, part, r);
 #pragma unroll
       for (int k = 0; k < MG_MAX_RANKS; ++k)
-        if ((want >> k) & 1u)
+        if (((want >> k) & 1u) && a.recv)
           write_part(a.recv + (size_t)k * B, off, len, block_len(k), payload(r.lo[k], r.hi[k], flag_part));
     }
   }

@@ -398,7 +398,8 @@ def mixed_protocols(comm):
     """Calls of every protocol (LL, LL128 one- and two-shot, direct, ring) back to back on one stream with
     no host synchronization between them: each protocol's reuse of its buffers without acks must hold
     across calls of the others, and the Bcasts (two in a row, roots changing, whose root receives
-    nothing) must make the next call wait for its peers' acks."""
+    nothing) must make the next call wait for its peers' acks; Reduces whose non-roots own empty
+    shards must still hear from their peers before reusing the areas."""
     n, r = comm.Get_size(), comm.Get_rank()
     total = sum(range(1, n + 1))
     counts = [256, 1 << 16, (1 << 19) + 7, 5, (1 << 20) + 3, 3 << 20]
@@ -434,6 +435,14 @@ def mixed_protocols(comm):
                 comm.Reduce(base[c] * (r + 1), rd, root=root, stream=s)
                 if r == root:
                     pending.append((f'chain Reduce root={root}', c, rd, base[c] * total))
+                mpigpu.config.algo = 'auto'
+            if i % 2 == 0:  # Reduce as the LL128 two-shot on 5 elements: most ranks own an empty shard
+                mpigpu.config.algo = 'll128-twoshot'
+                root = (i // 2) % n
+                rd = cp.full(5, -1, cp.float32) if r == root else None
+                comm.Reduce(base[5] * (r + 1), rd, root=root, stream=s)
+                if r == root:
+                    pending.append((f'll128-twoshot Reduce root={root}', 5, rd, base[5] * total))
                 mpigpu.config.algo = 'auto'
             y = cp.empty(c, cp.float32)
             comm.Allreduce(base[c] * (r + 1), y, stream=s)

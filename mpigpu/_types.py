@@ -2,14 +2,13 @@
 and the (type, op) pairs MPI allows."""
 from mpi4py import MPI
 
-from ._ext._intake import DTYPE_NAMES, DTYPE_SIZES
+from ._ext._intake import DTYPE_ALIGNMENTS, DTYPE_NAMES, DTYPE_SIZES
 from .errors import Error
 
 # Names and sizes come from the intake (one table; codes are enum mg_dtype of cuda/mpigpu_cuda.h).
 DTYPES, SIZES = DTYPE_NAMES, DTYPE_SIZES
 CODE = {name: i for i, name in enumerate(DTYPES)}
-# Bytes an element's address is a multiple of (C's alignment: a complex type aligns like its component).
-ALIGNMENT = tuple(size // 2 if name.startswith('complex') else size for name, size in zip(DTYPES, SIZES))
+ALIGNMENT = DTYPE_ALIGNMENTS  # C's alignment of each type (a complex type's is its component's)
 
 OPS = ('SUM', 'PROD', 'MAX', 'MIN', 'LAND', 'LOR', 'LXOR', 'BAND', 'BOR', 'BXOR')
 OP_CODE = {getattr(MPI, name).handle: i for i, name in enumerate(OPS)}

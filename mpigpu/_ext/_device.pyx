@@ -4,6 +4,8 @@
 # cuda/completion.cu, through function pointers that mpigpu._requests resolves.
 import sys
 
+from ._intake import DTYPE_ALIGNMENTS
+
 from cpython.buffer cimport PyBUF_WRITABLE, PyBUF_FORMAT, PyBUF_ND
 from libc.stdint cimport intptr_t, uint64_t, uintptr_t
 from libc.string cimport memcpy
@@ -441,9 +443,8 @@ cdef dict _CAI_CODE = {
     '<f2': 9, '<f4': 11, '<f8': 12, '<c8': 13, '<c16': 14,
 }
 cdef tuple _SIZES = (1, 1, 1, 2, 2, 4, 4, 8, 8, 2, 2, 4, 8, 8, 16)
-# C's alignment of each type (a complex type's is its component's): a less aligned pointer takes the
-# general path, which refuses it (mpigpu._buffers.build).
-cdef tuple _ALIGN = (1, 1, 1, 2, 2, 4, 4, 8, 8, 2, 2, 4, 8, 4, 8)
+# A pointer less aligned than its type takes the general path, which refuses it (mpigpu._buffers.build).
+cdef tuple _ALIGN = DTYPE_ALIGNMENTS
 
 
 # CuPy arrays are read from their attributes (no interface dictionary, no pointer query): building

@@ -2,6 +2,7 @@
 
 DTYPE_NAMES: tuple[str, ...]
 DTYPE_SIZES: tuple[int, ...]
+DTYPE_ALIGNMENTS: tuple[int, ...]
 
 class IntakeError(ValueError): ...
 

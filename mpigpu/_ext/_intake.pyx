@@ -46,6 +46,10 @@ cdef extern from *:
 DTYPE_NAMES = ('bool', 'int8', 'uint8', 'int16', 'uint16', 'int32', 'uint32', 'int64', 'uint64',
                'float16', 'bfloat16', 'float32', 'float64', 'complex64', 'complex128')
 DTYPE_SIZES = (1, 1, 1, 2, 2, 4, 4, 8, 8, 2, 2, 4, 8, 8, 16)
+# Bytes an element's address is a multiple of: C's alignment, so a complex type aligns like its
+# component (the kernels access elements there; collectives refuse less aligned buffers).
+DTYPE_ALIGNMENTS = tuple(size // 2 if name.startswith('complex') else size
+                         for name, size in zip(DTYPE_NAMES, DTYPE_SIZES))
 cdef dict _DTYPE_CODE = {name: i for i, name in enumerate(DTYPE_NAMES)}
 
 # CUDA Array Interface typestr -> dtype code (little-endian, or byte-sized with '|').

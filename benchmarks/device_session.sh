@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device-tool session on the offline GPU host: build, GPU suite, benchmarks against NCCL.
 #   bash .whl/build.sh && bash benchmarks/device_session.sh [PARTS] [bench args...]
-# PARTS: comma-separated from suite, api, async, p2p, examples, sanitize, probe, bench, final
+# PARTS: comma-separated from suite, api, async, p2p, examples, sanitize, probe, floor, bench, final
 # tables, tables2 (final = suite, api, async, p2p, examples, tables, tables2).
 # Every rank runs through `python -m mpi4py`, so an exception on one rank aborts the job instead of
 # leaving the others spinning in a collective. Logs go under $OUT (or ./device-out); the last lines
@@ -18,7 +18,7 @@ counts=${COUNTS:-$(printf "%s\n" 2 "$ngpu" | sort -un)}  # rank counts of the su
 run="mpirun --allow-run-as-root --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE -x MPIGPU_TIMEOUT_S -x PYTHONUNBUFFERED -x MPIGPU_ALGO"
 perf="python3 -m mpi4py -m mpigpu.perf"
 summary=()
-has() { [[ ",$what," == *",$1,"* ]] || { [ "$1" != bench ] && [ "$1" != probe ] && [ "$1" != sanitize ] && [[ ",$what," == *",final,"* ]]; }; }
+has() { [[ ",$what," == *",$1,"* ]] || { [[ " bench probe sanitize floor " != *" $1 "* ]] && [[ ",$what," == *",final,"* ]]; }; }
 if has suite; then
   for n in $counts; do
     [ "$n" -le "$ngpu" ] || continue
@@ -79,6 +79,14 @@ if has probe; then
     summary+=("probe chunk=$chunk rc=$?")
     grep -v '^\[' "$OUT/probe-$chunk.txt" | cut -c1-120
   done
+fi
+if has floor; then
+  # the blocking-call floor: an empty kernel's launch + synchronize, from C (benchmarks/launch_floor.cu)
+  nvcc -std=c++17 -O2 -arch=sm_90 benchmarks/launch_floor.cu -o "$OUT/launch_floor" > "$OUT/floor.txt" 2>&1 &&
+    "$OUT/launch_floor" >> "$OUT/floor.txt" 2>&1
+  summary+=("launch floor rc=$?")
+  rm -f "$OUT/launch_floor"
+  tail -5 "$OUT/floor.txt"
 fi
 if has bench; then
   timeout 500 $run -n "$ngpu" $perf "${@:-allreduce}" --json "$OUT/perf-$ngpu.json" > "$OUT/perf-$ngpu.txt" 2> "$OUT/perf-$ngpu.err"

@@ -44,23 +44,11 @@ struct DirectArgs {
 
 __device__ __forceinline__ int owner_index(uint32_t owners, int j) { return __popc(owners & ((1u << j) - 1u)); }
 
-struct Piece { size_t in, out, n; };
-
 // Where owner j's piece for (channel, step) lies, in elements.
 __device__ __forceinline__ Piece piece_of(const DirectArgs &a, int j, int ch, int t) {
-  size_t idx = (size_t)owner_index(a.owners, j);
-  size_t sub = idx * a.len_stride;
-  size_t len = a.len_total > sub ? a.len_total - sub : 0;
-  if (len > a.shard_len) len = a.shard_len;
-  size_t lo = (size_t)ch * a.span + (size_t)t * a.chunk;
-  size_t hi = (size_t)ch * a.span + a.span;
-  if (hi > len) hi = len;
-  if (lo + a.chunk < hi) hi = lo + a.chunk;
-  Piece p;
-  p.n = hi > lo ? hi - lo : 0;
-  p.in = a.in_base + idx * a.in_stride + lo;
-  p.out = a.out_base + idx * a.out_stride + lo;
-  return p;
+  const size_t idx = (size_t)owner_index(a.owners, j);
+  const StepRange r = step_range(shard_extent(a.len_total, a.len_stride, a.shard_len, idx), a.span, a.chunk, ch, t);
+  return Piece{a.in_base + idx * a.in_stride + r.lo, a.out_base + idx * a.out_stride + r.lo, r.n};
 }
 
 // The three stages of one step, as device functions so the kernel can skew them (see below).

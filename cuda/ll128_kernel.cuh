@@ -177,9 +177,7 @@ __device__ __forceinline__ void ll128_bcast(const LL128Args &a, int parity, uint
   const size_t B = a.block_bytes, total = a.total_bytes;
   auto idx = [&](int k) { return (size_t)(k - (k > root)); };
   auto shard_len = [&](int k) -> size_t {  // bytes non-root k receives from the root
-    if (!scatter) return total;
-    size_t lo = idx(k) * B;
-    return total > lo ? (total - lo < B ? total - lo : B) : 0;
+    return scatter ? shard_extent(total, B, B, idx(k)) : total;
   };
   const size_t nlines = ll128_lines(B);
   if (me == root) {  // phase 0: lines to every other rank
@@ -263,11 +261,7 @@ __global__ void __launch_bounds__(kThreads, 1) ll128_kernel(const __grid_constan
   const bool scatter = two || a.mode == kLL128ReduceScatter;  // block j of the input goes to rank j
   const size_t B = a.block_bytes;
   // Bytes of block k: every block is B except a two-shot message's last shards.
-  auto block_len = [&](int k) -> size_t {
-    if (!two) return B;
-    size_t lo = (size_t)k * B;
-    return a.total_bytes > lo ? (a.total_bytes - lo < B ? a.total_bytes - lo : B) : 0;
-  };
+  auto block_len = [&](int k) -> size_t { return two ? shard_extent(a.total_bytes, B, B, (size_t)k) : B; };
   const size_t nlines = ll128_lines(B);  // lines of the largest block
   const size_t mine_len = block_len(me);
 

@@ -78,6 +78,29 @@ struct Layout {
   __host__ __device__ size_t total_bytes() const { return ll128_off(2, 0, 0); }
 };
 
+// Geometry shared by the kernels. A message is cut into shards of at most `cap` units (elements or
+// bytes), shard k starting k * stride units in: shard k holds clamp(total - k * stride, 0, cap)
+// units (stride 0: every shard is the whole message, capped). The last shards of a message that
+// does not divide evenly are short or empty, so every form reads this one rule.
+__host__ __device__ inline size_t shard_extent(size_t total, size_t stride, size_t cap, size_t k) {
+  const size_t lo = k * stride;
+  const size_t len = total > lo ? total - lo : 0;
+  return len < cap ? len : cap;
+}
+
+// Elements [lo, lo + n) of a shard of `len` elements that step t of channel ch moves: each channel
+// takes a span of the shard, each step at most `chunk` of the span (the direct and ring kernels).
+struct StepRange { size_t lo, n; };
+struct Piece { size_t in, out, n; };  // a step's elements: where they start in the input and output, how many
+
+__host__ __device__ inline StepRange step_range(size_t len, size_t span, size_t chunk, int ch, int t) {
+  const size_t lo = (size_t)ch * span + (size_t)t * chunk;
+  size_t hi = (size_t)ch * span + span;
+  if (hi > len) hi = len;
+  if (lo + chunk < hi) hi = lo + chunk;
+  return StepRange{lo, hi > lo ? hi - lo : 0};
+}
+
 // Sequence numbers of the protocols with flags in the data (LL, LL128), shared by both: every block
 // reads the last call's number at its start; the last block out publishes this call's, when every
 // block has read the old one (all blocks of a call are resident at once).

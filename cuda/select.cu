@@ -57,15 +57,16 @@ static const size_t kLL128LinesPerChannel = 4;
 // 4 MiB - / 166.9 / 105.0; with 16 MiB areas, scatter / direct: 8 MiB 215.8 / 195.6, 16 MiB
 // 240.5 / 226.3, 32 MiB 249.3 / 261.5.
 static const size_t kLL128BcastOneShotMaxAutoBytes = 256 * 1024;
+static const size_t kLL128BcastScatterMaxAutoBytes = 16 * 1024 * 1024;
 // Reduce runs as the LL or LL128 Allreduce with no output off the root (every rank still receives
 // from every other, which those protocols' reuse needs) below this; from it the chain (3+ ranks) or
 // the direct forms. The direct Reduce is one fenced fan-in to the root: 4x H200, blocking, 25-32 us
 // at 1 KiB - 1 MiB against 17-22 us for the Allreduce forms.
 static const size_t kReduceLL128MaxBytes = kReduceChainMinBytes;
-static const size_t kLL128BcastScatterMaxAutoBytes = 16 * 1024 * 1024;
 
 static size_t total_bytes(const mg_team *t, const mg_call *c) {
-  size_t es = mg::copy_kernel(c->dtype).elem_size * (size_t)mg::copy_kernel(c->dtype).mult;
+  const mg::KernelChoice k = mg::copy_kernel(c->dtype);
+  const size_t es = (size_t)k.elem_size * k.mult;
   size_t n = (size_t)t->cfg.nranks;
   switch (c->coll) {
     case MG_REDUCE_SCATTER_BLOCK: case MG_ALLGATHER: return c->count * es * n;
@@ -140,11 +141,14 @@ extern "C" int mg_select(const mg_team *t, mg_call *c) {
         double one = kHopUs + (n - 1) * B / kPushBytesPerUs;
         double two_bytes = c->coll == MG_BCAST ? B : 2.0 * (n - 1) / n * B;
         double two = 2 * kHopUs + two_bytes / kPushBytesPerUs;
-        // On 2 ranks both forms store B per rank, but one-shot Allreduce reduces all of B on both
-        // ranks where two-shot reduces half on each: 2x H200, 128 channels, two-shot vs one-shot
-        // 121 / 213 / 285 / 311 GB/s vs 121 / 202 / 225 / 246 at 4 / 16 / 64 / 256 MiB.
-        if (n == 2) one = c->coll == MG_ALLREDUCE && B >= kTwoRankTwoShotBytes ? two + 1 : two - 1;
-        c->algo = one <= two ? MG_ALGO_ONESHOT : MG_ALGO_TWOSHOT;
+        // On 2 ranks both forms store B per rank, so the model ties; but one-shot Allreduce reduces
+        // all of B on both ranks where two-shot reduces half on each: 2x H200, 128 channels,
+        // two-shot vs one-shot 121 / 213 / 285 / 311 GB/s vs 121 / 202 / 225 / 246 at 4 / 16 / 64 /
+        // 256 MiB. Bcast and Reduce keep one-shot (one hop).
+        if (n == 2)
+          c->algo = c->coll == MG_ALLREDUCE && B >= kTwoRankTwoShotBytes ? MG_ALGO_TWOSHOT : MG_ALGO_ONESHOT;
+        else
+          c->algo = one <= two ? MG_ALGO_ONESHOT : MG_ALGO_TWOSHOT;
         break;
       }
       default: c->algo = MG_ALGO_ONESHOT;  // Reduce_scatter_block and Allgather have one form

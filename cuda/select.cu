@@ -1,10 +1,10 @@
 // select.cu: the cost model that picks an algorithm, a channel count and a step size for a call.
 //
 // Allreduce, Reduce_scatter_block and Allgather use a protocol with the flags in the data while it
-// fits: LL for pieces up to kLLMaxAutoBytes, LL128 above; Reduce below 1 MiB runs as those
+// fits: LL for pieces up to kLLMaxAutoBytes, LL128 above; Reduce below 2 MiB runs as those
 // Allreduce forms; Bcast uses LL128 (one-shot, then scatter); thresholds below, measured. Reduce on
-// 3+ ranks from 1 MiB, and Bcast and Reduce on 2 ranks from 64 MiB, take the chain
-// (ring_kernel.cuh); the other ring forms take more hops than the direct forms
+// 3+ ranks from 1 MiB (2 MiB where LL128 applies), and Bcast and Reduce on 2 ranks from 64 MiB,
+// take the chain (ring_kernel.cuh); the other ring forms take more hops than the direct forms
 // on a full NVLink mesh for the same bytes per rank and measured as fast or slower there
 // (docs/tuning.md), so they run only when asked for (MPIGPU_ALGO=ring). Otherwise the direct
 // kernel's forms by this model: time(algo) = hops(algo) * kHopUs + bytes_out(algo) / kPushBytesPerUs,
@@ -26,7 +26,7 @@ static const double kTwoRankTwoShotBytes = 4 * 1024 * 1024;  // 2 ranks: Allredu
 // picked: 1 MiB 53.8 / 38.4, 4 MiB 126.5 / 97.4, 16 MiB 205.7 / 167.1, 64 MiB 233.2 / 218.2,
 // 256 MiB 252.4 / 232.5; with two rings per channel (ring_kernel), run as the model runs it
 // (bytes / 32 KiB channels, at most 128): 50.4 / 140.2 / 219.1 / 266.1 / 305.7. At 256 KiB the
-// chain and one-shot tie (15.3 vs 15.1).
+// chain and one-shot tie (15.3 vs 15.1). Where LL128 applies, its forms run below kReduceLL128MaxBytes.
 static const double kReduceChainMinBytes = 1024 * 1024;
 // Bcast and Reduce on 2 ranks take the chain (root -> other, other -> root) from here: the same
 // bytes as the direct one-shot, but each channel keeps two steps in flight (ring_kernel). 2x H200,
@@ -61,8 +61,10 @@ static const size_t kLL128BcastScatterMaxAutoBytes = 16 * 1024 * 1024;
 // Reduce runs as the LL or LL128 Allreduce with no output off the root (every rank still receives
 // from every other, which those protocols' reuse needs) below this; from it the chain (3+ ranks) or
 // the direct forms. The direct Reduce is one fenced fan-in to the root: 4x H200, blocking, 25-32 us
-// at 1 KiB - 1 MiB against 17-22 us for the Allreduce forms.
-static const size_t kReduceLL128MaxBytes = kReduceChainMinBytes;
+// at 1 KiB - 1 MiB against 17-22 us for the Allreduce forms. Against the chain, one run of 4x H200
+// (blocking, us): 1 MiB Allreduce (LL128 two-shot, the lines this Reduce moves) 20.8 vs Reduce chain
+// 29.1; 4 MiB 40.8 vs 34.9. The boundary lies between; 2 MiB is not measured.
+static const size_t kReduceLL128MaxBytes = 2 * 1024 * 1024;
 
 static size_t total_bytes(const mg_team *t, const mg_call *c) {
   const mg::KernelChoice k = mg::copy_kernel(c->dtype);

@@ -88,10 +88,11 @@ __host__ __device__ inline size_t shard_extent(size_t total, size_t stride, size
   return len < cap ? len : cap;
 }
 
+struct Piece { size_t in, out, n; };  // a step's elements: where they start in the input and output, how many
+struct StepRange { size_t lo, n; };
+
 // Elements [lo, lo + n) of a shard of `len` elements that step t of channel ch moves: each channel
 // takes a span of the shard, each step at most `chunk` of the span (the direct and ring kernels).
-struct StepRange { size_t lo, n; };
-struct Piece { size_t in, out, n; };  // a step's elements: where they start in the input and output, how many
 
 __host__ __device__ inline StepRange step_range(size_t len, size_t span, size_t chunk, int ch, int t) {
   const size_t lo = (size_t)ch * span + (size_t)t * chunk;

@@ -83,7 +83,7 @@ fi
 if has floor; then
   # the blocking-call floor: an empty kernel's launch + synchronize, from C (benchmarks/launch_floor.cu)
   nvcc -std=c++17 -O2 -arch=sm_90 benchmarks/launch_floor.cu -o "$OUT/launch_floor" > "$OUT/floor.txt" 2>&1 &&
-    "$OUT/launch_floor" >> "$OUT/floor.txt" 2>&1
+    timeout 120 "$OUT/launch_floor" >> "$OUT/floor.txt" 2>&1
   summary+=("launch floor rc=$?")
   rm -f "$OUT/launch_floor"
   tail -5 "$OUT/floor.txt"

@@ -38,7 +38,14 @@ static int launch_kernel(const void *fn, int nchannels, void *args, uintptr_t st
   return (int)ce;
 }
 
-// The fields every kernel's arguments share (DirectArgs, LLArgs, LL128Args): the mapped workspaces,
+// A Reduce's output off the root: none. The LL and LL128 forms run it as the Allreduce and skip
+// their output stores where recv is null, so a caller's recvbuf there (MPI: not significant) stays
+// untouched whichever form runs.
+static char *reduce_output(const mg_team *t, const mg_call *c) {
+  return c->coll == MG_REDUCE && c->root != t->cfg.rank ? nullptr : (char *)c->recv;
+}
+
+// The fields every kernel's arguments share (DirectArgs, LLArgs, LL128Args, RingArgs): the mapped workspaces,
 // the user's buffers, this rank's place in the team and the peer timeout.
 template <typename Args> static void fill_team_args(const mg_team *t, const mg_call *c, Args *a) {
   for (int r = 0; r < t->cfg.nranks; ++r) a->ws[r] = t->ws[r];
@@ -53,13 +60,12 @@ template <typename Args> static void fill_team_args(const mg_team *t, const mg_c
 // Pipeline geometry shared by the direct and ring kernels: a shard of a->shard_len elements is split
 // over the call's channels (a span each, a multiple of the vector width V) and each span into steps
 // of at most one slot, or the call's chunk_bytes, of elements taking slot_elem_bytes each in a slot.
+// mg_select has set both: 1 <= nchannels <= max_channels, 0 < chunk_bytes <= slot_bytes.
 template <typename Args>
-static void cut_into_steps(const mg_team *t, const mg_call *c, size_t V, size_t slot_elem_bytes, Args *a) {
-  const int C = c->nchannels < 1 ? 1 : c->nchannels;
-  a->nchannels = C;
-  a->span = round_up(ceil_div(a->shard_len, C), V);
-  const size_t step = c->chunk_bytes && c->chunk_bytes < t->layout.slot_bytes ? c->chunk_bytes : t->layout.slot_bytes;
-  const size_t slot_elems = step / slot_elem_bytes / V * V;
+static void cut_into_steps(const mg_call *c, size_t V, size_t slot_elem_bytes, Args *a) {
+  a->nchannels = c->nchannels;
+  a->span = round_up(ceil_div(a->shard_len, (size_t)c->nchannels), V);
+  const size_t slot_elems = c->chunk_bytes / slot_elem_bytes / V * V;
   a->chunk = a->span < slot_elems ? a->span : slot_elems;
   if (a->chunk == 0) a->chunk = V;
   a->nsteps = (int)ceil_div(a->span == 0 ? 1 : a->span, a->chunk);
@@ -83,7 +89,6 @@ static int plan(mg_team *t, const mg_call *c, DirectArgs *a, mg::KernelFn *fn) {
   a->gather = 0;
   a->len_total = count;
   a->len_stride = 0;
-  a->in_base = a->out_base = 0;
   a->in_stride = a->out_stride = 0;
   a->shard_len = count;
   const bool two = c->algo == MG_ALGO_TWOSHOT;
@@ -122,7 +127,7 @@ static int plan(mg_team *t, const mg_call *c, DirectArgs *a, mg::KernelFn *fn) {
   // In place, a rank's reduce stage writes where its contribute stage reads, except in the two-shot
   // reductions, whose owners write only their own shard (direct_kernel.cuh).
   a->inplace_hazard = c->send == c->recv && !(two && (c->coll == MG_ALLREDUCE || c->coll == MG_REDUCE));
-  cut_into_steps(t, c, V, (size_t)k.elem_size, a);
+  cut_into_steps(c, V, (size_t)k.elem_size, a);
   return 0;
 }
 
@@ -131,7 +136,7 @@ static int launch_ll(mg_team *t, const mg_call *c, uintptr_t stream) {
   if (!k.ll) return MG_ERR_UNSUPPORTED;
   mg::LLArgs a;
   fill_team_args(t, c, &a);
-  // Reduce: the Allreduce, with recv null off the root (no output there; ll_kernel.cuh)
+  a.recv = reduce_output(t, c);  // Reduce: the Allreduce with no output off the root
   a.mode = c->coll == MG_ALLREDUCE || c->coll == MG_REDUCE ? mg::kLLAllreduce
            : c->coll == MG_ALLGATHER ? mg::kLLAllgather : mg::kLLReduceScatter;
   a.piece_bytes = c->count * (size_t)k.elem_size * k.mult;
@@ -144,6 +149,7 @@ static int launch_ll128(mg_team *t, const mg_call *c, uintptr_t stream) {
   const size_t es = (size_t)k.elem_size, count = c->count * (size_t)k.mult, n = (size_t)t->cfg.nranks;
   mg::LL128Args a;
   fill_team_args(t, c, &a);
+  a.recv = reduce_output(t, c);
   a.root = c->root;
   a.total_bytes = count * es;
   a.block_bytes = count * es;
@@ -151,7 +157,7 @@ static int launch_ll128(mg_team *t, const mg_call *c, uintptr_t stream) {
   if (c->coll == MG_BCAST) {
     a.mode = two ? mg::kLL128BcastScatter : mg::kLL128Bcast;
     if (two) a.block_bytes = mg::ll128_shard_bytes(count, es, n - 1);
-  } else if (two) {  // Allreduce, or Reduce as it (recv null off the root; ll128_kernel.cuh)
+  } else if (two) {  // Allreduce, or Reduce as it
     a.mode = mg::kLL128AllreduceTwoShot;
     a.block_bytes = mg::ll128_shard_bytes(count, es, n);
   } else {
@@ -185,7 +191,7 @@ static int launch_ring(mg_team *t, const mg_call *c, uintptr_t stream) {
     case MG_REDUCE: a.mode = mg::kRingReduce; break;
     default: return MG_ERR_ARG;
   }
-  cut_into_steps(t, c, V, (size_t)(k.part_size > k.elem_size ? k.part_size : k.elem_size), &a);
+  cut_into_steps(c, V, (size_t)(k.part_size > k.elem_size ? k.part_size : k.elem_size), &a);
   return launch_kernel((const void *)k.ring, a.nchannels, &a, stream);
 }
 

@@ -32,8 +32,7 @@ struct DirectArgs {
   int elem_size;
   size_t shard_len;            // max elements per shard
   size_t len_total, len_stride;  // len(j) = clamp(len_total - idx(j) * len_stride, 0, shard_len)
-  size_t in_base, in_stride;     // in_off(j) = in_base + idx(j) * in_stride
-  size_t out_base, out_stride;   // out_off(j) = out_base + idx(j) * out_stride
+  size_t in_stride, out_stride;  // piece j starts at idx(j) * in_stride in the input, idx(j) * out_stride in the output
   size_t span;                 // elements per channel of a shard (multiple of the vector width)
   size_t chunk;                // elements per step (multiple of the vector width)
   int nsteps;
@@ -46,9 +45,7 @@ __device__ __forceinline__ int owner_index(uint32_t owners, int j) { return __po
 
 // Where owner j's piece for (channel, step) lies, in elements.
 __device__ __forceinline__ Piece piece_of(const DirectArgs &a, int j, int ch, int t) {
-  const size_t idx = (size_t)owner_index(a.owners, j);
-  const StepRange r = step_range(shard_extent(a.len_total, a.len_stride, a.shard_len, idx), a.span, a.chunk, ch, t);
-  return Piece{a.in_base + idx * a.in_stride + r.lo, a.out_base + idx * a.out_stride + r.lo, r.n};
+  return piece_at(a, (size_t)owner_index(a.owners, j), ch, t);
 }
 
 // The three stages of one step, as device functions so the kernel can skew them (see below).

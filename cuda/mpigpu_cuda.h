@@ -108,7 +108,7 @@ typedef struct mg_call {
   int algo;            /* enum mg_algo; AUTO lets mg_select choose */
   int dtype, op;       /* enum mg_dtype / mg_op (op ignored by Bcast and Allgather) */
   uintptr_t send;      /* input (for in-place calls: what MPI defines as the input inside recv) */
-  uintptr_t recv;      /* output */
+  uintptr_t recv;      /* output (Reduce off the root: not significant, may be 0) */
   size_t count;        /* Allreduce/Bcast/Reduce: elements; Reduce_scatter_block: recvcount; Allgather: sendcount */
   int root;
   int nchannels;       /* 0: the cost model chooses */

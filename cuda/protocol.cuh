@@ -89,17 +89,19 @@ __host__ __device__ inline size_t shard_extent(size_t total, size_t stride, size
 }
 
 struct Piece { size_t in, out, n; };  // a step's elements: where they start in the input and output, how many
-struct StepRange { size_t lo, n; };
 
-// Elements [lo, lo + n) of a shard of `len` elements that step t of channel ch moves: each channel
-// takes a span of the shard, each step at most `chunk` of the span (the direct and ring kernels).
-
-__host__ __device__ inline StepRange step_range(size_t len, size_t span, size_t chunk, int ch, int t) {
-  const size_t lo = (size_t)ch * span + (size_t)t * chunk;
-  size_t hi = (size_t)ch * span + span;
+// Where step t of channel ch of shard idx lies, in elements, for the direct and ring kernels (their
+// arguments share these fields): shard idx holds shard_extent(len_total, len_stride, shard_len, idx)
+// elements, from idx * in_stride in the input and idx * out_stride in the output; each channel takes
+// a span of it, each step at most `chunk` of the span.
+template <typename Args>
+__host__ __device__ __forceinline__ Piece piece_at(const Args &a, size_t idx, int ch, int t) {
+  const size_t len = shard_extent(a.len_total, a.len_stride, a.shard_len, idx);
+  const size_t lo = (size_t)ch * a.span + (size_t)t * a.chunk;
+  size_t hi = (size_t)ch * a.span + a.span;
   if (hi > len) hi = len;
-  if (lo + chunk < hi) hi = lo + chunk;
-  return StepRange{lo, hi > lo ? hi - lo : 0};
+  if (lo + a.chunk < hi) hi = lo + a.chunk;
+  return Piece{idx * a.in_stride + lo, idx * a.out_stride + lo, hi > lo ? hi - lo : 0};
 }
 
 // Sequence numbers of the protocols with flags in the data (LL, LL128), shared by both: every block

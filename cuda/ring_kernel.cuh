@@ -48,12 +48,6 @@ struct RingArgs {
   uint64_t timeout_ns;
 };
 
-// Where shard j's piece for (channel, step) lies, in elements.
-__device__ __forceinline__ Piece ring_piece(const RingArgs &a, int j, int ch, int t) {
-  const StepRange r = step_range(shard_extent(a.len_total, a.len_stride, a.shard_len, (size_t)j), a.span, a.chunk, ch, t);
-  return Piece{(size_t)j * a.in_stride + r.lo, (size_t)j * a.out_stride + r.lo, r.n};
-}
-
 // Loads / stores of one vector group (16 bytes of T, V elements) in another element type Q
 // (16 or 32 bytes: a group of 16-bit floats as fp32 partials).
 template <typename Q, int V> struct Group16 {
@@ -172,26 +166,26 @@ __device__ __forceinline__ void ring_lane_pieces(const RingArgs &a, const RingLa
         // Reduce-scatter: step k sends the partial of shard me - k - 1; step n - 1 receives the
         // partial of my own shard, adds my part and writes it (Allreduce: and sends it on, the first
         // step of the all-gather, so it travels as T).
-        const Piece first_piece = ring_piece(a, (me + n - 1) % n, ch, t);
+        const Piece first_piece = piece_at(a, (me + n - 1) % n, ch, t);
         ring_step<T, Op, P, P>(a, l, false, gr, in + first_piece.in, nullptr, true, gs++, first_piece.n);
         for (int k = 1; k < n - 1; ++k) {
-          const Piece p = ring_piece(a, (me - k - 1 + 2 * n) % n, ch, t);
+          const Piece p = piece_at(a, (me - k - 1 + 2 * n) % n, ch, t);
           ring_step<T, Op, P, P>(a, l, true, gr++, in + p.in, nullptr, true, gs++, p.n);
         }
-        const Piece p = ring_piece(a, me, ch, t);
+        const Piece p = piece_at(a, me, ch, t);
         ring_step<T, Op, P, T>(a, l, true, gr++, in + p.in, out + p.out, ar, gs, p.n);
         if (ar) {
           ++gs;
           // All-gather: shard me - k arrives (reduced by its owner) and goes on while k < n - 1.
           for (int k = 1; k < n; ++k) {
-            const Piece q = ring_piece(a, (me - k + n) % n, ch, t);
+            const Piece q = piece_at(a, (me - k + n) % n, ch, t);
             const bool fwd = k < n - 1;
             ring_step<T, OpCopy, T, T>(a, l, true, gr++, nullptr, out + q.out, fwd, gs, q.n);
             if (fwd) ++gs;
           }
         }
       } else {  // kRingReduce: root + 1 starts the chain, the root ends it
-        const Piece p = ring_piece(a, 0, ch, t);
+        const Piece p = piece_at(a, 0, ch, t);
         if (pos == 0) {
           ring_step<T, Op, P, T>(a, l, true, gr++, in + p.in, out + p.out, false, gs, p.n);
         } else {
@@ -204,17 +198,17 @@ __device__ __forceinline__ void ring_lane_pieces(const RingArgs &a, const RingLa
       if (a.mode == kRingAllgather) {
         // My block goes out first (and into my output unless it is there already, in place), then
         // block me - k arrives and goes on while k < n - 1.
-        const Piece p = ring_piece(a, me, ch, t);
+        const Piece p = piece_at(a, me, ch, t);
         T *own_out = out + p.out == in + p.in ? nullptr : out + p.out;
         ring_step<T, OpCopy, T, T>(a, l, false, gr, in + p.in, own_out, true, gs++, p.n);
         for (int k = 1; k < n; ++k) {
-          const Piece q = ring_piece(a, (me - k + n) % n, ch, t);
+          const Piece q = piece_at(a, (me - k + n) % n, ch, t);
           const bool fwd = k < n - 1;
           ring_step<T, OpCopy, T, T>(a, l, true, gr++, nullptr, out + q.out, fwd, gs, q.n);
           if (fwd) ++gs;
         }
       } else {  // kRingBcast: the root starts the chain, root - 1 ends it
-        const Piece p = ring_piece(a, 0, ch, t);
+        const Piece p = piece_at(a, 0, ch, t);
         const bool recv = pos > 0, fwd = pos < n - 1;
         ring_step<T, OpCopy, T, T>(a, l, recv, gr, recv ? nullptr : in + p.in, recv ? out + p.out : nullptr, fwd,
                                    gs, p.n);

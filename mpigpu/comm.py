@@ -13,6 +13,8 @@ from ._types import ALGO, OP_CODE
 from .errors import Error
 
 _ANY_SOURCE, _ANY_TAG = MPI.ANY_SOURCE, MPI.ANY_TAG
+# the engine's collective codes (mg_coll) by MPI name
+_COLL_NAMES = ('Allreduce', 'Bcast', 'Reduce_scatter_block', 'Reduce', 'Allgather')
 
 _SUM = MPI.SUM
 _IN_PLACE = MPI.IN_PLACE
@@ -38,8 +40,7 @@ def _try_fast(comm, coll, sendbuf, recvbuf, op, root=0, stream=-1):
         return _fast(st.team, st.device, coll, sendbuf, recvbuf, code, root, sendbuf is _IN_PLACE,
                      ALGO.get(config.algo, 0), config.nchannels, stream) == 1
     except _engine._device.DeviceError as exc:
-        raise Error(('Allreduce', 'Bcast', 'Reduce_scatter_block', 'Reduce', 'Allgather')[coll], str(exc),
-                    rank=st.rank) from None
+        raise Error(_COLL_NAMES[coll], str(exc), rank=st.rank) from None
 
 
 def _device_call(comm, name, sendbuf, recvbuf):
@@ -118,10 +119,8 @@ class Intracomm(MPI.Intracomm):
                                       lambda: MPI.Intracomm.Allgather(self, sendbuf, recvbuf))
         return MPI.Intracomm.Allgather(self, sendbuf, recvbuf)
 
-    _COLL_BASE = {0: 'Allreduce', 1: 'Bcast', 2: 'Reduce_scatter_block', 3: 'Reduce', 4: 'Allgather'}
-
     def _host_call(self, coll, sendbuf, recvbuf, op, root, prefix='', suffix=''):
-        base = getattr(MPI.Intracomm, prefix + self._COLL_BASE[coll] + suffix)
+        base = getattr(MPI.Intracomm, prefix + _COLL_NAMES[coll] + suffix)
         if coll == 1:
             return lambda: base(self, recvbuf, root)
         if coll == 4:

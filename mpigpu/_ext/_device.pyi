@@ -7,7 +7,7 @@ MEM_HOST: int
 MEM_DEVICE: int
 MEM_MANAGED: int
 COLLS: tuple[str, ...]
-ALGOS: tuple[str, ...]
+ALGO_CODES: dict[str, int]
 
 class DeviceError(RuntimeError):
     code: int
@@ -44,8 +44,8 @@ class Team:
     device: int
     workspace_bytes: int
     def __init__(self, rank: int, nranks: int, device: int, slot_bytes: int, nslots: int,
-                 max_channels: int, timeout_s: float, split_steps: int = 0,
-                 ll128_bytes: int = ...) -> None: ...
+                 max_channels: int, timeout_s: float, split_steps: int,
+                 ll128_bytes: int) -> None: ...
     def close(self) -> None: ...
     def export_handle(self) -> bytes: ...
     def open_peer(self, peer: int, handle: bytes) -> None: ...

@@ -4,7 +4,7 @@
 # cuda/completion.cu, through function pointers that mpigpu._requests resolves.
 import sys
 
-from ._intake import DTYPE_ALIGNMENTS
+from ._intake import DTYPE_ALIGNMENTS, DTYPE_SIZES, TYPESTR_CODES
 
 from cpython.buffer cimport PyBUF_WRITABLE, PyBUF_FORMAT, PyBUF_ND
 from libc.stdint cimport intptr_t, uint64_t, uintptr_t
@@ -15,6 +15,14 @@ cdef extern from "mpigpu_cuda.h" nogil:
         MG_MAX_RANKS
         MG_MAX_CHANNELS
         MG_IPC_HANDLE_BYTES
+    enum:
+        MG_ALGO_AUTO
+        MG_ALGO_ONESHOT
+        MG_ALGO_TWOSHOT
+        MG_ALGO_LL
+        MG_ALGO_LL128
+        MG_ALGO_LL128_TWOSHOT
+        MG_ALGO_RING
     const char *mg_error_string(int err)
     int mg_device_count(int *count)
     int mg_get_device(int *device)
@@ -87,7 +95,9 @@ MAX_CHANNELS = MG_MAX_CHANNELS
 # memory types of pointer_info(): the values of cudaMemoryType
 MEM_UNREGISTERED, MEM_HOST, MEM_DEVICE, MEM_MANAGED = 0, 1, 2, 3
 COLLS = ('allreduce', 'bcast', 'reduce_scatter_block', 'reduce', 'allgather')
-ALGOS = ('auto', 'oneshot', 'twoshot', 'll', 'll128', 'll128-twoshot', 'ring')
+# enum mg_algo's values by knob name (mpigpu._types.ALGO must agree; tests/test_config.py)
+ALGO_CODES = {'auto': MG_ALGO_AUTO, 'oneshot': MG_ALGO_ONESHOT, 'twoshot': MG_ALGO_TWOSHOT, 'll': MG_ALGO_LL,
+              'll128': MG_ALGO_LL128, 'll128-twoshot': MG_ALGO_LL128_TWOSHOT, 'ring': MG_ALGO_RING}
 
 
 class DeviceError(RuntimeError):
@@ -259,7 +269,7 @@ cdef class Team:
     cdef readonly int rank, nranks, device
 
     def __cinit__(self, int rank, int nranks, int device, size_t slot_bytes, int nslots,
-                  int max_channels, double timeout_s, int split_steps=0, size_t ll128_bytes=2 << 20):
+                  int max_channels, double timeout_s, int split_steps, size_t ll128_bytes):
         cdef mg_team_config cfg
         cfg.rank = rank
         cfg.nranks = nranks
@@ -438,11 +448,8 @@ def request_shutdown():
 # The common call (CUDA Array Interface arrays, no buffer specification, types and counts that
 # match) is handled here without Python-level parsing. Anything else returns 0 and takes the general
 # path in mpigpu._buffers, which also produces the precise error messages.
-cdef dict _CAI_CODE = {
-    '|b1': 0, '|i1': 1, '|u1': 2, '<i2': 3, '<u2': 4, '<i4': 5, '<u4': 6, '<i8': 7, '<u8': 8,
-    '<f2': 9, '<f4': 11, '<f8': 12, '<c8': 13, '<c16': 14,
-}
-cdef tuple _SIZES = (1, 1, 1, 2, 2, 4, 4, 8, 8, 2, 2, 4, 8, 8, 16)
+cdef dict _CAI_CODE = TYPESTR_CODES
+cdef tuple _SIZES = DTYPE_SIZES
 # A pointer less aligned than its type takes the general path, which refuses it (mpigpu._buffers.build).
 cdef tuple _ALIGN = DTYPE_ALIGNMENTS
 
@@ -604,10 +611,10 @@ cpdef int fast_collective(Team team, int device, int coll, object sendbuf, objec
             count = sc
     else:
         return 0
+    if (sp | rp) % <uintptr_t>_ALIGN[rd]:
+        return 0  # refused on the general path, whatever the count
     if count == 0:
         return 1
-    if (sp | rp) % <uintptr_t>_ALIGN[rd]:
-        return 0
     if not off_root and not (rdev == device if rdev >= 0 else _on_device(rp, device)):
         return 0
     if not inplace and not (sdev == device if sdev >= 0 else _on_device(sp, device)):

@@ -3,6 +3,7 @@
 DTYPE_NAMES: tuple[str, ...]
 DTYPE_SIZES: tuple[int, ...]
 DTYPE_ALIGNMENTS: tuple[int, ...]
+TYPESTR_CODES: dict[str, int]
 
 class IntakeError(ValueError): ...
 

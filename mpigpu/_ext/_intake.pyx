@@ -53,10 +53,11 @@ DTYPE_ALIGNMENTS = tuple(size // 2 if name.startswith('complex') else size
 cdef dict _DTYPE_CODE = {name: i for i, name in enumerate(DTYPE_NAMES)}
 
 # CUDA Array Interface typestr -> dtype code (little-endian, or byte-sized with '|').
-cdef dict _TYPESTR = {
+TYPESTR_CODES = {
     '|b1': 0, '|i1': 1, '|u1': 2, '<i2': 3, '<u2': 4, '<i4': 5, '<u4': 6, '<i8': 7, '<u8': 8,
     '<f2': 9, '<f4': 11, '<f8': 12, '<c8': 13, '<c16': 14,
 }
+cdef dict _TYPESTR = TYPESTR_CODES
 
 cdef enum:
     kDLCPU = 1

@@ -16,6 +16,7 @@ import numpy as np
 
 import mpigpu
 from mpi4py import MPI
+from mpigpu._types import ALGO
 
 try:
     import cupy as cp
@@ -452,23 +453,49 @@ def mixed_protocols(comm):
         record(f'mixed protocols back to back: {name} count={c} #{i}', bool(cp.array_equal(got, want)), 'wrong result')
 
 
+def chosen_algo(comm, coll, count, algo):
+    """The algorithm code the engine runs for a float32 `coll` call (0: Allreduce, 1: Bcast) of
+    `count` elements forced to `algo`; a forced protocol that does not apply falls back."""
+    global checks
+    checks += 1
+    team = getattr(comm.__dict__.get('_mg_state'), 'team', None)
+    if team is None:
+        record(f'select n={comm.Get_size()} coll={coll} count={count} algo={algo}', False, 'no device team')
+        return None
+    return team.select(coll, 11, count, ALGO[algo])[0]
+
+
 def ll128_area_sizes(world):
     """Teams with other LL128 areas (MPIGPU_LL128_BYTES): none (every LL128 request falls back) and
-    8 MiB (Bcast scatter and Allreduce two-shot on pieces past the default 2 MiB)."""
+    8 MiB (Bcast scatter and Allreduce two-shot on pieces past the default 2 MiB). The results alone
+    cannot show which form ran, so the engine's choice is checked too."""
     n = world.Get_size()
     default = mpigpu.config.ll128_bytes
+    big = (12 << 20) // 4 + 3
     for area in (0, 8 << 20):
         mpigpu.config.ll128_bytes = area
         comm = world.Dup()
         for algo in ('ll128', 'll128-twoshot', 'auto'):
             mpigpu.config.algo = algo
-            for count in (1003, (12 << 20) // 4 + 3):
+            for count in (1003, big):
                 run_case(comm, 'Allreduce', 'float32', 'SUM', count)
                 run_case(comm, 'Reduce_scatter_block', 'float32', 'SUM', count // n)
                 run_case(comm, 'Allgather', 'int32', 'SUM', count // n, offset=3)
                 for root in (0, n - 1):
                     run_case(comm, 'Bcast', 'float32', 'SUM', count, root=root)
         mpigpu.config.algo = 'auto'
+        if area == 0:  # no areas: no LL128 form, whatever is asked
+            for coll in (0, 1):
+                for count in (1003, big):
+                    for algo in ('ll128', 'll128-twoshot', 'auto'):
+                        got = chosen_algo(comm, coll, count, algo)
+                        record(f'select without LL128 areas coll={coll} count={count} algo={algo}',
+                               got not in (ALGO['ll128'], ALGO['ll128-twoshot']), f'chose {got}')
+        else:  # 8 MiB areas: the two-shot Allreduce (and scatter Bcast, 3+ ranks) on a 12 MiB message
+            for coll in ((0, 1) if n > 2 else (0,)):
+                got = chosen_algo(comm, coll, big, 'll128-twoshot')
+                record(f'select with 8 MiB LL128 areas coll={coll} count={big}', got == ALGO['ll128-twoshot'],
+                       f'chose {got}')
         comm.Free()
     mpigpu.config.ll128_bytes = default
 

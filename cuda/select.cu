@@ -1,10 +1,10 @@
 // select.cu: the cost model that picks an algorithm, a channel count and a step size for a call.
 //
 // Allreduce, Reduce_scatter_block and Allgather use a protocol with the flags in the data while it
-// fits: LL for pieces up to kLLMaxAutoBytes, LL128 above; Reduce below 2 MiB runs as those
+// fits: LL for pieces up to kLLMaxAutoBytes, LL128 above; Reduce below 1 MiB runs as those
 // Allreduce forms; Bcast uses LL128 (one-shot, then scatter); thresholds below, measured. Reduce on
-// 3+ ranks from 1 MiB (2 MiB where LL128 applies), and Bcast and Reduce on 2 ranks from 64 MiB,
-// take the chain (ring_kernel.cuh); the other ring forms take more hops than the direct forms
+// 3+ ranks from 1 MiB, and Bcast and Reduce on 2 ranks from 64 MiB, take the chain
+// (ring_kernel.cuh); the other ring forms take more hops than the direct forms
 // on a full NVLink mesh for the same bytes per rank and measured as fast or slower there
 // (docs/tuning.md), so they run only when asked for (MPIGPU_ALGO=ring). Otherwise the direct
 // kernel's forms by this model: time(algo) = hops(algo) * kHopUs + bytes_out(algo) / kPushBytesPerUs,
@@ -20,13 +20,17 @@ static const double kPushBytesPerUs = 340e3;       // sustained NVLink stores pe
 static const size_t kBytesPerChannel = 32 * 1024;  // below this per channel, more blocks add latency
 static const int kDefaultChannels = 128;  // 256 MB: 317 GB/s at 128 channels, 268 at 64 (32 KiB chunks)
 static const double kTwoRankTwoShotBytes = 4 * 1024 * 1024;  // 2 ranks: Allreduce two-shot from here (below)
-// Reduce on 3+ ranks takes the pipelined chain (ring_kernel.cuh) from here: the root's inbound links
-// carry the message once, where two-shot brings (n-1)/n of it in twice and one-shot n-1 times.
-// 4x H200, busbw GB/s, chain with one ring per channel (128 channels) vs the direct form the model
-// picked: 1 MiB 53.8 / 38.4, 4 MiB 126.5 / 97.4, 16 MiB 205.7 / 167.1, 64 MiB 233.2 / 218.2,
-// 256 MiB 252.4 / 232.5; with two rings per channel (ring_kernel), run as the model runs it
-// (bytes / 32 KiB channels, at most 128): 50.4 / 140.2 / 219.1 / 266.1 / 305.7. At 256 KiB the
-// chain and one-shot tie (15.3 vs 15.1). Where LL128 applies, its forms run below kReduceLL128MaxBytes.
+// Reduce below this runs as the LL or LL128 Allreduce forms where they apply, with no output off the
+// root (every rank still receives from every other, which those protocols' reuse needs); from it, on
+// 3+ ranks, the pipelined chain (ring_kernel.cuh): the root's inbound links carry the message once,
+// where two-shot brings (n-1)/n of it in twice and one-shot n-1 times. 4x H200, engine probe, busbw
+// GB/s, chain with one ring per channel (128 channels) vs the direct form the model picked: 1 MiB
+// 53.8 / 38.4, 4 MiB 126.5 / 97.4, 16 MiB 205.7 / 167.1, 64 MiB 233.2 / 218.2, 256 MiB 252.4 /
+// 232.5; with two rings per channel (ring_kernel), run as the model runs it (bytes / 32 KiB
+// channels, at most 128): 50.4 / 140.2 / 219.1 / 266.1 / 305.7. Against the Allreduce's LL128
+// two-shot, 4x H200, blocking (us, chain / LL128 two-shot): 1 MiB 21.5 / 21.3 (one call), 2 MiB
+// 24.8 / 31.1 and 4 MiB 31.4 / 44.2 (two calls); the direct Reduce, one fenced fan-in to the root,
+// took 25-32 us at 1 KiB - 1 MiB against 17-22 us for the Allreduce forms.
 static const double kReduceChainMinBytes = 1024 * 1024;
 // Bcast and Reduce on 2 ranks take the chain (root -> other, other -> root) from here: the same
 // bytes as the direct one-shot, but each channel keeps two steps in flight (ring_kernel). 2x H200,
@@ -58,14 +62,6 @@ static const size_t kLL128LinesPerChannel = 4;
 // 240.5 / 226.3, 32 MiB 249.3 / 261.5.
 static const size_t kLL128BcastOneShotMaxAutoBytes = 256 * 1024;
 static const size_t kLL128BcastScatterMaxAutoBytes = 16 * 1024 * 1024;
-// Reduce runs as the LL or LL128 Allreduce with no output off the root (every rank still receives
-// from every other, which those protocols' reuse needs) below this; from it the chain (3+ ranks) or
-// the direct forms. The direct Reduce is one fenced fan-in to the root: 4x H200, blocking, 25-32 us
-// at 1 KiB - 1 MiB against 17-22 us for the Allreduce forms. Against the chain, one run of 4x H200
-// (blocking, us): 1 MiB Allreduce (LL128 two-shot, the lines this Reduce moves) 20.8 vs Reduce chain
-// 29.1; 4 MiB 40.8 vs 34.9. The boundary lies between; 2 MiB is not measured.
-static const size_t kReduceLL128MaxBytes = 2 * 1024 * 1024;
-
 static size_t total_bytes(const mg_team *t, const mg_call *c) {
   const mg::KernelChoice k = mg::copy_kernel(c->dtype);
   const size_t es = (size_t)k.elem_size * k.mult;
@@ -112,15 +108,15 @@ extern "C" int mg_select(const mg_team *t, mg_call *c) {
   if (c->algo == MG_ALGO_LL128 && one == 0) c->algo = MG_ALGO_AUTO;
   if (c->algo == MG_ALGO_LL128_TWOSHOT && two == 0) c->algo = MG_ALGO_AUTO;
   if (c->algo == MG_ALGO_AUTO) {
-    if (c->coll == MG_ALLREDUCE || (c->coll == MG_REDUCE && B < kReduceLL128MaxBytes)) {
+    if (c->coll == MG_ALLREDUCE || (c->coll == MG_REDUCE && B < kReduceChainMinBytes)) {
       if (one && B <= kLL128OneShotMaxAutoBytes) c->algo = MG_ALGO_LL128;
       else if (two && B <= kLL128TwoShotMaxAutoBytes) c->algo = MG_ALGO_LL128_TWOSHOT;
     } else if (c->coll == MG_BCAST) {
       if (one && B <= (n <= 2 ? kLL128BlockMaxAutoBytes : kLL128BcastOneShotMaxAutoBytes)) c->algo = MG_ALGO_LL128;
       else if (two && B <= kLL128BcastScatterMaxAutoBytes) c->algo = MG_ALGO_LL128_TWOSHOT;
-    } else if (one && one <= kLL128BlockMaxAutoBytes) {
-      c->algo = MG_ALGO_LL128;
-    }
+    } else if (c->coll == MG_REDUCE_SCATTER_BLOCK || c->coll == MG_ALLGATHER) {
+      if (one && one <= kLL128BlockMaxAutoBytes) c->algo = MG_ALGO_LL128;
+    }  // a larger Reduce: the chain or the direct forms, below
   }
   if (c->algo == MG_ALGO_LL) {
     c->nchannels = (int)((ll + 16 * mg::kThreads - 1) / (16 * mg::kThreads));

@@ -16,6 +16,7 @@ import numpy as np
 
 import mpigpu
 from mpi4py import MPI
+from mpigpu._ext._device import COLLS
 from mpigpu._types import ALGO
 
 try:
@@ -454,8 +455,9 @@ def mixed_protocols(comm):
 
 
 def chosen_algo(comm, coll, count, algo):
-    """The algorithm code the engine runs for a float32 `coll` call (0: Allreduce, 1: Bcast) of
-    `count` elements forced to `algo`; a forced protocol that does not apply falls back."""
+    """The algorithm code the engine runs for a float32 `coll` call (an index of COLLS: 0 Allreduce,
+    1 Bcast, 3 Reduce) of `count` elements forced to `algo`; a forced protocol that does not apply
+    falls back."""
     global checks
     checks += 1
     team = getattr(comm.__dict__.get('_mg_state'), 'team', None)
@@ -500,6 +502,20 @@ def ll128_area_sizes(world):
     mpigpu.config.ll128_bytes = default
 
 
+def reduce_selection(world):
+    """Reduce's rule in select.cu (kReduceChainMinBytes): below 1 MiB the Allreduce's LL / LL128
+    forms; from 1 MiB the chain on 3+ ranks and the direct one-shot on 2, never an LL form (a 1-2 MiB
+    Reduce once fell into the Reduce_scatter_block rule and ran LL128 one-shot, correctly but slowly,
+    which results cannot show)."""
+    n = world.Get_size()
+    reduce = COLLS.index('reduce')
+    lines = (ALGO['ll'], ALGO['ll128'], ALGO['ll128-twoshot'])
+    for nbytes in (4 << 10, 256 << 10, (1 << 20) - 16, 1 << 20, 2 << 20, 4 << 20):
+        got = chosen_algo(world, reduce, nbytes // 4, 'auto')
+        want = got in lines if nbytes < 1 << 20 else got == ALGO['ring' if n > 2 else 'oneshot']
+        record(f'select Reduce n={n} bytes={nbytes}', want, f'chose {got}')
+
+
 def section(name):
     if RANK == 0:
         print(f'-- {name}', flush=True)
@@ -526,6 +542,7 @@ def main():
     mpigpu.config.split_steps, mpigpu.config.nchannels = SPLIT_STEPS, 0
     section('LL128 area sizes')
     ll128_area_sizes(world)
+    reduce_selection(world)
     section('sub-communicators')
     if SIZE >= 2:
         for color_fn, name in ((lambda r: r % 2, 'odd/even'), (lambda r: r < SIZE // 2, 'halves')):

@@ -85,6 +85,18 @@ chans = [c for c in chans if c <= st.team.max_channels] if hasattr(st.team, 'max
 big = cp.ones((256 << 20) // 4 * n, cp.float32)
 out = cp.empty_like(big)
 factor = {'allreduce': 2 * (n - 1) / n, 'bcast': 1, 'rs': (n - 1) / n, 'allgather': (n - 1) / n}
+
+
+def call_count(coll, nb):
+    """Elements of a float32 `coll` call that moves nb bytes (per block for RS and Allgather)."""
+    return nb // 4 // (n if coll in ('rs', 'allgather') else 1)
+
+
+def iterations(nb):
+    """Timed calls per cell: about 200 MB moved, 3 to 50 calls."""
+    return max(3, min(50, int(2e8 / max(nb, 1))))
+
+
 LL128_MAX = mpigpu.config.ll128_bytes
 if "--ll128" in sys.argv:
     # LL128 past its default areas against the direct kernel, 4-64 MB: a team with 16 MiB areas.
@@ -99,8 +111,8 @@ if "--ll128" in sys.argv:
     for coll, code, algos in (('allreduce', 0, (5, 2)), ('bcast', 1, (5, 2)), ('rs', 2, (4, 1)),
                               ('allgather', 4, (4, 1))):
         for nb in (4 << 20, 8 << 20, 16 << 20, 32 << 20, 64 << 20):
-            count = nb // 4 // (n if coll in ('rs', 'allgather') else 1)
-            iters = max(3, min(50, int(2e8 / nb)))
+            count = call_count(coll, nb)
+            iters = iterations(nb)
             for algo in algos:
                 row = [nb / tm(lambda: team.run(code, algo, 11, 0, big.data.ptr, out.data.ptr, count, 0, ch, 0, True),
                                iters) / 1e3 * factor[coll] for ch in lchans]
@@ -122,8 +134,8 @@ if "--chunks" in sys.argv:
               f'teams split_steps {tuple(teams)}; auto = cost model (algo, ch, step)')
     for coll, code, algo in (('allreduce', 0, 2), ('bcast', 1, 2), ('rs', 2, 1), ('allgather', 4, 1)):
         for nb in (4 << 20, 16 << 20, 64 << 20, 256 << 20):
-            count = nb // 4 // (n if coll in ('rs', 'allgather') else 1)
-            iters = max(3, min(50, int(2e8 / nb)))
+            count = call_count(coll, nb)
+            iters = iterations(nb)
             for v, team in teams.items():
                 row = []
                 for ch in step_chans:
@@ -146,8 +158,8 @@ if "--ring" in sys.argv:
         print(f'# ring busbw GB/s by channels {ring_chans} | auto (cost model: algo, ch, step)')
     for coll, code in (('allreduce', 0), ('bcast', 1), ('rs', 2), ('reduce', 3), ('allgather', 4)):
         for nb in (256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20):
-            count = nb // 4 // (n if coll in ('rs', 'allgather') else 1)
-            iters = max(3, min(50, int(2e8 / nb)))
+            count = call_count(coll, nb)
+            iters = iterations(nb)
             f = factor.get(coll, 1)
             row = [nb / tm(lambda: st.team.run(code, 6, 11, 0, big.data.ptr, out.data.ptr, count, 0, ch, 0, True),
                            iters) / 1e3 * f for ch in ring_chans]
@@ -170,11 +182,11 @@ if "--split" in sys.argv:
         print(f'# direct kernel busbw GB/s; columns: split_steps {splits} x channels {split_chans}')
     for coll, code, algo in (('allreduce', 0, 2), ('bcast', 1, 2), ('rs', 2, 1), ('allgather', 4, 1)):
         for nb in (4 << 20, 16 << 20, 64 << 20, 256 << 20):
-            count = nb // 4 // (n if coll in ('rs', 'allgather') else 1)
+            count = call_count(coll, nb)
             row = []
             for v in splits:
                 for ch in split_chans:
-                    iters = max(3, min(50, int(2e8 / nb)))
+                    iters = iterations(nb)
                     t = tm(lambda: teams[v].run(code, algo, 11, 0, big.data.ptr, out.data.ptr, count, 0, ch, 0, True),
                            iters)
                     row.append(nb / t / 1e3 * factor[coll])
@@ -195,7 +207,7 @@ for coll, code in COLL.items():
         print(f'# {coll}: busbw GB/s by channels ({", ".join(map(str, chans))}); '
               'algo 1=oneshot 2=twoshot 3=ll 4=ll128 5=ll128-twoshot; auto = what the cost model runs')
     for nb in sizes:
-        count = nb // 4 // (n if coll in ('rs', 'allgather') else 1)
+        count = call_count(coll, nb)
         piece = nb // (n if coll in ('rs', 'allgather') else 1)
         for algo in algos + (0,):
             parts = n - 1 if coll == 'bcast' else n
@@ -203,14 +215,14 @@ for coll, code in COLL.items():
                     algo == 5 and (-(-piece // parts) > LL128_MAX or parts < 2):
                 continue
             if algo == 0:  # the cost model's choice, once
-                iters = max(3, min(50, int(2e8 / max(nb, 1))))
+                iters = iterations(nb)
                 t = tm(lambda: st.team.run(code, 0, 11, 0, big.data.ptr, out.data.ptr, count, 0, 0, 0, True), iters)
                 if rank == 0:
                     print(f'{nb:>11} auto : {nb / t / 1e3 * factor[coll]:7.1f}   = algo, ch {st.team.select(code, 11, count)}')
                 continue
             row = []
             for ch in chans:
-                iters = max(3, min(50, int(2e8 / max(nb, 1))))
+                iters = iterations(nb)
                 t = tm(lambda: st.team.run(code, algo, 11, 0, big.data.ptr, out.data.ptr, count, 0, ch, 0, True),
                        iters)
                 row.append(nb / t / 1e3 * factor[coll])

@@ -71,12 +71,18 @@ static void cut_into_steps(const mg_call *c, size_t V, size_t slot_elem_bytes, A
   a->nsteps = (int)ceil_div(a->span == 0 ? 1 : a->span, a->chunk);
 }
 
-static int plan(mg_team *t, const mg_call *c, DirectArgs *a, mg::KernelFn *fn) {
+// Shards of the two-shot and ring Allreduce (and Reduce) and of the scatter Bcast: `parts` shards of
+// whole vectors, shard j from j * shard_len in the input and the output (the last ones short or
+// empty, shard_extent).
+template <typename Args>
+static void cut_into_shards(Args *a, size_t count, size_t parts, size_t V) {
+  a->shard_len = round_up(ceil_div(count, parts), V);
+  a->len_stride = a->in_stride = a->out_stride = a->shard_len;
+}
+
+static void plan(mg_team *t, const mg_call *c, const mg::KernelChoice &k, DirectArgs *a) {
   const int n = t->cfg.nranks;
   const uint32_t all = (n == 32 ? 0xffffffffu : ((1u << n) - 1u));
-  mg::KernelChoice k = mg::kernels_for(c->coll, c->dtype, c->op);
-  if (!k.fn) return MG_ERR_UNSUPPORTED;
-  *fn = k.fn;
   const size_t V = 16 / (size_t)k.elem_size;
   const size_t count = c->count * (size_t)k.mult;
   const uint32_t root = 1u << c->root;
@@ -98,8 +104,7 @@ static int plan(mg_team *t, const mg_call *c, DirectArgs *a, mg::KernelFn *fn) {
     case MG_REDUCE:
       if (c->coll == MG_REDUCE && !two) a->owners = root;  // everyone pushes everything to the root
       if (two) {  // reduce-scatter into n shards, then the shards go to everyone (or to the root)
-        a->shard_len = round_up(ceil_div(count, n), V);
-        a->len_stride = a->in_stride = a->out_stride = a->shard_len;
+        cut_into_shards(a, count, (size_t)n, V);
         a->gather = c->coll == MG_REDUCE ? root : all;
       }
       break;
@@ -115,12 +120,11 @@ static int plan(mg_team *t, const mg_call *c, DirectArgs *a, mg::KernelFn *fn) {
       a->contrib = root;
       a->owners = all & ~root;
       if (two) {  // scatter the message over the non-roots, each forwards its part to the others
-        a->shard_len = round_up(ceil_div(count, n - 1), V);
-        a->len_stride = a->in_stride = a->out_stride = a->shard_len;
+        cut_into_shards(a, count, (size_t)(n - 1), V);
         a->gather = a->owners;
       }
       break;
-    default: return MG_ERR_ARG;
+    default: break;  // launch() admits only the collectives above
   }
 
   a->split_steps = t->cfg.split_steps;
@@ -128,11 +132,9 @@ static int plan(mg_team *t, const mg_call *c, DirectArgs *a, mg::KernelFn *fn) {
   // reductions, whose owners write only their own shard (direct_kernel.cuh).
   a->inplace_hazard = c->send == c->recv && !(two && (c->coll == MG_ALLREDUCE || c->coll == MG_REDUCE));
   cut_into_steps(c, V, (size_t)k.elem_size, a);
-  return 0;
 }
 
-static int launch_ll(mg_team *t, const mg_call *c, uintptr_t stream) {
-  mg::KernelChoice k = mg::kernels_for(c->coll, c->dtype, c->op);
+static int launch_ll(mg_team *t, const mg_call *c, const mg::KernelChoice &k, uintptr_t stream) {
   if (!k.ll) return MG_ERR_UNSUPPORTED;
   mg::LLArgs a;
   fill_team_args(t, c, &a);
@@ -143,8 +145,7 @@ static int launch_ll(mg_team *t, const mg_call *c, uintptr_t stream) {
   return launch_kernel((const void *)k.ll, c->nchannels, &a, stream);
 }
 
-static int launch_ll128(mg_team *t, const mg_call *c, uintptr_t stream) {
-  mg::KernelChoice k = mg::kernels_for(c->coll, c->dtype, c->op);
+static int launch_ll128(mg_team *t, const mg_call *c, const mg::KernelChoice &k, uintptr_t stream) {
   if (!k.ll128) return MG_ERR_UNSUPPORTED;
   const size_t es = (size_t)k.elem_size, count = c->count * (size_t)k.mult, n = (size_t)t->cfg.nranks;
   mg::LL128Args a;
@@ -170,8 +171,7 @@ static int launch_ll128(mg_team *t, const mg_call *c, uintptr_t stream) {
 // Ring and chain forms (ring_kernel.cuh): shards as in the two-shot plan (Allreduce), blocks (RS,
 // AG) or the whole message (Bcast, Reduce), cut into steps that fit a slot as partials (fp32 for
 // 16-bit floats).
-static int launch_ring(mg_team *t, const mg_call *c, uintptr_t stream) {
-  mg::KernelChoice k = mg::kernels_for(c->coll, c->dtype, c->op);
+static int launch_ring(mg_team *t, const mg_call *c, const mg::KernelChoice &k, uintptr_t stream) {
   if (!k.ring) return MG_ERR_UNSUPPORTED;
   const size_t V = 16 / (size_t)k.elem_size, count = c->count * (size_t)k.mult, n = (size_t)t->cfg.nranks;
   mg::RingArgs a;
@@ -182,8 +182,7 @@ static int launch_ring(mg_team *t, const mg_call *c, uintptr_t stream) {
   switch (c->coll) {
     case MG_ALLREDUCE:
       a.mode = mg::kRingAllreduce;
-      a.shard_len = round_up(ceil_div(count, n), V);
-      a.len_stride = a.in_stride = a.out_stride = a.shard_len;
+      cut_into_shards(&a, count, n, V);
       break;
     case MG_REDUCE_SCATTER_BLOCK: a.mode = mg::kRingReduceScatter; a.in_stride = count; break;
     case MG_ALLGATHER: a.mode = mg::kRingAllgather; a.out_stride = count; break;
@@ -200,17 +199,18 @@ static int launch(mg_team *t, const mg_call *call, uintptr_t stream) {
   for (int r = 0; r < t->cfg.nranks; ++r)
     if (!t->opened[r]) return MG_ERR_TEAM;
   if (call->root < 0 || call->root >= t->cfg.nranks) return MG_ERR_ARG;  // every form indexes by it
+  if (call->coll < 0 || call->coll >= MG_NCOLLS) return MG_ERR_ARG;
   mg_call c = *call;
   int e = mg_select(t, &c);
   if (e) return e;
-  if (c.algo == MG_ALGO_LL) return launch_ll(t, &c, stream);
-  if (c.algo == MG_ALGO_LL128 || c.algo == MG_ALGO_LL128_TWOSHOT) return launch_ll128(t, &c, stream);
-  if (c.algo == MG_ALGO_RING) return launch_ring(t, &c, stream);
+  const mg::KernelChoice k = mg::kernels_for(c.coll, c.dtype, c.op);
+  if (c.algo == MG_ALGO_LL) return launch_ll(t, &c, k, stream);
+  if (c.algo == MG_ALGO_LL128 || c.algo == MG_ALGO_LL128_TWOSHOT) return launch_ll128(t, &c, k, stream);
+  if (c.algo == MG_ALGO_RING) return launch_ring(t, &c, k, stream);
+  if (!k.fn) return MG_ERR_UNSUPPORTED;
   DirectArgs a;
-  mg::KernelFn fn = nullptr;
-  e = plan(t, &c, &a, &fn);
-  if (e) return e;
-  return launch_kernel((const void *)fn, a.nchannels, &a, stream);
+  plan(t, &c, k, &a);
+  return launch_kernel((const void *)k.fn, a.nchannels, &a, stream);
 }
 
 static bool capturing(uintptr_t stream) {

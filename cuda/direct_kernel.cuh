@@ -184,19 +184,10 @@ __global__ void __launch_bounds__(kThreads, 1) direct_kernel(const __grid_consta
     }
   }
 
-  // Release every incoming connection of the lanes this call used: a peer that starts a later call
-  // with another pattern (another root, another algorithm) then finds all my slots free.
+  // Release the lanes this call used and move their bases past it (end_lane).
   __syncthreads();
-  if (tid < n && tid != me) {
-    if (!a.self_source)
-      st_release_sys((uint64_t *)(a.ws[tid] + Layout::ack_off(0, ch, me)), b0 + T);
-    if (a.gather)
-      st_release_sys((uint64_t *)(a.ws[tid] + Layout::ack_off(1, ch, me)), b1 + T);
-  }
-  if (tid == 0) {  // the next call on this channel starts where this one ended
-    if (!a.self_source) state->base[0][ch] = b0 + T;
-    if (a.gather) state->base[1][ch] = b1 + T;
-  }
+  if (!a.self_source) end_lane(a.ws, state, 0, ch, me, n, b0 + T);
+  if (a.gather) end_lane(a.ws, state, 1, ch, me, n, b1 + T);
 }
 
 }  // namespace mg

@@ -127,11 +127,12 @@ struct Received { uint64_t lo[MG_MAX_RANKS], hi[MG_MAX_RANKS]; };
 __device__ __forceinline__ void receive_lines(const LL128Args &a, int parity, int phase, size_t line,
                                               uint32_t want, bool flag_part, uint64_t flag, int part,
                                               Received &r) {
-  const char *mine = a.ws[a.rank];
-  const size_t at = line * kLineBytes + (size_t)part * 16;
+  // Peer k's area follows peer k - 1's (Layout::ll128_off): one base and one stride per call.
+  const char *from = a.ws[a.rank] + a.layout.ll128_off(parity, phase, 0) + line * kLineBytes + (size_t)part * 16;
+  const size_t area = a.layout.ll128_area_bytes();
 #pragma unroll
   for (int k = 0; k < MG_MAX_RANKS; ++k)
-    if ((want >> k) & 1u) line_load(mine + a.layout.ll128_off(parity, phase, k) + at, r.lo[k], r.hi[k]);
+    if ((want >> k) & 1u) line_load(from + k * area, r.lo[k], r.hi[k]);
   uint64_t start = 0;
   for (unsigned spins = 0;; ++spins) {
     bool bad = false;
@@ -141,7 +142,7 @@ __device__ __forceinline__ void receive_lines(const LL128Args &a, int parity, in
     if (!__any_sync(0xffffffffu, bad)) return;
 #pragma unroll
     for (int k = 0; k < MG_MAX_RANKS; ++k)
-      if ((want >> k) & 1u) line_load(mine + a.layout.ll128_off(parity, phase, k) + at, r.lo[k], r.hi[k]);
+      if ((want >> k) & 1u) line_load(from + k * area, r.lo[k], r.hi[k]);
     spin_deadline(spins, start, a.timeout_ns);
   }
 }

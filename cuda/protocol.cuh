@@ -123,14 +123,20 @@ __device__ __forceinline__ void ll_sequence_publish(TeamState *state, uint32_t s
   }
 }
 
-__device__ __forceinline__ uint64_t ld_acquire_sys(const uint64_t *p) {
-  uint64_t v;
-  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+// Acquire loads and release stores at system scope, of the 64-bit step counters and of TeamState's
+// 32-bit per-peer call numbers (ll_started).
+template <typename U> __device__ __forceinline__ U ld_acquire_sys(const U *p) {
+  static_assert(sizeof(U) == 8 || sizeof(U) == 4, "64- or 32-bit counters");
+  U v;
+  if constexpr (sizeof(U) == 8) asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  else asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
 
-__device__ __forceinline__ void st_release_sys(uint64_t *p, uint64_t v) {
-  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+template <typename U> __device__ __forceinline__ void st_release_sys(U *p, U v) {
+  static_assert(sizeof(U) == 8 || sizeof(U) == 4, "64- or 32-bit counters");
+  if constexpr (sizeof(U) == 8) asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+  else asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
 __device__ __forceinline__ uint64_t global_timer_ns() {
@@ -161,15 +167,8 @@ __device__ __forceinline__ void spin_deadline(unsigned spins, uint64_t &start, u
 //   memory and is normally over before it starts; a Bcast after a symmetric call needs none.
 __device__ __forceinline__ void ll_announce_start(char *const *ws, int me, int n, uint32_t seq) {
   if (blockIdx.x == 0 && threadIdx.x < n && (int)threadIdx.x != me) {
-    uint32_t *p = &team_state(ws[threadIdx.x])->ll_started[me];
-    asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(seq - 1u) : "memory");
+    st_release_sys(&team_state(ws[threadIdx.x])->ll_started[me], seq - 1u);
   }
-}
-
-__device__ __forceinline__ uint32_t ld_acquire_sys_u32(const uint32_t *p) {
-  uint32_t v;
-  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
 }
 
 __device__ __forceinline__ void ll_reuse_guard(TeamState *state, int me, int n, uint32_t seq, uint64_t timeout_ns) {
@@ -178,7 +177,7 @@ __device__ __forceinline__ void ll_reuse_guard(TeamState *state, int me, int n, 
     const uint32_t want = seq - 2u;
     const uint32_t *p = &state->ll_started[threadIdx.x];
     uint64_t start = 0;
-    for (unsigned spins = 0; (int32_t)(ld_acquire_sys_u32(p) - want) < 0; ++spins) spin_deadline(spins, start, timeout_ns);
+    for (unsigned spins = 0; (int32_t)(ld_acquire_sys(p) - want) < 0; ++spins) spin_deadline(spins, start, timeout_ns);
   }
   __syncthreads();
 }
@@ -187,6 +186,17 @@ __device__ __forceinline__ void ll_reuse_guard(TeamState *state, int me, int n, 
 __device__ __forceinline__ void wait_at_least(const uint64_t *p, uint64_t want, uint64_t timeout_ns) {
   uint64_t start = 0;
   for (unsigned spins = 0; ld_acquire_sys(p) < want; ++spins) spin_deadline(spins, start, timeout_ns);
+}
+
+// The end of a call on lane `lane` of channel ch, with every thread of the block, after a block
+// barrier: every incoming connection of the lane is released up to step `end` (a peer whose later
+// call has another pattern, another root or algorithm, then finds all my slots free) and the lane's
+// base moves there, where the next call on it starts.
+__device__ __forceinline__ void end_lane(char *const *ws, TeamState *state, int lane, int ch, int me, int n,
+                                         uint64_t end) {
+  const int tid = threadIdx.x;
+  if (tid < n && tid != me) st_release_sys((uint64_t *)(ws[tid] + Layout::ack_off(lane, ch, me)), end);
+  if (tid == 0) state->base[lane][ch] = end;
 }
 
 // Volatile 16-byte and scalar loads: see the ordering note above.
@@ -212,11 +222,6 @@ template <typename T> __device__ __forceinline__ T ld_volatile(const T *p) {
   return out;
 }
 
-// dst[d][i] = src[0][i] op src[1][i] op ... for every destination d, in source order, so every rank
-// that reduces the same sources gets bitwise the same values. 16-byte vectors where every pointer is
-// 16-byte aligned, scalars otherwise and for the tail. All threads of the group take part.
-// Each thread issues the loads of all sources for U vectors before combining any of them: the
-// latency of local HBM is then paid once per U vectors, not once per source.
 // A set of warps of one block that runs a piece of work together: its threads are numbered tid in
 // [0, nthreads) and synchronize on named barrier `barrier` (0: the whole block, __syncthreads).
 struct Group {
@@ -226,6 +231,12 @@ struct Group {
     else asm volatile("bar.sync %0, %1;" ::"r"(barrier), "r"(nthreads) : "memory");
   }
 };
+
+// dst[d][i] = src[0][i] op src[1][i] op ... for every destination d, in source order, so every rank
+// that reduces the same sources gets bitwise the same values. 16-byte vectors where every pointer is
+// 16-byte aligned, scalars otherwise and for the tail. All threads of the group take part.
+// Each thread issues the loads of all sources for U vectors before combining any of them: the
+// latency of local HBM is then paid once per U vectors, not once per source.
 
 template <typename T, typename Op, int MaxSrc, int MaxDst, int U>
 __device__ __forceinline__ void reduce_copy(const Group &g, const char *const *src_in, int nsrc,

@@ -236,16 +236,12 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(const __grid_constant
                    (me + 1) % n};
   ring_lane_pieces<T, Op>(a, l, lane, base[lane], base[lane]);
 
-  // Release every incoming connection of the lanes used (a later call with another pattern finds
-  // all my slots free) and move each lane's base past this call, as the direct kernel does.
+  // Release the lanes used and move their bases past this call (end_lane).
   __syncthreads();
 #pragma unroll
   for (int k = 0; k < kLanes; ++k) {
     const int pieces = ring_lane_pieces_count(a.nsteps, k);
-    if (pieces == 0) continue;
-    const uint64_t end = base[k] + (uint64_t)pieces * ring_steps_per_piece(a.mode, n);
-    if (tid < n && tid != me) st_release_sys((uint64_t *)(a.ws[tid] + Layout::ack_off(k, ch, me)), end);
-    if (tid == 0) state->base[k][ch] = end;
+    if (pieces > 0) end_lane(a.ws, state, k, ch, me, n, base[k] + (uint64_t)pieces * ring_steps_per_piece(a.mode, n));
   }
 }
 

@@ -21,3 +21,27 @@ def test_perf_host_table_and_json(tmp_path):
     assert data['nranks'] == 2 and data['mem'] == 'host'
     assert {r['coll'] for r in data['rows']} == {'allreduce', 'bcast', 'allgather'}
     assert all(r['oop']['wrong'] == 0 for r in data['rows'])
+
+
+class _OneRank:
+    def allreduce(self, x, op=None):
+        return x
+
+
+def test_plan_iters_times_a_call_after_the_first(monkeypatch):
+    # A fake clock: the first call of the row costs 1 s (setup), every later call 1 ms. With a
+    # 0.3 s budget the row keeps all 20 iterations; timing the first call would leave 1.
+    from mpigpu.perf import sweep
+    now = [0.0]
+    calls = []
+
+    def fn():
+        now[0] += 1.0 if not calls else 1e-3
+        calls.append(1)
+
+    monkeypatch.setattr(sweep.time, 'perf_counter', lambda: now[0])
+    assert sweep.plan_iters(_OneRank(), fn, 20, 0.3) == 20
+    # a slow call within the budget's reach still cuts the row
+    calls.clear()
+    now[0] = 0.0
+    assert sweep.plan_iters(_OneRank(), lambda: now.__setitem__(0, now[0] + 0.1), 20, 0.3) == 2

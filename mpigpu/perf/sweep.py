@@ -75,7 +75,10 @@ def _MAX():
 
 def plan_iters(comm, fn, iters, budget_s):
     """Iterations that fit the time budget of one row (agreed by all ranks): slow baselines at large
-    sizes (the staged path at 1 GB) would otherwise take minutes."""
+    sizes (the staged path at 1 GB) would otherwise take minutes. The second call is the one timed:
+    a row's first call may carry one-time setup (a communicator's team, NCCL's communicator, module
+    loading), which cut the first row to 1-3 iterations."""
+    fn()
     t0 = time.perf_counter()
     fn()
     one = comm.allreduce(time.perf_counter() - t0, op=_MAX())

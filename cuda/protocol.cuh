@@ -237,7 +237,6 @@ struct Group {
 // 16-byte aligned, scalars otherwise and for the tail. All threads of the group take part.
 // Each thread issues the loads of all sources for U vectors before combining any of them: the
 // latency of local HBM is then paid once per U vectors, not once per source.
-
 template <typename T, typename Op, int MaxSrc, int MaxDst, int U>
 __device__ __forceinline__ void reduce_copy(const Group &g, const char *const *src_in, int nsrc,
                                             char *const *dst_in, int ndst, size_t n) {

@@ -64,8 +64,17 @@ template <typename T> struct AlignUnitOf { using type = T; };
 template <> struct AlignUnitOf<float2> { using type = uint32_t; };
 template <> struct AlignUnitOf<double2> { using type = uint64_t; };
 
+// The unsigned word of that unit: an access that cannot move T itself (a complex element, a volatile
+// load of a 16-bit float) moves the element as these words.
+template <int Bytes> struct UintOfSize;
+template <> struct UintOfSize<1> { using type = uint8_t; };
+template <> struct UintOfSize<2> { using type = uint16_t; };
+template <> struct UintOfSize<4> { using type = uint32_t; };
+template <> struct UintOfSize<8> { using type = uint64_t; };
+template <typename T> using AlignWordOf = typename UintOfSize<sizeof(typename AlignUnitOf<T>::type)>::type;
+
 template <typename T> __device__ __forceinline__ T ld_elem(const T *p) {
-  using W = typename AlignUnitOf<T>::type;
+  using W = AlignWordOf<T>;
   if constexpr (sizeof(W) == sizeof(T)) {
     return *p;
   } else {
@@ -79,7 +88,7 @@ template <typename T> __device__ __forceinline__ T ld_elem(const T *p) {
 }
 
 template <typename T> __device__ __forceinline__ void st_elem(T *p, T v) {
-  using W = typename AlignUnitOf<T>::type;
+  using W = AlignWordOf<T>;
   if constexpr (sizeof(W) == sizeof(T)) {
     *p = v;
   } else {

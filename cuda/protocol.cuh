@@ -17,7 +17,6 @@
 // (L1 is not coherent across GPUs, and a slot is rewritten every nslots steps).
 #pragma once
 #include <stdint.h>
-#include <type_traits>
 #include "mpigpu_cuda.h"
 #include "dtypes.cuh"
 
@@ -207,16 +206,12 @@ __device__ __forceinline__ uint4 ld_volatile_v4(const void *p) {
   return v;
 }
 
-// A complex element is read as its components (AlignUnitOf).
+// As ld_elem, through volatile words (AlignWordOf): a complex element is read as its components.
 template <typename T> __device__ __forceinline__ T ld_volatile(const T *p) {
-  constexpr int kUnit = (int)sizeof(typename AlignUnitOf<T>::type);
-  static_assert(kUnit == 1 || kUnit == 2 || kUnit == 4 || kUnit == 8, "size");
-  using W = typename std::conditional<kUnit == 1, uint8_t,
-            typename std::conditional<kUnit == 2, uint16_t,
-            typename std::conditional<kUnit == 4, uint32_t, uint64_t>::type>::type>::type;
-  W w[sizeof(T) / kUnit];
+  using W = AlignWordOf<T>;
+  W w[sizeof(T) / sizeof(W)];
 #pragma unroll
-  for (int i = 0; i < (int)(sizeof(T) / kUnit); ++i) w[i] = reinterpret_cast<const volatile W *>(p)[i];
+  for (int i = 0; i < (int)(sizeof(T) / sizeof(W)); ++i) w[i] = reinterpret_cast<const volatile W *>(p)[i];
   T out;
   memcpy(&out, w, sizeof(T));
   return out;

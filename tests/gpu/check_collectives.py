@@ -17,7 +17,7 @@ import numpy as np
 import mpigpu
 from mpi4py import MPI
 from mpigpu._ext._device import COLLS
-from mpigpu._types import ALGO
+from mpigpu._types import ALGO, CODE
 
 try:
     import cupy as cp
@@ -455,16 +455,15 @@ def mixed_protocols(comm):
 
 
 def chosen_algo(comm, coll, count, algo):
-    """The algorithm code the engine runs for a float32 `coll` call (an index of COLLS: 0 Allreduce,
-    1 Bcast, 3 Reduce) of `count` elements forced to `algo`; a forced protocol that does not apply
-    falls back."""
+    """The algorithm code the engine runs for a float32 call of collective `coll` (a name in COLLS) of
+    `count` elements forced to `algo`; a forced protocol that does not apply falls back."""
     global checks
     checks += 1
     team = getattr(comm.__dict__.get('_mg_state'), 'team', None)
     if team is None:
         record(f'select n={comm.Get_size()} coll={coll} count={count} algo={algo}', False, 'no device team')
         return None
-    return team.select(coll, 11, count, ALGO[algo])[0]
+    return team.select(COLLS.index(coll), CODE['float32'], count, ALGO[algo])[0]
 
 
 def ll128_area_sizes(world):
@@ -487,14 +486,14 @@ def ll128_area_sizes(world):
                     run_case(comm, 'Bcast', 'float32', 'SUM', count, root=root)
         mpigpu.config.algo = 'auto'
         if area == 0:  # no areas: no LL128 form, whatever is asked
-            for coll in (0, 1):
+            for coll in ('allreduce', 'bcast'):
                 for count in (1003, big):
                     for algo in ('ll128', 'll128-twoshot', 'auto'):
                         got = chosen_algo(comm, coll, count, algo)
                         record(f'select without LL128 areas coll={coll} count={count} algo={algo}',
                                got not in (ALGO['ll128'], ALGO['ll128-twoshot']), f'chose {got}')
         else:  # 8 MiB areas: the two-shot Allreduce (and scatter Bcast, 3+ ranks) on a 12 MiB message
-            for coll in ((0, 1) if n > 2 else (0,)):
+            for coll in (('allreduce', 'bcast') if n > 2 else ('allreduce',)):
                 got = chosen_algo(comm, coll, big, 'll128-twoshot')
                 record(f'select with 8 MiB LL128 areas coll={coll} count={big}', got == ALGO['ll128-twoshot'],
                        f'chose {got}')
@@ -508,10 +507,9 @@ def reduce_selection(world):
     Reduce once fell into the Reduce_scatter_block rule and ran LL128 one-shot, correctly but slowly,
     which results cannot show)."""
     n = world.Get_size()
-    reduce = COLLS.index('reduce')
     lines = (ALGO['ll'], ALGO['ll128'], ALGO['ll128-twoshot'])
     for nbytes in (4 << 10, 256 << 10, (1 << 20) - 16, 1 << 20, 2 << 20, 4 << 20):
-        got = chosen_algo(world, reduce, nbytes // 4, 'auto')
+        got = chosen_algo(world, 'reduce', nbytes // 4, 'auto')
         want = got in lines if nbytes < 1 << 20 else got == ALGO['ring' if n > 2 else 'oneshot']
         record(f'select Reduce n={n} bytes={nbytes}', want, f'chose {got}')
 

@@ -59,16 +59,24 @@ template <typename Args> static void fill_team_args(const mg_team *t, const mg_c
 
 // Pipeline geometry shared by the direct and ring kernels: a shard of a->shard_len elements is split
 // over the call's channels (a span each, a multiple of the vector width V) and each span into steps
-// of at most one slot, or the call's chunk_bytes, of elements taking slot_elem_bytes each in a slot.
-// mg_select has set both: 1 <= nchannels <= max_channels, 0 < chunk_bytes <= slot_bytes.
+// of the call's chunk_bytes, at most one slot, of elements taking slot_elem_bytes each in a slot.
+// A chunk_bytes above the slot asks for one step per channel filling consecutive slots: granted
+// where the span fits in max_slots slots (the direct kernel: nslots / 2, see fused_step_base; the
+// ring: 1), else one slot.
+// mg_select has set both: 1 <= nchannels <= max_channels, chunk_bytes > 0. Returns the slots one
+// step fills.
 template <typename Args>
-static void cut_into_steps(const mg_call *c, size_t V, size_t slot_elem_bytes, Args *a) {
+static int cut_into_steps(const mg_team *t, const mg_call *c, size_t V, size_t slot_elem_bytes, int max_slots,
+                          Args *a) {
   a->nchannels = c->nchannels;
   a->span = round_up(ceil_div(a->shard_len, (size_t)c->nchannels), V);
-  const size_t slot_elems = c->chunk_bytes / slot_elem_bytes / V * V;
-  a->chunk = a->span < slot_elems ? a->span : slot_elems;
+  const size_t slot_elems = t->layout.slot_bytes / slot_elem_bytes / V * V;
+  size_t step_elems = c->chunk_bytes / slot_elem_bytes / V * V;
+  if (step_elems > slot_elems) step_elems = a->span <= (size_t)max_slots * slot_elems ? a->span : slot_elems;
+  a->chunk = a->span < step_elems ? a->span : step_elems;
   if (a->chunk == 0) a->chunk = V;
   a->nsteps = (int)ceil_div(a->span == 0 ? 1 : a->span, a->chunk);
+  return (int)ceil_div(a->chunk * slot_elem_bytes, t->layout.slot_bytes);
 }
 
 // Shards of the two-shot and ring Allreduce (and Reduce) and of the scatter Bcast: `parts` shards of
@@ -131,7 +139,7 @@ static void plan(mg_team *t, const mg_call *c, const mg::KernelChoice &k, Direct
   // In place, a rank's reduce stage writes where its contribute stage reads, except in the two-shot
   // reductions, whose owners write only their own shard (direct_kernel.cuh).
   a->inplace_hazard = c->send == c->recv && !(two && (c->coll == MG_ALLREDUCE || c->coll == MG_REDUCE));
-  cut_into_steps(c, V, (size_t)k.elem_size, a);
+  a->slots_per_step = cut_into_steps(t, c, V, (size_t)k.elem_size, t->layout.nslots / 2, a);
 }
 
 static int launch_ll(mg_team *t, const mg_call *c, const mg::KernelChoice &k, uintptr_t stream) {
@@ -190,7 +198,7 @@ static int launch_ring(mg_team *t, const mg_call *c, const mg::KernelChoice &k, 
     case MG_REDUCE: a.mode = mg::kRingReduce; break;
     default: return MG_ERR_ARG;
   }
-  cut_into_steps(c, V, (size_t)(k.part_size > k.elem_size ? k.part_size : k.elem_size), &a);
+  cut_into_steps(t, c, V, (size_t)(k.part_size > k.elem_size ? k.part_size : k.elem_size), 1, &a);
   return launch_kernel((const void *)k.ring, a.nchannels, &a, stream);
 }
 

@@ -7,7 +7,8 @@
 //   gather:  ranks that receive every owner's shard (phase 2), e.g. everyone for a two-shot Allreduce.
 // Owner j's shard starts at in_off(j) in a contributor's input and at out_off(j) in the output; it has
 // len(j) elements. A shard is split into `nchannels` contiguous spans, one per thread block (channel),
-// and each span is moved in steps of at most `chunk` elements through the FIFO slots of protocol.cuh.
+// and each span is moved in steps of at most `chunk` elements through the FIFO slots of protocol.cuh
+// (a step fills one slot, or, in a call of one step per channel, up to nslots / 2 consecutive slots).
 // Per step, a channel:
 //   1. pushes its contribution to every other owner (lane 0);
 //   2. as an owner, reduces the contributions in rank order, writes its own output and pushes the result
@@ -36,10 +37,20 @@ struct DirectArgs {
   size_t span;                 // elements per channel of a shard (multiple of the vector width)
   size_t chunk;                // elements per step (multiple of the vector width)
   int nsteps;
+  int slots_per_step;          // consecutive FIFO slots one step fills: 1, or up to nslots / 2 when nsteps == 1
   int split_steps;             // from this many steps per channel, the stages run on separate warps
   int inplace_hazard;          // output overlaps what the contribute stage still reads (see below)
   uint64_t timeout_ns;
 };
+
+// The first step number of a call whose steps fill f slots each, from the lane's base b: b itself
+// unless the f slots from b would wrap past the FIFO's end (only f > 1), then the next multiple of D.
+// A step g waits for the ack of g + f - D (the slots' previous turn). After a jump that is at most b,
+// which the previous call's end_lane acked, only while f <= D / 2 (b % D > D - f >= f); a larger f
+// would wait for numbers that were skipped, not sent, so plan() never asks for more.
+__device__ __forceinline__ uint64_t fused_step_base(uint64_t b, int f, int D) {
+  return b % (uint64_t)D + (uint64_t)f <= (uint64_t)D ? b : (b / (uint64_t)D + 1) * (uint64_t)D;
+}
 
 __device__ __forceinline__ int owner_index(uint32_t owners, int j) { return __popc(owners & ((1u << j) - 1u)); }
 
@@ -51,10 +62,10 @@ __device__ __forceinline__ Piece piece_of(const DirectArgs &a, int j, int ch, in
 // The three stages of one step, as device functions so the kernel can skew them (see below).
 template <typename T>
 __device__ __forceinline__ void stage_contribute(const Group &g, const DirectArgs &a, int ch, int t, uint64_t g0) {
-  const int me = a.rank, n = a.nranks, tid = g.tid, D = a.layout.nslots;
+  const int me = a.rank, n = a.nranks, tid = g.tid, D = a.layout.nslots, f = a.slots_per_step;
   const char *mine = a.ws[me];
-  if (tid < n && tid != me && ((a.owners >> tid) & 1u) && g0 + 1 > (uint64_t)D)
-    wait_at_least((const uint64_t *)(mine + Layout::ack_off(0, ch, tid)), g0 + 1 - D, a.timeout_ns);
+  if (tid < n && tid != me && ((a.owners >> tid) & 1u) && g0 + f > (uint64_t)D)
+    wait_at_least((const uint64_t *)(mine + Layout::ack_off(0, ch, tid)), g0 + f - D, a.timeout_ns);
   g.sync();
   // Owners in the order me+1, me+2, ...: with every rank starting at the same owner, that owner's
   // inbound links would carry all the traffic while the others idle; rotated, each rank's pushes go
@@ -69,20 +80,20 @@ __device__ __forceinline__ void stage_contribute(const Group &g, const DirectArg
   }
   g.sync();
   if (tid < n && tid != me && ((a.owners >> tid) & 1u))
-    st_release_sys((uint64_t *)(a.ws[tid] + Layout::data_off(0, ch, me)), g0 + 1);
+    st_release_sys((uint64_t *)(a.ws[tid] + Layout::data_off(0, ch, me)), g0 + f);
 }
 
 template <typename T, typename Op>
 __device__ __forceinline__ void stage_reduce(const Group &g, const DirectArgs &a, int ch, int t, uint64_t g0,
                                              uint64_t g1) {
-  const int me = a.rank, n = a.nranks, tid = g.tid, D = a.layout.nslots;
+  const int me = a.rank, n = a.nranks, tid = g.tid, D = a.layout.nslots, f = a.slots_per_step;
   char *mine = a.ws[me];
   const bool i_gather = (a.gather >> me) & 1u;
   if (tid < n && tid != me) {
     if (!a.self_source && ((a.contrib >> tid) & 1u))
-      wait_at_least((const uint64_t *)(mine + Layout::data_off(0, ch, tid)), g0 + 1, a.timeout_ns);
-    if (((a.gather >> tid) & 1u) && g1 + 1 > (uint64_t)D)
-      wait_at_least((const uint64_t *)(mine + Layout::ack_off(1, ch, tid)), g1 + 1 - D, a.timeout_ns);
+      wait_at_least((const uint64_t *)(mine + Layout::data_off(0, ch, tid)), g0 + f, a.timeout_ns);
+    if (((a.gather >> tid) & 1u) && g1 + f > (uint64_t)D)
+      wait_at_least((const uint64_t *)(mine + Layout::ack_off(1, ch, tid)), g1 + f - D, a.timeout_ns);
   }
   g.sync();
   Piece p = piece_of(a, me, ch, t);
@@ -106,18 +117,18 @@ __device__ __forceinline__ void stage_reduce(const Group &g, const DirectArgs &a
   g.sync();
   if (tid < n && tid != me) {
     if ((a.gather >> tid) & 1u)
-      st_release_sys((uint64_t *)(a.ws[tid] + Layout::data_off(1, ch, me)), g1 + 1);
+      st_release_sys((uint64_t *)(a.ws[tid] + Layout::data_off(1, ch, me)), g1 + f);
     if (!a.self_source && ((a.contrib >> tid) & 1u))
-      st_release_sys((uint64_t *)(a.ws[tid] + Layout::ack_off(0, ch, me)), g0 + 1);
+      st_release_sys((uint64_t *)(a.ws[tid] + Layout::ack_off(0, ch, me)), g0 + f);
   }
 }
 
 template <typename T>
 __device__ __forceinline__ void stage_receive(const Group &g, const DirectArgs &a, int ch, int t, uint64_t g1) {
-  const int me = a.rank, n = a.nranks, tid = g.tid;
+  const int me = a.rank, n = a.nranks, tid = g.tid, f = a.slots_per_step;
   const char *mine = a.ws[me];
   if (tid < n && tid != me && ((a.owners >> tid) & 1u))
-    wait_at_least((const uint64_t *)(mine + Layout::data_off(1, ch, tid)), g1 + 1, a.timeout_ns);
+    wait_at_least((const uint64_t *)(mine + Layout::data_off(1, ch, tid)), g1 + f, a.timeout_ns);
   g.sync();
   for (int j = 0; j < n; ++j) {
     if (j == me || !((a.owners >> j) & 1u)) continue;
@@ -128,7 +139,7 @@ __device__ __forceinline__ void stage_receive(const Group &g, const DirectArgs &
   }
   g.sync();
   if (tid < n && tid != me && ((a.owners >> tid) & 1u))
-    st_release_sys((uint64_t *)(a.ws[tid] + Layout::ack_off(1, ch, me)), g1 + 1);
+    st_release_sys((uint64_t *)(a.ws[tid] + Layout::ack_off(1, ch, me)), g1 + f);
 }
 
 // Two ways to run a channel's steps:
@@ -151,8 +162,12 @@ __global__ void __launch_bounds__(kThreads, 1) direct_kernel(const __grid_consta
   const bool i_gather = (a.gather >> me) & 1u;
   const int T = a.nsteps;
   // This call's first step numbers (protocol.cuh): only this block reads and writes its channel's.
+  // A step of f slots takes f consecutive step numbers, and its slots must not wrap around the
+  // FIFO, so such a call (one step: plan) starts at the next multiple of nslots where they would.
+  // Every rank moves its bases identically, and skipped numbers are free: waits are for >=.
   TeamState *state = team_state(a.ws[me]);
-  const uint64_t b0 = state->base[0][ch], b1 = state->base[1][ch];
+  const int f = a.slots_per_step, D = a.layout.nslots;
+  const uint64_t b0 = fused_step_base(state->base[0][ch], f, D), b1 = fused_step_base(state->base[1][ch], f, D);
   const int nroles = (int)i_contrib + (int)i_own + (int)i_gather;
   const bool split = a.split_steps > 0 && T >= a.split_steps && nroles > 1 &&
                      !(a.inplace_hazard && i_contrib && i_own);
@@ -160,9 +175,10 @@ __global__ void __launch_bounds__(kThreads, 1) direct_kernel(const __grid_consta
   if (!split) {
     const Group all{tid, (int)blockDim.x, 0};
     for (int s = 0; s < T + 2; ++s) {
-      if (i_contrib && s < T) stage_contribute<T_>(all, a, ch, s, b0 + s);
-      if (i_own && s >= 1 && s - 1 < T) stage_reduce<T_, Op>(all, a, ch, s - 1, b0 + s - 1, b1 + s - 1);
-      if (i_gather && s >= 2 && s - 2 < T) stage_receive<T_>(all, a, ch, s - 2, b1 + s - 2);
+      if (i_contrib && s < T) stage_contribute<T_>(all, a, ch, s, b0 + (uint64_t)f * s);
+      if (i_own && s >= 1 && s - 1 < T)
+        stage_reduce<T_, Op>(all, a, ch, s - 1, b0 + (uint64_t)f * (s - 1), b1 + (uint64_t)f * (s - 1));
+      if (i_gather && s >= 2 && s - 2 < T) stage_receive<T_>(all, a, ch, s - 2, b1 + (uint64_t)f * (s - 2));
     }
   } else {
     // Warps per stage: an equal share, the remainder first to reduce (it loads every source and
@@ -174,20 +190,20 @@ __global__ void __launch_bounds__(kThreads, 1) direct_kernel(const __grid_consta
     const int n_receive = i_gather ? W - n_reduce - n_contrib : 0;
     if (w < n_reduce) {
       const Group g{tid, n_reduce * 32, 1};
-      for (int t = 0; t < T; ++t) stage_reduce<T_, Op>(g, a, ch, t, b0 + t, b1 + t);
+      for (int t = 0; t < T; ++t) stage_reduce<T_, Op>(g, a, ch, t, b0 + (uint64_t)f * t, b1 + (uint64_t)f * t);
     } else if (w < n_reduce + n_contrib) {
       const Group g{tid - n_reduce * 32, n_contrib * 32, 2};
-      for (int t = 0; t < T; ++t) stage_contribute<T_>(g, a, ch, t, b0 + t);
+      for (int t = 0; t < T; ++t) stage_contribute<T_>(g, a, ch, t, b0 + (uint64_t)f * t);
     } else if (w < n_reduce + n_contrib + n_receive) {
       const Group g{tid - (n_reduce + n_contrib) * 32, n_receive * 32, 3};
-      for (int t = 0; t < T; ++t) stage_receive<T_>(g, a, ch, t, b1 + t);
+      for (int t = 0; t < T; ++t) stage_receive<T_>(g, a, ch, t, b1 + (uint64_t)f * t);
     }
   }
 
   // Release the lanes this call used and move their bases past it (end_lane).
   __syncthreads();
-  if (!a.self_source) end_lane(a.ws, state, 0, ch, me, n, b0 + T);
-  if (a.gather) end_lane(a.ws, state, 1, ch, me, n, b1 + T);
+  if (!a.self_source) end_lane(a.ws, state, 0, ch, me, n, b0 + (uint64_t)f * T);
+  if (a.gather) end_lane(a.ws, state, 1, ch, me, n, b1 + (uint64_t)f * T);
 }
 
 }  // namespace mg

@@ -19,6 +19,15 @@ static const double kHopUs = 3.0;                  // one flag round through NVL
 static const double kPushBytesPerUs = 340e3;       // sustained NVLink stores per GPU (~340 GB/s)
 static const size_t kBytesPerChannel = 32 * 1024;  // below this per channel, more blocks add latency
 static const int kDefaultChannels = 128;  // 256 MB: 317 GB/s at 128 channels, 268 at 64 (32 KiB chunks)
+// Widest step of one channel's whole span, in slots (the end of mg_select). 4x H200, us per call,
+// 32 KiB slots x 8 (default) against larger slots (MPIGPU_CHUNK_BYTES 64 / 96 / 128 / 256 KiB, so
+// the span is one step), one session: Allreduce 24 MiB (2 steps) 174 vs 148-157, 32 MiB (2) 222
+// (204-216 in two more runs) vs 197-208, 48 MiB (3) 302 vs 264-327 (median 276); Reduce_scatter_block
+// 24 MiB 101 vs 82-94, 32 MiB 134 (127-133) vs 102-112, 48 MiB 179 vs 153-159. At 64 MiB (4 steps,
+// stages split) one step of 128 KiB is not better: Allreduce 351 vs 378-387, Reduce_scatter_block
+// 202 vs 187-200. Allgather (no reduce stage) gained nothing: 24 / 32 / 48 MiB 88 / 103 / 144 vs
+// 84-90 / 103-111 / 146-154. 2x H200, 16 MiB (2 steps): Allreduce 87 vs 74, Reduce_scatter_block 57 vs 52.
+static const size_t kMaxFusedSlots = 3;
 static const double kTwoRankTwoShotBytes = 4 * 1024 * 1024;  // 2 ranks: Allreduce two-shot from here (below)
 // Reduce below this runs as the LL or LL128 Allreduce forms where they apply, with no output off the
 // root (every rank still receives from every other, which those protocols' reuse needs); from it, on
@@ -168,6 +177,18 @@ extern "C" int mg_select(const mg_team *t, mg_call *c) {
   // Steps of a whole slot: smaller steps (to give a channel enough steps to split its stages at
   // 4-16 MiB) measured slower at every size and channel count, e.g. 16 MiB Allreduce at 128
   // channels: 188 / 187 / 207 GB/s with 8 / 16 / 32 KiB steps (engine probe --chunks).
-  if (c->chunk_bytes == 0 || c->chunk_bytes > t->layout.slot_bytes) c->chunk_bytes = t->layout.slot_bytes;
+  // A reduction whose channels would take 2 .. kMaxFusedSlots steps runs one step over that many
+  // consecutive slots instead (cut_into_steps): below MPIGPU_SPLIT_STEPS its stages cannot overlap,
+  // and each extra step costs flag rounds that a wider step does not.
+  const size_t slot = t->layout.slot_bytes;
+  if (c->chunk_bytes == 0) {
+    c->chunk_bytes = slot;
+    const size_t per_channel = (per_owner + (size_t)c->nchannels - 1) / (size_t)c->nchannels;
+    const size_t slots = (per_channel + slot - 1) / slot;
+    if ((c->coll == MG_ALLREDUCE || c->coll == MG_REDUCE_SCATTER_BLOCK) &&
+        (c->algo == MG_ALGO_ONESHOT || c->algo == MG_ALGO_TWOSHOT) && slots > 1 && slots <= kMaxFusedSlots &&
+        slots <= (size_t)t->layout.nslots / 2)
+      c->chunk_bytes = slots * slot;
+  }
   return 0;
 }

@@ -514,6 +514,63 @@ def reduce_selection(world):
         record(f'select Reduce n={n} bytes={nbytes}', want, f'chose {got}')
 
 
+def fused_counts(n, coll, algo, itemsize, slots):
+    """An odd count whose span per channel (2 channels) takes `slots` FIFO slots, just under that many
+    slot bytes: the two-shot Allreduce divides the message among n owners, the one-shot Allreduce and
+    Reduce_scatter_block (count per owner) do not."""
+    per_owner = 2 * (slots * mpigpu.config.chunk_bytes - 48)
+    count = per_owner * (n if (coll == 'Allreduce' and algo == 'twoshot') else 1) // itemsize
+    return count - 1 if count % 2 == 0 else count
+
+
+def fused_steps(world):
+    """A channel's whole span as one step over 2-3 consecutive FIFO slots (select.cu, kMaxFusedSlots),
+    reached with 2 channels: Allreduce (one- and two-shot) and Reduce_scatter_block whose spans take
+    1-4 slots, in and out of place, offset views, 16-bit types; then such calls back to back on one
+    stream with no host synchronization, so that steps of 1, 2 and 3 slots follow each other on the
+    same FIFOs (a call whose wide step would wrap past the FIFO's end starts at its next turn); and
+    the engine's choice of step for each."""
+    n, r = world.Get_size(), world.Get_rank()
+    mpigpu.config.nchannels = 2
+    comm = world.Dup()
+    slot = mpigpu.config.chunk_bytes
+    cases = [('Allreduce', 'twoshot'), ('Allreduce', 'oneshot'), ('Reduce_scatter_block', 'oneshot')]
+    for coll, algo in cases:
+        mpigpu.config.algo = algo
+        for slots in (1, 2, 3, 4):
+            for dtype, op in (('float32', 'SUM'), ('float16', 'SUM'), ('int32', 'MAX')):
+                count = fused_counts(n, coll, algo, np.dtype(DT[dtype]).itemsize, slots)
+                for inplace in (False, True):
+                    run_case(comm, coll, dtype, op, count, inplace=inplace, offset=3 if inplace else 0)
+            count = fused_counts(n, coll, algo, 4, slots)
+            team = getattr(comm.__dict__.get('_mg_state'), 'team', None)
+            if team is not None:
+                got = team.select(COLLS.index(coll.lower()), CODE['float32'], count, ALGO[algo], 2)
+                want = slots * slot if slots in (2, 3) else slot
+                record(f'select step n={n} {coll} {algo} slots={slots} count={count}', got[2] == want,
+                       f'chose {got}')
+    mpigpu.config.algo = 'auto'
+    total = sum(range(1, n + 1))
+    s = cp.cuda.Stream(non_blocking=True)
+    pending = []
+    with s:
+        for i in range(36):
+            coll, algo = cases[i % len(cases)]
+            mpigpu.config.algo = algo
+            c = fused_counts(n, coll, algo, 4, 1 + (i * 7) % 4)
+            x = (cp.arange(c * (n if coll == 'Reduce_scatter_block' else 1), dtype=cp.float32) % 89) * (r + 1)
+            y = cp.full(c, -1, cp.float32)
+            getattr(comm, coll)(x, y, stream=s)
+            want = (cp.arange(c * n if coll == 'Reduce_scatter_block' else c, dtype=cp.float32) % 89) * total
+            pending.append((f'{coll} {algo}', c, y, want[r * c:(r + 1) * c] if coll == 'Reduce_scatter_block' else want))
+    mpigpu.config.algo = 'auto'
+    s.synchronize()
+    for i, (name, c, got, want) in enumerate(pending):
+        record(f'wide steps back to back: {name} count={c} #{i}', bool(cp.array_equal(got, want)), 'wrong result')
+    comm.Free()
+    mpigpu.config.nchannels = 0
+
+
 def section(name):
     if RANK == 0:
         print(f'-- {name}', flush=True)
@@ -538,6 +595,8 @@ def main():
     sweep(split, ['oneshot', 'twoshot'])
     split.Free()
     mpigpu.config.split_steps, mpigpu.config.nchannels = SPLIT_STEPS, 0
+    section('one step over several slots')
+    fused_steps(world)
     section('LL128 area sizes')
     ll128_area_sizes(world)
     reduce_selection(world)

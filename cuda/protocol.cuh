@@ -31,7 +31,8 @@ constexpr size_t kSlotsOffset = 65536;  // slots start here, 64 KiB aligned, aft
 // Per-rank sequence state, in the rank's own workspace. Only its own kernels touch it, except
 // ll_started, which each peer writes (the LL-family Bcast's acks, see ll_reuse_guard).
 struct TeamState {
-  uint64_t base[kLanes][MG_MAX_CHANNELS];  // direct kernel: global step of the next call's step 0
+  uint64_t base[kLanes][MG_MAX_CHANNELS];  // where the next call's step numbers start (a call of wide
+                                           // steps may start further on: fused_step_base)
   uint32_t ll_seq;                         // low-latency calls completed (the last call's flag value)
   uint32_t ll_arrived;                     // blocks of the running LL call that are done
   uint32_t ll_bcast_seq;                   // sequence number of the last LL-family Bcast (0: none)

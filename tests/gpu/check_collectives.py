@@ -454,16 +454,23 @@ def mixed_protocols(comm):
         record(f'mixed protocols back to back: {name} count={c} #{i}', bool(cp.array_equal(got, want)), 'wrong result')
 
 
-def chosen_algo(comm, coll, count, algo):
-    """The algorithm code the engine runs for a float32 call of collective `coll` (a name in COLLS) of
-    `count` elements forced to `algo`; a forced protocol that does not apply falls back."""
+def chosen(comm, coll, count, algo, nchannels=0):
+    """(algorithm code, channels, step bytes) the engine runs for a float32 call of collective `coll` (a
+    name in COLLS) of `count` elements forced to `algo` (and `nchannels`, 0: its choice); a forced
+    protocol that does not apply falls back. None, recorded as a failure, without a device team."""
     global checks
     checks += 1
     team = getattr(comm.__dict__.get('_mg_state'), 'team', None)
     if team is None:
         record(f'select n={comm.Get_size()} coll={coll} count={count} algo={algo}', False, 'no device team')
         return None
-    return team.select(COLLS.index(coll), CODE['float32'], count, ALGO[algo])[0]
+    return team.select(COLLS.index(coll), CODE['float32'], count, ALGO[algo], nchannels)
+
+
+def chosen_algo(comm, coll, count, algo):
+    """The algorithm code of chosen(), or None."""
+    got = chosen(comm, coll, count, algo)
+    return None if got is None else got[0]
 
 
 def ll128_area_sizes(world):
@@ -529,7 +536,8 @@ def fused_steps(world):
     1-4 slots, in and out of place, offset views, 16-bit types; then such calls back to back on one
     stream with no host synchronization, so that steps of 1, 2 and 3 slots follow each other on the
     same FIFOs (a call whose wide step would wrap past the FIFO's end starts at its next turn); and
-    the engine's choice of step for each."""
+    the engine's choice of step for each. Wide steps on split warps: the split section's two-shot
+    Allreduce of 70001 elements (2 slots per channel in float32 on 4 ranks, 3 in float64)."""
     n, r = world.Get_size(), world.Get_rank()
     mpigpu.config.nchannels = 2
     comm = world.Dup()
@@ -543,10 +551,9 @@ def fused_steps(world):
                 for inplace in (False, True):
                     run_case(comm, coll, dtype, op, count, inplace=inplace, offset=3 if inplace else 0)
             count = fused_counts(n, coll, algo, 4, slots)
-            team = getattr(comm.__dict__.get('_mg_state'), 'team', None)
-            if team is not None:
-                got = team.select(COLLS.index(coll.lower()), CODE['float32'], count, ALGO[algo], 2)
-                want = slots * slot if slots in (2, 3) else slot
+            got = chosen(comm, coll.lower(), count, algo, 2)
+            if got is not None:
+                want = slots * slot if slots in (2, 3) and slots <= mpigpu.config.nslots // 2 else slot
                 record(f'select step n={n} {coll} {algo} slots={slots} count={count}', got[2] == want,
                        f'chose {got}')
     mpigpu.config.algo = 'auto'

@@ -565,11 +565,11 @@ def fused_steps(world):
             coll, algo = cases[i % len(cases)]
             mpigpu.config.algo = algo
             c = fused_counts(n, coll, algo, 4, 1 + (i * 7) % 4)
-            x = (cp.arange(c * (n if coll == 'Reduce_scatter_block' else 1), dtype=cp.float32) % 89) * (r + 1)
+            rs = coll == 'Reduce_scatter_block'  # input: n blocks of c, output: block r of the sum
+            src = cp.arange(c * n if rs else c, dtype=cp.float32) % 89
             y = cp.full(c, -1, cp.float32)
-            getattr(comm, coll)(x, y, stream=s)
-            want = (cp.arange(c * n if coll == 'Reduce_scatter_block' else c, dtype=cp.float32) % 89) * total
-            pending.append((f'{coll} {algo}', c, y, want[r * c:(r + 1) * c] if coll == 'Reduce_scatter_block' else want))
+            getattr(comm, coll)(src * (r + 1), y, stream=s)
+            pending.append((f'{coll} {algo}', c, y, (src[r * c:(r + 1) * c] if rs else src) * total))
     mpigpu.config.algo = 'auto'
     s.synchronize()
     for i, (name, c, got, want) in enumerate(pending):

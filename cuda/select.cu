@@ -49,9 +49,16 @@ static const double kReduceChainMinBytes = 1024 * 1024;
 static const double kTwoRankChainBytes = 64 * 1024 * 1024;
 // Largest per-peer piece that AUTO sends with the low-latency protocol: below it one NVLink store per
 // word beats a fenced step (the protocol moves 2 bytes per data byte, so it loses on bandwidth).
+// Against LL128 at 1-64 KiB (4x H200, blocking us, forced forms interleaved in one call, two runs
+// each): Allreduce, Reduce_scatter_block and Allgather within 1 us of each other either way (the
+// spread between runs); Allreduce 64 KiB (a 64 KiB piece, past this limit) 18.4-19.7 / 17.3-18.2.
 static const size_t kLLMaxAutoBytes = 32 * 1024;
 // The 128-byte-line protocol (LL128) from where LL stops, while a piece fits the team's areas
-// (ll128_bytes, MPIGPU_LL128_BYTES): Allreduce one-shot up to 256 KiB, two-shot up to 8 MiB;
+// (ll128_bytes, MPIGPU_LL128_BYTES): Allreduce one-shot up to 256 KiB (2 MiB on 2 ranks, where
+// one-shot and two-shot store the same bytes and one-shot takes one hop: 2 ranks of the 4x H200
+// host, blocking us, one-shot / two-shot, three calls: 512 KiB 18.8 / 20.3, 21.4 / 19.8, 16.1 / 17.3;
+// 1 MiB 21.7 / 23.1, 21.8 / 22.9, 18.1 / 20.8; 2 MiB 26.1 / 27.9, 26.1 / 27.2, 23.6 / 26.6), two-shot
+// up to 8 MiB;
 // Reduce_scatter_block and Allgather while a block is at most 2 MiB. 4x H200 (engine probe, best
 // channel count, busbw GB/s): Allreduce 128 KiB one-shot 13.2 vs two-shot 10.8 vs direct 9.3;
 // 256 KiB 23.4 / 22.7 / 17.0; 1 MiB 60.9 / 74.7 / 50.6; two-shot vs direct (peers in rotated order)
@@ -118,7 +125,7 @@ extern "C" int mg_select(const mg_team *t, mg_call *c) {
   if (c->algo == MG_ALGO_LL128_TWOSHOT && two == 0) c->algo = MG_ALGO_AUTO;
   if (c->algo == MG_ALGO_AUTO) {
     if (c->coll == MG_ALLREDUCE || (c->coll == MG_REDUCE && B < kReduceChainMinBytes)) {
-      if (one && B <= kLL128OneShotMaxAutoBytes) c->algo = MG_ALGO_LL128;
+      if (one && B <= (n <= 2 ? kLL128BlockMaxAutoBytes : kLL128OneShotMaxAutoBytes)) c->algo = MG_ALGO_LL128;
       else if (two && B <= kLL128TwoShotMaxAutoBytes) c->algo = MG_ALGO_LL128_TWOSHOT;
     } else if (c->coll == MG_BCAST) {
       if (one && B <= (n <= 2 ? kLL128BlockMaxAutoBytes : kLL128BcastOneShotMaxAutoBytes)) c->algo = MG_ALGO_LL128;

@@ -578,6 +578,19 @@ def fused_steps(world):
     mpigpu.config.nchannels = 0
 
 
+def protocol_selection(world):
+    """The Allreduce's line protocol (select.cu): LL for pieces up to kLLMaxAutoBytes; then on 2
+    ranks one-shot LL128 while the piece fits its area (2 MiB by default), on 3+ two-shot LL128 from
+    256 KiB. Results are the same either way, so the choice is read back."""
+    n = world.Get_size()
+    got = chosen_algo(world, 'allreduce', (16 << 10) // 4, 'auto')
+    record(f'select allreduce n={n} bytes=16K', got == ALGO['ll'], f'chose {got}')
+    for nbytes in (512 << 10, 2 << 20):
+        got = chosen_algo(world, 'allreduce', nbytes // 4, 'auto')
+        want = ALGO['ll128' if n == 2 else 'll128-twoshot']
+        record(f'select allreduce n={n} bytes={nbytes}', got == want, f'chose {got}')
+
+
 def section(name):
     if RANK == 0:
         print(f'-- {name}', flush=True)
@@ -607,6 +620,7 @@ def main():
     section('LL128 area sizes')
     ll128_area_sizes(world)
     reduce_selection(world)
+    protocol_selection(world)
     section('sub-communicators')
     if SIZE >= 2:
         for color_fn, name in ((lambda r: r % 2, 'odd/even'), (lambda r: r < SIZE // 2, 'halves')):

@@ -119,6 +119,26 @@ if "--ll128" in sys.argv:
                 if rank == 0:
                     print(f'{coll:>10} {nb:>10} algo{algo}: ' + ' '.join(f'{v:6.1f}' for v in row), flush=True)
     sys.exit(0)
+if "--wide" in sys.argv:
+    # One step over 4 consecutive slots (chunk 4 x slot, as cut_into_steps grants it) against steps
+    # of one slot (chunk = slot), interleaved round by round: sizes whose channel spans take 3.5-4
+    # slots at 128 channels (4 ranks: 56-64 MB; 2 ranks: 28-32 MB). Blocking us per call; the
+    # measurement behind kMaxFusedSlots = 4 (select.cu).
+    slot = mpigpu.config.chunk_bytes
+    mbs = (56, 64) if n > 2 else (28, 32)
+    for coll, code, algo in (('allreduce', 0, 2), ('rs', 2, 1)):
+        for mb in mbs:
+            nb = mb << 20
+            count = call_count(coll, nb)
+            runs = {slot: [], 4 * slot: []}
+            for _ in range(6):
+                for chunk in runs:
+                    runs[chunk].append(tm(lambda: st.team.run(code, algo, 11, 0, big.data.ptr, out.data.ptr, count,
+                                                              0, 128, 0, True, chunk), 20))
+            if rank == 0:
+                print(f'wide {coll:>9} {mb:>3} MB: ' + ' | '.join(
+                    f'chunk {c}: ' + ' '.join(f'{t:6.1f}' for t in ts) for c, ts in runs.items()), flush=True)
+    sys.exit(0)
 if "--chunks" in sys.argv:
     # Direct kernel: step bytes x channels, for the default MPIGPU_SPLIT_STEPS and for 2, next to
     # the cost model's choice (algo, channels, step).

@@ -7,9 +7,6 @@
 
 using mg::DirectArgs;
 
-static size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
-static size_t round_up(size_t a, size_t b) { return ceil_div(a, b) * b; }
-
 extern "C" int mg_supports(int dtype, int op) {
   return dtype >= 0 && dtype < MG_NDTYPES && op >= 0 && op < MG_NOPS && mg::reduce_kernel(dtype, op).fn != nullptr;
 }
@@ -60,9 +57,9 @@ template <typename Args> static void fill_team_args(const mg_team *t, const mg_c
 // Pipeline geometry shared by the direct and ring kernels: a shard of a->shard_len elements is split
 // over the call's channels (a span each, a multiple of the vector width V) and each span into steps
 // of the call's chunk_bytes, at most one slot, of elements taking slot_elem_bytes each in a slot.
-// A chunk_bytes above the slot asks for one step per channel filling consecutive slots: granted
-// where the span fits in max_slots slots (the direct kernel: nslots / 2, see fused_step_base; the
-// ring: 1), else one slot.
+// A chunk_bytes above the slot asks for one step per channel over consecutive slots, as many as it
+// covers (mg_select asks for exactly the span's): granted where the span fits in them and in
+// max_slots (the direct kernel: nslots / 2, see fused_step_base; the ring: 1), else one slot.
 // mg_select has set both: 1 <= nchannels <= max_channels, chunk_bytes > 0. Returns the slots one
 // step fills.
 template <typename Args>
@@ -72,7 +69,11 @@ static int cut_into_steps(const mg_team *t, const mg_call *c, size_t V, size_t s
   a->span = round_up(ceil_div(a->shard_len, (size_t)c->nchannels), V);
   const size_t slot_elems = t->layout.slot_bytes / slot_elem_bytes / V * V;
   size_t step_elems = c->chunk_bytes / slot_elem_bytes / V * V;
-  if (step_elems > slot_elems) step_elems = a->span <= (size_t)max_slots * slot_elems ? a->span : slot_elems;
+  if (step_elems > slot_elems) {
+    size_t slots = ceil_div(c->chunk_bytes, t->layout.slot_bytes);
+    if (slots > (size_t)max_slots) slots = (size_t)max_slots;
+    step_elems = a->span <= slots * slot_elems ? a->span : slot_elems;
+  }
   a->chunk = a->span < step_elems ? a->span : step_elems;
   if (a->chunk == 0) a->chunk = V;
   a->nsteps = (int)ceil_div(a->span == 0 ? 1 : a->span, a->chunk);

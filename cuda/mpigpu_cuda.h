@@ -112,9 +112,10 @@ typedef struct mg_call {
   size_t count;        /* Allreduce/Bcast/Reduce: elements; Reduce_scatter_block: recvcount; Allgather: sendcount */
   int root;
   int nchannels;       /* 0: the cost model chooses */
-  size_t chunk_bytes;  /* direct and ring kernels: bytes per pipeline step, at most the slot. Above the slot (any
-                          amount): one step per channel over consecutive slots where the span fits in nslots / 2
-                          slots (direct kernel), else one slot; 0: the cost model chooses */
+  size_t chunk_bytes;  /* direct and ring kernels: bytes per pipeline step, at most the slot. Above the slot: one
+                          step per channel over the consecutive slots it covers (at most nslots / 2; direct
+                          kernel) where the channel's span fits in them, else one slot; 0: the cost model
+                          chooses */
 } mg_call;
 
 /* 1 when the engine implements this (dtype, op) pair for reductions. */

@@ -27,7 +27,12 @@ static const int kDefaultChannels = 128;  // 256 MB: 317 GB/s at 128 channels, 2
 // stages split) one step of 128 KiB is not better: Allreduce 351 vs 378-387, Reduce_scatter_block
 // 202 vs 187-200. Allgather (no reduce stage) gained nothing: 24 / 32 / 48 MiB 88 / 103 / 144 vs
 // 84-90 / 103-111 / 146-154. 2x H200, 16 MiB (2 steps): Allreduce 87 vs 74, Reduce_scatter_block 57 vs 52.
-static const size_t kMaxFusedSlots = 3;
+// Four slots (the most a default FIFO of 8 allows) against four steps of one slot, the same 32 KiB
+// slots (engine_probe.py --wide: 128 channels, six interleaved rounds, median blocking us): 4x H200
+// Allreduce two-shot 56 MiB 305.0 -> 303.4, 64 MiB 342.6 -> 336.1; Reduce_scatter_block 56 MiB
+// 177.1 -> 167.3, 64 MiB 195.6 -> 185.5; 2 ranks Allreduce 28 MiB 122.3 -> 113.3, 32 MiB 133.0 ->
+// 124.5; Reduce_scatter_block 28 MiB 85.8 -> 76.4, 32 MiB 94.2 -> 84.2.
+static const size_t kMaxFusedSlots = 4;
 static const double kTwoRankTwoShotBytes = 4 * 1024 * 1024;  // 2 ranks: Allreduce two-shot from here (below)
 // Reduce below this runs as the LL or LL128 Allreduce forms where they apply, with no output off the
 // root (every rank still receives from every other, which those protocols' reuse needs); from it, on
@@ -169,11 +174,13 @@ extern "C" int mg_select(const mg_team *t, mg_call *c) {
     }
   }
   // Bytes of one owner's shard (the ring's shards and blocks alike; its chains carry the whole
-  // message): what the channel count divides.
+  // message): what the channel count divides. Shards are whole 16-byte vectors (cut_into_shards),
+  // blocks the user's count.
   size_t per_owner = (size_t)B;
-  if (c->algo == MG_ALGO_TWOSHOT || (c->algo == MG_ALGO_RING && c->coll == MG_ALLREDUCE) ||
-      c->coll == MG_REDUCE_SCATTER_BLOCK || c->coll == MG_ALLGATHER)
-    per_owner /= (size_t)(c->coll == MG_BCAST ? n - 1 : n);
+  if (c->algo == MG_ALGO_TWOSHOT || (c->algo == MG_ALGO_RING && c->coll == MG_ALLREDUCE))
+    per_owner = round_up(ceil_div(per_owner, (size_t)(c->coll == MG_BCAST ? n - 1 : n)), 16);
+  else if (c->coll == MG_REDUCE_SCATTER_BLOCK || c->coll == MG_ALLGATHER)
+    per_owner /= (size_t)n;
   if (c->nchannels <= 0) {
     int ch = (int)((per_owner + kBytesPerChannel - 1) / kBytesPerChannel);
     if (ch < 1) ch = 1;
@@ -186,12 +193,13 @@ extern "C" int mg_select(const mg_team *t, mg_call *c) {
   // channels: 188 / 187 / 207 GB/s with 8 / 16 / 32 KiB steps (engine probe --chunks).
   // A reduction whose channels would take 2 .. kMaxFusedSlots steps runs one step over that many
   // consecutive slots instead (cut_into_steps): below MPIGPU_SPLIT_STEPS its stages cannot overlap,
-  // and each extra step costs flag rounds that a wider step does not.
+  // and each extra step costs flag rounds that a wider step does not. A channel's span is whole
+  // 16-byte vectors, as cut_into_steps cuts it, so both count the same slots.
   const size_t slot = t->layout.slot_bytes;
   if (c->chunk_bytes == 0) {
     c->chunk_bytes = slot;
-    const size_t per_channel = (per_owner + (size_t)c->nchannels - 1) / (size_t)c->nchannels;
-    const size_t slots = (per_channel + slot - 1) / slot;
+    const size_t per_channel = round_up(ceil_div(per_owner, (size_t)c->nchannels), 16);
+    const size_t slots = ceil_div(per_channel, slot);
     if ((c->coll == MG_ALLREDUCE || c->coll == MG_REDUCE_SCATTER_BLOCK) &&
         (c->algo == MG_ALGO_ONESHOT || c->algo == MG_ALGO_TWOSHOT) && slots > 1 && slots <= kMaxFusedSlots &&
         slots <= (size_t)t->layout.nslots / 2)

@@ -28,6 +28,8 @@ try:
 except ImportError:
     torch = None
 
+import wide_steps  # noqa: E402 (this directory, beside the script)
+
 QUICK = '--quick' in sys.argv
 SPLIT_STEPS = mpigpu.config.split_steps
 faulthandler.enable()
@@ -454,17 +456,18 @@ def mixed_protocols(comm):
         record(f'mixed protocols back to back: {name} count={c} #{i}', bool(cp.array_equal(got, want)), 'wrong result')
 
 
-def chosen(comm, coll, count, algo, nchannels=0):
-    """(algorithm code, channels, step bytes) the engine runs for a float32 call of collective `coll` (a
-    name in COLLS) of `count` elements forced to `algo` (and `nchannels`, 0: its choice); a forced
-    protocol that does not apply falls back. None, recorded as a failure, without a device team."""
+def chosen(comm, coll, count, algo, nchannels=0, dtype='float32'):
+    """(algorithm code, channels, step bytes) the engine runs for a call of collective `coll` (a name
+    in COLLS) of `count` elements of `dtype` forced to `algo` (and `nchannels`, 0: its choice); a
+    forced protocol that does not apply falls back. None, recorded as a failure, without a device
+    team."""
     global checks
     checks += 1
     team = getattr(comm.__dict__.get('_mg_state'), 'team', None)
     if team is None:
         record(f'select n={comm.Get_size()} coll={coll} count={count} algo={algo}', False, 'no device team')
         return None
-    return team.select(COLLS.index(coll), CODE['float32'], count, ALGO[algo], nchannels)
+    return team.select(COLLS.index(coll), CODE[dtype], count, ALGO[algo], nchannels)
 
 
 def chosen_algo(comm, coll, count, algo):
@@ -521,56 +524,49 @@ def reduce_selection(world):
         record(f'select Reduce n={n} bytes={nbytes}', want, f'chose {got}')
 
 
-def fused_counts(n, coll, algo, itemsize, slots):
-    """An odd count whose span per channel (2 channels) takes `slots` FIFO slots, just under that many
-    slot bytes: the two-shot Allreduce divides the message among n owners, the one-shot Allreduce and
-    Reduce_scatter_block (count per owner) do not."""
-    per_owner = 2 * (slots * mpigpu.config.chunk_bytes - 48)
-    count = per_owner * (n if (coll == 'Allreduce' and algo == 'twoshot') else 1) // itemsize
-    return count - 1 if count % 2 == 0 else count
-
-
 def fused_steps(world):
-    """A channel's whole span as one step over 2-3 consecutive FIFO slots (select.cu, kMaxFusedSlots),
+    """A channel's whole span as one step over 2-4 consecutive FIFO slots (select.cu, kMaxFusedSlots),
     reached with 2 channels: Allreduce (one- and two-shot) and Reduce_scatter_block whose spans take
-    1-4 slots, in and out of place, offset views, 16-bit types; then such calls back to back on one
-    stream with no host synchronization, so that steps of 1, 2 and 3 slots follow each other on the
-    same FIFOs (a call whose wide step would wrap past the FIFO's end starts at its next turn); and
-    the engine's choice of step for each. Wide steps on split warps: the split section's two-shot
-    Allreduce of 70001 elements (2 slots per channel in float32 on 4 ranks, 3 in float64)."""
-    n, r = world.Get_size(), world.Get_rank()
+    1-5 slots, in and out of place, offset views, 16-bit types; the engine's step for each, and at
+    counts whose span crosses a slot boundary only once the two-shot shards are rounded to whole
+    vectors (16-bit types), where select and the plan must count the same slots; then such calls back
+    to back on one stream with no host synchronization (wide_steps.burst). Wide steps on split warps:
+    the split section's two-shot Allreduce of 70001 elements (2 slots per channel in float32 on 4
+    ranks, 3 in float64)."""
+    n = world.Get_size()
     mpigpu.config.nchannels = 2
     comm = world.Dup()
     slot = mpigpu.config.chunk_bytes
-    cases = [('Allreduce', 'twoshot'), ('Allreduce', 'oneshot'), ('Reduce_scatter_block', 'oneshot')]
-    for coll, algo in cases:
+
+    for coll, algo in wide_steps.CASES:
         mpigpu.config.algo = algo
-        for slots in (1, 2, 3, 4):
+        for slots in range(1, wide_steps.MAX_SLOTS + 2):
             for dtype, op in (('float32', 'SUM'), ('float16', 'SUM'), ('int32', 'MAX')):
-                count = fused_counts(n, coll, algo, np.dtype(DT[dtype]).itemsize, slots)
+                count = wide_steps.fused_counts(n, coll, algo, np.dtype(DT[dtype]).itemsize, slots)
                 for inplace in (False, True):
                     run_case(comm, coll, dtype, op, count, inplace=inplace, offset=3 if inplace else 0)
-            count = fused_counts(n, coll, algo, 4, slots)
-            got = chosen(comm, coll.lower(), count, algo, 2)
+            for dtype in ('float32', 'float16'):
+                count = wide_steps.fused_counts(n, coll, algo, np.dtype(DT[dtype]).itemsize, slots)
+                got = chosen(comm, coll.lower(), count, algo, 2, dtype)
+                if got is not None:
+                    want = wide_steps.step_bytes(slots)
+                    record(f'select step n={n} {coll} {algo} {dtype} slots={slots} count={count}',
+                           got[2] == want, f'chose {got}')
+    # Just past a slot boundary: float16 two-shot shards of whole vectors (8 elements) put up to 30
+    # bytes more in a channel's span than the message divided by n and 2 (3 and 4 ranks).
+    mpigpu.config.algo = 'twoshot'
+    for slots in range(1, wide_steps.MAX_SLOTS + 1):
+        edge = n * 2 * slots * slot // 2
+        for count in (edge - 8 * n - 1, edge - 1, edge + 1, edge + 8 * n + 1):
+            got = chosen(comm, 'allreduce', count, 'twoshot', 2, 'float16')
             if got is not None:
-                want = slots * slot if slots in (2, 3) and slots <= mpigpu.config.nslots // 2 else slot
-                record(f'select step n={n} {coll} {algo} slots={slots} count={count}', got[2] == want,
-                       f'chose {got}')
+                want = wide_steps.step_bytes(-(-wide_steps.span_bytes(n, 'Allreduce', 'twoshot', 2, count) // slot))
+                record(f'select step at a slot edge n={n} float16 count={count}', got[2] == want,
+                       f'chose {got}, the plan cuts {want}')
+            run_case(comm, 'Allreduce', 'float16', 'SUM', count)
     mpigpu.config.algo = 'auto'
-    total = sum(range(1, n + 1))
     s = cp.cuda.Stream(non_blocking=True)
-    pending = []
-    with s:
-        for i in range(36):
-            coll, algo = cases[i % len(cases)]
-            mpigpu.config.algo = algo
-            c = fused_counts(n, coll, algo, 4, 1 + (i * 7) % 4)
-            rs = coll == 'Reduce_scatter_block'  # input: n blocks of c, output: block r of the sum
-            src = cp.arange(c * n if rs else c, dtype=cp.float32) % 89
-            y = cp.full(c, -1, cp.float32)
-            getattr(comm, coll)(src * (r + 1), y, stream=s)
-            pending.append((f'{coll} {algo}', c, y, (src[r * c:(r + 1) * c] if rs else src) * total))
-    mpigpu.config.algo = 'auto'
+    pending = wide_steps.burst(comm, s, [1 + (i * 7) % (wide_steps.MAX_SLOTS + 1) for i in range(36)])
     s.synchronize()
     for i, (name, c, got, want) in enumerate(pending):
         record(f'wide steps back to back: {name} count={c} #{i}', bool(cp.array_equal(got, want)), 'wrong result')

@@ -12,6 +12,7 @@ import numpy as np
 from mpi4py import MPI
 
 import mpigpu
+import wide_steps  # this directory, beside the script
 
 world = mpigpu.COMM_WORLD
 rank, n = world.Get_rank(), world.Get_size()
@@ -53,28 +54,15 @@ for algo in ('ll', 'll128', 'll128-twoshot', 'oneshot', 'twoshot', 'ring'):
         if not bool((cp.asnumpy(parts).view(np.complex128) == 1j ** n).all()):
             bad.append(f'{algo} complex128 PROD Allreduce {count}')
 mpigpu.config.algo = 'auto'
-# Wide steps (select.cu, kMaxFusedSlots): 2 channels, so that a channel's span takes 2 or 3 FIFO slots
-# and runs as one step over them; then a burst on one stream with no host sync, mixing 1, 2 and 3
-# slots, so that a call whose wide step would wrap past the FIFO's end starts at its next turn.
+# Wide steps (select.cu, kMaxFusedSlots): 2 channels, so that a channel's span takes 1-4 FIFO slots
+# (2-4 run as one step over them); a burst on one stream with no host sync, so that a call whose
+# wide step would wrap past the FIFO's end starts at its next turn.
 mpigpu.config.nchannels = 2
-slot = mpigpu.config.chunk_bytes
 s = cp.cuda.Stream(non_blocking=True)
-pending = []
-with s:
-    for i in range(12):
-        coll, algo = (('Allreduce', 'twoshot'), ('Allreduce', 'oneshot'), ('Reduce_scatter_block', 'oneshot'))[i % 3]
-        mpigpu.config.algo = algo
-        per_owner = 2 * ((1 + i % 3) * slot - 48) // 4      # float32 elements per owner: 1-3 slots per channel
-        c = per_owner * (n if algo == 'twoshot' else 1) - 1
-        rs = coll == 'Reduce_scatter_block'
-        src = cp.arange(c * n if rs else c, dtype=cp.float32) % 89
-        y = cp.full(c, -1, cp.float32)
-        getattr(world, coll)(src * (rank + 1), y, stream=s)
-        pending.append((f'wide {coll} {algo} {c}', y, (src[rank * c:(rank + 1) * c] if rs else src) * (n * (n + 1) // 2)))
+pending = wide_steps.burst(world, s, [1 + i % wide_steps.MAX_SLOTS for i in range(12)])
 s.synchronize()
-mpigpu.config.algo = 'auto'
 mpigpu.config.nchannels = 0
-bad += [name for name, got, want in pending if not bool(cp.array_equal(got, want))]
+bad += [f'wide {name} {c}' for name, c, got, want in pending if not bool(cp.array_equal(got, want))]
 cp.cuda.Device().synchronize()
 print(f'rank {rank}: sanitize run {"ok" if not bad else "FAILED: " + ", ".join(bad)}', flush=True)
 sys.exit(1 if bad else 0)

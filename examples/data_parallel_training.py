@@ -121,7 +121,7 @@ def train_torch(torch):
         opt_ref.zero_grad()
         loss_fn(ref(x), y).backward()
         opt_ref.step()
-    return max(float((a - b).abs().max()) for a, b in zip(net.parameters(), ref.parameters()))
+    return max(float((a - b).detach().abs().max()) for a, b in zip(net.parameters(), ref.parameters()))
 
 
 torch = None

@@ -66,7 +66,7 @@ template <typename Args>
 static int cut_into_steps(const mg_team *t, const mg_call *c, size_t V, size_t slot_elem_bytes, int max_slots,
                           Args *a) {
   a->nchannels = c->nchannels;
-  a->span = round_up(ceil_div(a->shard_len, (size_t)c->nchannels), V);
+  a->span = mg::vector_share(a->shard_len, (size_t)c->nchannels, V);
   const size_t slot_elems = t->layout.slot_bytes / slot_elem_bytes / V * V;
   size_t step_elems = c->chunk_bytes / slot_elem_bytes / V * V;
   if (step_elems > slot_elems) {
@@ -85,7 +85,7 @@ static int cut_into_steps(const mg_team *t, const mg_call *c, size_t V, size_t s
 // empty, shard_extent).
 template <typename Args>
 static void cut_into_shards(Args *a, size_t count, size_t parts, size_t V) {
-  a->shard_len = round_up(ceil_div(count, parts), V);
+  a->shard_len = mg::vector_share(count, parts, V);
   a->len_stride = a->in_stride = a->out_stride = a->shard_len;
 }
 

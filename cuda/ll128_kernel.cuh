@@ -64,8 +64,7 @@ __host__ __device__ inline size_t ll128_lines(size_t bytes) { return (bytes + kL
 // Bytes of a two-shot shard of `count` elements of `es` bytes over n ranks: whole 16-byte multiples,
 // so every shard starts as aligned as the buffer.
 __host__ __device__ inline size_t ll128_shard_bytes(size_t count, size_t es, size_t n) {
-  const size_t v = 16 / es, per = (count + n - 1) / n;
-  return (per + v - 1) / v * v * es;
+  return vector_share(count, n, 16 / es) * es;
 }
 
 // `len` (16 or 8) bytes at p + off, of which those at or past nbytes read as zero. User buffers

@@ -88,6 +88,16 @@ __host__ __device__ inline size_t shard_extent(size_t total, size_t stride, size
   return len < cap ? len : cap;
 }
 
+// One of `parts` equal shares of `len` units, in whole vectors of V units: the two-shot, ring and
+// scatter shards (cut_into_shards, ll128_shard_bytes) and the channels' spans (cut_into_steps) are
+// cut by it in elements, and mg_select counts the same shares in bytes (len in bytes, V = 16). The
+// two agree for any element size e dividing 16 (V = 16 / e): ceil(ceil(x / p) / V) = ceil(x / (p V)),
+// so a share of x elements is ceil(x / (p V)) * 16 bytes, as is the byte share of x * e bytes.
+__host__ __device__ inline size_t vector_share(size_t len, size_t parts, size_t V) {
+  const size_t per = (len + parts - 1) / parts;
+  return (per + V - 1) / V * V;
+}
+
 struct Piece { size_t in, out, n; };  // a step's elements: where they start in the input and output, how many
 
 // Where step t of channel ch of shard idx lies, in elements, for the direct and ring kernels (their

@@ -174,11 +174,11 @@ extern "C" int mg_select(const mg_team *t, mg_call *c) {
     }
   }
   // Bytes of one owner's shard (the ring's shards and blocks alike; its chains carry the whole
-  // message): what the channel count divides. Shards are whole 16-byte vectors (cut_into_shards),
-  // blocks the user's count.
+  // message): what the channel count divides. Shards are whole 16-byte vectors (vector_share, as
+  // cut_into_shards cuts them in elements), blocks the user's count.
   size_t per_owner = (size_t)B;
   if (c->algo == MG_ALGO_TWOSHOT || (c->algo == MG_ALGO_RING && c->coll == MG_ALLREDUCE))
-    per_owner = round_up(ceil_div(per_owner, (size_t)(c->coll == MG_BCAST ? n - 1 : n)), 16);
+    per_owner = mg::vector_share(per_owner, (size_t)(c->coll == MG_BCAST ? n - 1 : n), 16);
   else if (c->coll == MG_REDUCE_SCATTER_BLOCK || c->coll == MG_ALLGATHER)
     per_owner /= (size_t)n;
   if (c->nchannels <= 0) {
@@ -193,12 +193,12 @@ extern "C" int mg_select(const mg_team *t, mg_call *c) {
   // channels: 188 / 187 / 207 GB/s with 8 / 16 / 32 KiB steps (engine probe --chunks).
   // A reduction whose channels would take 2 .. kMaxFusedSlots steps runs one step over that many
   // consecutive slots instead (cut_into_steps): below MPIGPU_SPLIT_STEPS its stages cannot overlap,
-  // and each extra step costs flag rounds that a wider step does not. A channel's span is whole
-  // 16-byte vectors, as cut_into_steps cuts it, so both count the same slots.
+  // and each extra step costs flag rounds that a wider step does not. A channel's span is the
+  // vector_share that cut_into_steps cuts, so both count the same slots.
   const size_t slot = t->layout.slot_bytes;
   if (c->chunk_bytes == 0) {
     c->chunk_bytes = slot;
-    const size_t per_channel = round_up(ceil_div(per_owner, (size_t)c->nchannels), 16);
+    const size_t per_channel = mg::vector_share(per_owner, (size_t)c->nchannels, 16);
     const size_t slots = ceil_div(per_channel, slot);
     if ((c->coll == MG_ALLREDUCE || c->coll == MG_REDUCE_SCATTER_BLOCK) &&
         (c->algo == MG_ALGO_ONESHOT || c->algo == MG_ALGO_TWOSHOT) && slots > 1 && slots <= kMaxFusedSlots &&

@@ -5,7 +5,6 @@
 #include "protocol.cuh"
 
 static inline size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
-static inline size_t round_up(size_t a, size_t b) { return ceil_div(a, b) * b; }
 
 struct mg_team {
   mg_team_config cfg;

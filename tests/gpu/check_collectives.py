@@ -545,8 +545,6 @@ def fused_steps(world):
                 count = wide_steps.fused_counts(n, coll, algo, np.dtype(DT[dtype]).itemsize, slots)
                 for inplace in (False, True):
                     run_case(comm, coll, dtype, op, count, inplace=inplace, offset=3 if inplace else 0)
-            for dtype in ('float32', 'float16'):
-                count = wide_steps.fused_counts(n, coll, algo, np.dtype(DT[dtype]).itemsize, slots)
                 got = chosen(comm, coll.lower(), count, algo, 2, dtype)
                 if got is not None:
                     want = wide_steps.step_bytes(slots)

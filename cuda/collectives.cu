@@ -154,6 +154,14 @@ static int launch_ll(mg_team *t, const mg_call *c, const mg::KernelChoice &k, ui
   return launch_kernel((const void *)k.ll, c->nchannels, &a, stream);
 }
 
+// The two-shot LL128 Allreduce runs phase 0's sending and receiving on separate warps (split_phase0,
+// ll128_kernel.cuh) from shards of this size on 3+ ranks. 4x H200, engine probe, float32, blocking us,
+// median of nine interleaved rounds, one warp set / split: 4 ranks, shards of 512 KiB (2 MiB message)
+// 27.9 / 27.1, 768 KiB 32.9 / 32.5, 1 MiB 40.2 / 38.4, 1.5 MiB 52.2 / 50.2, 2 MiB 63.1 / 62.2; below
+// it the senders' extra pass costs more than the overlap gains (256 KiB shards: 20.2 / 21.5). On 2
+// ranks (one peer per phase) it was 0.2-0.7 us slower at 2-4 MiB messages.
+static const size_t kLL128SplitMinShardBytes = 512 * 1024;
+
 static int launch_ll128(mg_team *t, const mg_call *c, const mg::KernelChoice &k, uintptr_t stream) {
   if (!k.ll128) return MG_ERR_UNSUPPORTED;
   const size_t es = (size_t)k.elem_size, count = c->count * (size_t)k.mult, n = (size_t)t->cfg.nranks;
@@ -161,6 +169,7 @@ static int launch_ll128(mg_team *t, const mg_call *c, const mg::KernelChoice &k,
   fill_team_args(t, c, &a);
   a.recv = reduce_output(t, c);
   a.root = c->root;
+  a.split_phase0 = 0;
   a.total_bytes = count * es;
   a.block_bytes = count * es;
   const bool two = c->algo == MG_ALGO_LL128_TWOSHOT;
@@ -170,6 +179,7 @@ static int launch_ll128(mg_team *t, const mg_call *c, const mg::KernelChoice &k,
   } else if (two) {  // Allreduce, or Reduce as it
     a.mode = mg::kLL128AllreduceTwoShot;
     a.block_bytes = mg::ll128_shard_bytes(count, es, n);
+    a.split_phase0 = n >= 3 && a.block_bytes >= kLL128SplitMinShardBytes;
   } else {
     a.mode = c->coll == MG_ALLREDUCE || c->coll == MG_REDUCE ? mg::kLL128Allreduce
              : c->coll == MG_ALLGATHER ? mg::kLL128Allgather : mg::kLL128ReduceScatter;

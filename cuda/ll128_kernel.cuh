@@ -14,8 +14,9 @@
 //
 // Forms. Symmetric (every rank sends to and receives from every other rank in each phase):
 //   Allreduce one-shot: every rank sends its whole input to every peer and reduces all n in rank order.
-//   Allreduce two-shot: shard k of every input goes to rank k, which reduces it, writes it and sends
-//     the result to every peer (phase 1); every rank then copies the other shards in (phase 2).
+//   Allreduce two-shot: shard k of every input goes to rank k (phase 0), which reduces it, writes it
+//     and sends the result to every peer (phase 1), where every rank copies it in. With large shards
+//     on 3+ ranks phase 0's sending and receiving run on separate warps (split_phase0).
 //   Reduce_scatter_block: block j of every input goes to rank j, which reduces it.
 //   Allgather: every rank sends its input to every peer and copies the n blocks out.
 //   Reduce: either Allreduce form with no output off the root (recv == nullptr): the same lines move
@@ -57,6 +58,7 @@ struct LL128Args {
   size_t block_bytes;  // bytes of block j (RS, AG), of the whole message (one-shot), of a shard (two-shot, scatter)
   size_t total_bytes;  // two-shot, scatter: the whole message; shard k holds min(block, total - k * block) bytes
   uint64_t timeout_ns;
+  int split_phase0;  // two-shot: phase 0's sending and receiving on separate warps (launch_ll128)
 };
 
 __host__ __device__ inline size_t ll128_lines(size_t bytes) { return (bytes + kLineData - 1) / kLineData; }
@@ -265,8 +267,27 @@ __global__ void __launch_bounds__(kThreads, 1) ll128_kernel(const __grid_constan
   const size_t nlines = ll128_lines(B);  // lines of the largest block
   const size_t mine_len = block_len(me);
 
+  // Who runs phase 0's two loops: every warp sends, then receives; or, in a two-shot call with
+  // split_phase0, half of each block's warps send my input's lines while the other half receive the
+  // peers' lines, reduce them and send the results (phase 1). Phase 1's stores then start when the
+  // first lines arrive, not after every phase-0 line is sent: the links carry both phases at once
+  // and phase 0's tail latency is hidden. In place this is safe: senders read only the other ranks'
+  // shards of the input, and line L of shard k of my output is written (phase 1) only after rank k
+  // reduced it, so after my sender read line L of my input's shard k.
+  bool sends = true, receives = true;
+  size_t send_warp = warp, send_warps = nwarps, recv_warp = warp, recv_warps = nwarps;
+  if (two && a.split_phase0) {
+    const size_t W = blockDim.x >> 5, w = threadIdx.x >> 5, half = W / 2;
+    sends = w < half;
+    receives = !sends;
+    send_warp = blockIdx.x * half + w;
+    send_warps = gridDim.x * half;
+    recv_warp = blockIdx.x * (W - half) + (w - half);
+    recv_warps = gridDim.x * (W - half);
+  }
+
   // Phase 0: send my input's lines to every peer (block j to rank j when scattering).
-  for (size_t l0 = warp * 4; l0 < nlines; l0 += nwarps * 4) {
+  for (size_t l0 = send_warp * 4; sends && l0 < nlines; l0 += send_warps * 4) {
     const size_t line = l0 + (lane >> 3), off = line * kLineData + (size_t)part * 16;
     const size_t at = a.layout.ll128_off(parity, 0, me) + line * kLineBytes + (size_t)part * 16;
     if (!scatter) {  // the same lines to every peer
@@ -286,7 +307,7 @@ __global__ void __launch_bounds__(kThreads, 1) ll128_kernel(const __grid_constan
   }
 
   // Phase 0, receiving: reduce my block (or copy every peer's block, Allgather).
-  for (size_t l0 = warp * 4; l0 < nlines; l0 += nwarps * 4) {
+  for (size_t l0 = recv_warp * 4; receives && l0 < nlines; l0 += recv_warps * 4) {
     const size_t line = l0 + (lane >> 3), off = line * kLineData + (size_t)part * 16;
     Received r;
     if (a.mode == kLL128Allgather) {

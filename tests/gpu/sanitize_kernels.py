@@ -2,9 +2,9 @@
     mpirun -n 2 compute-sanitizer --tool memcheck python -m mpi4py tests/gpu/sanitize_kernels.py
 LL and LL128 (Allreduce one- and two-shot, Reduce_scatter_block, Allgather, Bcast one-shot and
 scatter), direct one-shot and two-shot Allreduce, Bcast (direct and scatter-forward), Reduce,
-Reduce_scatter_block, Allgather, the ring and chain forms of all five, float16 accumulation, a
-pointer offset from 16-byte alignment, a complex128 product 8 bytes off it; results checked so a
-silent fault cannot pass."""
+Reduce_scatter_block, Allgather, the ring and chain forms of all five, the two-shot LL128
+Allreduce on split warps (4 ranks), float16 accumulation, a pointer offset from 16-byte alignment,
+a complex128 product 8 bytes off it; results checked so a silent fault cannot pass."""
 import sys
 
 import cupy as cp
@@ -53,6 +53,17 @@ for algo in ('ll', 'll128', 'll128-twoshot', 'oneshot', 'twoshot', 'ring'):
         world.Allreduce(MPI.IN_PLACE, parts.view(cp.complex128), op=MPI.PROD)
         if not bool((cp.asnumpy(parts).view(np.complex128) == 1j ** n).all()):
             bad.append(f'{algo} complex128 PROD Allreduce {count}')
+# The two-shot LL128 Allreduce with phase 0 on split warps (shards from 512 KiB on 3+ ranks): an
+# odd count, out of place and in place.
+mpigpu.config.algo = 'll128-twoshot'
+count = (2 << 20) // 4 * n // 4 + 7
+x = cp.arange(count, dtype=cp.float32) % 251 * (rank + 1)
+y = cp.zeros(count, cp.float32)
+world.Allreduce(x, y)
+world.Allreduce(MPI.IN_PLACE, x)
+want = np.arange(count, dtype=np.float32) % 251 * (n * (n + 1) // 2)
+if not np.array_equal(cp.asnumpy(y), want) or not np.array_equal(cp.asnumpy(x), want):
+    bad.append(f'll128-twoshot split Allreduce {count}')
 mpigpu.config.algo = 'auto'
 # Wide steps (select.cu, kMaxFusedSlots): 2 channels, so that a channel's span takes 1-4 FIFO slots
 # (2-4 run as one step over them); a burst on one stream with no host sync, so that a call whose

@@ -15,7 +15,7 @@ what=${1:-final}
 shift || true
 ngpu=$(nvidia-smi -L | wc -l)
 counts=${COUNTS:-$(printf "%s\n" 2 "$ngpu" | sort -un)}  # rank counts of the suite and checks: 2 and all GPUs
-run="mpirun --allow-run-as-root --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE -x MPIGPU_TIMEOUT_S -x PYTHONUNBUFFERED -x MPIGPU_ALGO"
+run="mpirun --allow-run-as-root --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE -x MPIGPU_TIMEOUT_S -x PYTHONUNBUFFERED -x MPIGPU_ALGO -x MPIGPU_RESIDENT_US"
 perf="python3 -m mpi4py -m mpigpu.perf"
 summary=()
 has() { [[ ",$what," == *",$1,"* ]] || { [[ " bench probe sanitize floor " != *" $1 "* ]] && [[ ",$what," == *",final,"* ]]; }; }

@@ -143,14 +143,19 @@ static void plan(mg_team *t, const mg_call *c, const mg::KernelChoice &k, Direct
   a->slots_per_step = cut_into_steps(t, c, V, (size_t)k.elem_size, t->layout.nslots / 2, a);
 }
 
+// The LL plan, launched (launch_ll) or run in the resident kernel (mg_collective_wait).
+static void plan_ll(const mg_team *t, const mg_call *c, const mg::KernelChoice &k, mg::LLArgs *a) {
+  fill_team_args(t, c, a);
+  a->recv = reduce_output(t, c);  // Reduce: the Allreduce with no output off the root
+  a->mode = c->coll == MG_ALLREDUCE || c->coll == MG_REDUCE ? mg::kLLAllreduce
+            : c->coll == MG_ALLGATHER ? mg::kLLAllgather : mg::kLLReduceScatter;
+  a->piece_bytes = c->count * (size_t)k.elem_size * k.mult;
+}
+
 static int launch_ll(mg_team *t, const mg_call *c, const mg::KernelChoice &k, uintptr_t stream) {
   if (!k.ll) return MG_ERR_UNSUPPORTED;
   mg::LLArgs a;
-  fill_team_args(t, c, &a);
-  a.recv = reduce_output(t, c);  // Reduce: the Allreduce with no output off the root
-  a.mode = c->coll == MG_ALLREDUCE || c->coll == MG_REDUCE ? mg::kLLAllreduce
-           : c->coll == MG_ALLGATHER ? mg::kLLAllgather : mg::kLLReduceScatter;
-  a.piece_bytes = c->count * (size_t)k.elem_size * k.mult;
+  plan_ll(t, c, k, &a);
   return launch_kernel((const void *)k.ll, c->nchannels, &a, stream);
 }
 
@@ -213,18 +218,25 @@ static int launch_ring(mg_team *t, const mg_call *c, const mg::KernelChoice &k, 
   return launch_kernel((const void *)k.ring, a.nchannels, &a, stream);
 }
 
-static int launch(mg_team *t, const mg_call *call, uintptr_t stream) {
-  if (t->cfg.nranks == 1) return single_rank(call, stream);
+// Checks a call of a team of 2+ ranks and completes it by the cost model (algo, channels, step).
+static int prepare(const mg_team *t, const mg_call *call, mg_call *c) {
   for (int r = 0; r < t->cfg.nranks; ++r)
     if (!t->opened[r]) return MG_ERR_TEAM;
   if (call->root < 0 || call->root >= t->cfg.nranks) return MG_ERR_ARG;  // every form indexes by it
   if (call->coll < 0 || call->coll >= MG_NCOLLS) return MG_ERR_ARG;
-  mg_call c = *call;
-  int e = mg_select(t, &c);
+  *c = *call;
+  return mg_select(t, c);
+}
+
+static int launch(mg_team *t, const mg_call *call, uintptr_t stream) {
+  if (t->cfg.nranks == 1) return single_rank(call, stream);
+  mg_call c;
+  int e = prepare(t, call, &c);
   if (e) return e;
   const mg::KernelChoice k = mg::kernels_for(c.coll, c.dtype, c.op);
   if (c.algo == MG_ALGO_LL) return launch_ll(t, &c, k, stream);
   if (c.algo == MG_ALGO_LL128 || c.algo == MG_ALGO_LL128_TWOSHOT) return launch_ll128(t, &c, k, stream);
+  resident_stop(t);  // host memory stores only, so also safe while the stream is captured
   if (c.algo == MG_ALGO_RING) return launch_ring(t, &c, k, stream);
   if (!k.fn) return MG_ERR_UNSUPPORTED;
   DirectArgs a;
@@ -266,4 +278,24 @@ extern "C" int mg_collective(mg_team *t, const mg_call *call, uintptr_t stream, 
     t->inflight = 1;
   }
   return 0;
+}
+
+extern "C" int mg_collective_wait(mg_team *t, const mg_call *call, uintptr_t stream) {
+  if (call->count == 0) return 0;
+  if (t->res.box) {
+    mg_call c;
+    int e = prepare(t, call, &c);
+    if (e) return e;
+    const mg::KernelChoice k = mg::kernels_for(c.coll, c.dtype, c.op);
+    if (c.algo == MG_ALGO_LL && k.ll && resident_ready(t, stream)) {
+      mg::LLArgs a;
+      plan_ll(t, &c, k, &a);
+      return resident_run(t, a, c.dtype, c.op);
+    }
+  }
+  int e = mg_collective(t, call, stream, 0);
+  if (e) return e;
+  cudaError_t ce = cudaStreamSynchronize((cudaStream_t)stream);
+  if (ce != cudaSuccess) cudaGetLastError();
+  return (int)ce;
 }

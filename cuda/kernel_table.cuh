@@ -2,6 +2,7 @@
 // storage elements one user element is (complex SUM runs as a float SUM over twice the count).
 #pragma once
 #include "direct_kernel.cuh"
+#include "dispatch.cuh"
 #include "ll_kernel.cuh"
 #include "ll128_kernel.cuh"
 #include "ring_kernel.cuh"

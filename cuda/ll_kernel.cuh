@@ -70,18 +70,17 @@ __device__ __forceinline__ uint4 ll_load(const char *src, uint32_t f, uint64_t t
   return make_uint4(a.x, a.z, b.x, b.z);
 }
 
+// One call's exchange, by thread `gid` of `gstride` threads: every thread takes 16-byte vectors
+// gid, gid + gstride, ... of the piece, so any grid runs the same protocol, and a rank whose call ran
+// in the launched kernel below meets one whose call ran in the resident kernel (resident_kernel.cuh).
 template <typename T, typename Op>
-__global__ void __launch_bounds__(kThreads, 1) ll_kernel(const __grid_constant__ LLArgs a) {
+__device__ __forceinline__ void ll_exchange(const LLArgs &a, uint32_t seq, size_t gid, size_t gstride) {
   using A = typename AccOf<T>::type;
   constexpr int V = 16 / sizeof(T);
   const int me = a.rank, n = a.nranks;
   const size_t nb = a.piece_bytes, nvec = (nb + 15) / 16;
-  const size_t gid = (size_t)blockIdx.x * blockDim.x + threadIdx.x, gstride = (size_t)gridDim.x * blockDim.x;
   char *mine = a.ws[me];
-  TeamState *state = team_state(mine);
-  const uint32_t seq = ll_sequence_begin(state);
   const int parity = (int)(seq & 1u);
-  ll_reuse_guard(state, me, n, seq, a.timeout_ns);
 
   for (size_t v = gid; v < nvec; v += gstride) {
     const size_t off = v * 16;
@@ -118,6 +117,14 @@ __global__ void __launch_bounds__(kThreads, 1) ll_kernel(const __grid_constant__
     for (int i = 0; i < V; ++i) o[i] = from_acc<T, A>(acc[i]);
     if (a.recv) store_piece16(a.recv, off, nb, out);  // null: a Reduce off its root
   }
+}
+
+template <typename T, typename Op>
+__global__ void __launch_bounds__(kThreads, 1) ll_kernel(const __grid_constant__ LLArgs a) {
+  TeamState *state = team_state(a.ws[a.rank]);
+  const uint32_t seq = ll_sequence_begin(state);
+  ll_reuse_guard(state, a.rank, a.nranks, seq, a.timeout_ns);
+  ll_exchange<T, Op>(a, seq, (size_t)blockIdx.x * blockDim.x + threadIdx.x, (size_t)gridDim.x * blockDim.x);
   ll_sequence_publish(state, seq);
 }
 

@@ -94,6 +94,8 @@ typedef struct mg_team_config {
   int split_steps;     /* direct kernel: from this many steps per channel, stages on separate warps (0: never) */
   size_t ll128_bytes;  /* largest per-peer piece of the 128-byte-line protocol (sizes its areas; 0: no LL128) */
   double timeout_s;    /* a kernel waiting longer than this on a peer traps */
+  double resident_us;  /* blocking LL calls run in a kernel that stays running this long after each call
+                          (resident_kernel.cuh); 0: every call is launched */
 } mg_team_config;
 
 int mg_team_create(const mg_team_config *cfg, mg_team **team);
@@ -101,6 +103,8 @@ int mg_team_export(mg_team *team, void *handle /* MG_IPC_HANDLE_BYTES */);
 int mg_team_open_peer(mg_team *team, int peer, const void *handle);
 int mg_team_destroy(mg_team *team);
 size_t mg_team_workspace_bytes(const mg_team *team);
+/* Blocking calls the resident kernel ran, and instances of it launched, since the team was created. */
+void mg_team_resident_stats(const mg_team *team, uint64_t *calls, uint64_t *launches);
 
 /* ---- collectives (collectives.cu) ---- */
 typedef struct mg_call {
@@ -126,6 +130,10 @@ int mg_select(const mg_team *team, mg_call *call);
  * stream before its next call on this team (blocking MPI call); async = 1: it may not (stream=,
  * non-blocking, persistent), so a later call on another stream is ordered after this one. */
 int mg_collective(mg_team *team, const mg_call *call, uintptr_t stream, int async);
+/* A blocking call: returns once the output holds the result, ordered after the work queued on stream
+ * before it. A small call (the LL protocol) with nothing queued runs in the team's resident kernel,
+ * with no launch; any other is enqueued on stream as by mg_collective and the stream synchronized. */
+int mg_collective_wait(mg_team *team, const mg_call *call, uintptr_t stream);
 
 /* ---- user buffers over CUDA IPC, for point-to-point (ipc_buffers.cu) ---- */
 /* The allocation holding ptr: its base, size, process-wide unique id, and whether cudaIpcGetMemHandle

@@ -38,6 +38,8 @@ struct TeamState {
   uint32_t ll_bcast_seq;                   // sequence number of the last LL-family Bcast (0: none)
   uint32_t ll_started[MG_MAX_RANKS];       // written by peer k when it starts an LL-family Bcast: the
                                            // number of the last call k had finished by then
+  uint64_t resident_call[8];               // the resident kernel's call, relayed by its first block to
+                                           // the others (resident_kernel.cuh)
 };
 static_assert(kStateOffset + sizeof(TeamState) <= kSlotsOffset, "state must fit before the slots");
 
@@ -116,12 +118,15 @@ __host__ __device__ __forceinline__ Piece piece_at(const Args &a, size_t idx, in
 
 // Sequence numbers of the protocols with flags in the data (LL, LL128), shared by both: every block
 // reads the last call's number at its start; the last block out publishes this call's, when every
-// block has read the old one (all blocks of a call are resident at once).
+// block has read the old one (all blocks of a call are resident at once). The resident kernel also
+// has the last block tell the host: `call` into `host_done` (mapped host memory), after a system-scope
+// fence, so the host that reads it may use the call's output.
 __device__ __forceinline__ uint32_t ll_sequence_begin(TeamState *state) {
   return *(volatile uint32_t *)&state->ll_seq + 1u;
 }
 
-__device__ __forceinline__ void ll_sequence_publish(TeamState *state, uint32_t seq, bool bcast = false) {
+__device__ __forceinline__ void ll_sequence_publish(TeamState *state, uint32_t seq, bool bcast = false,
+                                                    uint32_t *host_done = nullptr, uint32_t call = 0) {
   __syncthreads();
   if (threadIdx.x == 0) {
     __threadfence();
@@ -129,6 +134,10 @@ __device__ __forceinline__ void ll_sequence_publish(TeamState *state, uint32_t s
       state->ll_arrived = 0;
       if (bcast) *(volatile uint32_t *)&state->ll_bcast_seq = seq;
       *(volatile uint32_t *)&state->ll_seq = seq;
+      if (host_done) {
+        __threadfence_system();
+        *(volatile uint32_t *)host_done = call;
+      }
     }
   }
 }

@@ -1,11 +1,11 @@
 // select.cu: the cost model that picks an algorithm, a channel count and a step size for a call.
 //
 // Allreduce, Reduce_scatter_block and Allgather use a protocol with the flags in the data while it
-// fits: LL for pieces up to kLLMaxAutoBytes, LL128 above; Reduce below 1 MiB runs as those
-// Allreduce forms; Bcast uses LL128 (one-shot, then scatter); thresholds below, measured. Reduce on
-// 3+ ranks from 1 MiB, and Bcast and Reduce on 2 ranks from 64 MiB, take the chain
-// (ring_kernel.cuh); the other ring forms take more hops than the direct forms
-// on a full NVLink mesh for the same bytes per rank and measured as fast or slower there
+// fits: LL for pieces up to kLLMaxAutoBytes (kLLResidentMaxAutoBytes with a resident kernel),
+// LL128 above; Reduce below 1 MiB runs as those Allreduce forms; Bcast uses LL128 (one-shot, then
+// scatter); thresholds below, measured. Reduce on 3+ ranks from 1 MiB, and Bcast and Reduce on 2
+// ranks from 64 MiB, take the chain (ring_kernel.cuh); the other ring forms take more hops than the
+// direct forms on a full NVLink mesh for the same bytes per rank and measured as fast or slower there
 // (docs/tuning.md), so they run only when asked for (MPIGPU_ALGO=ring). Otherwise the direct
 // kernel's forms by this model: time(algo) = hops(algo) * kHopUs + bytes_out(algo) / kPushBytesPerUs,
 // where bytes_out is what one rank must store to its peers: one-shot (n-1) * B per owner fan-out,
@@ -58,6 +58,12 @@ static const double kTwoRankChainBytes = 64 * 1024 * 1024;
 // each): Allreduce, Reduce_scatter_block and Allgather within 1 us of each other either way (the
 // spread between runs); Allreduce 64 KiB (a 64 KiB piece, past this limit) 18.4-19.7 / 17.3-18.2.
 static const size_t kLLMaxAutoBytes = 32 * 1024;
+// With a resident kernel (MPIGPU_RESIDENT_US > 0, the same on every rank) LL runs to its largest
+// piece: a blocking call then costs no launch (resident_kernel.cuh), which outweighs LL's extra
+// bytes up to 64 KiB (4x H200, blocking, Allreduce with a 64 KiB piece, same session: LL128 launched
+// 17.5 us, LL resident 13.5; 2 ranks 16.1 and 10.2); a call launched instead (work queued before it,
+// stream=) loses ~1 us there (kLLMaxAutoBytes).
+static const size_t kLLResidentMaxAutoBytes = MG_LL_MAX_BYTES;
 // The 128-byte-line protocol (LL128) from where LL stops, while a piece fits the team's areas
 // (ll128_bytes, MPIGPU_LL128_BYTES): Allreduce one-shot up to 256 KiB (2 MiB on 2 ranks, where
 // one-shot and two-shot store the same bytes and one-shot takes one hop: 2 ranks of the 4x H200
@@ -124,7 +130,8 @@ extern "C" int mg_select(const mg_team *t, mg_call *c) {
   const double B = (double)total_bytes(t, c);
   const size_t ll = ll_piece_bytes(t, c);
   if (c->algo == MG_ALGO_LL && (ll == 0 || ll > MG_LL_MAX_BYTES)) c->algo = MG_ALGO_AUTO;
-  if (c->algo == MG_ALGO_AUTO && ll > 0 && ll <= kLLMaxAutoBytes) c->algo = MG_ALGO_LL;
+  if (c->algo == MG_ALGO_AUTO && ll > 0 && ll <= (t->res.box ? kLLResidentMaxAutoBytes : kLLMaxAutoBytes))
+    c->algo = MG_ALGO_LL;
   const size_t one = ll128_piece_bytes(t, c, false), two = ll128_piece_bytes(t, c, true);
   if (c->algo == MG_ALGO_LL128 && one == 0) c->algo = MG_ALGO_AUTO;
   if (c->algo == MG_ALGO_LL128_TWOSHOT && two == 0) c->algo = MG_ALGO_AUTO;

@@ -6,6 +6,20 @@
 
 static inline size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
 
+namespace mg { struct ResidentBox; struct LLArgs; }
+
+// The host side of a team's resident kernel (resident.cu, resident_kernel.cuh).
+struct mg_resident {
+  cudaStream_t stream;     // the instances run here (created with the team; none when box is null)
+  mg::ResidentBox *box;    // the mailbox, pinned host memory; null: the team has no resident kernel
+  mg::ResidentBox *box_dev;  // the mailbox's device address
+  uint32_t call;           // calls run so far; each completed before the next was rung
+  uint32_t epoch;          // instances launched so far
+  int running;             // an instance was launched and has not been seen returning
+  uint64_t linger_ns;
+  uint64_t calls, launches;  // counters for tests and the debug log (mg_team_resident_stats)
+};
+
 struct mg_team {
   mg_team_config cfg;
   mg::Layout layout;
@@ -18,7 +32,22 @@ struct mg_team {
   cudaEvent_t done;
   uintptr_t last_stream;
   int inflight;
+  mg_resident res;
 };
+
+// resident.cu
+int resident_open(mg_team *t);   // with the team's device current
+int resident_close(mg_team *t);  // stops a running instance; with the team's device current
+// Tells a running instance to return, without waiting: it is gone a poll later (~1 us), before a
+// launch issued now has started its kernel. Called before a direct or ring kernel, whose blocks take
+// a whole SM each (221 registers per thread): a resident block on an SM would keep one of their
+// blocks from starting until another ends.
+int resident_stop(mg_team *t);
+// 1 when a blocking LL call may run in the resident kernel now: the team has one and nothing is
+// queued before the call (no call of this team in flight, the caller's stream idle).
+int resident_ready(mg_team *t, uintptr_t stream);
+// Runs the LL call `a` (a launch_ll plan) of (dtype, op) in the resident kernel; returns when done.
+int resident_run(mg_team *t, const mg::LLArgs &a, int dtype, int op);
 
 // Runs `body` with cfg.device current, restoring the caller's device after (the user's framework
 // owns the current device; we never leave it changed).

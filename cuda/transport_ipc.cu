@@ -30,6 +30,12 @@ static int team_alloc(mg_team *t) {
     cudaFree(p);
     return e;
   }
+  e = resident_open(t);
+  if (e) {
+    cudaEventDestroy(t->done);
+    cudaFree(p);
+    return e;
+  }
   t->ws[t->cfg.rank] = (char *)p;
   t->opened[t->cfg.rank] = 1;
   return 0;
@@ -41,7 +47,8 @@ int mg_team_create(const mg_team_config *cfg, mg_team **out) {
   *out = nullptr;
   if (cfg->nranks < 1 || cfg->nranks > MG_MAX_RANKS || cfg->rank < 0 || cfg->rank >= cfg->nranks ||
       cfg->nslots < 2 || cfg->max_channels < 1 || cfg->max_channels > MG_MAX_CHANNELS ||
-      cfg->slot_bytes < 4096 || cfg->slot_bytes % 16 != 0 || cfg->ll128_bytes > MG_LL128_LIMIT_BYTES)
+      cfg->slot_bytes < 4096 || cfg->slot_bytes % 16 != 0 || cfg->ll128_bytes > MG_LL128_LIMIT_BYTES ||
+      !(cfg->resident_us >= 0))
     return MG_ERR_ARG;
   mg_team *t = (mg_team *)calloc(1, sizeof(mg_team));
   if (!t) return MG_ERR_NOMEM;
@@ -98,6 +105,7 @@ int mg_team_destroy(mg_team *t) {
   int first = 0;
   int prev = -1;
   if (cudaGetDevice(&prev) == cudaSuccess && prev != t->cfg.device) cudaSetDevice(t->cfg.device);
+  first = resident_close(t);  // before cudaFree, which would wait for a running instance
   for (int r = 0; r < t->cfg.nranks; ++r) {
     if (!t->opened[r]) continue;
     int e = r == t->cfg.rank ? rc(cudaFree(t->ws[r])) : rc(cudaIpcCloseMemHandle(t->ws[r]));

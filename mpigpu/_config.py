@@ -57,6 +57,8 @@ class Config:
         self.split_steps = _int('MPIGPU_SPLIT_STEPS', 4, 0, 1 << 30)
         # Largest per-peer piece of the 128-byte-line protocol; sizes its areas in the workspace.
         self.ll128_bytes = _int('MPIGPU_LL128_BYTES', 2 << 20, 0, 1 << 30)
+        # Blocking small calls: how long the resident kernel waits for the next call (0: launch each).
+        self.resident_us = _float('MPIGPU_RESIDENT_US', 100.0, 0.0, 1e6)
         # Staged path: chunk of the host pipeline.
         self.stage_chunk_bytes = _int('MPIGPU_STAGE_CHUNK_BYTES', 4 << 20, 4096, 1 << 30)
         # Point-to-point: messages from this size up go GPU to GPU over the peer mappings.

@@ -133,7 +133,7 @@ class GpuState:
             try:
                 team = _with_device(self.device, _device.Team, self.rank, n, self.device, config.chunk_bytes,
                                     config.nslots, config.max_channels, config.timeout_s, config.split_steps,
-                                    config.ll128_bytes)
+                                    config.ll128_bytes, config.resident_us)
                 handle = team.export_handle()
             except _device.DeviceError as exc:
                 handle, reason = None, f'rank {self.rank}: workspace setup failed: {exc}'
@@ -154,8 +154,9 @@ class GpuState:
         else:
             self.team, self.reason = team, ''
             self.shadow = comm.Dup()  # collective, like the setup: every rank is here
-            log.debug('rank %d: device engine on (GPU %s, %d ranks, workspace %d MiB)', self.rank, bus, n,
-                      team.workspace_bytes >> 20)
+            log.debug('rank %d: device engine on (GPU %s, %d ranks, workspace %d MiB, resident kernel %s)',
+                      self.rank, bus, n, team.workspace_bytes >> 20,
+                      f'lingering {config.resident_us:g} us' if config.resident_us > 0 else 'off')
 
     def next_reply_tag(self, dest):
         """A tag for the reply to a point-to-point send to `dest` (per destination, so replies to

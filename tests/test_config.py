@@ -6,11 +6,12 @@ from mpigpu import _config
 
 def test_defaults(monkeypatch):
     for k in ('MPIGPU_ALGO', 'MPIGPU_CHUNK_BYTES', 'MPIGPU_TIMEOUT_S', 'MPIGPU_MPI_CUDA_AWARE', 'MPIGPU_P2P_IPC_BYTES',
-              'MPIGPU_SPLIT_STEPS', 'MPIGPU_LL128_BYTES'):
+              'MPIGPU_SPLIT_STEPS', 'MPIGPU_LL128_BYTES', 'MPIGPU_RESIDENT_US'):
         monkeypatch.delenv(k, raising=False)
     c = _config.Config()
     assert c.algo == 'auto' and c.chunk_bytes == 32768 and c.nslots == 8 and c.max_channels == 128 and c.timeout_s == 600.0 and c.mpi_cuda_aware == 'auto'
     assert c.p2p_ipc_bytes == 65536 and c.split_steps == 4 and c.ll128_bytes == 2 << 20
+    assert c.resident_us == 100.0
 
 
 @pytest.mark.parametrize('name,value,match', [
@@ -19,6 +20,7 @@ def test_defaults(monkeypatch):
     ('MPIGPU_MPI_CUDA_AWARE', 'maybe', 'MPIGPU_MPI_CUDA_AWARE'), ('MPIGPU_NCHANNELS', '500', 'MPIGPU_NCHANNELS'),
     ('MPIGPU_P2P_IPC_BYTES', '64', 'MPIGPU_P2P_IPC_BYTES'), ('MPIGPU_SPLIT_STEPS', '-1', 'MPIGPU_SPLIT_STEPS'),
     ('MPIGPU_LL128_BYTES', str((1 << 30) + 1), 'MPIGPU_LL128_BYTES'),
+    ('MPIGPU_RESIDENT_US', '-5', 'MPIGPU_RESIDENT_US'), ('MPIGPU_RESIDENT_US', 'soon', 'MPIGPU_RESIDENT_US'),
 ])
 def test_bad_values_name_the_variable(monkeypatch, name, value, match):
     monkeypatch.setenv(name, value)
@@ -53,3 +55,10 @@ def test_ll128_bytes(monkeypatch):
     assert _config.Config().ll128_bytes == 0
     monkeypatch.setenv('MPIGPU_LL128_BYTES', str(8 << 20))
     assert _config.Config().ll128_bytes == 8 << 20
+
+
+def test_resident_us(monkeypatch):
+    monkeypatch.setenv('MPIGPU_RESIDENT_US', '0')
+    assert _config.Config().resident_us == 0.0
+    monkeypatch.setenv('MPIGPU_RESIDENT_US', '2500.5')
+    assert _config.Config().resident_us == 2500.5

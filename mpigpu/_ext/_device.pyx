@@ -56,11 +56,13 @@ cdef extern from "mpigpu_cuda.h" nogil:
         int split_steps
         size_t ll128_bytes
         double timeout_s
+        double resident_us
     int mg_team_create(const mg_team_config *cfg, mg_team **team)
     int mg_team_export(mg_team *team, void *handle)
     int mg_team_open_peer(mg_team *team, int peer, const void *handle)
     int mg_team_destroy(mg_team *team)
     size_t mg_team_workspace_bytes(const mg_team *team)
+    void mg_team_resident_stats(const mg_team *team, uint64_t *calls, uint64_t *launches)
 
     ctypedef struct mg_call:
         int coll, algo, dtype, op
@@ -71,6 +73,7 @@ cdef extern from "mpigpu_cuda.h" nogil:
     int mg_supports(int dtype, int op)
     int mg_select(const mg_team *team, mg_call *call)
     int mg_collective(mg_team *team, const mg_call *call, uintptr_t stream, int async_)
+    int mg_collective_wait(mg_team *team, const mg_call *call, uintptr_t stream)
 
     int mg_ipc_describe(uintptr_t ptr, uintptr_t *base, size_t *size, uint64_t *buffer_id, int *ipc_capable)
     int mg_ipc_export(uintptr_t base, void *handle)
@@ -269,7 +272,8 @@ cdef class Team:
     cdef readonly int rank, nranks, device
 
     def __cinit__(self, int rank, int nranks, int device, size_t slot_bytes, int nslots,
-                  int max_channels, double timeout_s, int split_steps, size_t ll128_bytes):
+                  int max_channels, double timeout_s, int split_steps, size_t ll128_bytes,
+                  double resident_us):
         cdef mg_team_config cfg
         cfg.rank = rank
         cfg.nranks = nranks
@@ -280,6 +284,7 @@ cdef class Team:
         cfg.timeout_s = timeout_s
         cfg.split_steps = split_steps
         cfg.ll128_bytes = ll128_bytes
+        cfg.resident_us = resident_us
         self.t = NULL
         check(mg_team_create(&cfg, &self.t), 'workspace allocation')
         self.rank, self.nranks, self.device = rank, nranks, device
@@ -300,6 +305,14 @@ cdef class Team:
     @property
     def workspace_bytes(self):
         return mg_team_workspace_bytes(self.t) if self.t != NULL else 0
+
+    @property
+    def resident_stats(self):
+        """(blocking calls the resident kernel ran, instances of it launched) since team setup."""
+        cdef uint64_t calls = 0, launches = 0
+        if self.t != NULL:
+            mg_team_resident_stats(self.t, &calls, &launches)
+        return calls, launches
 
     def export_handle(self):
         cdef char h[MG_IPC_HANDLE_BYTES]
@@ -329,7 +342,8 @@ cdef class Team:
 
     cpdef run(self, int coll, int algo, int dtype, int op, uintptr_t send, uintptr_t recv, size_t count,
               int root, int nchannels, uintptr_t stream, bint sync, size_t chunk=0):
-        """Enqueues one collective on `stream`; with `sync`, waits for it (GIL released). Without,
+        """Enqueues one collective on `stream`; with `sync`, returns with its result (GIL released;
+        a small call with nothing queued on `stream` runs in the resident kernel instead). Without,
         the call may still run when the next is enqueued: a next call on another stream waits for it.
         `nchannels` and `chunk` (direct and ring kernel step bytes) of 0 let the cost model choose."""
         cdef mg_call c
@@ -346,12 +360,12 @@ cdef class Team:
         c.root = root
         c.nchannels = nchannels
         c.chunk_bytes = chunk
-        e = mg_collective(self.t, &c, stream, 0 if sync else 1)
-        check(e, 'collective launch')
         if sync:
             with nogil:
-                e = mg_stream_sync(stream)
-            check(e, 'collective (kernel failed or a peer timed out)')
+                e = mg_collective_wait(self.t, &c, stream)
+            check(e, 'collective (launch failed, kernel failed or a peer timed out)')
+        else:
+            check(mg_collective(self.t, &c, stream, 1), 'collective launch')
 
     cpdef uint64_t run_request(self, int coll, int algo, int dtype, int op, uintptr_t send, uintptr_t recv,
                                size_t count, int root, int nchannels, uintptr_t stream, uintptr_t request,

@@ -9,6 +9,7 @@ NumPy reference (float64 for floats) and for bitwise equality across ranks. Exit
 import faulthandler
 import hashlib
 import sys
+import time
 import traceback
 import zlib
 
@@ -456,6 +457,127 @@ def mixed_protocols(comm):
         record(f'mixed protocols back to back: {name} count={c} #{i}', bool(cp.array_equal(got, want)), 'wrong result')
 
 
+_SPIN = None
+
+
+def spin_stream(usec):
+    """Keeps the current stream busy for about `usec` microseconds (one thread spinning on the clock)."""
+    global _SPIN
+    if _SPIN is None:
+        _SPIN = cp.RawKernel(r'''
+extern "C" __global__ void spin(long long ns) {
+  long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
+}''', 'spin')
+    _SPIN((1,), (1,), (np.int64(usec * 1000),))
+
+
+def resident_stats(comm):
+    return comm._mg_state.team.resident_stats
+
+
+def resident_kernel(world):
+    """Blocking LL calls in the resident kernel (resident_kernel.cuh): every (dtype, op) pair through it,
+    calls back to back with no launch between them, ranks whose call is launched (work queued on
+    their stream) meeting ranks whose call runs resident, instances that idle out and are launched
+    again, a direct kernel between resident calls, an in-flight stream= call before a blocking one,
+    and a communicator freed while its instance runs. The counters prove which path ran."""
+    n, r = world.Get_size(), world.Get_rank()
+    total = n * (n + 1) // 2
+    default = mpigpu.config.resident_us
+    mpigpu.config.resident_us = 1e6  # a second: the instance outlives the checks between calls
+    comm = world.Dup()
+    world.Barrier()
+    comm.Allreduce(cp.ones(4, cp.float32), cp.empty(4, cp.float32))  # sets the team up
+    calls0, launches0 = resident_stats(comm)
+    # every (dtype, op) pair, every LL collective (Reduce runs as the LL Allreduce), in and out of place
+    for dtype, ops in OPS_FOR.items():
+        for op in ops:
+            run_case(comm, 'Allreduce', dtype, op, 37, inplace=op == ops[0])
+            run_case(comm, 'Reduce_scatter_block', dtype, op, 33, inplace=op == ops[-1])
+            run_case(comm, 'Reduce', dtype, op, 29, root=n - 1, offset=3)
+        run_case(comm, 'Allgather', dtype, 'SUM', 31, inplace=dtype == 'float32')
+    run_case(comm, 'Allreduce', 'complex128', 'PROD', 5, offset=1.5)
+    mpigpu.config.algo = 'll'  # the largest piece LL takes (64 KiB): two passes of the grid
+    run_case(comm, 'Allreduce', 'float32', 'SUM', (64 << 10) // 4)
+    run_case(comm, 'Allgather', 'int8', 'SUM', (64 << 10) - 3)
+    mpigpu.config.algo = 'auto'
+    # back to back: no host work between the calls but the blocking calls themselves
+    x = [cp.full(256, k + r, cp.float32) for k in range(64)]
+    y = [cp.empty(256, cp.float32) for _ in range(64)]
+    cp.cuda.get_current_stream().synchronize()
+    for k in range(64):
+        comm.Allreduce(x[k], y[k])
+    for k in range(64):
+        record('resident back to back', bool((y[k] == n * k + total - n).all()), f'call {k}')
+    calls1, launches1 = resident_stats(comm)
+    record('resident path ran the LL calls', calls1 - calls0 >= 64, f'{calls1 - calls0} resident calls')
+    record('resident instance stayed up', launches1 - launches0 <= 2, f'{launches1 - launches0} launches')
+    # work queued on half the ranks' streams: those launch (after it), the others run resident
+    for k in range(4):
+        busy = (r + k) % 2 == 0
+        if busy:
+            spin_stream(300)
+        a = cp.full(1000, r + 1, cp.float32)  # produced after the spin on this stream
+        b = cp.empty(1000, cp.float32)
+        if not busy:
+            cp.cuda.get_current_stream().synchronize()
+        before = resident_stats(comm)[0]
+        comm.Allreduce(a, b)
+        ran = resident_stats(comm)[0] - before
+        record(f'resident/launched mix {k}', bool((b == total).all()), 'wrong result')
+        record(f'resident/launched mix {k} path', ran == (0 if busy else 1), f'busy={busy} resident calls {ran}')
+    # a stream= call in flight, then a blocking call on another stream that reads its output
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
+        spin_stream(300)
+        a = cp.full(500, r + 1, cp.float32)
+        b = cp.empty(500, cp.float32)
+        comm.Allreduce(a, b, stream=s)
+    c = cp.empty(500, cp.float32)
+    comm.Allreduce(b, c)
+    record('blocking after stream=', bool((c == n * total).all()), 'not ordered after the in-flight call')
+    s.synchronize()
+    # a direct kernel between resident calls (it stops the instance first)
+    big = cp.full((32 << 20) // 4, r + 1, cp.float32)
+    for k in range(3):
+        a = cp.full(100, k + r, cp.float32)
+        b = cp.empty(100, cp.float32)
+        comm.Allreduce(a, b)
+        comm.Allreduce(MPI.IN_PLACE, big)
+        record(f'resident then direct {k}', bool((b == n * k + total - n).all()), 'small call')
+    record('resident then direct: large', bool((big == total * n ** 2).all()), 'large calls')
+    comm.Free()  # with its instance running
+    # instances that idle out between calls (50 us), rung as they give up or after
+    mpigpu.config.resident_us = 50
+    short = world.Dup()
+    short.Allreduce(cp.ones(4, cp.float32), cp.empty(4, cp.float32))
+    calls0, launches0 = resident_stats(short)
+    for k in range(12):
+        time.sleep([0, 45e-6, 2e-3][k % 3])
+        a = cp.full(64, k + r, cp.int64)
+        b = cp.empty(64, cp.int64)
+        cp.cuda.get_current_stream().synchronize()
+        short.Allreduce(a, b, op=MPI.MAX)
+        record(f'resident after idling {k}', bool((b == k + n - 1).all()), 'wrong result')
+    calls1, launches1 = resident_stats(short)
+    record('resident instances relaunched', launches1 - launches0 >= 4 and calls1 - calls0 == 12,
+           f'{calls1 - calls0} calls, {launches1 - launches0} launches')
+    short.Free()
+    mpigpu.config.resident_us = 0  # off: every call launched
+    off = world.Dup()
+    run_case(off, 'Allreduce', 'float32', 'SUM', 37)
+    record('resident off', resident_stats(off) == (0, 0), str(resident_stats(off)))
+    for nbytes, want in ((32 << 10, 'll'), ((32 << 10) + 16, 'll128')):
+        got = chosen_algo(off, 'allreduce', nbytes // 4, 'auto')
+        record(f'select allreduce without a resident kernel bytes={nbytes}', got == ALGO[want], f'chose {got}')
+    off.Free()
+    mpigpu.config.resident_us = default
+    if r == 0:
+        print('world resident kernel (calls, launches):', resident_stats(world), flush=True)
+
+
 def chosen(comm, coll, count, algo, nchannels=0, dtype='float32'):
     """(algorithm code, channels, step bytes) the engine runs for a call of collective `coll` (a name
     in COLLS) of `count` elements of `dtype` forced to `algo` (and `nchannels`, 0: its choice); a
@@ -573,12 +695,15 @@ def fused_steps(world):
 
 
 def protocol_selection(world):
-    """The Allreduce's line protocol (select.cu): LL for pieces up to kLLMaxAutoBytes; then on 2
-    ranks one-shot LL128 while the piece fits its area (2 MiB by default), on 3+ two-shot LL128 from
-    256 KiB. Results are the same either way, so the choice is read back."""
+    """The Allreduce's line protocol (select.cu): LL for pieces up to 64 KiB with a resident kernel
+    (kLLResidentMaxAutoBytes; the default), else up to 32 KiB (kLLMaxAutoBytes, resident_kernel's
+    team without one); then on 2 ranks one-shot LL128 while the piece fits its area (2 MiB by
+    default), on 3+ two-shot LL128 from 256 KiB. Results are the same either way, so the choice is
+    read back."""
     n = world.Get_size()
-    got = chosen_algo(world, 'allreduce', (16 << 10) // 4, 'auto')
-    record(f'select allreduce n={n} bytes=16K', got == ALGO['ll'], f'chose {got}')
+    for nbytes, want in ((16 << 10, 'll'), (64 << 10, 'll'), ((64 << 10) + 16, 'll128')):
+        got = chosen_algo(world, 'allreduce', nbytes // 4, 'auto')
+        record(f'select allreduce n={n} bytes={nbytes}', got == ALGO[want], f'chose {got}')
     for nbytes in (512 << 10, 2 << 20):
         got = chosen_algo(world, 'allreduce', nbytes // 4, 'auto')
         want = ALGO['ll128' if n == 2 else 'll128-twoshot']
@@ -603,6 +728,8 @@ def main():
     error_cases(world)
     section('back-to-back')
     back_to_back(world)
+    section('resident kernel')
+    resident_kernel(world)
     section('direct kernel with its stages on separate warps, many steps per channel')
     mpigpu.config.split_steps, mpigpu.config.nchannels = 1, 2
     split = world.Dup()

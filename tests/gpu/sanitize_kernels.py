@@ -3,8 +3,9 @@
 LL and LL128 (Allreduce one- and two-shot, Reduce_scatter_block, Allgather, Bcast one-shot and
 scatter), direct one-shot and two-shot Allreduce, Bcast (direct and scatter-forward), Reduce,
 Reduce_scatter_block, Allgather, the ring and chain forms of all five, the two-shot LL128
-Allreduce on split warps (4 ranks), float16 accumulation, a pointer offset from 16-byte alignment,
-a complex128 product 8 bytes off it; results checked so a silent fault cannot pass."""
+Allreduce on split warps (4 ranks), the resident kernel, float16 accumulation, a pointer offset
+from 16-byte alignment, a complex128 product 8 bytes off it; results checked so a silent fault
+cannot pass."""
 import sys
 
 import cupy as cp
@@ -74,6 +75,32 @@ pending = wide_steps.burst(world, s, [1 + i % wide_steps.MAX_SLOTS for i in rang
 s.synchronize()
 mpigpu.config.nchannels = 0
 bad += [f'wide {name} {c}' for name, c, got, want in pending if not bool(cp.array_equal(got, want))]
+# The resident kernel (blocking LL calls with nothing queued before them): a communicator whose
+# instance stays up, each LL collective at two sizes, then freed while its instance runs.
+default_resident_us = mpigpu.config.resident_us
+mpigpu.config.resident_us = 1e6
+res = world.Dup()
+for count in (1, 1001):
+    x = cp.arange(count + 1, dtype=cp.float32)[1:] * (rank + 1)
+    y = cp.zeros(count, cp.float32)
+    r = cp.zeros(count, cp.float32)
+    g = cp.zeros(count * n, cp.float32)
+    rr = cp.zeros(count, cp.float64)
+    ones_n = cp.ones(count * n, cp.float32)
+    ones = cp.ones(count, cp.float64)
+    cp.cuda.get_current_stream().synchronize()
+    res.Allreduce(x, y)
+    res.Reduce_scatter_block(ones_n, r)
+    res.Allgather(r, g)
+    res.Reduce(ones, rr, root=n - 1)
+    want = np.arange(1, count + 1, dtype=np.float32) * (n * (n + 1) // 2)
+    if (not np.array_equal(cp.asnumpy(y), want) or not bool((g == n).all())
+            or (rank == n - 1 and not bool((rr == n).all()))):
+        bad.append(f'resident kernel {count}')
+if res._mg_state.team.resident_stats[0] < 8:
+    bad.append(f'resident kernel ran {res._mg_state.team.resident_stats[0]} of 8 calls')
+res.Free()
+mpigpu.config.resident_us = default_resident_us
 cp.cuda.Device().synchronize()
 print(f'rank {rank}: sanitize run {"ok" if not bad else "FAILED: " + ", ".join(bad)}', flush=True)
 sys.exit(1 if bad else 0)

@@ -1,0 +1,165 @@
+// resident.cu: the host side of the resident kernel (resident_kernel.cuh): its mailbox and stream,
+// created with the team; launching an instance when none runs; ringing a call and spinning until it
+// is done; stopping it when the team is released.
+#include <cuda_runtime.h>
+#include <string.h>
+#include "team.cuh"
+#include "resident_kernel.cuh"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+static inline void cpu_relax() { _mm_pause(); }
+#elif defined(__aarch64__)
+static inline void cpu_relax() { asm volatile("yield" ::: "memory"); }
+#else
+static inline void cpu_relax() {}
+#endif
+
+static int rc(cudaError_t e) {
+  if (e != cudaSuccess) cudaGetLastError();
+  return (int)e;
+}
+
+template <typename U> static inline U load(const U *p) { return *(const volatile U *)p; }
+
+int resident_open(mg_team *t) {
+  mg_resident &r = t->res;
+  memset(&r, 0, sizeof(r));
+  if (t->cfg.resident_us <= 0 || t->cfg.nranks < 2) return 0;
+  r.linger_ns = (uint64_t)(t->cfg.resident_us * 1e3);
+  void *box = nullptr, *dev = nullptr;
+  int e = rc(cudaHostAlloc(&box, sizeof(mg::ResidentBox), cudaHostAllocMapped | cudaHostAllocPortable));
+  if (e) return e;
+  memset(box, 0, sizeof(mg::ResidentBox));
+  e = rc(cudaHostGetDevicePointer(&dev, box, 0));
+  if (!e) e = rc(cudaStreamCreateWithFlags(&r.stream, cudaStreamNonBlocking));
+  if (e) {
+    cudaFreeHost(box);
+    return e;
+  }
+  r.box = (mg::ResidentBox *)box;
+  r.box_dev = (mg::ResidentBox *)dev;
+  return 0;
+}
+
+// Writes call `call` into the mailbox: every word carries the number, so their order does not matter.
+static void ring(mg::ResidentBox *box, uint32_t call, const mg::ResidentCall &c) {
+  for (int i = 0; i < mg::kCallWords; ++i)
+    *(volatile uint64_t *)&box->call[i] = (uint64_t)call << 32 | mg::call_word(c, i);
+}
+
+static int launch_instance(mg_team *t) {
+  mg_resident &r = t->res;
+  mg::ResidentArgs a;
+  memset(&a, 0, sizeof(a));
+  for (int k = 0; k < t->cfg.nranks; ++k) a.team.ws[k] = t->ws[k];
+  a.team.layout = t->layout;
+  a.team.rank = t->cfg.rank;
+  a.team.nranks = t->cfg.nranks;
+  a.team.timeout_ns = t->timeout_ns;
+  a.box = r.box_dev;
+  a.start = r.call;
+  a.epoch = ++r.epoch;
+  a.linger_ns = r.linger_ns;
+  void *params[] = {&a};
+  int e = rc(cudaLaunchKernel((const void *)mg::resident_kernel, dim3(mg::kResidentBlocks), dim3(mg::kThreads), params, 0,
+                              r.stream));
+  if (e) return e;
+  r.running = 1;
+  ++r.launches;
+  return 0;
+}
+
+// The instance has returned, or is returning (it wrote `exited`): wait for its end.
+static int collect_instance(mg_team *t) {
+  t->res.running = 0;
+  return rc(cudaStreamSynchronize(t->res.stream));
+}
+
+int resident_ready(mg_team *t, uintptr_t stream) {
+  if (!t->res.box) return 0;
+  if (t->inflight) {  // a stream= or non-blocking call of this team may still run
+    if (cudaEventQuery(t->done) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    t->inflight = 0;
+  }
+  if (cudaStreamQuery((cudaStream_t)stream) != cudaSuccess) {  // work queued before the call: launch after it
+    cudaGetLastError();
+    return 0;
+  }
+  return 1;
+}
+
+int resident_run(mg_team *t, const mg::LLArgs &a, int dtype, int op) {
+  mg_resident &r = t->res;
+  int e;
+  if (r.running && load(&r.box->exited) == r.epoch && (e = collect_instance(t))) return e;
+  if (!r.running && (e = launch_instance(t))) return e;
+  const uint32_t call = r.call + 1;
+  mg::ResidentCall c;
+  c.kind = mg::kResidentRun;
+  c.mode = (uint32_t)a.mode;
+  c.dtype = (uint32_t)dtype;
+  c.op = (uint32_t)op;
+  c.send = (uint64_t)(uintptr_t)a.send;
+  c.recv = (uint64_t)(uintptr_t)a.recv;
+  c.piece_bytes = (uint32_t)a.piece_bytes;
+  ring(r.box, call, c);
+  for (unsigned spins = 1;; ++spins) {
+    if (load(&r.box->done) == call) break;
+    bool ended = load(&r.box->exited) == r.epoch;
+    if (!ended && (spins & 0x3fffu) == 0) {
+      // A kernel that trapped (a peer timed out) writes nothing: its stream reports the error.
+      cudaError_t q = cudaStreamQuery(r.stream);
+      if (q != cudaErrorNotReady && q != cudaSuccess) return rc(q);
+      cudaGetLastError();
+      ended = q == cudaSuccess;
+    }
+    if (ended) {
+      // The instance gave up waiting just as this call was rung: after its end, the next one takes it.
+      if ((e = collect_instance(t))) return e;
+      if (load(&r.box->done) == call) break;
+      if ((e = launch_instance(t))) return e;
+      continue;
+    }
+    cpu_relax();
+  }
+  r.call = call;
+  ++r.calls;
+  return 0;
+}
+
+int resident_stop(mg_team *t) {
+  mg_resident &r = t->res;
+  if (!r.running) return 0;
+  if (load(&r.box->exited) != r.epoch) {
+    // The exit takes a call number of its own: an instance that misses it (it idles out first) can
+    // never take the next call for it.
+    mg::ResidentCall c;
+    memset(&c, 0, sizeof(c));
+    c.kind = mg::kResidentExit;
+    ring(r.box, ++r.call, c);
+  }
+  r.running = 0;  // a next instance queues behind this one on r.stream
+  return 0;
+}
+
+int resident_close(mg_team *t) {
+  mg_resident &r = t->res;
+  if (!r.box) return 0;
+  resident_stop(t);
+  int e = rc(cudaStreamSynchronize(r.stream));  // also an instance told to stop before
+  cudaError_t s = cudaStreamDestroy(r.stream);
+  if (!e) e = rc(s);
+  s = cudaFreeHost(r.box);
+  if (!e) e = rc(s);
+  r.box = r.box_dev = nullptr;
+  return e;
+}
+
+extern "C" void mg_team_resident_stats(const mg_team *t, uint64_t *calls, uint64_t *launches) {
+  *calls = t->res.calls;
+  *launches = t->res.launches;
+}

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One device-tool session on the offline GPU host: build, GPU suite, benchmarks against NCCL.
 #   bash .whl/build.sh && bash benchmarks/device_session.sh [PARTS] [bench args...]
-# PARTS: comma-separated from suite, api, async, p2p, examples, sanitize, probe, floor, bench, final
-# tables, tables2 (final = suite, api, async, p2p, examples, tables, tables2).
+# PARTS: comma-separated from suite, api, async, p2p, examples, sanitize, probe, floor, bench, resident,
+# final, tables, tables2 (final = suite, api, async, p2p, examples, tables, tables2).
 # Every rank runs through `python -m mpi4py`, so an exception on one rank aborts the job instead of
 # leaving the others spinning in a collective. Logs go under $OUT (or ./device-out); the last lines
 # printed are a short summary.
@@ -15,10 +15,10 @@ what=${1:-final}
 shift || true
 ngpu=$(nvidia-smi -L | wc -l)
 counts=${COUNTS:-$(printf "%s\n" 2 "$ngpu" | sort -un)}  # rank counts of the suite and checks: 2 and all GPUs
-run="mpirun --allow-run-as-root --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE -x MPIGPU_TIMEOUT_S -x PYTHONUNBUFFERED -x MPIGPU_ALGO -x MPIGPU_RESIDENT_US"
+run="mpirun --allow-run-as-root --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE -x MPIGPU_TIMEOUT_S -x PYTHONUNBUFFERED -x MPIGPU_ALGO -x MPIGPU_RESIDENT_US -x MPIGPU_RESIDENT_BLOCKS -x MPIGPU_RESIDENT_MAX_BYTES"
 perf="python3 -m mpi4py -m mpigpu.perf"
 summary=()
-has() { [[ ",$what," == *",$1,"* ]] || { [[ " bench probe sanitize floor " != *" $1 "* ]] && [[ ",$what," == *",final,"* ]]; }; }
+has() { [[ ",$what," == *",$1,"* ]] || { [[ " bench probe sanitize floor resident " != *" $1 "* ]] && [[ ",$what," == *",final,"* ]]; }; }
 if has suite; then
   for n in $counts; do
     [ "$n" -le "$ngpu" ] || continue
@@ -87,6 +87,18 @@ if has floor; then
   summary+=("launch floor rc=$?")
   rm -f "$OUT/launch_floor"
   tail -5 "$OUT/floor.txt"
+fi
+if has resident; then
+  # blocking LL128 calls resident or launched: RESIDENT_CONFIGS of blocks:max_bytes (max 0: LL only),
+  # each a call of its own with NCCL beside it
+  for spec in ${RESIDENT_CONFIGS:-32:0 32:8388608 64:8388608 16:8388608}; do
+    MPIGPU_RESIDENT_BLOCKS=${spec%%:*} MPIGPU_RESIDENT_MAX_BYTES=${spec##*:} timeout 120 $run -n "$ngpu" \
+      $perf ${RESIDENT_COLLS:-allreduce,bcast,reduce_scatter_block,allgather} -b ${RESIDENT_FROM:-64K} \
+      -e ${RESIDENT_TO:-16M} -f 4 --compare nccl -n 30 -w 5 --inplace 0 > "$OUT/resident-$spec.txt" 2>&1
+    summary+=("resident blocks:max_bytes=$spec rc=$?")
+    echo "== blocks:max_bytes $spec"
+    grep -v '^#  \|^#$\|^\[' "$OUT/resident-$spec.txt" | cut -c1-110
+  done
 fi
 if has bench; then
   timeout 500 $run -n "$ngpu" $perf "${@:-allreduce}" --json "$OUT/perf-$ngpu.json" > "$OUT/perf-$ngpu.txt" 2> "$OUT/perf-$ngpu.err"

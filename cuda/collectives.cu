@@ -4,6 +4,8 @@
 #include <cuda_runtime.h>
 #include "team.cuh"
 #include "kernel_table.cuh"
+#include "resident_call.cuh"
+#include "status.cuh"
 
 using mg::DirectArgs;
 
@@ -21,18 +23,14 @@ static size_t user_elem_bytes(int dtype) {
 static int single_rank(const mg_call *c, uintptr_t stream) {
   if (c->coll == MG_BCAST || c->send == c->recv) return 0;
   size_t bytes = c->count * user_elem_bytes(c->dtype);
-  cudaError_t e = cudaMemcpyAsync((void *)c->recv, (const void *)c->send, bytes, cudaMemcpyDeviceToDevice,
-                                  (cudaStream_t)stream);
-  if (e != cudaSuccess) cudaGetLastError();
-  return (int)e;
+  return rc(cudaMemcpyAsync((void *)c->recv, (const void *)c->send, bytes, cudaMemcpyDeviceToDevice,
+                            (cudaStream_t)stream));
 }
 
 // Launches one of the engine's kernels (its argument struct at `args`) with kThreads per channel.
 static int launch_kernel(const void *fn, int nchannels, void *args, uintptr_t stream) {
   void *params[] = {args};
-  cudaError_t ce = cudaLaunchKernel(fn, dim3(nchannels), dim3(mg::kThreads), params, 0, (cudaStream_t)stream);
-  if (ce != cudaSuccess) cudaGetLastError();
-  return (int)ce;
+  return rc(cudaLaunchKernel(fn, dim3(nchannels), dim3(mg::kThreads), params, 0, (cudaStream_t)stream));
 }
 
 // A Reduce's output off the root: none. The LL and LL128 forms run it as the Allreduce and skip
@@ -167,28 +165,33 @@ static int launch_ll(mg_team *t, const mg_call *c, const mg::KernelChoice &k, ui
 // ranks (one peer per phase) it was 0.2-0.7 us slower at 2-4 MiB messages.
 static const size_t kLL128SplitMinShardBytes = 512 * 1024;
 
-static int launch_ll128(mg_team *t, const mg_call *c, const mg::KernelChoice &k, uintptr_t stream) {
-  if (!k.ll128) return MG_ERR_UNSUPPORTED;
+// The LL128 plan, launched (launch_ll128) or run in the resident kernel (mg_collective_wait).
+static void plan_ll128(const mg_team *t, const mg_call *c, const mg::KernelChoice &k, mg::LL128Args *a) {
   const size_t es = (size_t)k.elem_size, count = c->count * (size_t)k.mult, n = (size_t)t->cfg.nranks;
-  mg::LL128Args a;
-  fill_team_args(t, c, &a);
-  a.recv = reduce_output(t, c);
-  a.root = c->root;
-  a.split_phase0 = 0;
-  a.total_bytes = count * es;
-  a.block_bytes = count * es;
+  fill_team_args(t, c, a);
+  a->recv = reduce_output(t, c);
+  a->root = c->root;
+  a->split_phase0 = 0;
+  a->total_bytes = count * es;
+  a->block_bytes = count * es;
   const bool two = c->algo == MG_ALGO_LL128_TWOSHOT;
   if (c->coll == MG_BCAST) {
-    a.mode = two ? mg::kLL128BcastScatter : mg::kLL128Bcast;
-    if (two) a.block_bytes = mg::ll128_shard_bytes(count, es, n - 1);
+    a->mode = two ? mg::kLL128BcastScatter : mg::kLL128Bcast;
+    if (two) a->block_bytes = mg::ll128_shard_bytes(count, es, n - 1);
   } else if (two) {  // Allreduce, or Reduce as it
-    a.mode = mg::kLL128AllreduceTwoShot;
-    a.block_bytes = mg::ll128_shard_bytes(count, es, n);
-    a.split_phase0 = n >= 3 && a.block_bytes >= kLL128SplitMinShardBytes;
+    a->mode = mg::kLL128AllreduceTwoShot;
+    a->block_bytes = mg::ll128_shard_bytes(count, es, n);
+    a->split_phase0 = n >= 3 && a->block_bytes >= kLL128SplitMinShardBytes;
   } else {
-    a.mode = c->coll == MG_ALLREDUCE || c->coll == MG_REDUCE ? mg::kLL128Allreduce
-             : c->coll == MG_ALLGATHER ? mg::kLL128Allgather : mg::kLL128ReduceScatter;
+    a->mode = c->coll == MG_ALLREDUCE || c->coll == MG_REDUCE ? mg::kLL128Allreduce
+              : c->coll == MG_ALLGATHER ? mg::kLL128Allgather : mg::kLL128ReduceScatter;
   }
+}
+
+static int launch_ll128(mg_team *t, const mg_call *c, const mg::KernelChoice &k, uintptr_t stream) {
+  if (!k.ll128) return MG_ERR_UNSUPPORTED;
+  mg::LL128Args a;
+  plan_ll128(t, c, k, &a);
   return launch_kernel((const void *)k.ll128, c->nchannels, &a, stream);
 }
 
@@ -228,20 +231,24 @@ static int prepare(const mg_team *t, const mg_call *call, mg_call *c) {
   return mg_select(t, c);
 }
 
+// Launches call `c`, prepared (prepare), of a team of 2+ ranks.
+static int launch_prepared(mg_team *t, const mg_call *c, uintptr_t stream) {
+  const mg::KernelChoice k = mg::kernels_for(c->coll, c->dtype, c->op);
+  if (c->algo == MG_ALGO_LL) return launch_ll(t, c, k, stream);
+  if (c->algo == MG_ALGO_LL128 || c->algo == MG_ALGO_LL128_TWOSHOT) return launch_ll128(t, c, k, stream);
+  resident_stop(t);  // host memory stores only, so also safe while the stream is captured
+  if (c->algo == MG_ALGO_RING) return launch_ring(t, c, k, stream);
+  if (!k.fn) return MG_ERR_UNSUPPORTED;
+  DirectArgs a;
+  plan(t, c, k, &a);
+  return launch_kernel((const void *)k.fn, a.nchannels, &a, stream);
+}
+
 static int launch(mg_team *t, const mg_call *call, uintptr_t stream) {
   if (t->cfg.nranks == 1) return single_rank(call, stream);
   mg_call c;
   int e = prepare(t, call, &c);
-  if (e) return e;
-  const mg::KernelChoice k = mg::kernels_for(c.coll, c.dtype, c.op);
-  if (c.algo == MG_ALGO_LL) return launch_ll(t, &c, k, stream);
-  if (c.algo == MG_ALGO_LL128 || c.algo == MG_ALGO_LL128_TWOSHOT) return launch_ll128(t, &c, k, stream);
-  resident_stop(t);  // host memory stores only, so also safe while the stream is captured
-  if (c.algo == MG_ALGO_RING) return launch_ring(t, &c, k, stream);
-  if (!k.fn) return MG_ERR_UNSUPPORTED;
-  DirectArgs a;
-  plan(t, &c, k, &a);
-  return launch_kernel((const void *)k.fn, a.nchannels, &a, stream);
+  return e ? e : launch_prepared(t, &c, stream);
 }
 
 static bool capturing(uintptr_t stream) {
@@ -253,49 +260,67 @@ static bool capturing(uintptr_t stream) {
   return cs != cudaStreamCaptureStatusNone;
 }
 
-extern "C" int mg_collective(mg_team *t, const mg_call *call, uintptr_t stream, int async) {
-  if (call->count == 0) return 0;
+// Enqueues a call on `stream` after the team's previous one; `prepared`, when not null, is the call
+// already prepared.
+static int enqueue(mg_team *t, const mg_call *call, const mg_call *prepared, uintptr_t stream, int async) {
   // A call captured into a graph runs when the graph is launched, ordered by the user's stream: no
   // event crosses the capture boundary (CUDA forbids it), and nothing is in flight now.
   const bool cap = async && capturing(stream);
   if (t->inflight && stream != t->last_stream && !cap) {
-    cudaError_t ce = cudaStreamWaitEvent((cudaStream_t)stream, t->done, 0);
-    if (ce != cudaSuccess) {
-      cudaGetLastError();
-      return (int)ce;
-    }
+    int e = rc(cudaStreamWaitEvent((cudaStream_t)stream, t->done, 0));
+    if (e) return e;
   }
-  int e = launch(t, call, stream);
+  int e = prepared ? launch_prepared(t, prepared, stream) : launch(t, call, stream);
   if (e) return e;
   t->last_stream = stream;
   t->inflight = 0;
   if (async && !cap) {
-    cudaError_t ce = cudaEventRecord(t->done, (cudaStream_t)stream);
-    if (ce != cudaSuccess) {
-      cudaGetLastError();
-      return (int)ce;
-    }
+    e = rc(cudaEventRecord(t->done, (cudaStream_t)stream));
+    if (e) return e;
     t->inflight = 1;
   }
   return 0;
 }
 
+extern "C" int mg_collective(mg_team *t, const mg_call *call, uintptr_t stream, int async) {
+  if (call->count == 0) return 0;
+  return enqueue(t, call, nullptr, stream, async);
+}
+
+// The resident kernel's form of prepared call `c`: its LL calls, and its LL128 calls of at most
+// resident_max_bytes (sizes that fit the call's 32-bit fields). False: the call is launched. Which
+// ranks run a call resident and which launch it need not agree: both run the same protocol.
+static bool resident_form(const mg_team *t, const mg_call *c, mg::ResidentCall *out) {
+  const mg::KernelChoice k = mg::kernels_for(c->coll, c->dtype, c->op);
+  if (c->algo == MG_ALGO_LL && k.ll) {
+    mg::LLArgs a;
+    plan_ll(t, c, k, &a);
+    *out = mg::resident_call_of(a, c->dtype, c->op);
+    return true;
+  }
+  if ((c->algo == MG_ALGO_LL128 || c->algo == MG_ALGO_LL128_TWOSHOT) && k.ll128) {
+    mg::LL128Args a;
+    plan_ll128(t, c, k, &a);
+    const bool blocks = a.mode == mg::kLL128ReduceScatter || a.mode == mg::kLL128Allgather;
+    const size_t bytes = a.total_bytes * (blocks ? (size_t)t->cfg.nranks : 1);
+    if (bytes > t->cfg.resident_max_bytes || bytes > 0x7fffffffu) return false;
+    *out = mg::resident_call_of(a, c->dtype, c->op);
+    return true;
+  }
+  return false;
+}
+
 extern "C" int mg_collective_wait(mg_team *t, const mg_call *call, uintptr_t stream) {
   if (call->count == 0) return 0;
-  if (t->res.box) {
-    mg_call c;
+  mg_call c;
+  const mg_call *prepared = nullptr;
+  if (t->res.box) {  // a team of 2+ ranks
     int e = prepare(t, call, &c);
     if (e) return e;
-    const mg::KernelChoice k = mg::kernels_for(c.coll, c.dtype, c.op);
-    if (c.algo == MG_ALGO_LL && k.ll && resident_ready(t, stream)) {
-      mg::LLArgs a;
-      plan_ll(t, &c, k, &a);
-      return resident_run(t, a, c.dtype, c.op);
-    }
+    prepared = &c;
+    mg::ResidentCall r;
+    if (resident_form(t, &c, &r) && resident_ready(t, stream)) return resident_run(t, r);
   }
-  int e = mg_collective(t, call, stream, 0);
-  if (e) return e;
-  cudaError_t ce = cudaStreamSynchronize((cudaStream_t)stream);
-  if (ce != cudaSuccess) cudaGetLastError();
-  return (int)ce;
+  int e = enqueue(t, call, prepared, stream, 0);
+  return e ? e : rc(cudaStreamSynchronize((cudaStream_t)stream));
 }

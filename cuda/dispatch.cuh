@@ -93,4 +93,25 @@ __host__ __device__ __forceinline__ bool visit_copy(int dtype, F &&f) {
   return false;
 }
 
+// StaticReduce (dtypes.cuh) with the pair chosen at run time, for the resident kernel: every rank's
+// 16 bytes first (an LL get waits on NVLink; a switch case must not hold that wait), then one
+// warp-uniform switch to that pair's reduce_ranks.
+struct RuntimeReduce {
+  static constexpr bool kCopies = true;
+  int dtype, op;
+  template <typename Get> __device__ __forceinline__ uint4 operator()(int n, const Get &get) const {
+    uint4 x[MG_MAX_RANKS];
+#pragma unroll
+    for (int k = 0; k < MG_MAX_RANKS; ++k) {
+      if (k >= n) break;
+      x[k] = get(k);
+    }
+    uint4 out = x[0];
+    visit_reduce(dtype, op, [&](auto t, auto o, int) {
+      out = reduce_ranks<typename decltype(t)::type, typename decltype(o)::type>(n, [&](int k) { return x[k]; });
+    });
+    return out;
+  }
+};
+
 }  // namespace mg

@@ -9,6 +9,8 @@
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include <stdint.h>
+#include <type_traits>
+#include "mpigpu_cuda.h"
 
 namespace mg {
 
@@ -54,6 +56,39 @@ struct OpCprod {
 };
 // Plain copy (Bcast, Allgather): one source, never combined.
 struct OpCopy { template <typename A> __device__ __forceinline__ static A f(A a, A) { return a; } };
+
+// 16 bytes of every rank's data (get(k): rank k's, k < n, fetched in that order) combined in rank
+// order, accumulating in AccOf<T>: the LL and LL128 protocols' reduction, whichever kernel runs it.
+template <typename T, typename Op, typename Get>
+__device__ __forceinline__ uint4 reduce_ranks(int n, const Get &get) {
+  using A = typename AccOf<T>::type;
+  constexpr int V = 16 / sizeof(T);
+  A acc[V];
+#pragma unroll
+  for (int k = 0; k < MG_MAX_RANKS; ++k) {
+    if (k >= n) break;
+    const uint4 x = get(k);
+    const T *e = reinterpret_cast<const T *>(&x);
+#pragma unroll
+    for (int i = 0; i < V; ++i) acc[i] = k == 0 ? to_acc<A, T>(e[i]) : Op::f(acc[i], to_acc<A, T>(e[i]));
+  }
+  uint4 out;
+  T *o = reinterpret_cast<T *>(&out);
+#pragma unroll
+  for (int i = 0; i < V; ++i) o[i] = from_acc<T, A>(acc[i]);
+  return out;
+}
+
+// The reduction of a call as a value the LL and LL128 bodies take: reduce_ranks<T, Op> fixed at
+// compile time in the launched kernels (one instantiation per pair; the Bcast forms only in the
+// copy's, kCopies). Nothing else in those bodies depends on the type, so the resident kernel runs
+// one body for every pair with the pair picked at run time (RuntimeReduce, dispatch.cuh).
+template <typename T, typename Op> struct StaticReduce {
+  static constexpr bool kCopies = std::is_same<Op, OpCopy>::value;
+  template <typename Get> __device__ __forceinline__ uint4 operator()(int n, const Get &get) const {
+    return reduce_ranks<T, Op>(n, get);
+  }
+};
 
 // The unit a storage type is guaranteed to be aligned to: its own size, except complex elements,
 // which C and NumPy align like one component (float _Complex: 4 bytes, double _Complex: 8), so a

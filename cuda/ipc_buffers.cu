@@ -9,15 +9,11 @@
 #include <string.h>
 
 #include "mpigpu_cuda.h"
+#include "status.cuh"
 
 namespace {
 
 typedef CUresult (*get_attributes_t)(unsigned, CUpointer_attribute *, void **, CUdeviceptr);
-
-int rc(cudaError_t e) {
-  if (e != cudaSuccess) cudaGetLastError();
-  return (int)e;
-}
 
 get_attributes_t get_attributes() {  // the driver's cuPointerGetAttributes, found once
   static get_attributes_t fn = nullptr;

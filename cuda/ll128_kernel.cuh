@@ -148,27 +148,6 @@ __device__ __forceinline__ void receive_lines(const LL128Args &a, int parity, in
   }
 }
 
-// Reduces this thread's part over all ranks in rank order: `own` for me, the received parts else.
-template <typename T, typename Op>
-__device__ __forceinline__ uint4 reduce_part(const LL128Args &a, uint4 own, const Received &r, bool flag_part) {
-  using A = typename AccOf<T>::type;
-  constexpr int V = 16 / sizeof(T);
-  A acc[V];
-#pragma unroll
-  for (int k = 0; k < MG_MAX_RANKS; ++k) {
-    if (k >= a.nranks) break;
-    uint4 x = k == a.rank ? own : payload(r.lo[k], r.hi[k], flag_part);
-    const T *e = reinterpret_cast<const T *>(&x);
-#pragma unroll
-    for (int i = 0; i < V; ++i) acc[i] = k == 0 ? to_acc<A, T>(e[i]) : Op::f(acc[i], to_acc<A, T>(e[i]));
-  }
-  uint4 out;
-  T *o = reinterpret_cast<T *>(&out);
-#pragma unroll
-  for (int i = 0; i < V; ++i) o[i] = from_acc<T, A>(acc[i]);
-  return out;
-}
-
 // Bcast, one-shot or scatter (see the forms above). Non-root k is the idx-th non-root (idx = k
 // without the root) and owns shard idx: bytes [idx * B, min((idx + 1) * B, total)).
 __device__ __forceinline__ void ll128_bcast(const LL128Args &a, int parity, uint64_t flag, size_t warp, size_t nwarps) {
@@ -237,25 +216,28 @@ __device__ __forceinline__ void ll128_bcast(const LL128Args &a, int parity, uint
   }
 }
 
-template <typename T, typename Op>
-__global__ void __launch_bounds__(kThreads, 1) ll128_kernel(const __grid_constant__ LL128Args a) {
+__host__ __device__ inline bool ll128_is_bcast(int mode) { return mode == kLL128Bcast || mode == kLL128BcastScatter; }
+
+// One call's lines, by every thread of the grid: warp w of the grid takes lines 4w, 4w + 4 nwarps,
+// ... of each phase, so any grid runs the same protocol, and a rank whose call ran in the launched
+// kernel below meets one whose call ran in the resident kernel (resident_kernel.cuh). The caller
+// has begun sequence number seq and passed ll_reuse_guard; it publishes seq after. `reduce`
+// combines the ranks' parts of a line (StaticReduce, dtypes.cuh).
+template <typename Reduce>
+__device__ __forceinline__ void ll128_exchange(const LL128Args &a, uint32_t seq, const Reduce &reduce) {
   const int me = a.rank, n = a.nranks, lane = threadIdx.x & 31, part = lane & 7;
   const bool flag_part = part == 7;
   const int len = flag_part ? 8 : 16;  // payload bytes of this thread's part
   const size_t warp = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
   const size_t nwarps = ((size_t)gridDim.x * blockDim.x) >> 5;
   const uint32_t all = (1u << n) - 1u, peers = all & ~(1u << me);
-  TeamState *state = team_state(a.ws[me]);
-  const uint32_t seq = ll_sequence_begin(state);
   const uint64_t flag = (uint64_t)seq | (1ull << 32);  // never 0, the value of a fresh workspace
   const int parity = (int)(seq & 1u);
-  ll_reuse_guard(state, me, n, seq, a.timeout_ns);
-  if (a.mode == kLL128Bcast || a.mode == kLL128BcastScatter) {
-    if constexpr (std::is_same<Op, OpCopy>::value) {
+  if (ll128_is_bcast(a.mode)) {
+    if constexpr (Reduce::kCopies) {
       ll_announce_start(a.ws, me, n, seq);
       ll128_bcast(a, parity, flag, warp, nwarps);
     }
-    ll_sequence_publish(state, seq, true);
     return;
   }
 
@@ -323,7 +305,7 @@ __global__ void __launch_bounds__(kThreads, 1) ll128_kernel(const __grid_constan
     const uint4 own = read_part(a.send + (scatter ? (size_t)me * B : 0), off, len, valid ? mine_len : 0);
     receive_lines(a, parity, 0, line, valid ? peers : 0u, flag_part, flag, part, r);
     if (!valid) continue;
-    uint4 v = reduce_part<T, Op>(a, own, r, flag_part);
+    const uint4 v = reduce(n, [&](int k) { return k == me ? own : payload(r.lo[k], r.hi[k], flag_part); });
     if (a.recv) write_part(a.recv + (two ? (size_t)me * B : 0), off, len, mine_len, v);
     if (two) {  // my reduced shard to every peer (phase 1)
       const size_t at = a.layout.ll128_off(parity, 1, me) + line * kLineBytes + (size_t)part * 16;
@@ -349,8 +331,15 @@ __global__ void __launch_bounds__(kThreads, 1) ll128_kernel(const __grid_constan
           write_part(a.recv + (size_t)k * B, off, len, block_len(k), payload(r.lo[k], r.hi[k], flag_part));
     }
   }
+}
 
-  ll_sequence_publish(state, seq);
+template <typename T, typename Op>
+__global__ void __launch_bounds__(kThreads, 1) ll128_kernel(const __grid_constant__ LL128Args a) {
+  TeamState *state = team_state(a.ws[a.rank]);
+  const uint32_t seq = ll_sequence_begin(state);
+  ll_reuse_guard(state, a.rank, a.nranks, seq, a.timeout_ns);
+  ll128_exchange(a, seq, StaticReduce<T, Op>{});
+  ll_sequence_publish(state, seq, ll128_is_bcast(a.mode));
 }
 
 }  // namespace mg

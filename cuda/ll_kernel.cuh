@@ -73,10 +73,10 @@ __device__ __forceinline__ uint4 ll_load(const char *src, uint32_t f, uint64_t t
 // One call's exchange, by thread `gid` of `gstride` threads: every thread takes 16-byte vectors
 // gid, gid + gstride, ... of the piece, so any grid runs the same protocol, and a rank whose call ran
 // in the launched kernel below meets one whose call ran in the resident kernel (resident_kernel.cuh).
-template <typename T, typename Op>
-__device__ __forceinline__ void ll_exchange(const LLArgs &a, uint32_t seq, size_t gid, size_t gstride) {
-  using A = typename AccOf<T>::type;
-  constexpr int V = 16 / sizeof(T);
+// `reduce` combines the ranks' vectors (StaticReduce, dtypes.cuh).
+template <typename Reduce>
+__device__ __forceinline__ void ll_exchange(const LLArgs &a, uint32_t seq, size_t gid, size_t gstride,
+                                            const Reduce &reduce) {
   const int me = a.rank, n = a.nranks;
   const size_t nb = a.piece_bytes, nvec = (nb + 15) / 16;
   char *mine = a.ws[me];
@@ -97,24 +97,11 @@ __device__ __forceinline__ void ll_exchange(const LLArgs &a, uint32_t seq, size_
       }
       continue;
     }
-    // Reduce in rank order, accumulating in A.
-    A acc[V];
-    for (int k = 0; k < n; ++k) {
-      uint4 x = k == me ? load_piece16(a.send + (a.mode == kLLReduceScatter ? (size_t)me * nb : 0), off, nb)
-                        : ll_load(mine + a.layout.ll_off(parity, k) + v * 32, seq, a.timeout_ns);
-      const T *e = reinterpret_cast<const T *>(&x);
-      if (k == 0) {
-#pragma unroll
-        for (int i = 0; i < V; ++i) acc[i] = to_acc<A, T>(e[i]);
-      } else {
-#pragma unroll
-        for (int i = 0; i < V; ++i) acc[i] = Op::f(acc[i], to_acc<A, T>(e[i]));
-      }
-    }
-    uint4 out;
-    T *o = reinterpret_cast<T *>(&out);
-#pragma unroll
-    for (int i = 0; i < V; ++i) o[i] = from_acc<T, A>(acc[i]);
+    // The reduction in rank order, of my vector and each peer's as it arrives.
+    const uint4 out = reduce(n, [&](int k) {
+      return k == me ? load_piece16(a.send + (a.mode == kLLReduceScatter ? (size_t)me * nb : 0), off, nb)
+                     : ll_load(mine + a.layout.ll_off(parity, k) + v * 32, seq, a.timeout_ns);
+    });
     if (a.recv) store_piece16(a.recv, off, nb, out);  // null: a Reduce off its root
   }
 }
@@ -124,7 +111,8 @@ __global__ void __launch_bounds__(kThreads, 1) ll_kernel(const __grid_constant__
   TeamState *state = team_state(a.ws[a.rank]);
   const uint32_t seq = ll_sequence_begin(state);
   ll_reuse_guard(state, a.rank, a.nranks, seq, a.timeout_ns);
-  ll_exchange<T, Op>(a, seq, (size_t)blockIdx.x * blockDim.x + threadIdx.x, (size_t)gridDim.x * blockDim.x);
+  ll_exchange(a, seq, (size_t)blockIdx.x * blockDim.x + threadIdx.x, (size_t)gridDim.x * blockDim.x,
+              StaticReduce<T, Op>{});
   ll_sequence_publish(state, seq);
 }
 

@@ -94,8 +94,10 @@ typedef struct mg_team_config {
   int split_steps;     /* direct kernel: from this many steps per channel, stages on separate warps (0: never) */
   size_t ll128_bytes;  /* largest per-peer piece of the 128-byte-line protocol (sizes its areas; 0: no LL128) */
   double timeout_s;    /* a kernel waiting longer than this on a peer traps */
-  double resident_us;  /* blocking LL calls run in a kernel that stays running this long after each call
-                          (resident_kernel.cuh); 0: every call is launched */
+  double resident_us;  /* blocking LL and LL128 calls run in a kernel that stays running this long after
+                          each call (resident_kernel.cuh); 0: every call is launched */
+  int resident_blocks;       /* that kernel's blocks (1 .. MG_MAX_CHANNELS) */
+  size_t resident_max_bytes; /* largest LL128 message it runs (LL calls: all); 0: LL calls only */
 } mg_team_config;
 
 int mg_team_create(const mg_team_config *cfg, mg_team **team);
@@ -131,8 +133,9 @@ int mg_select(const mg_team *team, mg_call *call);
  * non-blocking, persistent), so a later call on another stream is ordered after this one. */
 int mg_collective(mg_team *team, const mg_call *call, uintptr_t stream, int async);
 /* A blocking call: returns once the output holds the result, ordered after the work queued on stream
- * before it. A small call (the LL protocol) with nothing queued runs in the team's resident kernel,
- * with no launch; any other is enqueued on stream as by mg_collective and the stream synchronized. */
+ * before it. An LL call, or an LL128 call of at most resident_max_bytes, with nothing queued runs in
+ * the team's resident kernel, with no launch; any other is enqueued on stream as by mg_collective and
+ * the stream synchronized. */
 int mg_collective_wait(mg_team *team, const mg_call *call, uintptr_t stream);
 
 /* ---- user buffers over CUDA IPC, for point-to-point (ipc_buffers.cu) ---- */

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 #include <string.h>
 #include "team.cuh"
+#include "status.cuh"
 #include "resident_kernel.cuh"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -14,11 +15,6 @@ static inline void cpu_relax() { asm volatile("yield" ::: "memory"); }
 #else
 static inline void cpu_relax() {}
 #endif
-
-static int rc(cudaError_t e) {
-  if (e != cudaSuccess) cudaGetLastError();
-  return (int)e;
-}
 
 template <typename U> static inline U load(const U *p) { return *(const volatile U *)p; }
 
@@ -62,8 +58,8 @@ static int launch_instance(mg_team *t) {
   a.epoch = ++r.epoch;
   a.linger_ns = r.linger_ns;
   void *params[] = {&a};
-  int e = rc(cudaLaunchKernel((const void *)mg::resident_kernel, dim3(mg::kResidentBlocks), dim3(mg::kThreads), params, 0,
-                              r.stream));
+  int e = rc(cudaLaunchKernel((const void *)mg::resident_kernel, dim3(t->cfg.resident_blocks), dim3(mg::kThreads),
+                              params, 0, r.stream));
   if (e) return e;
   r.running = 1;
   ++r.launches;
@@ -92,20 +88,12 @@ int resident_ready(mg_team *t, uintptr_t stream) {
   return 1;
 }
 
-int resident_run(mg_team *t, const mg::LLArgs &a, int dtype, int op) {
+int resident_run(mg_team *t, const mg::ResidentCall &c) {
   mg_resident &r = t->res;
   int e;
   if (r.running && load(&r.box->exited) == r.epoch && (e = collect_instance(t))) return e;
   if (!r.running && (e = launch_instance(t))) return e;
   const uint32_t call = r.call + 1;
-  mg::ResidentCall c;
-  c.kind = mg::kResidentRun;
-  c.mode = (uint32_t)a.mode;
-  c.dtype = (uint32_t)dtype;
-  c.op = (uint32_t)op;
-  c.send = (uint64_t)(uintptr_t)a.send;
-  c.recv = (uint64_t)(uintptr_t)a.recv;
-  c.piece_bytes = (uint32_t)a.piece_bytes;
   ring(r.box, call, c);
   for (unsigned spins = 1;; ++spins) {
     if (load(&r.box->done) == call) break;
@@ -137,8 +125,7 @@ int resident_stop(mg_team *t) {
   if (load(&r.box->exited) != r.epoch) {
     // The exit takes a call number of its own: an instance that misses it (it idles out first) can
     // never take the next call for it.
-    mg::ResidentCall c;
-    memset(&c, 0, sizeof(c));
+    mg::ResidentCall c{};
     c.kind = mg::kResidentExit;
     ring(r.box, ++r.call, c);
   }

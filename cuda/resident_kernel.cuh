@@ -1,14 +1,15 @@
 // resident_kernel.cuh: a kernel that stays running between blocking calls and takes each one from a
-// mailbox in host memory, so a small blocking collective costs no launch and no stream
-// synchronization.
+// mailbox in host memory, so a blocking collective in the LL or LL128 protocol costs no launch and no
+// stream synchronization.
 //
 // Why: a blocking call of a launched kernel costs its launch, the GPU starting it and the host
 // waiting for its end: 8.3-9.7 us for an empty kernel on the 4x H200 host (benchmarks/launch_floor.cu),
 // against 3.5-3.6 us for the same round trip through mapped host memory to a kernel already running.
-// Small messages are all latency, so the blocking LL calls (Allreduce, Reduce, Reduce_scatter_block
-// and Allgather with pieces up to 64 KiB) run here whenever the caller's stream has nothing queued
-// (resident.cu decides; a call with work queued before it launches as usual, in stream order; the
-// check, cudaStreamQuery, costs 1.3 us).
+// Small and medium messages are mostly that latency, so the blocking LL calls (Allreduce, Reduce,
+// Reduce_scatter_block and Allgather with pieces up to 64 KiB) and LL128 calls (those and Bcast, up
+// to MPIGPU_RESIDENT_MAX_BYTES) run here whenever the caller's stream has nothing queued
+// (collectives.cu and resident.cu decide; a call with work queued before it launches as usual, in
+// stream order; the check, cudaStreamQuery, costs 1.3 us).
 //
 // Protocol, host to kernel. The host writes a call into ResidentBox::call as kCallWords 64-bit words,
 // each 32 bits of the call and the call's number (1, 2, ... per team), as the LL protocol pairs data
@@ -19,8 +20,9 @@
 // format with the number doubled and the instance's parity added, so a word left by the previous
 // instance never matches.
 //
-// Kernel to host. Every block runs the call's LL exchange (ll_kernel.cuh: any grid runs the same
-// protocol, so a peer whose call was launched meets this one) and the last block out writes the
+// Kernel to host. Every block runs the call's LL or LL128 exchange (ll_kernel.cuh, ll128_kernel.cuh:
+// any grid runs the same protocol, so a peer whose call was launched, on another grid, meets this
+// one; the instance's grid is MPIGPU_RESIDENT_BLOCKS blocks) and the last block out writes the
 // call's number into ResidentBox::done after a system-scope fence. The host spins on it. The next
 // call's words are written only after that, when no block still reads the current ones.
 //
@@ -32,54 +34,9 @@
 // instance before the team launches a direct or ring kernel (resident_stop) and at team release.
 #pragma once
 #include "dispatch.cuh"
-#include "ll_kernel.cuh"
+#include "resident_call.cuh"
 
 namespace mg {
-
-constexpr int kResidentBlocks = 16;  // 16 x kThreads threads: one pass over a 64 KiB piece (LL's largest)
-constexpr int kCallWords = 6;
-
-enum ResidentKind : uint32_t { kResidentRun = 0, kResidentExit = 1 };
-
-// Pinned host memory mapped into the device; the host writes `call`, the kernel `done` and `exited`
-// (on another 64-byte line, so the host's stores and the kernel's do not share one).
-struct ResidentBox {
-  uint64_t call[8];
-  alignas(64) uint32_t done;  // number of the last call completed
-  uint32_t exited;            // epoch of the last instance that returned
-};
-
-// One call: an LL call's own fields and its (dtype, op), which pick the body (dispatch.cuh).
-struct ResidentCall {
-  uint32_t kind, mode, dtype, op;
-  uint64_t send, recv;
-  uint32_t piece_bytes;  // at most MG_LL_MAX_BYTES
-};
-
-// Word i of a call's payload: kind | mode << 8 | dtype << 16 | op << 24, send, recv (two words
-// each, low half first), piece bytes.
-__host__ __device__ inline uint32_t call_word(const ResidentCall &c, int i) {
-  switch (i) {
-    case 0: return c.kind | c.mode << 8 | c.dtype << 16 | c.op << 24;
-    case 1: return (uint32_t)c.send;
-    case 2: return (uint32_t)(c.send >> 32);
-    case 3: return (uint32_t)c.recv;
-    case 4: return (uint32_t)(c.recv >> 32);
-    default: return c.piece_bytes;
-  }
-}
-
-__device__ inline ResidentCall read_call(const uint32_t *w) {
-  ResidentCall c;
-  c.kind = w[0] & 0xffu;
-  c.mode = (w[0] >> 8) & 0xffu;
-  c.dtype = (w[0] >> 16) & 0xffu;
-  c.op = w[0] >> 24;
-  c.send = (uint64_t)w[2] << 32 | w[1];
-  c.recv = (uint64_t)w[4] << 32 | w[3];
-  c.piece_bytes = w[5];
-  return c;
-}
 
 struct ResidentArgs {
   LLArgs team;        // the team's fields (workspaces, layout, rank, timeout); a call brings the rest
@@ -99,8 +56,8 @@ __device__ __forceinline__ uint32_t relay_flag(uint32_t call, uint32_t epoch) { 
 
 // Warp 0 of every block: this block's copy of call `call` into w (kCallWords words). The first block
 // polls the mailbox and relays, or after linger_ns with no call makes the call an exit; the others
-// poll the relay. Returns true when this is the first block and it chose to exit.
-__device__ __forceinline__ bool fetch_call(const ResidentArgs &r, TeamState *state, uint32_t call, uint32_t *w) {
+// poll the relay.
+__device__ __forceinline__ void fetch_call(const ResidentArgs &r, TeamState *state, uint32_t call, uint32_t *w) {
   const int lane = threadIdx.x;
   const bool mine = lane < kCallWords;
   uint64_t v = 0;
@@ -111,7 +68,7 @@ __device__ __forceinline__ bool fetch_call(const ResidentArgs &r, TeamState *sta
       if (__all_sync(0xffffffffu, !mine || (uint32_t)(v >> 32) == want)) break;
     }
     if (mine) w[lane] = (uint32_t)v;
-    return false;
+    return;
   }
   bool idle_out = false;
   uint64_t since = 0;
@@ -131,13 +88,16 @@ __device__ __forceinline__ bool fetch_call(const ResidentArgs &r, TeamState *sta
     *(volatile uint64_t *)&state->resident_call[lane] = (uint64_t)relay_flag(call, r.epoch) << 32 | word;
     w[lane] = word;
   }
-  return idle_out;
 }
 
+// One block per SM: with both protocols' bodies this kernel takes every register an SM gives a
+// block (255 a thread, some spilled to L1; the launched LL and LL128 kernels take 48-124, so two of
+// their blocks fit on each SM the instance leaves free).
 __global__ void __launch_bounds__(kThreads, 1) resident_kernel(const __grid_constant__ ResidentArgs r) {
   TeamState *state = team_state(r.team.ws[r.team.rank]);
   __shared__ uint32_t words[kCallWords];
-  __shared__ LLArgs a;  // the call's arguments, indexed by peer: kept out of local memory
+  // The call's arguments, indexed by peer: kept out of local memory.
+  __shared__ union { LLArgs ll; LL128Args ll128; } a;
   const size_t gid = (size_t)blockIdx.x * blockDim.x + threadIdx.x, gstride = (size_t)gridDim.x * blockDim.x;
   for (uint32_t call = r.start + 1;; ++call) {
     if (threadIdx.x < 32) fetch_call(r, state, call, words);
@@ -150,23 +110,38 @@ __global__ void __launch_bounds__(kThreads, 1) resident_kernel(const __grid_cons
       }
       return;
     }
+    const bool ll = c.kind == kResidentLL;
     if (threadIdx.x == 0) {
-      a = r.team;
-      a.send = (const char *)c.send;
-      a.recv = (char *)c.recv;
-      a.mode = (int)c.mode;
-      a.piece_bytes = c.piece_bytes;
+      if (ll) {
+        a.ll = r.team;
+        a.ll.send = (const char *)c.send;
+        a.ll.recv = (char *)c.recv;
+        a.ll.mode = (int)c.mode;
+        a.ll.piece_bytes = c.bytes;
+      } else {
+        LL128Args &b = a.ll128;
+        for (int k = 0; k < MG_MAX_RANKS; ++k) b.ws[k] = r.team.ws[k];
+        b.send = (const char *)c.send;
+        b.recv = (char *)c.recv;
+        b.layout = r.team.layout;
+        b.rank = r.team.rank;
+        b.nranks = r.team.nranks;
+        b.mode = (int)c.mode;
+        b.root = (int)c.root;
+        b.block_bytes = c.bytes;
+        b.total_bytes = c.total;
+        b.timeout_ns = r.team.timeout_ns;
+        b.split_phase0 = (int)c.split;
+      }
     }
     __syncthreads();
     const uint32_t seq = ll_sequence_begin(state);
-    ll_reuse_guard(state, a.rank, a.nranks, seq, a.timeout_ns);
-    auto exchange = [&](auto t, auto o, int) {
-      ll_exchange<typename decltype(t)::type, typename decltype(o)::type>(a, seq, gid, gstride);
-    };
-    if (c.mode == kLLAllgather) visit_copy((int)c.dtype, exchange);
-    else visit_reduce((int)c.dtype, (int)c.op, exchange);
+    ll_reuse_guard(state, r.team.rank, r.team.nranks, seq, r.team.timeout_ns);
+    const RuntimeReduce reduce{(int)c.dtype, (int)c.op};  // unused by the copies
+    if (ll) ll_exchange(a.ll, seq, gid, gstride, reduce);
+    else ll128_exchange(a.ll128, seq, reduce);
     // Its first __syncthreads also keeps `words` and `a` from being rewritten while a thread reads them.
-    ll_sequence_publish(state, seq, false, &r.box->done, call);
+    ll_sequence_publish(state, seq, !ll && ll128_is_bcast((int)c.mode), &r.box->done, call);
   }
 }
 

@@ -2,11 +2,7 @@
 // statically and finds the driver at run time, so importing mpigpu works on a machine without one).
 #include <cuda_runtime.h>
 #include "mpigpu_cuda.h"
-
-static int rc(cudaError_t e) {
-  if (e != cudaSuccess) cudaGetLastError();  // clear non-sticky errors so later calls are unaffected
-  return (int)e;
-}
+#include "status.cuh"
 
 extern "C" {
 

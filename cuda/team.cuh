@@ -6,7 +6,7 @@
 
 static inline size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
 
-namespace mg { struct ResidentBox; struct LLArgs; }
+namespace mg { struct ResidentBox; struct ResidentCall; }
 
 // The host side of a team's resident kernel (resident.cu, resident_kernel.cuh).
 struct mg_resident {
@@ -43,11 +43,11 @@ int resident_close(mg_team *t);  // stops a running instance; with the team's de
 // a whole SM each (221 registers per thread): a resident block on an SM would keep one of their
 // blocks from starting until another ends.
 int resident_stop(mg_team *t);
-// 1 when a blocking LL call may run in the resident kernel now: the team has one and nothing is
+// 1 when a blocking call may run in the resident kernel now: the team has one and nothing is
 // queued before the call (no call of this team in flight, the caller's stream idle).
 int resident_ready(mg_team *t, uintptr_t stream);
-// Runs the LL call `a` (a launch_ll plan) of (dtype, op) in the resident kernel; returns when done.
-int resident_run(mg_team *t, const mg::LLArgs &a, int dtype, int op);
+// Runs call `c` (an LL or LL128 plan, resident_call_of) in the resident kernel; returns when done.
+int resident_run(mg_team *t, const mg::ResidentCall &c);
 
 // Runs `body` with cfg.device current, restoring the caller's device after (the user's framework
 // owns the current device; we never leave it changed).

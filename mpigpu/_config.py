@@ -59,6 +59,9 @@ class Config:
         self.ll128_bytes = _int('MPIGPU_LL128_BYTES', 2 << 20, 0, 1 << 30)
         # Blocking small calls: how long the resident kernel waits for the next call (0: launch each).
         self.resident_us = _float('MPIGPU_RESIDENT_US', 100.0, 0.0, 1e6)
+        # Its blocks, and the largest LL128 message it runs (LL calls run there at any size; 0: LL only).
+        self.resident_blocks = _int('MPIGPU_RESIDENT_BLOCKS', 64, 1, 128)
+        self.resident_max_bytes = _int('MPIGPU_RESIDENT_MAX_BYTES', 2 << 20, 0, 1 << 31)
         # Staged path: chunk of the host pipeline.
         self.stage_chunk_bytes = _int('MPIGPU_STAGE_CHUNK_BYTES', 4 << 20, 4096, 1 << 30)
         # Point-to-point: messages from this size up go GPU to GPU over the peer mappings.

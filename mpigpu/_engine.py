@@ -133,7 +133,8 @@ class GpuState:
             try:
                 team = _with_device(self.device, _device.Team, self.rank, n, self.device, config.chunk_bytes,
                                     config.nslots, config.max_channels, config.timeout_s, config.split_steps,
-                                    config.ll128_bytes, config.resident_us)
+                                    config.ll128_bytes, config.resident_us, config.resident_blocks,
+                                    config.resident_max_bytes)
                 handle = team.export_handle()
             except _device.DeviceError as exc:
                 handle, reason = None, f'rank {self.rank}: workspace setup failed: {exc}'

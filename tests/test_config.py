@@ -6,12 +6,13 @@ from mpigpu import _config
 
 def test_defaults(monkeypatch):
     for k in ('MPIGPU_ALGO', 'MPIGPU_CHUNK_BYTES', 'MPIGPU_TIMEOUT_S', 'MPIGPU_MPI_CUDA_AWARE', 'MPIGPU_P2P_IPC_BYTES',
-              'MPIGPU_SPLIT_STEPS', 'MPIGPU_LL128_BYTES', 'MPIGPU_RESIDENT_US'):
+              'MPIGPU_SPLIT_STEPS', 'MPIGPU_LL128_BYTES', 'MPIGPU_RESIDENT_US', 'MPIGPU_RESIDENT_BLOCKS',
+              'MPIGPU_RESIDENT_MAX_BYTES'):
         monkeypatch.delenv(k, raising=False)
     c = _config.Config()
     assert c.algo == 'auto' and c.chunk_bytes == 32768 and c.nslots == 8 and c.max_channels == 128 and c.timeout_s == 600.0 and c.mpi_cuda_aware == 'auto'
     assert c.p2p_ipc_bytes == 65536 and c.split_steps == 4 and c.ll128_bytes == 2 << 20
-    assert c.resident_us == 100.0
+    assert c.resident_us == 100.0 and c.resident_blocks == 64 and c.resident_max_bytes == 2 << 20
 
 
 @pytest.mark.parametrize('name,value,match', [
@@ -21,6 +22,8 @@ def test_defaults(monkeypatch):
     ('MPIGPU_P2P_IPC_BYTES', '64', 'MPIGPU_P2P_IPC_BYTES'), ('MPIGPU_SPLIT_STEPS', '-1', 'MPIGPU_SPLIT_STEPS'),
     ('MPIGPU_LL128_BYTES', str((1 << 30) + 1), 'MPIGPU_LL128_BYTES'),
     ('MPIGPU_RESIDENT_US', '-5', 'MPIGPU_RESIDENT_US'), ('MPIGPU_RESIDENT_US', 'soon', 'MPIGPU_RESIDENT_US'),
+    ('MPIGPU_RESIDENT_BLOCKS', '0', 'MPIGPU_RESIDENT_BLOCKS'), ('MPIGPU_RESIDENT_BLOCKS', '129', 'MPIGPU_RESIDENT_BLOCKS'),
+    ('MPIGPU_RESIDENT_MAX_BYTES', str((1 << 31) + 1), 'MPIGPU_RESIDENT_MAX_BYTES'),
 ])
 def test_bad_values_name_the_variable(monkeypatch, name, value, match):
     monkeypatch.setenv(name, value)
@@ -62,3 +65,10 @@ def test_resident_us(monkeypatch):
     assert _config.Config().resident_us == 0.0
     monkeypatch.setenv('MPIGPU_RESIDENT_US', '2500.5')
     assert _config.Config().resident_us == 2500.5
+
+
+def test_resident_blocks_and_bytes(monkeypatch):
+    monkeypatch.setenv('MPIGPU_RESIDENT_BLOCKS', '64')
+    monkeypatch.setenv('MPIGPU_RESIDENT_MAX_BYTES', '0')
+    c = _config.Config()
+    assert c.resident_blocks == 64 and c.resident_max_bytes == 0

@@ -57,6 +57,8 @@ cdef extern from "mpigpu_cuda.h" nogil:
         size_t ll128_bytes
         double timeout_s
         double resident_us
+        int resident_blocks
+        size_t resident_max_bytes
     int mg_team_create(const mg_team_config *cfg, mg_team **team)
     int mg_team_export(mg_team *team, void *handle)
     int mg_team_open_peer(mg_team *team, int peer, const void *handle)
@@ -273,7 +275,7 @@ cdef class Team:
 
     def __cinit__(self, int rank, int nranks, int device, size_t slot_bytes, int nslots,
                   int max_channels, double timeout_s, int split_steps, size_t ll128_bytes,
-                  double resident_us):
+                  double resident_us, int resident_blocks, size_t resident_max_bytes):
         cdef mg_team_config cfg
         cfg.rank = rank
         cfg.nranks = nranks
@@ -285,6 +287,8 @@ cdef class Team:
         cfg.split_steps = split_steps
         cfg.ll128_bytes = ll128_bytes
         cfg.resident_us = resident_us
+        cfg.resident_blocks = resident_blocks
+        cfg.resident_max_bytes = resident_max_bytes
         self.t = NULL
         check(mg_team_create(&cfg, &self.t), 'workspace allocation')
         self.rank, self.nranks, self.device = rank, nranks, device
@@ -343,7 +347,8 @@ cdef class Team:
     cpdef run(self, int coll, int algo, int dtype, int op, uintptr_t send, uintptr_t recv, size_t count,
               int root, int nchannels, uintptr_t stream, bint sync, size_t chunk=0):
         """Enqueues one collective on `stream`; with `sync`, returns with its result (GIL released;
-        a small call with nothing queued on `stream` runs in the resident kernel instead). Without,
+        an LL call, or an LL128 call up to MPIGPU_RESIDENT_MAX_BYTES, with nothing queued on `stream` runs
+        in the resident kernel instead). Without,
         the call may still run when the next is enqueued: a next call on another stream waits for it.
         `nchannels` and `chunk` (direct and ring kernel step bytes) of 0 let the cost model choose."""
         cdef mg_call c

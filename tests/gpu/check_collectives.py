@@ -33,6 +33,7 @@ import wide_steps  # noqa: E402 (this directory, beside the script)
 
 QUICK = '--quick' in sys.argv
 SPLIT_STEPS = mpigpu.config.split_steps
+RESIDENT_US = mpigpu.config.resident_us
 faulthandler.enable()
 world = mpigpu.COMM_WORLD
 RANK, SIZE = world.Get_rank(), world.Get_size()
@@ -514,6 +515,7 @@ def resident_kernel(world):
     calls1, launches1 = resident_stats(comm)
     record('resident path ran the LL calls', calls1 - calls0 >= 64, f'{calls1 - calls0} resident calls')
     record('resident instance stayed up', launches1 - launches0 <= 2, f'{launches1 - launches0} launches')
+    resident_ll128(comm)
     # work queued on half the ranks' streams: those launch (after it), the others run resident
     for k in range(4):
         busy = (r + k) % 2 == 0
@@ -576,6 +578,97 @@ def resident_kernel(world):
     mpigpu.config.resident_us = default
     if r == 0:
         print('world resident kernel (calls, launches):', resident_stats(world), flush=True)
+
+
+def resident_ll128(comm):
+    """Blocking LL128 calls in the resident kernel, whose grid (MPIGPU_RESIDENT_BLOCKS) is not the
+    launched kernel's: every (dtype, op) pair and every form (one-shot, two-shot with phase 0 split,
+    Reduce_scatter_block, Allgather, Bcast one-shot and scatter), ranks whose call is launched meeting
+    ranks whose call runs resident, and calls past MPIGPU_RESIDENT_MAX_BYTES, which launch."""
+    n, r = comm.Get_size(), comm.Get_rank()
+    total = n * (n + 1) // 2
+    calls0 = resident_stats(comm)[0]
+    cases = 0
+    for algo in ('ll128', 'll128-twoshot'):
+        mpigpu.config.algo = algo  # a form that does not apply (2 ranks, RS/AG two-shot) falls back
+        for dtype, ops in OPS_FOR.items():
+            if dtype in ('complex128',):
+                continue  # 16-byte elements: no LL128 form
+            for op in ops:
+                run_case(comm, 'Allreduce', dtype, op, 1003, inplace=op == ops[0])
+                run_case(comm, 'Reduce', dtype, op, 1001, root=n - 1, offset=3)
+                if algo == 'll128':
+                    run_case(comm, 'Reduce_scatter_block', dtype, op, 333, inplace=op == ops[-1])
+                cases += 3
+            run_case(comm, 'Allgather', dtype, 'SUM', 1007, inplace=dtype == 'int16', offset=3)
+            run_case(comm, 'Bcast', dtype, 'SUM', 2003, root=n - 1)
+    mpigpu.config.algo = 'auto'
+    # the default forms by size: one-shot, two-shot with phase 0 split (2 MiB shards on 4 ranks),
+    # blocks, Bcast one-shot and scatter; every root
+    for count in ((96 << 10) // 4 + 1, (1 << 20) // 4 + 5, (8 << 20) // 4 - 3):
+        run_case(comm, 'Allreduce', 'float32', 'SUM', count)
+        run_case(comm, 'Allreduce', 'float16', 'SUM', count, inplace=True)
+        run_case(comm, 'Reduce_scatter_block', 'float32', 'SUM', count // n)
+        run_case(comm, 'Allgather', 'float16', 'SUM', count // n, offset=3)
+        for root in range(n):
+            run_case(comm, 'Bcast', 'float32', 'SUM', count, root=root)
+            run_case(comm, 'Reduce', 'float32', 'SUM', count // 2, root=root)
+    calls1 = resident_stats(comm)[0]
+    # run_case's poisoning fill may still run on the stream at the call, which then launches
+    record('resident path ran the LL128 calls', calls1 - calls0 >= cases // 2,
+           f'{calls1 - calls0} resident calls, {cases} cases')
+    # half the ranks launch (work queued first), the others run resident, every form by size
+    line_forms = (ALGO['ll'], ALGO['ll128'], ALGO['ll128-twoshot'])
+    for k, count in enumerate(((128 << 10) // 4 + 1, (2 << 20) // 4 + 7, (6 << 20) // 4 + 3) * 2):
+        busy = (r + k) % 2 == 0
+        for coll in ('Allreduce', 'Reduce_scatter_block', 'Allgather', 'Bcast'):
+            m = count // n if coll in ('Reduce_scatter_block', 'Allgather') else count
+            # idle ranks run the LL and LL128 forms resident up to MPIGPU_RESIDENT_MAX_BYTES (6 MiB on
+            # 2 ranks: the direct kernel)
+            message = m * 4 * (n if coll in ('Reduce_scatter_block', 'Allgather') else 1)
+            resident = (not busy and chosen_algo(comm, coll.lower(), m, 'auto') in line_forms
+                        and message <= mpigpu.config.resident_max_bytes)
+            if busy:
+                spin_stream(300)
+            a = cp.full(m * (n if coll == 'Reduce_scatter_block' else 1), r + 1, cp.float32)
+            b = cp.full(m * (n if coll == 'Allgather' else 1), -1, cp.float32)
+            if not busy:
+                cp.cuda.get_current_stream().synchronize()
+            before = resident_stats(comm)[0]
+            if coll == 'Allreduce':
+                comm.Allreduce(a, b)
+                want = cp.full(m, total, cp.float32)
+            elif coll == 'Reduce_scatter_block':
+                comm.Reduce_scatter_block(a, b)
+                want = cp.full(m, total, cp.float32)
+            elif coll == 'Allgather':
+                comm.Allgather(a, b)
+                want = cp.repeat(cp.arange(1, n + 1, dtype=cp.float32), m)
+            else:
+                root = k % n
+                b = a if r == root else b
+                comm.Bcast(b, root=root)
+                want = cp.full(m, root + 1, cp.float32)
+            ran = resident_stats(comm)[0] - before
+            record(f'resident/launched LL128 mix {coll} count={m}', bool(cp.array_equal(b, want)), 'wrong result')
+            record(f'resident/launched LL128 mix {coll} count={m} path', ran == int(resident),
+                   f'busy={busy} resident calls {ran}, want {int(resident)}')
+    # a limit of 256 KiB: a 1 MiB call launches, a 256 KiB one runs resident (2 MiB by default)
+    default = mpigpu.config.resident_max_bytes
+    mpigpu.config.resident_max_bytes = 256 << 10
+    small = comm.Dup()
+    small.Allreduce(cp.ones(4, cp.float32), cp.empty(4, cp.float32))
+    for nbytes, resident in ((256 << 10, 1), (1 << 20, 0)):
+        a = cp.full(nbytes // 4, r + 1, cp.float32)
+        b = cp.empty_like(a)
+        cp.cuda.get_current_stream().synchronize()
+        before = resident_stats(small)[0]
+        small.Allreduce(a, b)
+        ran = resident_stats(small)[0] - before
+        record(f'resident max bytes {nbytes}', bool((b == total).all()) and ran == resident,
+               f'resident calls {ran}, want {resident}')
+    small.Free()
+    mpigpu.config.resident_max_bytes = default
 
 
 def chosen(comm, coll, count, algo, nchannels=0, dtype='float32'):
@@ -745,10 +838,13 @@ def main():
     section('sub-communicators')
     if SIZE >= 2:
         for color_fn, name in ((lambda r: r % 2, 'odd/even'), (lambda r: r < SIZE // 2, 'halves')):
+            # the halves without a resident kernel: the launched LL and LL128 kernels on blocking calls
+            mpigpu.config.resident_us = 0 if name == 'halves' else RESIDENT_US
             sub = world.Split(int(color_fn(RANK)), RANK)
             assert isinstance(sub, mpigpu.Intracomm)
             sweep(sub, ['auto', 'ring'] if name == 'odd/even' else ['auto'])
             sub.Free()
+        mpigpu.config.resident_us = RESIDENT_US
     section('staged path')
     if RANK == 0:
         print('MPI reports CUDA-aware:', mpigpu._engine._mpi_cuda_aware(), flush=True)

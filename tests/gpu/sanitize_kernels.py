@@ -3,7 +3,7 @@
 LL and LL128 (Allreduce one- and two-shot, Reduce_scatter_block, Allgather, Bcast one-shot and
 scatter), direct one-shot and two-shot Allreduce, Bcast (direct and scatter-forward), Reduce,
 Reduce_scatter_block, Allgather, the ring and chain forms of all five, the two-shot LL128
-Allreduce on split warps (4 ranks), the resident kernel, float16 accumulation, a pointer offset
+Allreduce on split warps (4 ranks), the resident kernel (its LL and LL128 forms), float16 accumulation, a pointer offset
 from 16-byte alignment, a complex128 product 8 bytes off it; results checked so a silent fault
 cannot pass."""
 import sys
@@ -81,28 +81,34 @@ pending = wide_steps.burst(world, s, [1 + i % wide_steps.MAX_SLOTS for i in rang
 s.synchronize()
 mpigpu.config.nchannels = 0
 bad += [f'wide {name} {c}' for name, c, got, want in pending if not bool(cp.array_equal(got, want))]
-# The resident kernel (blocking LL calls with nothing queued before them): a communicator whose
-# instance stays up, each LL collective at two sizes, then freed while its instance runs.
+# The resident kernel (blocking LL and LL128 calls with nothing queued before them): a communicator
+# whose instance stays up, each LL and LL128 form (LL to 64 KiB pieces; LL128 one-shot, two-shot with
+# phase 0 split on 4 ranks at 2 MiB, blocks, Bcast one-shot and scatter), then freed while its
+# instance runs.
 mpigpu.config.resident_us = 1e6
 res = world.Dup()
 bufs = []
-for count in (1, 1001):
+counts = (1, 1001, 70001, 1 << 19)
+for count in counts:
     bufs.append((count, cp.arange(count + 1, dtype=cp.float32)[1:] * (rank + 1), cp.zeros(count, cp.float32),
                  cp.zeros(count, cp.float32), cp.zeros(count * n, cp.float32), cp.zeros(count, cp.float64),
-                 cp.ones(count * n, cp.float32), cp.ones(count, cp.float64)))
+                 cp.ones(count * n, cp.float32), cp.ones(count, cp.float64), cp.full(count, rank, cp.int32)))
 cp.cuda.get_current_stream().synchronize()
-for count, x, y, r, g, rr, ones_n, ones in bufs:
+for count, x, y, r, g, rr, ones_n, ones, b in bufs:
     res.Allreduce(x, y)
     res.Reduce_scatter_block(ones_n, r)
     res.Allgather(r, g)
     res.Reduce(ones, rr, root=n - 1)
-for count, x, y, r, g, rr, ones_n, ones in bufs:
+    res.Bcast(b, root=count % n)
+for count, x, y, r, g, rr, ones_n, ones, b in bufs:
     want = np.arange(1, count + 1, dtype=np.float32) * (n * (n + 1) // 2)
     if (not np.array_equal(cp.asnumpy(y), want) or not (cp.asnumpy(g) == n).all()
-            or (rank == n - 1 and not (cp.asnumpy(rr) == n).all())):
+            or (rank == n - 1 and not (cp.asnumpy(rr) == n).all()) or not (cp.asnumpy(b) == count % n).all()):
         bad.append(f'resident kernel {count}')
-if res._mg_state.team.resident_stats[0] < 8:
-    bad.append(f'resident kernel ran {res._mg_state.team.resident_stats[0]} of 8 calls')
+# every call but the largest Reduce_scatter_block and Allgather (messages past MPIGPU_RESIDENT_MAX_BYTES,
+# 2 MiB) and Reduce (4 MiB of float64: the chain, or the direct kernel on 2 ranks)
+if res._mg_state.team.resident_stats[0] < 4 * len(counts):
+    bad.append(f'resident kernel ran {res._mg_state.team.resident_stats[0]} of {5 * len(counts)} calls')
 res.Free()
 mpigpu.config.resident_us = default_resident_us
 cp.cuda.Device().synchronize()

@@ -1,0 +1,88 @@
+// resident_call.cuh: the resident kernel's mailbox and the format of a call in it, shared by the host
+// (collectives.cu fills a call from its LL or LL128 plan, resident.cu rings it) and the kernel
+// (resident_kernel.cuh, which describes the protocol).
+#pragma once
+#include "ll_kernel.cuh"
+#include "ll128_kernel.cuh"
+
+namespace mg {
+
+constexpr int kCallWords = 7;
+
+enum ResidentKind : uint32_t { kResidentLL = 0, kResidentLL128 = 1, kResidentExit = 2 };
+
+// Pinned host memory mapped into the device; the host writes `call`, the kernel `done` and `exited`
+// (on another 64-byte line, so the host's stores and the kernel's do not share one).
+struct ResidentBox {
+  uint64_t call[8];
+  alignas(64) uint32_t done;  // number of the last call completed
+  uint32_t exited;            // epoch of the last instance that returned
+};
+
+// One call: its protocol (kind), that protocol's own fields (LLArgs or LL128Args) and its (dtype,
+// op), which pick the body (dispatch.cuh). Sizes fit 32 bits (collectives.cu, resident_form).
+struct ResidentCall {
+  uint32_t kind, mode, split, root, dtype, op;
+  uint64_t send, recv;
+  uint32_t bytes;  // LL: piece_bytes; LL128: block_bytes
+  uint32_t total;  // LL128: total_bytes
+};
+
+// Word i of a call's payload: kind | mode << 4 | split << 7 | root << 8 | dtype << 16 | op << 24,
+// send, recv (two words each, low half first), bytes, total.
+__host__ __device__ inline uint32_t call_word(const ResidentCall &c, int i) {
+  switch (i) {
+    case 0: return c.kind | c.mode << 4 | c.split << 7 | c.root << 8 | c.dtype << 16 | c.op << 24;
+    case 1: return (uint32_t)c.send;
+    case 2: return (uint32_t)(c.send >> 32);
+    case 3: return (uint32_t)c.recv;
+    case 4: return (uint32_t)(c.recv >> 32);
+    case 5: return c.bytes;
+    default: return c.total;
+  }
+}
+
+__host__ __device__ inline ResidentCall read_call(const uint32_t *w) {
+  ResidentCall c;
+  c.kind = w[0] & 0xfu;
+  c.mode = (w[0] >> 4) & 0x7u;
+  c.split = (w[0] >> 7) & 0x1u;
+  c.root = (w[0] >> 8) & 0xffu;
+  c.dtype = (w[0] >> 16) & 0xffu;
+  c.op = w[0] >> 24;
+  c.send = (uint64_t)w[2] << 32 | w[1];
+  c.recv = (uint64_t)w[4] << 32 | w[3];
+  c.bytes = w[5];
+  c.total = w[6];
+  return c;
+}
+
+// The call of a launch_ll or launch_ll128 plan (collectives.cu).
+inline ResidentCall resident_call_of(const LLArgs &a, int dtype, int op) {
+  ResidentCall c{};
+  c.kind = kResidentLL;
+  c.mode = (uint32_t)a.mode;
+  c.dtype = (uint32_t)dtype;
+  c.op = (uint32_t)op;
+  c.send = (uint64_t)(uintptr_t)a.send;
+  c.recv = (uint64_t)(uintptr_t)a.recv;
+  c.bytes = (uint32_t)a.piece_bytes;
+  return c;
+}
+
+inline ResidentCall resident_call_of(const LL128Args &a, int dtype, int op) {
+  ResidentCall c{};
+  c.kind = kResidentLL128;
+  c.mode = (uint32_t)a.mode;
+  c.split = (uint32_t)(a.split_phase0 != 0);
+  c.root = (uint32_t)a.root;
+  c.dtype = (uint32_t)dtype;
+  c.op = (uint32_t)op;
+  c.send = (uint64_t)(uintptr_t)a.send;
+  c.recv = (uint64_t)(uintptr_t)a.recv;
+  c.bytes = (uint32_t)a.block_bytes;
+  c.total = (uint32_t)a.total_bytes;
+  return c;
+}
+
+}  // namespace mg

@@ -11,7 +11,7 @@ def test_perf_host_table_and_json(tmp_path):
     out_json = tmp_path / 'perf.json'
     cmd = [mpiexec(), '-n', '2', sys.executable, '-m', 'mpigpu.perf', 'allreduce,bcast,allgather',
            '-b', '8', '-e', '4K', '-f', '8', '-n', '3', '-w', '1', '--mem', 'host', '--compare', 'nccl',
-           '--json', str(out_json)]
+           '--json', str(out_json), '--calls']
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=dict(os.environ))
     assert proc.returncode == 0, proc.stderr[-4000:]
     text = proc.stdout
@@ -21,6 +21,9 @@ def test_perf_host_table_and_json(tmp_path):
     assert data['nranks'] == 2 and data['mem'] == 'host'
     assert {r['coll'] for r in data['rows']} == {'allreduce', 'bcast', 'allgather'}
     assert all(r['oop']['wrong'] == 0 for r in data['rows'])
+    # --calls: every row's median and slowest single call, after the row and in the JSON
+    assert text.count('#   calls, median / slowest us: mpigpu ') == len(data['rows'])
+    assert all(0 < r['oop']['median_us'] <= r['oop']['slowest_us'] for r in data['rows'])
 
 
 class _OneRank:
@@ -45,3 +48,18 @@ def test_plan_iters_times_a_call_after_the_first(monkeypatch):
     calls.clear()
     now[0] = 0.0
     assert sweep.plan_iters(_OneRank(), lambda: now.__setitem__(0, now[0] + 0.1), 20, 0.3) == 2
+
+
+def test_blocking_calls_median_and_slowest(monkeypatch):
+    # A fake clock: nine calls of 1 ms and one stall of 50 ms; the median is 1 ms, the slowest 50.
+    from mpigpu.perf import sweep
+    now = [0.0]
+    costs = iter([1e-3] * 5 + [50e-3] + [1e-3] * 4)
+
+    class Comm(_OneRank):
+        def Barrier(self):
+            pass
+
+    monkeypatch.setattr(sweep.time, 'perf_counter', lambda: now[0])
+    median, slowest = sweep.time_blocking_calls(Comm(), lambda: now.__setitem__(0, now[0] + next(costs)), 10, 0)
+    assert abs(median - 1e-3) < 1e-12 and abs(slowest - 50e-3) < 1e-12

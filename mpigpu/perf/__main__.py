@@ -37,6 +37,9 @@ def _args(argv):
                    help='blocking: each call returns with its result (MPI); stream: stream= calls launched '
                         'back to back, one synchronization per row (nccl-tests\' way)')
     p.add_argument('--budget', type=float, default=2.0, help='seconds at most per baseline row (fewer iterations)')
+    p.add_argument('--calls', action='store_true',
+                   help='blocking timing: also time each call alone, in a second pass, and print the median '
+                        'and slowest call of every row (a comment line after it; in the JSON too)')
     p.add_argument('--json', default=None, help='write every row, the command line and the host here')
     p.add_argument('--plot', default=None, help='write busbw/time plots (PNG) here; needs matplotlib')
     return p.parse_args(argv)
@@ -113,6 +116,9 @@ def main(argv=None):
         else:
             t = sweep.time_blocking(comm, fn, k, min(a.warmup_iters, k))
         res = {'time_us': t * 1e6, 'iters': k}
+        if a.calls and not streamed:
+            median, slowest = sweep.time_blocking_calls(comm, fn, k, 0)
+            res['median_us'], res['slowest_us'] = median * 1e6, slowest * 1e6
         wrong = None
         if a.check:
             b2 = baselines.Buffers(xp, b.coll, b.count, b.send.dtype, n, rank, b.inplace, b.root)
@@ -175,6 +181,8 @@ def main(argv=None):
                     rows.append(row)
                     if rank == 0:
                         print(report.line(row, names), flush=True)
+                        if a.calls and a.timing == 'blocking':
+                            print(report.calls_line(row, names), flush=True)
     wrong = 0
     if rank == 0:
         text, wrong = report.footer(rows)

@@ -44,6 +44,15 @@ def line(row, baselines):
     return out
 
 
+def calls_line(row, baselines):
+    """The median and slowest single call of a row (--calls), out-of-place and each baseline."""
+    cells = []
+    for name, res in [('mpigpu', row['oop'])] + [(b, row['baselines'].get(b)) for b in baselines]:
+        if res and 'slowest_us' in res:
+            cells.append(f'{name} {res["median_us"]:.2f} / {res["slowest_us"]:.2f}')
+    return '#   calls, median / slowest us: ' + ', '.join(cells)
+
+
 def footer(rows):
     wrong = sum((r['oop'] or {}).get('wrong') or 0 for r in rows) + sum((r['ip'] or {}).get('wrong') or 0 for r in rows)
     bws = [r['oop']['busbw'] for r in rows if r['oop'] and 'busbw' in r['oop']]

@@ -54,6 +54,22 @@ def time_blocking(comm, fn, iters, warmup):
     return comm.allreduce(dt, op=_MAX())
 
 
+def time_blocking_calls(comm, fn, iters, warmup):
+    """(median, slowest) seconds of one blocking call, each call timed alone: the slowest rank's of
+    each. A row's average hides whether it is one stall or a slow steady state; this shows which."""
+    for _ in range(warmup):
+        fn()
+    comm.Barrier()
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    times.sort()
+    median, slowest = (times[len(times) // 2], times[-1]) if times else (0.0, 0.0)
+    return comm.allreduce(median, op=_MAX()), comm.allreduce(slowest, op=_MAX())
+
+
 def time_stream(comm, launch, sync, iters, warmup):
     """Seconds per call when `launch` only enqueues: back-to-back launches, one `sync` at the end."""
     for _ in range(warmup):

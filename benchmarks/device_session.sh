@@ -2,7 +2,8 @@
 # One device-tool session on the offline GPU host: build, GPU suite, benchmarks against NCCL.
 #   bash .whl/build.sh && bash benchmarks/device_session.sh [PARTS] [bench args...]
 # PARTS: comma-separated from suite, api, async, p2p, examples, sanitize, probe, floor, bench, resident,
-# final, tables, tables2 (final = suite, api, async, p2p, examples, tables, tables2).
+# final, tables, tables2 (final = suite, api, async, p2p, examples, tables, tables2). TABLE_ARGS: more
+# mpigpu-perf arguments for the blocking tables (--calls).
 # Every rank runs through `python -m mpi4py`, so an exception on one rank aborts the job instead of
 # leaving the others spinning in a collective. Logs go under $OUT (or ./device-out); the last lines
 # printed are a short summary.
@@ -108,7 +109,7 @@ fi
 if has tables; then
   # 4 GPUs: the four collectives against NCCL and the staged baseline, 1 KB .. 256 MB, then 1 GB
   timeout 170 $run -n "$ngpu" $perf allreduce,bcast,reduce_scatter_block,allgather -b 1K -e 256M -f 4 \
-    --compare nccl,staged -n 20 -w 5 --budget 0.3 --inplace 0 --json "$OUT/perf-$ngpu.json" \
+    --compare nccl,staged -n 20 -w 5 --budget 0.3 --inplace 0 ${TABLE_ARGS:-} --json "$OUT/perf-$ngpu.json" \
     --plot "$OUT/perf-$ngpu.png" > "$OUT/perf-$ngpu.txt" 2> "$OUT/perf-$ngpu.err"
   summary+=("bench n=$ngpu rc=$?")
   timeout 60 $run -n "$ngpu" $perf allreduce,bcast,reduce_scatter_block,allgather -b 1G -e 1G \
@@ -125,7 +126,7 @@ fi
 if has tables2; then
   # 2 GPUs of the same host
   timeout 120 $run -n 2 $perf allreduce,bcast,reduce_scatter_block,allgather -b 1K -e 256M -f 4 --compare nccl \
-    -n 20 -w 5 --budget 0.3 --inplace 0 --json "$OUT/perf-2.json" --plot "$OUT/perf-2.png" > "$OUT/perf-2.txt" 2> "$OUT/perf-2.err"
+    -n 20 -w 5 --budget 0.3 --inplace 0 ${TABLE_ARGS:-} --json "$OUT/perf-2.json" --plot "$OUT/perf-2.png" > "$OUT/perf-2.txt" 2> "$OUT/perf-2.err"
   summary+=("bench n=2 rc=$?")
   grep -v '^#  \|^#$\|^\[' "$OUT/perf-2.txt" | cut -c1-130
 fi

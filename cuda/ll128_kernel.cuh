@@ -218,18 +218,20 @@ __device__ __forceinline__ void ll128_bcast(const LL128Args &a, int parity, uint
 
 __host__ __device__ inline bool ll128_is_bcast(int mode) { return mode == kLL128Bcast || mode == kLL128BcastScatter; }
 
-// One call's lines, by every thread of the grid: warp w of the grid takes lines 4w, 4w + 4 nwarps,
-// ... of each phase, so any grid runs the same protocol, and a rank whose call ran in the launched
-// kernel below meets one whose call ran in the resident kernel (resident_kernel.cuh). The caller
-// has begun sequence number seq and passed ll_reuse_guard; it publishes seq after. `reduce`
-// combines the ranks' parts of a line (StaticReduce, dtypes.cuh).
+// One call's lines, by every thread of blocks 0 .. nblocks - 1 (`block` is this one): warp w of
+// them takes lines 4w, 4w + 4 nwarps, ... of each phase, so any number of blocks runs the same
+// protocol, and a rank whose call ran in the launched kernel below (its whole grid) meets one whose
+// call ran in the resident kernel (some of its blocks, resident_kernel.cuh). The caller has begun
+// sequence number seq and passed ll_reuse_guard; it publishes seq after. `reduce` combines the
+// ranks' parts of a line (StaticReduce, dtypes.cuh).
 template <typename Reduce>
-__device__ __forceinline__ void ll128_exchange(const LL128Args &a, uint32_t seq, const Reduce &reduce) {
+__device__ __forceinline__ void ll128_exchange(const LL128Args &a, uint32_t seq, const Reduce &reduce,
+                                               uint32_t block, uint32_t nblocks) {
   const int me = a.rank, n = a.nranks, lane = threadIdx.x & 31, part = lane & 7;
   const bool flag_part = part == 7;
   const int len = flag_part ? 8 : 16;  // payload bytes of this thread's part
-  const size_t warp = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-  const size_t nwarps = ((size_t)gridDim.x * blockDim.x) >> 5;
+  const size_t warp = ((size_t)block * blockDim.x + threadIdx.x) >> 5;
+  const size_t nwarps = ((size_t)nblocks * blockDim.x) >> 5;
   const uint32_t all = (1u << n) - 1u, peers = all & ~(1u << me);
   const uint64_t flag = (uint64_t)seq | (1ull << 32);  // never 0, the value of a fresh workspace
   const int parity = (int)(seq & 1u);
@@ -262,10 +264,10 @@ __device__ __forceinline__ void ll128_exchange(const LL128Args &a, uint32_t seq,
     const size_t W = blockDim.x >> 5, w = threadIdx.x >> 5, half = W / 2;
     sends = w < half;
     receives = !sends;
-    send_warp = blockIdx.x * half + w;
-    send_warps = gridDim.x * half;
-    recv_warp = blockIdx.x * (W - half) + (w - half);
-    recv_warps = gridDim.x * (W - half);
+    send_warp = block * half + w;
+    send_warps = nblocks * half;
+    recv_warp = block * (W - half) + (w - half);
+    recv_warps = nblocks * (W - half);
   }
 
   // Phase 0: send my input's lines to every peer (block j to rank j when scattering).
@@ -338,8 +340,8 @@ __global__ void __launch_bounds__(kThreads, 1) ll128_kernel(const __grid_constan
   TeamState *state = team_state(a.ws[a.rank]);
   const uint32_t seq = ll_sequence_begin(state);
   ll_reuse_guard(state, a.rank, a.nranks, seq, a.timeout_ns);
-  ll128_exchange(a, seq, StaticReduce<T, Op>{});
-  ll_sequence_publish(state, seq, ll128_is_bcast(a.mode));
+  ll128_exchange(a, seq, StaticReduce<T, Op>{}, blockIdx.x, gridDim.x);
+  ll_sequence_publish(state, seq, gridDim.x, ll128_is_bcast(a.mode));
 }
 
 }  // namespace mg

@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(kThreads, 1) ll_kernel(const __grid_constant__
   ll_reuse_guard(state, a.rank, a.nranks, seq, a.timeout_ns);
   ll_exchange(a, seq, (size_t)blockIdx.x * blockDim.x + threadIdx.x, (size_t)gridDim.x * blockDim.x,
               StaticReduce<T, Op>{});
-  ll_sequence_publish(state, seq);
+  ll_sequence_publish(state, seq, gridDim.x);
 }
 
 }  // namespace mg

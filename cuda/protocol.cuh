@@ -117,20 +117,23 @@ __host__ __device__ __forceinline__ Piece piece_at(const Args &a, size_t idx, in
 }
 
 // Sequence numbers of the protocols with flags in the data (LL, LL128), shared by both: every block
-// reads the last call's number at its start; the last block out publishes this call's, when every
-// block has read the old one (all blocks of a call are resident at once). The resident kernel also
-// has the last block tell the host: `call` into `host_done` (mapped host memory), after a system-scope
-// fence, so the host that reads it may use the call's output.
+// of the call reads the last call's number at its start; the last of its `nblocks` blocks out
+// publishes this call's, when every one has read the old one (all blocks of a call are resident at
+// once). A launched call's blocks are its grid; the resident kernel runs a call on the first
+// `nblocks` blocks of its grid (resident_call.cuh) and also has the last block tell the host: `call`
+// into `host_done` (mapped host memory), after a system-scope fence, so the host that reads it may use
+// the call's output.
 __device__ __forceinline__ uint32_t ll_sequence_begin(TeamState *state) {
   return *(volatile uint32_t *)&state->ll_seq + 1u;
 }
 
-__device__ __forceinline__ void ll_sequence_publish(TeamState *state, uint32_t seq, bool bcast = false,
-                                                    uint32_t *host_done = nullptr, uint32_t call = 0) {
+__device__ __forceinline__ void ll_sequence_publish(TeamState *state, uint32_t seq, uint32_t nblocks,
+                                                    bool bcast = false, uint32_t *host_done = nullptr,
+                                                    uint32_t call = 0) {
   __syncthreads();
   if (threadIdx.x == 0) {
     __threadfence();
-    if (atomicAdd(&state->ll_arrived, 1u) == gridDim.x - 1) {
+    if (atomicAdd(&state->ll_arrived, 1u) == nblocks - 1) {
       state->ll_arrived = 0;
       if (bcast) *(volatile uint32_t *)&state->ll_bcast_seq = seq;
       *(volatile uint32_t *)&state->ll_seq = seq;

@@ -57,6 +57,23 @@ __host__ __device__ inline ResidentCall read_call(const uint32_t *w) {
   return c;
 }
 
+// Blocks of a resident instance's grid of `grid` that run call c: as many as give every thread one
+// 16-byte vector of an LL piece, or every warp one group of four lines of an LL128 block (per warp
+// set, where a two-shot call splits phase 0: ll128_exchange), at least one and at most the grid. The
+// other blocks would have no work; left out, they neither wake for the call nor delay its end.
+__host__ __device__ inline uint32_t resident_blocks_for(const ResidentCall &c, uint32_t grid) {
+  size_t per_block, units;
+  if (c.kind == kResidentLL) {
+    units = ((size_t)c.bytes + 15) / 16;
+    per_block = kThreads;
+  } else {
+    units = ll128_lines(c.bytes);
+    per_block = 4 * (kThreads / 32) / (c.split ? 2 : 1);
+  }
+  const size_t want = (units + per_block - 1) / per_block;
+  return want < 1 ? 1u : want > grid ? grid : (uint32_t)want;
+}
+
 // The call of a launch_ll or launch_ll128 plan (collectives.cu).
 inline ResidentCall resident_call_of(const LLArgs &a, int dtype, int op) {
   ResidentCall c{};

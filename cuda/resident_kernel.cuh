@@ -15,16 +15,23 @@
 // each 32 bits of the call and the call's number (1, 2, ... per team), as the LL protocol pairs data
 // and flag: a word is read whole, so a reader that sees every word's number sees the whole call, with
 // no fence and one read of host memory. Only the first block's first warp polls host memory (eight
-// blocks polling it took 21.8-35.3 us per round trip instead of 3.5, launch_floor.cu); it relays
-// the words to the other blocks through TeamState::resident_call in device memory, in the same
-// format with the number doubled and the instance's parity added, so a word left by the previous
-// instance never matches.
+// blocks polling it took 21.8-35.3 us per round trip instead of 3.5, launch_floor.cu).
 //
-// Kernel to host. Every block runs the call's LL or LL128 exchange (ll_kernel.cuh, ll128_kernel.cuh:
-// any grid runs the same protocol, so a peer whose call was launched, on another grid, meets this
-// one; the instance's grid is MPIGPU_RESIDENT_BLOCKS blocks) and the last block out writes the
-// call's number into ResidentBox::done after a system-scope fence. The host spins on it. The next
-// call's words are written only after that, when no block still reads the current ones.
+// Blocks. A call runs on the first resident_blocks_for(call) blocks of the instance's grid of
+// MPIGPU_RESIDENT_BLOCKS: one 16-byte vector per thread (LL) or four lines per warp (LL128), so a
+// 4 KiB Allreduce runs on block 0 alone, a 64 KiB one on 16 blocks (LL128 lines of 240 KiB or more
+// take all 64). Block 0 relays a call
+// that needs other blocks to them through TeamState::resident_call in device memory, in the same
+// format with the number doubled and the instance's parity added, so a word left by the previous
+// instance never matches. The other blocks take the newest call relayed (await_call), run it if it
+// needs them, and otherwise go back to the relay. So a small call wakes no block but the first and
+// waits for no other, and blocks that a call does not need never hold it up.
+//
+// Kernel to host. The call's blocks run its LL or LL128 exchange (ll_kernel.cuh, ll128_kernel.cuh:
+// any number of blocks runs the same protocol, so a peer whose call was launched, on another grid,
+// meets this one) and the last of them out writes the call's number into ResidentBox::done after a
+// system-scope fence. The host spins on it. The next call's words are written only after that, when
+// block 0, their only reader, is done with the current ones.
 //
 // Lifetime. After linger_ns without a call the instance returns (the first block relays an exit and
 // writes its epoch into ResidentBox::exited), so a device-wide synchronization by the program waits
@@ -54,22 +61,12 @@ __device__ __forceinline__ uint64_t ld_relaxed_sys_u64(const uint64_t *p) {
 
 __device__ __forceinline__ uint32_t relay_flag(uint32_t call, uint32_t epoch) { return call * 2u + (epoch & 1u); }
 
-// Warp 0 of every block: this block's copy of call `call` into w (kCallWords words). The first block
-// polls the mailbox and relays, or after linger_ns with no call makes the call an exit; the others
-// poll the relay.
+// Warp 0 of block 0: call `call` from the mailbox into w (kCallWords words), or after linger_ns with
+// no call an exit; then relayed to the other blocks if the call needs them (an exit needs them all).
 __device__ __forceinline__ void fetch_call(const ResidentArgs &r, TeamState *state, uint32_t call, uint32_t *w) {
   const int lane = threadIdx.x;
   const bool mine = lane < kCallWords;
   uint64_t v = 0;
-  if (blockIdx.x != 0) {
-    const uint32_t want = relay_flag(call, r.epoch);
-    for (;;) {
-      if (mine) v = *(volatile uint64_t *)&state->resident_call[lane];
-      if (__all_sync(0xffffffffu, !mine || (uint32_t)(v >> 32) == want)) break;
-    }
-    if (mine) w[lane] = (uint32_t)v;
-    return;
-  }
   bool idle_out = false;
   uint64_t since = 0;
   for (unsigned spins = 0;; ++spins) {
@@ -84,10 +81,34 @@ __device__ __forceinline__ void fetch_call(const ResidentArgs &r, TeamState *sta
   }
   uint32_t word = (uint32_t)v;
   if (idle_out) word = lane == 0 ? (uint32_t)kResidentExit : 0u;
-  if (mine) {
+  if (mine) w[lane] = word;
+  __syncwarp();
+  const ResidentCall c = read_call(w);
+  if (mine && (c.kind == kResidentExit || resident_blocks_for(c, gridDim.x) > 1))
     *(volatile uint64_t *)&state->resident_call[lane] = (uint64_t)relay_flag(call, r.epoch) << 32 | word;
-    w[lane] = word;
+}
+
+// Warp 0 of another block: the first call numbered `want` or later that the relay holds, into w;
+// returns its number. Calls before it that block 0 did not relay, or relayed and replaced while
+// this block was still busy, did not need this block (block 0 relays a call only after the host saw
+// the one before it complete, which needed every block it ran on). A call is taken when all its
+// words carry one flag of this instance's parity: the relay of an instance before, which has the
+// other parity or lower numbers, never matches, nor does a relay caught halfway through a rewrite.
+__device__ __forceinline__ uint32_t await_call(const ResidentArgs &r, TeamState *state, uint32_t want, uint32_t *w) {
+  const int lane = threadIdx.x;
+  const bool mine = lane < kCallWords;
+  const uint32_t lo = relay_flag(want, r.epoch);
+  uint64_t v = 0;
+  uint32_t f = 0;
+  for (;;) {
+    if (mine) v = *(volatile uint64_t *)&state->resident_call[lane];
+    f = __shfl_sync(0xffffffffu, (uint32_t)(v >> 32), 0);
+    const uint32_t ahead = f - lo;  // twice the calls past `want`, if the parity is this instance's
+    if (__all_sync(0xffffffffu, !mine || (uint32_t)(v >> 32) == f) && (ahead & 1u) == 0 && (int32_t)ahead >= 0)
+      break;
   }
+  if (mine) w[lane] = (uint32_t)v;
+  return want + ((f - lo) >> 1);
 }
 
 // One block per SM: with both protocols' bodies this kernel takes every register an SM gives a
@@ -96,12 +117,17 @@ __device__ __forceinline__ void fetch_call(const ResidentArgs &r, TeamState *sta
 __global__ void __launch_bounds__(kThreads, 1) resident_kernel(const __grid_constant__ ResidentArgs r) {
   TeamState *state = team_state(r.team.ws[r.team.rank]);
   __shared__ uint32_t words[kCallWords];
+  __shared__ uint32_t taken;  // the number of the call in `words`
   // The call's arguments, indexed by peer: kept out of local memory.
   __shared__ union { LLArgs ll; LL128Args ll128; } a;
-  const size_t gid = (size_t)blockIdx.x * blockDim.x + threadIdx.x, gstride = (size_t)gridDim.x * blockDim.x;
   for (uint32_t call = r.start + 1;; ++call) {
-    if (threadIdx.x < 32) fetch_call(r, state, call, words);
+    if (threadIdx.x < 32) {
+      if (blockIdx.x == 0) fetch_call(r, state, call, words);
+      else call = await_call(r, state, call, words);
+      if (threadIdx.x == 0) taken = call;
+    }
     __syncthreads();
+    call = taken;
     const ResidentCall c = read_call(words);
     if (c.kind == kResidentExit) {
       if (blockIdx.x == 0 && threadIdx.x == 0) {
@@ -109,6 +135,11 @@ __global__ void __launch_bounds__(kThreads, 1) resident_kernel(const __grid_cons
         *(volatile uint32_t *)&r.box->exited = r.epoch;
       }
       return;
+    }
+    const uint32_t nblocks = resident_blocks_for(c, gridDim.x);
+    if (blockIdx.x >= nblocks) {  // not needed: back to the relay, once every thread has read `words`
+      __syncthreads();
+      continue;
     }
     const bool ll = c.kind == kResidentLL;
     if (threadIdx.x == 0) {
@@ -138,10 +169,13 @@ __global__ void __launch_bounds__(kThreads, 1) resident_kernel(const __grid_cons
     const uint32_t seq = ll_sequence_begin(state);
     ll_reuse_guard(state, r.team.rank, r.team.nranks, seq, r.team.timeout_ns);
     const RuntimeReduce reduce{(int)c.dtype, (int)c.op};  // unused by the copies
-    if (ll) ll_exchange(a.ll, seq, gid, gstride, reduce);
-    else ll128_exchange(a.ll128, seq, reduce);
+    if (ll) {
+      ll_exchange(a.ll, seq, (size_t)blockIdx.x * blockDim.x + threadIdx.x, (size_t)nblocks * blockDim.x, reduce);
+    } else {
+      ll128_exchange(a.ll128, seq, reduce, blockIdx.x, nblocks);
+    }
     // Its first __syncthreads also keeps `words` and `a` from being rewritten while a thread reads them.
-    ll_sequence_publish(state, seq, !ll && ll128_is_bcast((int)c.mode), &r.box->done, call);
+    ll_sequence_publish(state, seq, nblocks, !ll && ll128_is_bcast((int)c.mode), &r.box->done, call);
   }
 }
 

@@ -24,6 +24,9 @@ def test_perf_host_table_and_json(tmp_path):
     # --calls: every row's median and slowest single call, after the row and in the JSON
     assert text.count('#   calls, median / slowest us: mpigpu ') == len(data['rows'])
     assert all(0 < r['oop']['median_us'] <= r['oop']['slowest_us'] for r in data['rows'])
+    # Python's garbage collections in each row's timed calls, in the JSON
+    assert all(r['oop']['gc_pause_us'] >= 0 and r['oop']['gc_full'] <= r['oop']['gc_collections']
+               for r in data['rows'])
 
 
 class _OneRank:
@@ -63,3 +66,35 @@ def test_blocking_calls_median_and_slowest(monkeypatch):
     monkeypatch.setattr(sweep.time, 'perf_counter', lambda: now[0])
     median, slowest = sweep.time_blocking_calls(Comm(), lambda: now.__setitem__(0, now[0] + next(costs)), 10, 0)
     assert abs(median - 1e-3) < 1e-12 and abs(slowest - 50e-3) < 1e-12
+
+
+def test_gc_pauses_in_the_timed_calls():
+    # A full collection forced in the third timed call is counted, timed and reported; the
+    # warm-up's collection is not (it is outside the timed loop).
+    import gc
+    from mpigpu.perf import report, sweep
+
+    class Comm(_OneRank):
+        def Barrier(self):
+            pass
+
+    calls = []
+
+    def fn():
+        calls.append(1)
+        if len(calls) in (1, 4):  # the warm-up call, then the third timed call
+            gc.collect()
+
+    pauses = sweep.GcPauses()
+    sweep.time_blocking(Comm(), fn, 5, 1, pauses)
+    got = pauses.worst(Comm())
+    assert got['gc_full'] == 1 and got['gc_collections'] >= 1 and got['gc_pause_us'] > 0
+    assert pauses._callback not in gc.callbacks  # removed at the end of the timed loop
+    row = {'oop': {'time_us': 10.0, **got}, 'baselines': {'nccl': {'time_us': 20.0, 'gc_collections': 0,
+                                                                   'gc_full': 0, 'gc_pause_us': 0.0}}}
+    line = report.gc_line(row, ['nccl'])
+    assert line.startswith('#   gc in the timed calls: mpigpu ') and ', nccl 0 (0 full) 0 us' in line
+    row['oop']['gc_pause_us'] = 99.0
+    assert not report.gc_pause_shows(row, ['nccl'])
+    row['baselines']['nccl']['gc_pause_us'] = 150.0
+    assert report.gc_pause_shows(row, ['nccl'])

@@ -111,11 +111,12 @@ def main(argv=None):
         else:
             fn = made
         k = min(iters, sweep.plan_iters(comm, fn, iters, a.budget))
+        pauses = sweep.GcPauses()
         if streamed:
-            t = sweep.time_stream(comm, launch, sync, k, min(a.warmup_iters, k))
+            t = sweep.time_stream(comm, launch, sync, k, min(a.warmup_iters, k), pauses)
         else:
-            t = sweep.time_blocking(comm, fn, k, min(a.warmup_iters, k))
-        res = {'time_us': t * 1e6, 'iters': k}
+            t = sweep.time_blocking(comm, fn, k, min(a.warmup_iters, k), pauses)
+        res = {'time_us': t * 1e6, 'iters': k, **pauses.worst(comm)}
         if a.calls and not streamed:
             median, slowest = sweep.time_blocking_calls(comm, fn, k, 0)
             res['median_us'], res['slowest_us'] = median * 1e6, slowest * 1e6
@@ -183,6 +184,8 @@ def main(argv=None):
                         print(report.line(row, names), flush=True)
                         if a.calls and a.timing == 'blocking':
                             print(report.calls_line(row, names), flush=True)
+                        if report.gc_pause_shows(row, names):
+                            print(report.gc_line(row, names), flush=True)
     wrong = 0
     if rank == 0:
         text, wrong = report.footer(rows)

@@ -47,10 +47,31 @@ def line(row, baselines):
 def calls_line(row, baselines):
     """The median and slowest single call of a row (--calls), out-of-place and each baseline."""
     cells = []
-    for name, res in [('mpigpu', row['oop'])] + [(b, row['baselines'].get(b)) for b in baselines]:
+    for name, res in _timed(row, baselines):
         if res and 'slowest_us' in res:
             cells.append(f'{name} {res["median_us"]:.2f} / {res["slowest_us"]:.2f}')
     return '#   calls, median / slowest us: ' + ', '.join(cells)
+
+
+# A garbage-collection pause this long in a row's timed calls moves a 20-call average by 5 us or more.
+_GC_PAUSE_SHOWN_US = 100.0
+
+
+def _timed(row, baselines):
+    return [('mpigpu', row['oop'])] + [(b, row['baselines'].get(b)) for b in baselines]
+
+
+def gc_pause_shows(row, baselines):
+    """Whether a row's timed calls (any implementation, any rank) paused for a collection long enough
+    to show in its average."""
+    return any(res and res.get('gc_pause_us', 0.0) >= _GC_PAUSE_SHOWN_US for _, res in _timed(row, baselines))
+
+
+def gc_line(row, baselines):
+    """Python's garbage collections during each implementation's timed calls of a row (the slowest rank)."""
+    cells = [f'{name} {res["gc_collections"]} ({res["gc_full"]} full) {res["gc_pause_us"]:.0f} us'
+             for name, res in _timed(row, baselines) if res and 'gc_pause_us' in res]
+    return '#   gc in the timed calls: ' + ', '.join(cells)
 
 
 def footer(rows):

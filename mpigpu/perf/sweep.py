@@ -1,6 +1,7 @@
 """Sizes, busbw factors and the timing loops: blocking (each call returns with its result, MPI's
 semantics) and stream (calls enqueued back to back on one stream, one synchronization at the end,
 as nccl-tests times)."""
+import gc
 import time
 
 COLLS = ('allreduce', 'bcast', 'reduce_scatter_block', 'reduce', 'allgather', 'sendrecv')
@@ -42,15 +43,50 @@ def counts(coll, nbytes, itemsize, n):
     return c, c * itemsize
 
 
-def time_blocking(comm, fn, iters, warmup):
-    """Seconds per call: `fn` runs a blocking collective; the slowest rank's average."""
+class GcPauses:
+    """Python's garbage collections while it is entered (gc.callbacks): how many, how many of them
+    full (generation 2), and their seconds. A full collection of a large heap stops a rank for
+    milliseconds, which a 20-call average shows as one very slow row; this tells such a row apart."""
+
+    def __init__(self):
+        self.count = self.full = 0
+        self.seconds = 0.0
+        self._t0 = 0.0
+
+    def _callback(self, phase, info):
+        if phase == 'start':
+            self._t0 = time.perf_counter()
+            return
+        self.seconds += time.perf_counter() - self._t0
+        self.count += 1
+        self.full += info.get('generation') == 2
+
+    def __enter__(self):
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc):
+        gc.callbacks.remove(self._callback)
+        return False
+
+    def worst(self, comm):
+        """{'gc_collections', 'gc_full', 'gc_pause_us'}: each the largest over the ranks."""
+        return {'gc_collections': comm.allreduce(self.count, op=_MAX()),
+                'gc_full': comm.allreduce(self.full, op=_MAX()),
+                'gc_pause_us': comm.allreduce(self.seconds, op=_MAX()) * 1e6}
+
+
+def time_blocking(comm, fn, iters, warmup, pauses=None):
+    """Seconds per call: `fn` runs a blocking collective; the slowest rank's average. `pauses`
+    (GcPauses) watches the timed calls."""
     for _ in range(warmup):
         fn()
     comm.Barrier()
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        fn()
-    dt = (time.perf_counter() - t0) / max(iters, 1)
+    with pauses or GcPauses():
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        dt = (time.perf_counter() - t0) / max(iters, 1)
     return comm.allreduce(dt, op=_MAX())
 
 
@@ -70,17 +106,18 @@ def time_blocking_calls(comm, fn, iters, warmup):
     return comm.allreduce(median, op=_MAX()), comm.allreduce(slowest, op=_MAX())
 
 
-def time_stream(comm, launch, sync, iters, warmup):
+def time_stream(comm, launch, sync, iters, warmup, pauses=None):
     """Seconds per call when `launch` only enqueues: back-to-back launches, one `sync` at the end."""
     for _ in range(warmup):
         launch()
     sync()
     comm.Barrier()
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        launch()
-    sync()
-    dt = (time.perf_counter() - t0) / max(iters, 1)
+    with pauses or GcPauses():
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            launch()
+        sync()
+        dt = (time.perf_counter() - t0) / max(iters, 1)
     return comm.allreduce(dt, op=_MAX())
 
 

@@ -516,6 +516,7 @@ def resident_kernel(world):
     record('resident path ran the LL calls', calls1 - calls0 >= 64, f'{calls1 - calls0} resident calls')
     record('resident instance stayed up', launches1 - launches0 <= 2, f'{launches1 - launches0} launches')
     resident_ll128(comm)
+    resident_block_counts(comm)
     # work queued on half the ranks' streams: those launch (after it), the others run resident
     for k in range(4):
         busy = (r + k) % 2 == 0
@@ -669,6 +670,56 @@ def resident_ll128(comm):
                f'resident calls {ran}, want {resident}')
     small.Free()
     mpigpu.config.resident_max_bytes = default
+
+
+def resident_block_counts(comm):
+    """Back-to-back resident calls that each run on another number of the instance's blocks
+    (resident_blocks_for: 1 for 4 KiB, 16 for a 64 KiB LL piece, every block for 1 MiB of LL128
+    lines): blocks that sat out calls take the next one that needs them, and no call waits for a
+    block it does not need. Inputs are made before and outputs checked after, so nothing but the
+    calls runs between them; the counters prove that one instance ran them all."""
+    n, r = comm.Get_size(), comm.Get_rank()
+    total = n * (n + 1) // 2
+    blocks = mpigpu.config.resident_blocks
+    # (collective, float32 count): LL pieces of 16 B, 4 KiB, 40 KiB and 64 KiB; LL128 lines on
+    # 18 blocks (256 KiB two-shot on 4 ranks) and on all of them (1 MiB)
+    plan = [('Allreduce', 4), ('Allreduce', (64 << 10) // 4), ('Allreduce', 1 << 10), ('Allreduce', (1 << 20) // 4),
+            ('Allreduce', 3), ('Allgather', (40 << 10) // 4), ('Bcast', (512 << 10) // 4 + 1),
+            ('Allreduce', (256 << 10) // 4), ('Reduce_scatter_block', 5), ('Allreduce', (1 << 20) // 4 - 1),
+            ('Allreduce', 1)] * 3
+    args = []
+    for k, (coll, count) in enumerate(plan):
+        if coll == 'Allgather':
+            a, b = cp.full(count, r + k, cp.float32), cp.full(count * n, -1, cp.float32)
+            want = cp.repeat(cp.arange(k, n + k, dtype=cp.float32), count)
+        elif coll == 'Reduce_scatter_block':
+            a, b = cp.full(count * n, r + k, cp.float32), cp.full(count, -1, cp.float32)
+            want = cp.full(count, total - n + n * k, cp.float32)
+        elif coll == 'Bcast':
+            root = k % n
+            a = b = cp.full(count, r + k if r == root else -1, cp.float32)
+            want = cp.full(count, root + k, cp.float32)
+        else:
+            a, b = cp.full(count, r + k, cp.float32), cp.full(count, -1, cp.float32)
+            want = cp.full(count, total - n + n * k, cp.float32)
+        args.append((coll, a, b, want))
+    cp.cuda.get_current_stream().synchronize()
+    calls0, launches0 = resident_stats(comm)
+    for k, (coll, a, b, _) in enumerate(args):
+        if coll == 'Allreduce':
+            comm.Allreduce(a, b)
+        elif coll == 'Allgather':
+            comm.Allgather(a, b)
+        elif coll == 'Reduce_scatter_block':
+            comm.Reduce_scatter_block(a, b)
+        else:
+            comm.Bcast(b, root=k % n)
+    calls1, launches1 = resident_stats(comm)
+    for k, (coll, a, b, want) in enumerate(args):
+        record(f'resident block counts {k} {coll} count={b.size}', bool(cp.array_equal(b, want)), 'wrong result')
+    record(f'resident block counts: one instance ({blocks} blocks)',
+           calls1 - calls0 == len(plan) and launches1 - launches0 <= 1,
+           f'{calls1 - calls0} resident calls of {len(plan)}, {launches1 - launches0} launches')
 
 
 def chosen(comm, coll, count, algo, nchannels=0, dtype='float32'):

@@ -2,7 +2,7 @@
 # One device-tool session on the offline GPU host: build, GPU suite, benchmarks against NCCL.
 #   bash .whl/build.sh && bash benchmarks/device_session.sh [PARTS] [bench args...]
 # PARTS: comma-separated from suite, api, async, p2p, examples, sanitize, probe, floor, bench, resident,
-# final, tables, tables2 (final = suite, api, async, p2p, examples, tables, tables2). TABLE_ARGS: more
+# linger, final, tables, tables2 (final = suite, api, async, p2p, examples, tables, tables2). TABLE_ARGS: more
 # mpigpu-perf arguments for the blocking tables (--calls).
 # Every rank runs through `python -m mpi4py`, so an exception on one rank aborts the job instead of
 # leaving the others spinning in a collective. Logs go under $OUT (or ./device-out); the last lines
@@ -19,7 +19,7 @@ counts=${COUNTS:-$(printf "%s\n" 2 "$ngpu" | sort -un)}  # rank counts of the su
 run="mpirun --allow-run-as-root --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE -x MPIGPU_TIMEOUT_S -x PYTHONUNBUFFERED -x MPIGPU_ALGO -x MPIGPU_RESIDENT_US -x MPIGPU_RESIDENT_BLOCKS -x MPIGPU_RESIDENT_MAX_BYTES"
 perf="python3 -m mpi4py -m mpigpu.perf"
 summary=()
-has() { [[ ",$what," == *",$1,"* ]] || { [[ " bench probe sanitize floor resident " != *" $1 "* ]] && [[ ",$what," == *",final,"* ]]; }; }
+has() { [[ ",$what," == *",$1,"* ]] || { [[ " bench probe sanitize floor resident linger " != *" $1 "* ]] && [[ ",$what," == *",final,"* ]]; }; }
 if has suite; then
   for n in $counts; do
     [ "$n" -le "$ngpu" ] || continue
@@ -100,6 +100,12 @@ if has resident; then
     echo "== blocks:max_bytes $spec"
     grep -v '^#  \|^#$\|^\[' "$OUT/resident-$spec.txt" | cut -c1-110
   done
+fi
+if has linger; then
+  # what the resident kernel's wait costs a program that computes after its calls (LINGER_LIMITS: us)
+  timeout 150 $run -n "$ngpu" python3 -m mpi4py benchmarks/linger_probe.py ${LINGER_LIMITS:-100,25,0} > "$OUT/linger-$ngpu.txt" 2>&1
+  summary+=("linger probe n=$ngpu rc=$?")
+  grep -v '^\[' "$OUT/linger-$ngpu.txt"
 fi
 if has bench; then
   timeout 500 $run -n "$ngpu" $perf "${@:-allreduce}" --json "$OUT/perf-$ngpu.json" > "$OUT/perf-$ngpu.txt" 2> "$OUT/perf-$ngpu.err"

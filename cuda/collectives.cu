@@ -319,8 +319,14 @@ extern "C" int mg_collective_wait(mg_team *t, const mg_call *call, uintptr_t str
     if (e) return e;
     prepared = &c;
     mg::ResidentCall r;
-    if (resident_form(t, &c, &r) && resident_ready(t, stream)) return resident_run(t, r);
+    if (resident_form(t, &c, &r)) {
+      int e;
+      if (resident_ready(t, stream)) e = resident_run(t, r);
+      else if (!(e = enqueue(t, call, prepared, stream, 0))) e = mg_stream_sync(stream);
+      resident_returned(t);
+      return e;
+    }
   }
   int e = enqueue(t, call, prepared, stream, 0);
-  return e ? e : rc(cudaStreamSynchronize((cudaStream_t)stream));
+  return e ? e : mg_stream_sync(stream);
 }

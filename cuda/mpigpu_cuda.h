@@ -94,8 +94,10 @@ typedef struct mg_team_config {
   int split_steps;     /* direct kernel: from this many steps per channel, stages on separate warps (0: never) */
   size_t ll128_bytes;  /* largest per-peer piece of the 128-byte-line protocol (sizes its areas; 0: no LL128) */
   double timeout_s;    /* a kernel waiting longer than this on a peer traps */
-  double resident_us;  /* blocking LL and LL128 calls run in a kernel that stays running this long after
-                          each call (resident_kernel.cuh); 0: every call is launched */
+  double resident_us;  /* blocking LL and LL128 calls run in a kernel that stays running between them
+                          (resident_kernel.cuh): after each call twice the recent gaps between calls, at
+                          most this long; a call after a longer gap launches (resident.cu); 0: every
+                          call is launched */
   int resident_blocks;       /* that kernel's blocks (1 .. MG_MAX_CHANNELS) */
   size_t resident_max_bytes; /* largest LL128 message it runs (LL calls: all); 0: LL calls only */
 } mg_team_config;
@@ -105,8 +107,10 @@ int mg_team_export(mg_team *team, void *handle /* MG_IPC_HANDLE_BYTES */);
 int mg_team_open_peer(mg_team *team, int peer, const void *handle);
 int mg_team_destroy(mg_team *team);
 size_t mg_team_workspace_bytes(const mg_team *team);
-/* Blocking calls the resident kernel ran, and instances of it launched, since the team was created. */
-void mg_team_resident_stats(const mg_team *team, uint64_t *calls, uint64_t *launches);
+/* Since the team was created: blocking calls the resident kernel ran, instances of it launched, and
+ * calls that could have run resident but launched because they came alone (after a gap longer than
+ * resident_us since the team's last such call). */
+void mg_team_resident_stats(const mg_team *team, uint64_t *calls, uint64_t *launches, uint64_t *alone);
 
 /* ---- collectives (collectives.cu) ---- */
 typedef struct mg_call {

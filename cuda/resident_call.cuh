@@ -7,29 +7,33 @@
 
 namespace mg {
 
-constexpr int kCallWords = 7;
+constexpr int kCallWords = 8;  // one 64-byte line of host memory; TeamState::resident_call relays as many
+static_assert(kCallWords <= (int)(sizeof(TeamState::resident_call) / sizeof(uint64_t)), "relay too small");
 
 enum ResidentKind : uint32_t { kResidentLL = 0, kResidentLL128 = 1, kResidentExit = 2 };
 
 // Pinned host memory mapped into the device; the host writes `call`, the kernel `done` and `exited`
 // (on another 64-byte line, so the host's stores and the kernel's do not share one).
 struct ResidentBox {
-  uint64_t call[8];
+  uint64_t call[kCallWords];
   alignas(64) uint32_t done;  // number of the last call completed
   uint32_t exited;            // epoch of the last instance that returned
 };
 
 // One call: its protocol (kind), that protocol's own fields (LLArgs or LL128Args) and its (dtype,
-// op), which pick the body (dispatch.cuh). Sizes fit 32 bits (collectives.cu, resident_form).
+// op), which pick the body (dispatch.cuh), and how long the instance waits for the next call after
+// it (resident.cu sets it from the gaps between the program's calls). Sizes fit 32 bits
+// (collectives.cu, resident_form).
 struct ResidentCall {
   uint32_t kind, mode, split, root, dtype, op;
   uint64_t send, recv;
-  uint32_t bytes;  // LL: piece_bytes; LL128: block_bytes
-  uint32_t total;  // LL128: total_bytes
+  uint32_t bytes;      // LL: piece_bytes; LL128: block_bytes
+  uint32_t total;      // LL128: total_bytes
+  uint32_t linger_us;  // after this call: wait this long for the next one, then return
 };
 
 // Word i of a call's payload: kind | mode << 4 | split << 7 | root << 8 | dtype << 16 | op << 24,
-// send, recv (two words each, low half first), bytes, total.
+// send, recv (two words each, low half first), bytes, total, linger_us.
 __host__ __device__ inline uint32_t call_word(const ResidentCall &c, int i) {
   switch (i) {
     case 0: return c.kind | c.mode << 4 | c.split << 7 | c.root << 8 | c.dtype << 16 | c.op << 24;
@@ -38,7 +42,8 @@ __host__ __device__ inline uint32_t call_word(const ResidentCall &c, int i) {
     case 3: return (uint32_t)c.recv;
     case 4: return (uint32_t)(c.recv >> 32);
     case 5: return c.bytes;
-    default: return c.total;
+    case 6: return c.total;
+    default: return c.linger_us;
   }
 }
 
@@ -54,6 +59,7 @@ __host__ __device__ inline ResidentCall read_call(const uint32_t *w) {
   c.recv = (uint64_t)w[4] << 32 | w[3];
   c.bytes = w[5];
   c.total = w[6];
+  c.linger_us = w[7];
   return c;
 }
 

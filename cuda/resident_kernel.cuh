@@ -33,12 +33,15 @@
 // system-scope fence. The host spins on it. The next call's words are written only after that, when
 // block 0, their only reader, is done with the current ones.
 //
-// Lifetime. After linger_ns without a call the instance returns (the first block relays an exit and
-// writes its epoch into ResidentBox::exited), so a device-wide synchronization by the program waits
-// at most that long for it. The host launches a new instance at its next call; if it rang a call just
-// as an instance gave up, it sees `exited`, waits for the instance to end and launches another, which
-// starts at that call (ResidentArgs::start). An exit call, which takes a number of its own, ends an
-// instance before the team launches a direct or ring kernel (resident_stop) and at team release.
+// Lifetime. Each call tells the instance how long to wait for the next one (ResidentCall::linger_us:
+// twice the recent gaps between the program's calls, at most MPIGPU_RESIDENT_US, resident.cu). With
+// no call by then it returns (the first block relays an exit and writes its epoch into
+// ResidentBox::exited), so a device-wide synchronization by the program, and a kernel that needs the
+// instance's SMs, wait at most that long for it. The host launches a new instance at its next call
+// that does not come alone; if it rang a call just as an instance gave up, it sees `exited`, waits
+// for the instance to end and launches another, which starts at that call (ResidentArgs::start). An
+// exit call, which takes a number of its own, ends an instance before the team launches a direct or
+// ring kernel or a blocking call whose stream is busy (resident_stop) and at team release.
 #pragma once
 #include "dispatch.cuh"
 #include "resident_call.cuh"
@@ -50,7 +53,7 @@ struct ResidentArgs {
   ResidentBox *box;   // device address of the mapped mailbox
   uint32_t start;     // number of the last call completed before this instance: it takes start + 1 first
   uint32_t epoch;     // instances launched on this team, this one included
-  uint64_t linger_ns; // returns after this long without a call
+  uint64_t linger_ns; // returns after this long without a first call (later: each call's linger_us)
 };
 
 __device__ __forceinline__ uint64_t ld_relaxed_sys_u64(const uint64_t *p) {
@@ -63,21 +66,20 @@ __device__ __forceinline__ uint32_t relay_flag(uint32_t call, uint32_t epoch) { 
 
 // Warp 0 of block 0: call `call` from the mailbox into w (kCallWords words), or after linger_ns with
 // no call an exit; then relayed to the other blocks if the call needs them (an exit needs them all).
-__device__ __forceinline__ void fetch_call(const ResidentArgs &r, TeamState *state, uint32_t call, uint32_t *w) {
+__device__ __forceinline__ void fetch_call(const ResidentArgs &r, TeamState *state, uint32_t call, uint64_t linger_ns,
+                                           uint32_t *w) {
   const int lane = threadIdx.x;
   const bool mine = lane < kCallWords;
   uint64_t v = 0;
   bool idle_out = false;
-  uint64_t since = 0;
-  for (unsigned spins = 0;; ++spins) {
+  const uint64_t since = global_timer_ns();
+  for (;;) {
     if (mine) v = ld_relaxed_sys_u64(&r.box->call[lane]);
     if (__all_sync(0xffffffffu, !mine || (uint32_t)(v >> 32) == call)) break;
-    if ((spins & 63u) == 0) {  // the clock, now and then: a poll of host memory takes ~1 us anyway
-      const uint64_t now = global_timer_ns();
-      if (spins == 0) since = now;
-      idle_out = __shfl_sync(0xffffffffu, now - since > r.linger_ns, 0);
-      if (idle_out) break;
-    }
+    // The clock at every poll (a poll of host memory takes ~1 us), so the instance returns within
+    // about a microsecond of linger_ns: a program's device-wide synchronization waits that long.
+    idle_out = __shfl_sync(0xffffffffu, global_timer_ns() - since > linger_ns, 0);
+    if (idle_out) break;
   }
   uint32_t word = (uint32_t)v;
   if (idle_out) word = lane == 0 ? (uint32_t)kResidentExit : 0u;
@@ -120,15 +122,17 @@ __global__ void __launch_bounds__(kThreads, 1) resident_kernel(const __grid_cons
   __shared__ uint32_t taken;  // the number of the call in `words`
   // The call's arguments, indexed by peer: kept out of local memory.
   __shared__ union { LLArgs ll; LL128Args ll128; } a;
+  uint64_t linger_ns = r.linger_ns;  // block 0: how long to wait for the next call
   for (uint32_t call = r.start + 1;; ++call) {
     if (threadIdx.x < 32) {
-      if (blockIdx.x == 0) fetch_call(r, state, call, words);
+      if (blockIdx.x == 0) fetch_call(r, state, call, linger_ns, words);
       else call = await_call(r, state, call, words);
       if (threadIdx.x == 0) taken = call;
     }
     __syncthreads();
     call = taken;
     const ResidentCall c = read_call(words);
+    linger_ns = (uint64_t)c.linger_us * 1000u;
     if (c.kind == kResidentExit) {
       if (blockIdx.x == 0 && threadIdx.x == 0) {
         __threadfence_system();

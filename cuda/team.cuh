@@ -16,8 +16,11 @@ struct mg_resident {
   uint32_t call;           // calls run so far; each completed before the next was rung
   uint32_t epoch;          // instances launched so far
   int running;             // an instance was launched and has not been seen returning
-  uint64_t linger_ns;
-  uint64_t calls, launches;  // counters for tests and the debug log (mg_team_resident_stats)
+  uint64_t linger_ns;      // MPIGPU_RESIDENT_US: the longest an instance waits, and the longest gap kept
+  uint64_t returned_ns;    // host clock when the last blocking call that could run resident returned
+  uint64_t gap_ns;         // the longest recent gap between such calls (halved at each call)
+  uint32_t linger_us;      // what the next call rung tells the instance to wait after it
+  uint64_t calls, launches, alone;  // counters for tests and the debug log (mg_team_resident_stats)
 };
 
 struct mg_team {
@@ -41,11 +44,15 @@ int resident_close(mg_team *t);  // stops a running instance; with the team's de
 // Tells a running instance to return, without waiting: it is gone a poll later (~1 us), before a
 // launch issued now has started its kernel. Called before a direct or ring kernel, whose blocks take
 // a whole SM each (221 registers per thread): a resident block on an SM would keep one of their
-// blocks from starting until another ends.
+// blocks from starting until another ends; and for a blocking call whose stream is busy, whose work
+// before the call is better off with the instance's SMs.
 int resident_stop(mg_team *t);
-// 1 when a blocking call may run in the resident kernel now: the team has one and nothing is
-// queued before the call (no call of this team in flight, the caller's stream idle).
+// 1 when a blocking call may run in the resident kernel now: the team has one, the call does not
+// come alone (resident.cu) and nothing is queued before it (no call of this team in flight, the
+// caller's stream idle). Also sets how long the instance waits after the call.
 int resident_ready(mg_team *t, uintptr_t stream);
+// A blocking call that could run resident (resident_form) returned: the next one's gap starts.
+void resident_returned(mg_team *t);
 // Runs call `c` (an LL or LL128 plan, resident_call_of) in the resident kernel; returns when done.
 int resident_run(mg_team *t, const mg::ResidentCall &c);
 

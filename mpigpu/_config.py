@@ -57,8 +57,9 @@ class Config:
         self.split_steps = _int('MPIGPU_SPLIT_STEPS', 4, 0, 1 << 30)
         # Largest per-peer piece of the 128-byte-line protocol; sizes its areas in the workspace.
         self.ll128_bytes = _int('MPIGPU_LL128_BYTES', 2 << 20, 0, 1 << 30)
-        # Blocking LL and LL128 calls: how long the resident kernel waits for the next call (0: launch each).
-        self.resident_us = _float('MPIGPU_RESIDENT_US', 100.0, 0.0, 1e6)
+        # Blocking LL and LL128 calls: the longest gap between calls that keeps the resident kernel
+        # running for the next one (0: launch each).
+        self.resident_us = _float('MPIGPU_RESIDENT_US', 25.0, 0.0, 1e6)
         # Its blocks, and the largest LL128 message it runs (LL calls run there at any size; 0: LL only).
         self.resident_blocks = _int('MPIGPU_RESIDENT_BLOCKS', 64, 1, 128)
         self.resident_max_bytes = _int('MPIGPU_RESIDENT_MAX_BYTES', 2 << 20, 0, 1 << 31)

@@ -12,7 +12,7 @@ def test_defaults(monkeypatch):
     c = _config.Config()
     assert c.algo == 'auto' and c.chunk_bytes == 32768 and c.nslots == 8 and c.max_channels == 128 and c.timeout_s == 600.0 and c.mpi_cuda_aware == 'auto'
     assert c.p2p_ipc_bytes == 65536 and c.split_steps == 4 and c.ll128_bytes == 2 << 20
-    assert c.resident_us == 100.0 and c.resident_blocks == 64 and c.resident_max_bytes == 2 << 20
+    assert c.resident_us == 25.0 and c.resident_blocks == 64 and c.resident_max_bytes == 2 << 20
 
 
 @pytest.mark.parametrize('name,value,match', [

@@ -64,7 +64,7 @@ cdef extern from "mpigpu_cuda.h" nogil:
     int mg_team_open_peer(mg_team *team, int peer, const void *handle)
     int mg_team_destroy(mg_team *team)
     size_t mg_team_workspace_bytes(const mg_team *team)
-    void mg_team_resident_stats(const mg_team *team, uint64_t *calls, uint64_t *launches)
+    void mg_team_resident_stats(const mg_team *team, uint64_t *calls, uint64_t *launches, uint64_t *alone)
 
     ctypedef struct mg_call:
         int coll, algo, dtype, op
@@ -312,11 +312,12 @@ cdef class Team:
 
     @property
     def resident_stats(self):
-        """(blocking calls the resident kernel ran, instances of it launched) since team setup."""
-        cdef uint64_t calls = 0, launches = 0
+        """(blocking calls the resident kernel ran, instances of it launched, calls launched because
+        they came alone) since team setup."""
+        cdef uint64_t calls = 0, launches = 0, alone = 0
         if self.t != NULL:
-            mg_team_resident_stats(self.t, &calls, &launches)
-        return calls, launches
+            mg_team_resident_stats(self.t, &calls, &launches, &alone)
+        return calls, launches, alone
 
     def export_handle(self):
         cdef char h[MG_IPC_HANDLE_BYTES]

@@ -478,59 +478,89 @@ def resident_stats(comm):
     return comm._mg_state.team.resident_stats
 
 
+def recent_call(comm):
+    """A blocking call on every rank, so that the next call does not come alone: a call after a gap
+    longer than MPIGPU_RESIDENT_US since the last one launches (resident.cu), and the checks between
+    calls can take longer than the second these tests give (CuPy compiles a kernel at its first use)."""
+    global _RECENT
+    if _RECENT is None:
+        _RECENT = (cp.ones(4, cp.float32), cp.empty(4, cp.float32))
+    cp.cuda.get_current_stream().synchronize()
+    comm.Allreduce(*_RECENT)
+
+
+_RECENT = None
+
+
 def resident_kernel(world):
     """Blocking LL calls in the resident kernel (resident_kernel.cuh): every (dtype, op) pair through it,
     calls back to back with no launch between them, ranks whose call is launched (work queued on
     their stream) meeting ranks whose call runs resident, instances that idle out and are launched
-    again, a direct kernel between resident calls, an in-flight stream= call before a blocking one,
-    and a communicator freed while its instance runs. The counters prove which path ran."""
+    again (resident_linger), a direct kernel between resident calls, an in-flight stream= call before a
+    blocking one, calls that come alone, and a communicator freed while its instance runs. The
+    counters prove which path ran."""
     n, r = world.Get_size(), world.Get_rank()
     total = n * (n + 1) // 2
     default = mpigpu.config.resident_us
-    mpigpu.config.resident_us = 1e6  # a second: the instance outlives the checks between calls
+    mpigpu.config.resident_us = 1e6  # a second: no call here comes alone (but instances end between checks)
     comm = world.Dup()
     world.Barrier()
     comm.Allreduce(cp.ones(4, cp.float32), cp.empty(4, cp.float32))  # sets the team up
-    calls0, launches0 = resident_stats(comm)
+    calls0 = resident_stats(comm)[0]
     # every (dtype, op) pair, every LL collective (Reduce runs as the LL Allreduce), in and out of place
+    cases = 0
     for dtype, ops in OPS_FOR.items():
         for op in ops:
             run_case(comm, 'Allreduce', dtype, op, 37, inplace=op == ops[0])
             run_case(comm, 'Reduce_scatter_block', dtype, op, 33, inplace=op == ops[-1])
             run_case(comm, 'Reduce', dtype, op, 29, root=n - 1, offset=3)
+            cases += 3
         run_case(comm, 'Allgather', dtype, 'SUM', 31, inplace=dtype == 'float32')
+        cases += 1
     run_case(comm, 'Allreduce', 'complex128', 'PROD', 5, offset=1.5)
     mpigpu.config.algo = 'll'  # the largest piece LL takes (64 KiB): two passes of the grid
     run_case(comm, 'Allreduce', 'float32', 'SUM', (64 << 10) // 4)
     run_case(comm, 'Allgather', 'int8', 'SUM', (64 << 10) - 3)
     mpigpu.config.algo = 'auto'
+    # run_case's poisoning fill may still run on the stream at the call, which then launches, and a
+    # call after a check that compiled a CuPy kernel (over a second, on a cold cache) comes alone
+    record('resident path ran the LL calls', resident_stats(comm)[0] - calls0 >= cases // 2,
+           f'{resident_stats(comm)[0] - calls0} resident calls, {cases} cases')
     # back to back: no host work between the calls but the blocking calls themselves
     x = [cp.full(256, k + r, cp.float32) for k in range(64)]
     y = [cp.empty(256, cp.float32) for _ in range(64)]
-    cp.cuda.get_current_stream().synchronize()
+    recent_call(comm)
+    before = resident_stats(comm)
     for k in range(64):
         comm.Allreduce(x[k], y[k])
+    after = resident_stats(comm)
     for k in range(64):
         record('resident back to back', bool((y[k] == n * k + total - n).all()), f'call {k}')
-    calls1, launches1 = resident_stats(comm)
-    record('resident path ran the LL calls', calls1 - calls0 >= 64, f'{calls1 - calls0} resident calls')
-    record('resident instance stayed up', launches1 - launches0 <= 2, f'{launches1 - launches0} launches')
+    # a pause of the host longer than the instance's wait (~10 us here) launches another
+    record('resident instance stayed up back to back',
+           after[0] - before[0] == 64 and after[2] == before[2] and after[1] - before[1] <= 2,
+           f'(resident calls, launches, alone) {before} -> {after}')
+    resident_linger(comm)
     resident_ll128(comm)
     resident_block_counts(comm)
     # work queued on half the ranks' streams: those launch (after it), the others run resident
     for k in range(4):
         busy = (r + k) % 2 == 0
+        recent_call(comm)
         if busy:
             spin_stream(300)
         a = cp.full(1000, r + 1, cp.float32)  # produced after the spin on this stream
         b = cp.empty(1000, cp.float32)
         if not busy:
             cp.cuda.get_current_stream().synchronize()
-        before = resident_stats(comm)[0]
+        idle = cp.cuda.get_current_stream().done
+        before = resident_stats(comm)
         comm.Allreduce(a, b)
-        ran = resident_stats(comm)[0] - before
+        after = resident_stats(comm)
+        ran = after[0] - before[0]
         record(f'resident/launched mix {k}', bool((b == total).all()), 'wrong result')
-        record(f'resident/launched mix {k} path', ran == (0 if busy else 1), f'busy={busy} resident calls {ran}')
+        record(f'resident/launched mix {k} path', ran == (0 if busy else 1),
+               f'busy={busy} stream idle={idle} (resident calls, launches, alone) {before} -> {after}')
     # a stream= call in flight, then a blocking call on another stream that reads its output
     s = cp.cuda.Stream(non_blocking=True)
     with s:
@@ -552,33 +582,91 @@ def resident_kernel(world):
         record(f'resident then direct {k}', bool((b == n * k + total - n).all()), 'small call')
     record('resident then direct: large', bool((big == total * n ** 2).all()), 'large calls')
     comm.Free()  # with its instance running
-    # instances that idle out between calls (50 us), rung as they give up or after
-    mpigpu.config.resident_us = 50
+    # calls that come alone (after a gap longer than MPIGPU_RESIDENT_US, here 1 ms) launch, and no
+    # instance starts for them; the next call soon after runs resident again
+    mpigpu.config.resident_us = 1000
     short = world.Dup()
     short.Allreduce(cp.ones(4, cp.float32), cp.empty(4, cp.float32))
-    calls0, launches0 = resident_stats(short)
-    for k in range(12):
-        time.sleep([0, 45e-6, 2e-3][k % 3])
+    outs = []
+    for k in range(3):
         a = cp.full(64, k + r, cp.int64)
-        b = cp.empty(64, cp.int64)
+        b, c = cp.empty(64, cp.int64), cp.empty(64, cp.int64)
         cp.cuda.get_current_stream().synchronize()
+        time.sleep(0.02)
+        before = resident_stats(short)
         short.Allreduce(a, b, op=MPI.MAX)
-        record(f'resident after idling {k}', bool((b == k + n - 1).all()), 'wrong result')
-    calls1, launches1 = resident_stats(short)
-    record('resident instances relaunched', launches1 - launches0 >= 4 and calls1 - calls0 == 12,
-           f'{calls1 - calls0} calls, {launches1 - launches0} launches')
+        middle = resident_stats(short)
+        short.Allreduce(b, c, op=MPI.SUM)
+        after = resident_stats(short)
+        outs.append((k, b, c))
+        record(f'resident: a call alone launches {k}', middle[0] == before[0] and middle[2] == before[2] + 1,
+               f'(resident calls, launches, alone) {before} -> {middle}')
+        record(f'resident: the call after it runs resident {k}',
+               after[0] == middle[0] + 1 and after[1] == middle[1] + 1 and after[2] == middle[2],
+               f'(resident calls, launches, alone) {middle} -> {after}')
+    for k, b, c in outs:
+        record(f'resident: a call alone and the next {k}', bool((b == k + n - 1).all() and (c == n * (k + n - 1)).all()),
+               'wrong result')
     short.Free()
     mpigpu.config.resident_us = 0  # off: every call launched
     off = world.Dup()
     run_case(off, 'Allreduce', 'float32', 'SUM', 37)
-    record('resident off', resident_stats(off) == (0, 0), str(resident_stats(off)))
+    record('resident off', resident_stats(off) == (0, 0, 0), str(resident_stats(off)))
     for nbytes, want in ((32 << 10, 'll'), ((32 << 10) + 16, 'll128')):
         got = chosen_algo(off, 'allreduce', nbytes // 4, 'auto')
         record(f'select allreduce without a resident kernel bytes={nbytes}', got == ALGO[want], f'chose {got}')
     off.Free()
     mpigpu.config.resident_us = default
     if r == 0:
-        print('world resident kernel (calls, launches):', resident_stats(world), flush=True)
+        print('world resident kernel (calls, launches, alone):', resident_stats(world), flush=True)
+
+
+def resident_linger(comm):
+    """How long an instance waits after a call follows the gaps between the program's calls
+    (resident.cu), not the limit (MPIGPU_RESIDENT_US, a second on this communicator): one that waited
+    through a 20 ms pause after a burst of calls would still run, and the call after the pause would
+    launch no instance. Calls rung just as an instance gives up or after (gaps of 0-60 us after
+    bursts whose gaps are a few microseconds) all complete. A call whose stream is busy launches after
+    its work and ends the waiting instance, so the next call launches one."""
+    n, r = comm.Get_size(), comm.Get_rank()
+    outs = []
+    pauses = 0
+    for k in range(16):
+        a = cp.full(64, k + r, cp.int64)
+        b = cp.empty(64, cp.int64)
+        cp.cuda.get_current_stream().synchronize()
+        pause = [0, 10e-6, 30e-6, 60e-6, 0, 0, 0, 20e-3][k % 8]
+        pauses += pause == 20e-3
+        if pause:
+            end = time.perf_counter() + pause
+            while time.perf_counter() < end:
+                pass
+        if pause == 20e-3:
+            before = resident_stats(comm)
+        comm.Allreduce(a, b, op=MPI.MAX)
+        if pause == 20e-3:
+            after = resident_stats(comm)
+            record(f'resident: an instance ends after a burst {k}',
+                   after[0] == before[0] + 1 and after[1] == before[1] + 1 and after[2] == before[2],
+                   f'(resident calls, launches, alone) {before} -> {after}')
+        outs.append((k, b))
+    for k, b in outs:
+        record(f'resident: calls as an instance gives up {k}', bool((b == k + n - 1).all()), 'wrong result')
+    # a busy stream: that call launches and stops the instance
+    a = cp.full(100, r + 1, cp.float32)
+    b, c, d = cp.empty(100, cp.float32), cp.empty(100, cp.float32), cp.empty(100, cp.float32)
+    cp.cuda.get_current_stream().synchronize()
+    comm.Allreduce(a, b)
+    s0 = resident_stats(comm)
+    spin_stream(300)
+    comm.Allreduce(b, c)
+    s1 = resident_stats(comm)
+    comm.Allreduce(c, d)
+    s2 = resident_stats(comm)
+    total = n * (n + 1) // 2
+    record('resident: a busy stream ends the instance',
+           s1[0] == s0[0] and s2[0] == s1[0] + 1 and s2[1] == s1[1] + 1 and bool((d == total * n * n).all()),
+           f'(resident calls, launches, alone) {s0} -> {s1} -> {s2}')
 
 
 def resident_ll128(comm):
@@ -629,6 +717,7 @@ def resident_ll128(comm):
             message = m * 4 * (n if coll in ('Reduce_scatter_block', 'Allgather') else 1)
             resident = (not busy and chosen_algo(comm, coll.lower(), m, 'auto') in line_forms
                         and message <= mpigpu.config.resident_max_bytes)
+            recent_call(comm)
             if busy:
                 spin_stream(300)
             a = cp.full(m * (n if coll == 'Reduce_scatter_block' else 1), r + 1, cp.float32)
@@ -703,8 +792,8 @@ def resident_block_counts(comm):
             a, b = cp.full(count, r + k, cp.float32), cp.full(count, -1, cp.float32)
             want = cp.full(count, total - n + n * k, cp.float32)
         args.append((coll, a, b, want))
-    cp.cuda.get_current_stream().synchronize()
-    calls0, launches0 = resident_stats(comm)
+    recent_call(comm)
+    calls0, launches0, _ = resident_stats(comm)
     for k, (coll, a, b, _) in enumerate(args):
         if coll == 'Allreduce':
             comm.Allreduce(a, b)
@@ -714,7 +803,7 @@ def resident_block_counts(comm):
             comm.Reduce_scatter_block(a, b)
         else:
             comm.Bcast(b, root=k % n)
-    calls1, launches1 = resident_stats(comm)
+    calls1, launches1, _ = resident_stats(comm)
     for k, (coll, a, b, want) in enumerate(args):
         record(f'resident block counts {k} {coll} count={b.size}', bool(cp.array_equal(b, want)), 'wrong result')
     record(f'resident block counts: one instance ({blocks} blocks)',

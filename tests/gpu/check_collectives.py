@@ -625,18 +625,16 @@ def resident_linger(comm):
     """How long an instance waits after a call follows the gaps between the program's calls
     (resident.cu), not the limit (MPIGPU_RESIDENT_US, a second on this communicator): one that waited
     through a 20 ms pause after a burst of calls would still run, and the call after the pause would
-    launch no instance. Calls rung just as an instance gives up or after (gaps of 0-60 us after
-    bursts whose gaps are a few microseconds) all complete. A call whose stream is busy launches after
+    launch no instance. Calls rung while an instance waits, just as it gives up, or after it ended
+    (pauses of 0-60 us between calls) all complete. A call whose stream is busy launches after
     its work and ends the waiting instance, so the next call launches one."""
     n, r = comm.Get_size(), comm.Get_rank()
     outs = []
-    pauses = 0
     for k in range(16):
         a = cp.full(64, k + r, cp.int64)
         b = cp.empty(64, cp.int64)
         cp.cuda.get_current_stream().synchronize()
         pause = [0, 10e-6, 30e-6, 60e-6, 0, 0, 0, 20e-3][k % 8]
-        pauses += pause == 20e-3
         if pause:
             end = time.perf_counter() + pause
             while time.perf_counter() < end:

@@ -624,8 +624,9 @@ def resident_kernel(world):
 def resident_linger(comm):
     """How long an instance waits after a call follows the gaps between the program's calls
     (resident.cu), not the limit (MPIGPU_RESIDENT_US, a second on this communicator): one that waited
-    through a 20 ms pause after a burst of calls would still run, and the call after the pause would
-    launch no instance. Calls rung while an instance waits, just as it gives up, or after it ended
+    through a 200 ms pause after a burst of calls would still run, and the call after the pause would
+    launch no instance. (The wait is twice the longest recent gap, halved at each call: after the seven
+    calls before a pause, at most 1 s / 2**6 even if the gap before them came close to the limit.) Calls rung while an instance waits, just as it gives up, or after it ended
     (pauses of 0-60 us between calls) all complete. A call whose stream is busy launches after
     its work and ends the waiting instance, so the next call launches one."""
     n, r = comm.Get_size(), comm.Get_rank()
@@ -634,15 +635,15 @@ def resident_linger(comm):
         a = cp.full(64, k + r, cp.int64)
         b = cp.empty(64, cp.int64)
         cp.cuda.get_current_stream().synchronize()
-        pause = [0, 10e-6, 30e-6, 60e-6, 0, 0, 0, 20e-3][k % 8]
+        pause = [0, 10e-6, 30e-6, 60e-6, 0, 0, 0, 0.2][k % 8]
         if pause:
             end = time.perf_counter() + pause
             while time.perf_counter() < end:
                 pass
-        if pause == 20e-3:
+        if pause == 0.2:
             before = resident_stats(comm)
         comm.Allreduce(a, b, op=MPI.MAX)
-        if pause == 20e-3:
+        if pause == 0.2:
             after = resident_stats(comm)
             record(f'resident: an instance ends after a burst {k}',
                    after[0] == before[0] + 1 and after[1] == before[1] + 1 and after[2] == before[2],

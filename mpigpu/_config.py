@@ -70,6 +70,9 @@ class Config:
         # CUDA-aware MPI: 'auto' asks the library (MPIX_Query_cuda_support), '1'/'0' force it.
         self.mpi_cuda_aware = _choice('MPIGPU_MPI_CUDA_AWARE', 'auto', {
             'auto': ('auto',), '1': ('1', 'yes', 'true', 'on'), '0': ('0', 'no', 'false', 'off')})
+        # Testing: ranks that share a GPU still form a device team (time-sliced; docs/tuning.md).
+        self.shared_gpu = _choice('MPIGPU_SHARED_GPU', '0', {'1': ('1', 'yes', 'true', 'on'),
+                                                             '0': ('0', 'no', 'false', 'off')}) == '1'
         # Debug log of engine decisions (why a call is staged) on the 'mpigpu' logger.
         self.debug = _choice('MPIGPU_DEBUG', '0', {'1': ('1', 'yes', 'true', 'on'),
                                                    '0': ('0', 'no', 'false', 'off')}) == '1'

@@ -114,11 +114,11 @@ class GpuState:
             reason = 'the ranks span several nodes (the engine is intra-node)'
         elif n > _device.MAX_RANKS:
             reason = f'{n} ranks; the engine holds at most {_device.MAX_RANKS} per team'
-        elif len(set(buses)) != n:
+        elif len(set(buses)) != n and not config.shared_gpu:
             reason = 'several ranks use one GPU (' + ', '.join(f'rank {i}: {b}' for i, b in enumerate(buses)) + ')'
         else:
             for peer, pbus in enumerate(buses):
-                if peer == self.rank:
+                if peer == self.rank or pbus == bus:  # a rank sharing this GPU (MPIGPU_SHARED_GPU): no peer access
                     continue
                 ordinal = _device.device_by_pci_bus_id(pbus)
                 if ordinal < 0:
@@ -155,8 +155,9 @@ class GpuState:
         else:
             self.team, self.reason = team, ''
             self.shadow = comm.Dup()  # collective, like the setup: every rank is here
-            log.debug('rank %d: device engine on (GPU %s, %d ranks, workspace %d MiB, resident kernel %s)',
-                      self.rank, bus, n, team.workspace_bytes >> 20,
+            log.debug('rank %d: device engine on (GPU %s, %d ranks%s, workspace %d MiB, resident kernel %s)',
+                      self.rank, bus, n, ', sharing GPUs: testing only' if len(set(buses)) != n else '',
+                      team.workspace_bytes >> 20,
                       f'lingering {config.resident_us:g} us' if config.resident_us > 0 else 'off')
 
     def next_reply_tag(self, dest):

@@ -7,12 +7,13 @@ from mpigpu import _config
 def test_defaults(monkeypatch):
     for k in ('MPIGPU_ALGO', 'MPIGPU_CHUNK_BYTES', 'MPIGPU_TIMEOUT_S', 'MPIGPU_MPI_CUDA_AWARE', 'MPIGPU_P2P_IPC_BYTES',
               'MPIGPU_SPLIT_STEPS', 'MPIGPU_LL128_BYTES', 'MPIGPU_RESIDENT_US', 'MPIGPU_RESIDENT_BLOCKS',
-              'MPIGPU_RESIDENT_MAX_BYTES'):
+              'MPIGPU_RESIDENT_MAX_BYTES', 'MPIGPU_SHARED_GPU'):
         monkeypatch.delenv(k, raising=False)
     c = _config.Config()
     assert c.algo == 'auto' and c.chunk_bytes == 32768 and c.nslots == 8 and c.max_channels == 128 and c.timeout_s == 600.0 and c.mpi_cuda_aware == 'auto'
     assert c.p2p_ipc_bytes == 65536 and c.split_steps == 4 and c.ll128_bytes == 2 << 20
     assert c.resident_us == 25.0 and c.resident_blocks == 64 and c.resident_max_bytes == 2 << 20
+    assert c.shared_gpu is False
 
 
 @pytest.mark.parametrize('name,value,match', [
@@ -24,6 +25,7 @@ def test_defaults(monkeypatch):
     ('MPIGPU_RESIDENT_US', '-5', 'MPIGPU_RESIDENT_US'), ('MPIGPU_RESIDENT_US', 'soon', 'MPIGPU_RESIDENT_US'),
     ('MPIGPU_RESIDENT_BLOCKS', '0', 'MPIGPU_RESIDENT_BLOCKS'), ('MPIGPU_RESIDENT_BLOCKS', '129', 'MPIGPU_RESIDENT_BLOCKS'),
     ('MPIGPU_RESIDENT_MAX_BYTES', str((1 << 31) + 1), 'MPIGPU_RESIDENT_MAX_BYTES'),
+    ('MPIGPU_SHARED_GPU', 'sometimes', 'MPIGPU_SHARED_GPU'),
 ])
 def test_bad_values_name_the_variable(monkeypatch, name, value, match):
     monkeypatch.setenv(name, value)
@@ -34,8 +36,9 @@ def test_bad_values_name_the_variable(monkeypatch, name, value, match):
 def test_spellings(monkeypatch):
     monkeypatch.setenv('MPIGPU_MPI_CUDA_AWARE', 'on')
     monkeypatch.setenv('MPIGPU_DEBUG', 'yes')
+    monkeypatch.setenv('MPIGPU_SHARED_GPU', 'on')
     c = _config.Config()
-    assert c.mpi_cuda_aware == '1' and c.debug
+    assert c.mpi_cuda_aware == '1' and c.debug and c.shared_gpu
 
 
 @pytest.mark.parametrize('algo', ['ll128', 'll128-twoshot', 'LL128', 'ring', 'Ring'])

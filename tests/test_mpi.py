@@ -31,3 +31,9 @@ def test_mirrored_buffer_api(n):
 def test_nonblocking_and_persistent(n):
     out = run_ranks(n, 'nonblocking_fake_device.py')
     assert 'non-blocking checks identical to mpi4py' in out
+
+
+@pytest.mark.parametrize('n', [1, 2, 3, 4])
+def test_team_setup_decisions(n):
+    out = run_ranks(n, 'team_setup_fake_device.py')
+    assert 'team setup decisions on' in out and ': ok' in out

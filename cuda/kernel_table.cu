@@ -1,32 +1,28 @@
-// kernel_table.cu: the instantiations of the kernels (direct, LL, LL128, ring), one per (storage
-// type, operator) that the contract needs (dispatch.cuh lists them).
+// kernel_table.cu: the kernels of a (dtype, op) pair, one of each family (their instantiations are
+// in kernels_*.cu), and the pair's storage geometry.
 #include "kernel_table.cuh"
 
 namespace mg {
 
-template <typename T, typename Op> static LL128KernelFn ll128_of() {
-  if constexpr (sizeof(T) <= 8) return (LL128KernelFn)ll128_kernel<T, Op>;
-  else return nullptr;
-}
-
-template <typename T, typename Op> static KernelChoice K(int mult = 1) {
-  return KernelChoice{(KernelFn)direct_kernel<T, Op>, (LLKernelFn)ll_kernel<T, Op>, ll128_of<T, Op>(), (int)sizeof(T),
-                      mult, (RingKernelFn)ring_kernel<T, Op>, (int)sizeof(typename PartOf<T>::type)};
-}
-
 // The pairs and their storage types are listed once, in dispatch.cuh.
-KernelChoice reduce_kernel(int dtype, int op) {
+static KernelChoice choice(int dtype, int op, bool copy) {
   KernelChoice k{};
-  visit_reduce(dtype, op, [&](auto t, auto o, int mult) {
-    k = K<typename decltype(t)::type, typename decltype(o)::type>(mult);
-  });
+  auto geometry = [&](auto t, auto, int mult) {
+    using T = typename decltype(t)::type;
+    k.elem_size = (int)sizeof(T);
+    k.mult = mult;
+    k.part_size = (int)sizeof(typename PartOf<T>::type);
+  };
+  if (!(copy ? visit_copy(dtype, geometry) : visit_reduce(dtype, op, geometry))) return k;
+  k.fn = direct_kernel_for(dtype, op, copy);
+  k.ll = ll_kernel_for(dtype, op, copy);
+  k.ll128 = ll128_kernel_for(dtype, op, copy);
+  k.ring = ring_kernel_for(dtype, op, copy);
   return k;
 }
 
-KernelChoice copy_kernel(int dtype) {
-  KernelChoice k{};
-  visit_copy(dtype, [&](auto t, auto o, int mult) { k = K<typename decltype(t)::type, typename decltype(o)::type>(mult); });
-  return k;
-}
+KernelChoice reduce_kernel(int dtype, int op) { return choice(dtype, op, false); }
+
+KernelChoice copy_kernel(int dtype) { return choice(dtype, 0, true); }
 
 }  // namespace mg

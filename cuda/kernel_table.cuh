@@ -1,4 +1,4 @@
-// kernel_table.cuh: which instantiation of direct_kernel runs a (dtype, op) pair, and how many
+// kernel_table.cuh: which instantiations of the kernels run a (dtype, op) pair, and how many
 // storage elements one user element is (complex SUM runs as a float SUM over twice the count).
 #pragma once
 #include "direct_kernel.cuh"
@@ -27,6 +27,25 @@ struct KernelChoice {
 
 KernelChoice reduce_kernel(int dtype, int op);  // fn == nullptr: pair not implemented
 KernelChoice copy_kernel(int dtype);
+
+// Each kernel family's instantiations live in a translation unit of their own (kernels_direct.cu,
+// kernels_ll.cu, kernels_ll128.cu, kernels_ring.cu), so the build compiles them in parallel: in one
+// unit they took 303 s of nvcc for sm_90 alone, apart all five units 164 s on two cores (the longest,
+// direct, most of it). Each returns its family's kernel for a reduction (copy false) or a copy (copy
+// true) of dtype, nullptr where there is none.
+KernelFn direct_kernel_for(int dtype, int op, bool copy);
+LLKernelFn ll_kernel_for(int dtype, int op, bool copy);
+LL128KernelFn ll128_kernel_for(int dtype, int op, bool copy);
+RingKernelFn ring_kernel_for(int dtype, int op, bool copy);
+
+// What those units share: of(Tag<T>, Tag<Op>) for the (storage type, operator) that runs the pair.
+template <typename Fn, typename Of> Fn instantiation_for(int dtype, int op, bool copy, Of of) {
+  Fn fn = nullptr;
+  auto take = [&](auto t, auto o, int) { fn = of(t, o); };
+  if (copy) visit_copy(dtype, take);
+  else visit_reduce(dtype, op, take);
+  return fn;
+}
 
 // The kernels of a collective: reductions combine with op, Bcast and Allgather copy.
 inline KernelChoice kernels_for(int coll, int dtype, int op) {

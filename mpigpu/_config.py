@@ -38,6 +38,10 @@ def _choice(name, default, choices):
     raise ValueError(f'{name}={raw!r}: expected one of {", ".join(s[0] for s in choices.values())}')
 
 
+def _flag(name):
+    return _choice(name, '0', {'1': ('1', 'yes', 'true', 'on'), '0': ('0', 'no', 'false', 'off')}) == '1'
+
+
 class Config:
     """Snapshot of the knobs; `mpigpu.config` is the one the library uses."""
 
@@ -71,11 +75,9 @@ class Config:
         self.mpi_cuda_aware = _choice('MPIGPU_MPI_CUDA_AWARE', 'auto', {
             'auto': ('auto',), '1': ('1', 'yes', 'true', 'on'), '0': ('0', 'no', 'false', 'off')})
         # Testing: ranks that share a GPU still form a device team (time-sliced; docs/tuning.md).
-        self.shared_gpu = _choice('MPIGPU_SHARED_GPU', '0', {'1': ('1', 'yes', 'true', 'on'),
-                                                             '0': ('0', 'no', 'false', 'off')}) == '1'
+        self.shared_gpu = _flag('MPIGPU_SHARED_GPU')
         # Debug log of engine decisions (why a call is staged) on the 'mpigpu' logger.
-        self.debug = _choice('MPIGPU_DEBUG', '0', {'1': ('1', 'yes', 'true', 'on'),
-                                                   '0': ('0', 'no', 'false', 'off')}) == '1'
+        self.debug = _flag('MPIGPU_DEBUG')
 
 
 config = Config()

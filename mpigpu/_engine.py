@@ -108,13 +108,14 @@ class GpuState:
             node.Free()
         bus = _device.pci_bus_id(self.device)
         buses = comm.allgather(bus)
+        shared = len(set(buses)) != n
         if config.algo == 'staged':
             reason = 'MPIGPU_ALGO=staged'
         elif not local:
             reason = 'the ranks span several nodes (the engine is intra-node)'
         elif n > _device.MAX_RANKS:
             reason = f'{n} ranks; the engine holds at most {_device.MAX_RANKS} per team'
-        elif len(set(buses)) != n and not config.shared_gpu:
+        elif shared and not config.shared_gpu:
             reason = 'several ranks use one GPU (' + ', '.join(f'rank {i}: {b}' for i, b in enumerate(buses)) + ')'
         else:
             for peer, pbus in enumerate(buses):
@@ -156,7 +157,7 @@ class GpuState:
             self.team, self.reason = team, ''
             self.shadow = comm.Dup()  # collective, like the setup: every rank is here
             log.debug('rank %d: device engine on (GPU %s, %d ranks%s, workspace %d MiB, resident kernel %s)',
-                      self.rank, bus, n, ', sharing GPUs: testing only' if len(set(buses)) != n else '',
+                      self.rank, bus, n, ', sharing GPUs: testing only' if shared else '',
                       team.workspace_bytes >> 20,
                       f'lingering {config.resident_us:g} us' if config.resident_us > 0 else 'off')
 

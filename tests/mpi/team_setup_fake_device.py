@@ -22,8 +22,7 @@ class FakeTeam:
     layer skips its own)."""
 
     def __init__(self, rank, nranks, device, *cfg):
-        self.rank, self.nranks, self.device, self.opened, self.closed = rank, nranks, device, [], False
-        self.workspace_bytes = 1 << 20
+        self.rank, self.opened, self.workspace_bytes = rank, [], 1 << 20
 
     def export_handle(self):
         return b'%d' % self.rank
@@ -33,7 +32,7 @@ class FakeTeam:
         self.opened.append(peer)
 
     def close(self):
-        self.closed = True
+        pass
 
 
 def setup(gpu_of_rank, peer_ok):
@@ -43,7 +42,7 @@ def setup(gpu_of_rank, peer_ok):
     dev = types.SimpleNamespace(**vars(fake))
     dev.pci_bus_id = bus
     dev.device_by_pci_bus_id = lambda b: int(b.split(':')[1], 16)
-    dev.can_access_peer = lambda a, b: peer_ok(a, b)
+    dev.can_access_peer = peer_ok
     dev.MAX_RANKS = 32
     dev.Team = FakeTeam
     _engine._device = dev

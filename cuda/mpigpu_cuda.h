@@ -21,30 +21,74 @@ extern "C" {
 #define MG_LL_MAX_BYTES (64 * 1024)  /* largest per-peer piece of the low-latency protocol */
 #define MG_LL128_LIMIT_BYTES (1u << 30) /* most a team may set as ll128_bytes */
 
-enum mg_dtype {
-  MG_BOOL = 0, MG_INT8, MG_UINT8, MG_INT16, MG_UINT16, MG_INT32, MG_UINT32, MG_INT64, MG_UINT64,
-  MG_FLOAT16, MG_BFLOAT16, MG_FLOAT32, MG_FLOAT64, MG_COMPLEX64, MG_COMPLEX128, MG_NDTYPES
-};
+/* The codes shared with Python, each written once as an X-macro table: the enums below and the name
+ * functions after them are expanded from these, and mpigpu/_ext/_codes.pyx reads the names, so Python
+ * knows every code by name (mpigpu/_codes.py) without a second table. */
 
-enum mg_op {
-  MG_SUM = 0, MG_PROD, MG_MAX, MG_MIN, MG_LAND, MG_LOR, MG_LXOR, MG_BAND, MG_BOR, MG_BXOR, MG_NOPS
-};
+/* Element types: X(NAME, name, bytes, C alignment, kind). kind: 'b' bool, 'i' signed, 'u' unsigned,
+ * 'f' IEEE float, 'B' bfloat16, 'c' complex (aligned like its component). */
+#define MG_DTYPES(X)                                                                                 \
+  X(BOOL, bool, 1, 1, 'b') X(INT8, int8, 1, 1, 'i') X(UINT8, uint8, 1, 1, 'u')                       \
+  X(INT16, int16, 2, 2, 'i') X(UINT16, uint16, 2, 2, 'u') X(INT32, int32, 4, 4, 'i')                 \
+  X(UINT32, uint32, 4, 4, 'u') X(INT64, int64, 8, 8, 'i') X(UINT64, uint64, 8, 8, 'u')               \
+  X(FLOAT16, float16, 2, 2, 'f') X(BFLOAT16, bfloat16, 2, 2, 'B') X(FLOAT32, float32, 4, 4, 'f')     \
+  X(FLOAT64, float64, 8, 8, 'f') X(COMPLEX64, complex64, 8, 4, 'c') X(COMPLEX128, complex128, 16, 8, 'c')
 
-enum mg_coll { MG_ALLREDUCE = 0, MG_BCAST, MG_REDUCE_SCATTER_BLOCK, MG_REDUCE, MG_ALLGATHER, MG_NCOLLS };
+/* Reduction operators, named as MPI names them (MPI.SUM ...). */
+#define MG_OPS(X) X(SUM) X(PROD) X(MAX) X(MIN) X(LAND) X(LOR) X(LXOR) X(BAND) X(BOR) X(BXOR)
 
-/* Algorithms. MG_ALGO_AUTO lets the cost model (mg_select) choose. */
-enum mg_algo {
-  MG_ALGO_AUTO = 0,
-  MG_ALGO_ONESHOT,   /* every owner receives every contribution whole: one hop, (n-1)x bytes per rank */
-  MG_ALGO_TWOSHOT,   /* shards: reduce-scatter by push, then push the reduced shards: 2 hops, 2(n-1)/n bytes */
-  MG_ALGO_LL,        /* low-latency one-shot (data and flag in each 8 bytes): small symmetric calls */
-  MG_ALGO_LL128,     /* 128-byte lines (120 bytes of data and a flag): one-shot, small and medium calls */
-  MG_ALGO_LL128_TWOSHOT, /* in 128-byte lines, two phases: Allreduce as reduce-scatter then all-gather;
-                            Bcast as scatter from the root then all-gather among the others */
-  MG_ALGO_RING,      /* ring (Allreduce, Reduce_scatter_block, Allgather) and pipelined chain (Bcast, Reduce):
-                        each rank stores only to the next one */
-  MG_NALGOS
-};
+/* The engine's collectives, named as MPI names them (MPI_Allreduce ...). */
+#define MG_COLLS(X) X(ALLREDUCE) X(BCAST) X(REDUCE_SCATTER_BLOCK) X(REDUCE) X(ALLGATHER)
+
+/* Algorithms. AUTO lets the cost model (mg_select) choose. Python's knob names are these in lower
+ * case with '-' for '_' (MPIGPU_ALGO=ll128-twoshot).
+ * ONESHOT: every owner receives every contribution whole: one hop, (n-1)x bytes per rank.
+ * TWOSHOT: shards: reduce-scatter by push, then push the reduced shards: 2 hops, 2(n-1)/n bytes.
+ * LL: low-latency one-shot (data and flag in each 8 bytes): small symmetric calls.
+ * LL128: 128-byte lines (120 bytes of data and a flag): one-shot, small and medium calls.
+ * LL128_TWOSHOT: in 128-byte lines, two phases: Allreduce as reduce-scatter then all-gather; Bcast as
+ *   scatter from the root then all-gather among the others.
+ * RING: ring (Allreduce, Reduce_scatter_block, Allgather) and pipelined chain (Bcast, Reduce): each
+ *   rank stores only to the next one. */
+#define MG_ALGOS(X) X(AUTO) X(ONESHOT) X(TWOSHOT) X(LL) X(LL128) X(LL128_TWOSHOT) X(RING)
+
+#define MG_DTYPE_ENUM_(NAME, name, size, align, kind) MG_##NAME,
+#define MG_PLAIN_ENUM_(NAME) MG_##NAME,
+#define MG_ALGO_ENUM_(NAME) MG_ALGO_##NAME,
+enum mg_dtype { MG_DTYPES(MG_DTYPE_ENUM_) MG_NDTYPES };
+enum mg_op { MG_OPS(MG_PLAIN_ENUM_) MG_NOPS };
+enum mg_coll { MG_COLLS(MG_PLAIN_ENUM_) MG_NCOLLS };
+enum mg_algo { MG_ALGOS(MG_ALGO_ENUM_) MG_NALGOS };
+
+typedef struct mg_dtype_info {
+  const char *name;
+  int size, align;
+  char kind;
+} mg_dtype_info;
+
+/* The element type table, indexed by enum mg_dtype. */
+static inline const mg_dtype_info *mg_dtype_table(void) {
+#define MG_DTYPE_ROW_(NAME, name, size, align, kind) {#name, size, align, kind},
+  static const mg_dtype_info table[MG_NDTYPES] = {MG_DTYPES(MG_DTYPE_ROW_)};
+#undef MG_DTYPE_ROW_
+  return table;
+}
+
+#define MG_NAME_ROW_(NAME) #NAME,
+/* Names of the op, collective and algorithm codes ("SUM", "REDUCE_SCATTER_BLOCK", "LL128_TWOSHOT"). */
+static inline const char *mg_op_name(int op) {
+  static const char *names[MG_NOPS] = {MG_OPS(MG_NAME_ROW_)};
+  return op >= 0 && op < MG_NOPS ? names[op] : 0;
+}
+static inline const char *mg_coll_name(int coll) {
+  static const char *names[MG_NCOLLS] = {MG_COLLS(MG_NAME_ROW_)};
+  return coll >= 0 && coll < MG_NCOLLS ? names[coll] : 0;
+}
+static inline const char *mg_algo_name(int algo) {
+  static const char *names[MG_NALGOS] = {MG_ALGOS(MG_NAME_ROW_)};
+  return algo >= 0 && algo < MG_NALGOS ? names[algo] : 0;
+}
+#undef MG_NAME_ROW_
 
 enum mg_err {
   MG_OK = 0,
@@ -68,8 +112,6 @@ int mg_pointer_info(uintptr_t ptr, int *memtype, int *device);
 int mg_pci_bus_id(int device, char *buf, int len);
 int mg_device_by_pci_bus_id(const char *bus_id, int *device);
 int mg_can_access_peer(int device, int peer, int *can);
-int mg_device_malloc(size_t bytes, uintptr_t *ptr);
-int mg_device_free(uintptr_t ptr);
 int mg_host_alloc(size_t bytes, uintptr_t *ptr); /* pinned, portable */
 int mg_host_free(uintptr_t ptr);
 int mg_stream_create(uintptr_t *stream);          /* non-blocking stream on the current device */
@@ -81,7 +123,6 @@ int mg_event_record(uintptr_t event, uintptr_t stream);
 int mg_event_sync(uintptr_t event);
 int mg_stream_wait_event(uintptr_t stream, uintptr_t event);
 int mg_memcpy_async(uintptr_t dst, uintptr_t src, size_t bytes, uintptr_t stream);
-int mg_memset_async(uintptr_t dst, int value, size_t bytes, uintptr_t stream);
 
 /* ---- device team (transport_ipc.cu) ---- */
 typedef struct mg_team mg_team;

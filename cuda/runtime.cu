@@ -44,13 +44,6 @@ int mg_pci_bus_id(int device, char *buf, int len) { return rc(cudaDeviceGetPCIBu
 int mg_device_by_pci_bus_id(const char *bus_id, int *device) { return rc(cudaDeviceGetByPCIBusId(device, bus_id)); }
 int mg_can_access_peer(int device, int peer, int *can) { return rc(cudaDeviceCanAccessPeer(can, device, peer)); }
 
-int mg_device_malloc(size_t bytes, uintptr_t *ptr) {
-  void *p = nullptr;
-  int e = rc(cudaMalloc(&p, bytes));
-  *ptr = (uintptr_t)p;
-  return e;
-}
-int mg_device_free(uintptr_t ptr) { return rc(cudaFree((void *)ptr)); }
 int mg_host_alloc(size_t bytes, uintptr_t *ptr) {
   void *p = nullptr;
   int e = rc(cudaHostAlloc(&p, bytes, cudaHostAllocPortable));
@@ -84,10 +77,6 @@ int mg_stream_wait_event(uintptr_t stream, uintptr_t event) {
 int mg_memcpy_async(uintptr_t dst, uintptr_t src, size_t bytes, uintptr_t stream) {
   if (bytes == 0) return 0;
   return rc(cudaMemcpyAsync((void *)dst, (const void *)src, bytes, cudaMemcpyDefault, (cudaStream_t)stream));
-}
-int mg_memset_async(uintptr_t dst, int value, size_t bytes, uintptr_t stream) {
-  if (bytes == 0) return 0;
-  return rc(cudaMemsetAsync((void *)dst, value, bytes, (cudaStream_t)stream));
 }
 
 }  // extern "C"

@@ -11,8 +11,8 @@ kernels, host arrays go to the MPI library unchanged.
 from mpi4py import MPI as _MPI
 
 from ._config import config
-from ._engine import gpu_available
-from ._requests import Startall
+from ._cuda import available as gpu_available
+from ._paths.requests import Startall
 from .comm import Intracomm
 from .errors import Error
 

@@ -1,7 +1,12 @@
 """Every environment knob of mpigpu, read once, here. docs/tuning.md documents each one."""
+import logging
 import os
 
-_ALGOS = ('auto', 'll', 'll128', 'll128-twoshot', 'oneshot', 'twoshot', 'ring', 'staged')
+from ._codes import Algo
+
+# MPIGPU_ALGO: the engine's algorithms by knob name, and the paths a call can be sent down instead.
+PATHS = ('staged',)
+ALGOS = tuple(a.knob for a in Algo) + PATHS
 
 
 def _int(name, default, lo, hi):
@@ -47,8 +52,8 @@ class Config:
 
     def __init__(self):
         algo = os.environ.get('MPIGPU_ALGO', 'auto').strip().lower() or 'auto'
-        if algo not in _ALGOS:
-            raise ValueError(f'MPIGPU_ALGO={algo!r}: expected one of {", ".join(_ALGOS)}')
+        if algo not in ALGOS:
+            raise ValueError(f'MPIGPU_ALGO={algo!r}: expected one of {", ".join(ALGOS)}')
         self.algo = algo
         # FIFO slot size = pipeline chunk of the device engine, and FIFO depth.
         self.chunk_bytes = _int('MPIGPU_CHUNK_BYTES', 32 * 1024, 4096, 64 << 20) // 16 * 16
@@ -81,3 +86,12 @@ class Config:
 
 
 config = Config()
+
+# MPIGPU_DEBUG: the 'mpigpu' logger says why calls are staged, on stderr.
+if config.debug:
+    _log = logging.getLogger('mpigpu')
+    if not _log.handlers:
+        _handler = logging.StreamHandler()
+        _handler.setFormatter(logging.Formatter('mpigpu: %(message)s'))
+        _log.addHandler(_handler)
+        _log.setLevel(logging.DEBUG)

@@ -47,13 +47,11 @@ def test_engine_algorithms(monkeypatch, algo):
     assert _config.Config().algo == algo.lower()
 
 
-def test_algorithm_codes_agree():
-    """The knob's names, the codes passed to the engine and enum mg_algo (through _device) agree."""
-    from mpigpu._types import ALGO
-    assert set(_config._ALGOS) == set(ALGO) | {'staged'}
-    assert sorted(ALGO.values()) == list(range(len(ALGO)))
-    _device = pytest.importorskip('mpigpu._ext._device')
-    assert _device.ALGO_CODES == ALGO
+def test_algorithm_names_come_from_the_engine():
+    """MPIGPU_ALGO takes the engine's algorithms (enum mg_algo, by name) and the paths."""
+    from mpigpu._codes import Algo
+    assert _config.ALGOS == tuple(a.knob for a in Algo) + ('staged',)
+    assert Algo.LL128_TWOSHOT.knob == 'll128-twoshot' and Algo(0).knob == 'auto'
 
 
 def test_ll128_bytes(monkeypatch):

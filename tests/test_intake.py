@@ -4,7 +4,8 @@ import pytest
 from mpi4py import MPI
 
 import mpigpu
-from mpigpu import _buffers
+from mpigpu import _call
+from mpigpu._codes import NAMES, Coll
 from mpigpu._ext import _intake
 from conftest import FakeCAI
 
@@ -31,7 +32,7 @@ def test_cai_objects_are_device():
                                           ('<f8', 'float64'), ('<c8', 'complex64'), ('<c16', 'complex128')])
 def test_cai_typestrs(typestr, name):
     b = _intake.device_buffer(FakeCAI(typestr=typestr, shape=(3, 5), ptr=0x10000))
-    assert _intake.DTYPE_NAMES[b.dtype] == name
+    assert NAMES[b.dtype] == name
     assert b.count == 15
     assert b.nbytes == 15 * _intake.DTYPE_SIZES[b.dtype]
     assert b.ptr == 0x10000 and not b.readonly and b.stream == 1
@@ -68,7 +69,7 @@ class memoryview_like:
 
 
 def parse(obj, writable=False):
-    return _buffers.parse('Allreduce', 'recvbuf', 0, obj, writable, no_stream)
+    return _call.parse('Allreduce', 'recvbuf', 0, obj, writable, no_stream)
 
 
 def test_buffer_specifications():
@@ -86,7 +87,7 @@ def test_buffer_specifications():
     # a raw byte buffer read as another MPI type
     raw = FakeCAI(np.zeros(16, np.uint8))
     arg = parse([raw, MPI.DOUBLE])
-    assert arg.count == 2 and _intake.DTYPE_NAMES[arg.dtype] == 'float64'
+    assert arg.count == 2 and NAMES[arg.dtype] == 'float64'
 
 
 def test_specification_errors_name_call_arg_rank():
@@ -107,28 +108,28 @@ def test_specification_errors_name_call_arg_rank():
 
 
 def build(name, coll, size, sendbuf, recvbuf, op=MPI.SUM, root=0, rank=0):
-    return _buffers.build(name, coll, size, rank, sendbuf, recvbuf, op, root, no_stream)
+    return _call.build(name, coll, size, rank, sendbuf, recvbuf, op, root, no_stream)
 
 
 def test_build_counts_and_inplace_layouts():
     n = 4
     s = FakeCAI(np.zeros(12, np.float32))
     r = FakeCAI(np.zeros(12, np.float32))
-    c = build('Allreduce', 0, n, s, r)
+    c = build('Allreduce', Coll.ALLREDUCE, n, s, r)
     assert c.count == 12 and not c.inplace
-    c = build('Allreduce', 0, n, MPI.IN_PLACE, r)
+    c = build('Allreduce', Coll.ALLREDUCE, n, MPI.IN_PLACE, r)
     assert c.inplace and c.send_ptr == c.recv_ptr
-    c = build('Reduce_scatter_block', 2, n, s, FakeCAI(np.zeros(3, np.float32)))
+    c = build('Reduce_scatter_block', Coll.REDUCE_SCATTER_BLOCK, n, s, FakeCAI(np.zeros(3, np.float32)))
     assert c.count == 3
-    c = build('Reduce_scatter_block', 2, n, MPI.IN_PLACE, r)
+    c = build('Reduce_scatter_block', Coll.REDUCE_SCATTER_BLOCK, n, MPI.IN_PLACE, r)
     assert c.count == 3 and c.send_ptr == c.recv_ptr
-    c = build('Allgather', 4, n, FakeCAI(np.zeros(3, np.float32)), r, rank=2)
+    c = build('Allgather', Coll.ALLGATHER, n, FakeCAI(np.zeros(3, np.float32)), r, rank=2)
     assert c.count == 3
-    c = build('Allgather', 4, n, MPI.IN_PLACE, r, rank=2)
+    c = build('Allgather', Coll.ALLGATHER, n, MPI.IN_PLACE, r, rank=2)
     assert c.count == 3 and c.send_ptr == c.recv_ptr + 2 * 3 * 4
-    c = build('Reduce', 3, n, s, None, root=1, rank=0)  # recvbuf ignored off the root
+    c = build('Reduce', Coll.REDUCE, n, s, None, root=1, rank=0)  # recvbuf ignored off the root
     assert c.count == 12 and c.recv is None
-    c = build('Bcast', 1, n, None, r, root=3)
+    c = build('Bcast', Coll.BCAST, n, None, r, root=3)
     assert c.count == 12 and c.root == 3
 
 
@@ -136,36 +137,36 @@ def test_build_errors():
     n = 4
     f32 = FakeCAI(np.zeros(12, np.float32))
     with pytest.raises(mpigpu.Error, match='sendbuf has 12 elements but recvbuf has 11'):
-        build('Allreduce', 0, n, f32, FakeCAI(np.zeros(11, np.float32)))
+        build('Allreduce', Coll.ALLREDUCE, n, f32, FakeCAI(np.zeros(11, np.float32)))
     with pytest.raises(mpigpu.Error, match='sendbuf holds float32 but recvbuf holds float64'):
-        build('Allreduce', 0, n, f32, FakeCAI(np.zeros(12, np.float64)))
+        build('Allreduce', Coll.ALLREDUCE, n, f32, FakeCAI(np.zeros(12, np.float64)))
     with pytest.raises(mpigpu.Error, match='not a multiple of the communicator size'):
-        build('Reduce_scatter_block', 2, n, FakeCAI(np.zeros(10, np.float32)), FakeCAI(np.zeros(2, np.float32)))
+        build('Reduce_scatter_block', Coll.REDUCE_SCATTER_BLOCK, n, FakeCAI(np.zeros(10, np.float32)), FakeCAI(np.zeros(2, np.float32)))
     with pytest.raises(mpigpu.Error, match='recvbuf has 5 elements but needs 3 x 4'):
-        build('Allgather', 4, n, FakeCAI(np.zeros(3, np.float32)), FakeCAI(np.zeros(5, np.float32)))
+        build('Allgather', Coll.ALLGATHER, n, FakeCAI(np.zeros(3, np.float32)), FakeCAI(np.zeros(5, np.float32)))
     with pytest.raises(mpigpu.Error, match='root 4 is not a rank') as e:
-        build('Bcast', 1, n, None, f32, root=4)
+        build('Bcast', Coll.BCAST, n, None, f32, root=4)
     assert e.value.Get_error_class() == MPI.ERR_ROOT
     with pytest.raises(mpigpu.Error, match='IN_PLACE is valid only at the root'):
-        build('Reduce', 3, n, MPI.IN_PLACE, None, root=1, rank=0)
+        build('Reduce', Coll.REDUCE, n, MPI.IN_PLACE, None, root=1, rank=0)
 
 
 @pytest.mark.parametrize('op', [MPI.BAND, MPI.BOR, MPI.BXOR, MPI.LAND, MPI.LOR, MPI.LXOR])
 def test_mpi_forbidden_pairs_raise_before_transfer(op):
     with pytest.raises(mpigpu.Error, match='is not defined for float32') as e:
-        build('Allreduce', 0, 2, FakeCAI(np.zeros(4, np.float32)), FakeCAI(np.zeros(4, np.float32)), op=op)
+        build('Allreduce', Coll.ALLREDUCE, 2, FakeCAI(np.zeros(4, np.float32)), FakeCAI(np.zeros(4, np.float32)), op=op)
     assert e.value.Get_error_class() == MPI.ERR_OP and e.value.arg == 'op'
 
 
 def test_complex_and_bool_rules():
     c64 = FakeCAI(np.zeros(4, np.complex64))
-    build('Allreduce', 0, 2, c64, FakeCAI(np.zeros(4, np.complex64)), op=MPI.PROD)
+    build('Allreduce', Coll.ALLREDUCE, 2, c64, FakeCAI(np.zeros(4, np.complex64)), op=MPI.PROD)
     with pytest.raises(mpigpu.Error, match='MPI.MAX is not defined for complex64'):
-        build('Allreduce', 0, 2, c64, FakeCAI(np.zeros(4, np.complex64)), op=MPI.MAX)
+        build('Allreduce', Coll.ALLREDUCE, 2, c64, FakeCAI(np.zeros(4, np.complex64)), op=MPI.MAX)
     b = FakeCAI(np.zeros(4, np.bool_))
-    build('Allreduce', 0, 2, b, FakeCAI(np.zeros(4, np.bool_)), op=MPI.LXOR)
+    build('Allreduce', Coll.ALLREDUCE, 2, b, FakeCAI(np.zeros(4, np.bool_)), op=MPI.LXOR)
     with pytest.raises(mpigpu.Error, match='MPI.SUM is not defined for bool'):
-        build('Allreduce', 0, 2, b, FakeCAI(np.zeros(4, np.bool_)), op=MPI.SUM)
+        build('Allreduce', Coll.ALLREDUCE, 2, b, FakeCAI(np.zeros(4, np.bool_)), op=MPI.SUM)
 
 
 def test_element_alignment():
@@ -177,17 +178,17 @@ def test_element_alignment():
     def at(offset, dtype, count=2):
         return FakeCAI(typestr=np.dtype(dtype).str, shape=(count,), ptr=base + offset)
 
-    build('Allreduce', 0, 2, at(8, np.complex128), at(24, np.complex128), op=MPI.PROD)
-    build('Allreduce', 0, 2, at(4, np.complex64), at(12, np.complex64), op=MPI.PROD)
-    build('Bcast', 1, 2, None, at(2, np.float16))
+    build('Allreduce', Coll.ALLREDUCE, 2, at(8, np.complex128), at(24, np.complex128), op=MPI.PROD)
+    build('Allreduce', Coll.ALLREDUCE, 2, at(4, np.complex64), at(12, np.complex64), op=MPI.PROD)
+    build('Bcast', Coll.BCAST, 2, None, at(2, np.float16))
     with pytest.raises(mpigpu.Error, match='not aligned to the 8 bytes of complex128') as e:
-        build('Allreduce', 0, 2, at(8, np.complex128), at(20, np.complex128), op=MPI.PROD)
+        build('Allreduce', Coll.ALLREDUCE, 2, at(8, np.complex128), at(20, np.complex128), op=MPI.PROD)
     assert e.value.Get_error_class() == MPI.ERR_BUFFER and e.value.arg == 'recvbuf'
     with pytest.raises(mpigpu.Error, match='not aligned to the 4 bytes of float32') as e:
-        build('Reduce', 3, 2, at(2, np.float32), None, root=1, rank=0)
+        build('Reduce', Coll.REDUCE, 2, at(2, np.float32), None, root=1, rank=0)
     assert e.value.arg == 'sendbuf'
     with pytest.raises(mpigpu.Error, match='not aligned to the 2 bytes of float16') as e:
-        build('Bcast', 1, 2, None, at(1, np.float16))
+        build('Bcast', Coll.BCAST, 2, None, at(1, np.float16))
     assert e.value.arg == 'buf'
 
 
@@ -204,7 +205,7 @@ def test_error_is_an_mpi_exception():
 
 def test_op_must_be_an_mpi_op():
     with pytest.raises(mpigpu.Error, match='op must be an MPI.Op') as e:
-        build('Allreduce', 0, 2, FakeCAI(np.zeros(4, np.float32)), FakeCAI(np.zeros(4, np.float32)), op=None)
+        build('Allreduce', Coll.ALLREDUCE, 2, FakeCAI(np.zeros(4, np.float32)), FakeCAI(np.zeros(4, np.float32)), op=None)
     assert e.value.Get_error_class() == MPI.ERR_OP
 
 

@@ -4,26 +4,36 @@ import pytest
 from mpi4py import MPI
 
 from mpigpu import _types
-from mpigpu._staged import _bf16_to_f32, _f32_to_bf16, host_reduce
+from mpigpu._codes import Coll, Dtype, Op
+from mpigpu._paths.staged import _bf16_to_f32, _f32_to_bf16, host_reduce
 
 
-def test_codes_match_the_c_abi_order():
-    assert _types.DTYPES[0] == 'bool' and _types.DTYPES[11] == 'float32' and _types.DTYPES[14] == 'complex128'
-    assert _types.OPS.index('SUM') == 0 and _types.OPS.index('BXOR') == 9
-    assert _types.op_code(MPI.MAX) == 2 and _types.op_code(MPI.MAXLOC) == -1
+def test_codes_read_from_the_c_tables():
+    assert [d.name.lower() for d in Dtype][:3] == ['bool', 'int8', 'uint8'] and Dtype.COMPLEX128.size == 16
+    assert Dtype.COMPLEX128.align == 8 and Dtype.BFLOAT16.kind == 'B'
+    assert Coll.REDUCE_SCATTER_BLOCK.mpi_name == 'Reduce_scatter_block' and Coll.BCAST.mpi_name == 'Bcast'
+    assert _types.op_code(MPI.MAX) == Op.MAX and _types.op_code(MPI.MAXLOC) == -1
 
 
 def test_mpi_datatype_map():
-    assert _types.FROM_MPI[MPI.FLOAT.handle] == _types.CODE['float32']
-    assert _types.FROM_MPI[MPI.INT64_T.handle] == _types.CODE['int64']
-    assert _types.FROM_MPI[MPI.C_DOUBLE_COMPLEX.handle] == _types.CODE['complex128']
-    assert _types.NATIVE[_types.CODE['float16']] is None  # reduced by mpigpu, not by host MPI
+    assert _types.FROM_MPI[MPI.FLOAT.handle] == Dtype.FLOAT32
+    assert _types.FROM_MPI[MPI.INT64_T.handle] == Dtype.INT64
+    assert _types.FROM_MPI[MPI.C_DOUBLE_COMPLEX.handle] == Dtype.COMPLEX128
+    assert _types.NATIVE[Dtype.FLOAT16] is None  # reduced by mpigpu, not by host MPI
+
+
+@pytest.mark.parametrize('typecode,dtype', [('f', Dtype.FLOAT32), ('<f8', Dtype.FLOAT64), ('i8', Dtype.INT64),
+                                            ('?', Dtype.BOOL), ('B', Dtype.UINT8), ('D', Dtype.COMPLEX128),
+                                            ('e', Dtype.FLOAT16)])
+def test_typecodes(typecode, dtype):
+    assert _types.from_typecode(typecode) == dtype
+    assert _types.numpy_dtype(dtype) == np.dtype(typecode)
 
 
 def test_float16_accumulates_in_float32_in_rank_order():
     rows = np.array([[2048, 1], [1, 1], [1, 1]], np.float16)
     # pairwise in float16, 2048 + 1 rounds back to 2048; in float32 the sum is exact, then rounds once
-    got = host_reduce(rows, _types.CODE['float16'], 0)
+    got = host_reduce(rows, Dtype.FLOAT16, Op.SUM)
     assert got.dtype == np.float16
     assert got[0] == np.float16(2050) and got[1] == np.float16(3)
 
@@ -36,8 +46,8 @@ def test_bfloat16_round_to_nearest_even():
     assert np.isnan(_bf16_to_f32(_f32_to_bf16(np.array([np.nan], np.float32))))[0]
 
 
-@pytest.mark.parametrize('op,expect', [(4, [0, 0, 1]), (5, [1, 1, 1]), (6, [1, 1, 0]), (7, [0, 0, 3]),
-                                       (8, [2, 2, 3]), (9, [2, 2, 0])])
+@pytest.mark.parametrize('op,expect', [(Op.LAND, [0, 0, 1]), (Op.LOR, [1, 1, 1]), (Op.LXOR, [1, 1, 0]),
+                                       (Op.BAND, [0, 0, 3]), (Op.BOR, [2, 2, 3]), (Op.BXOR, [2, 2, 0])])
 def test_logical_and_bitwise(op, expect):
     rows = np.array([[0, 2, 3], [2, 0, 3]], np.int32)
-    assert host_reduce(rows, _types.CODE['int32'], op).tolist() == expect
+    assert host_reduce(rows, Dtype.INT32, op).tolist() == expect

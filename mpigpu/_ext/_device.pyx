@@ -6,8 +6,11 @@ import sys
 
 from ._intake import DTYPE_ALIGNMENTS, DTYPE_SIZES, TYPESTR_CODES
 
+include "_geometry.pxi"
+
 from cpython.buffer cimport PyBUF_WRITABLE, PyBUF_FORMAT, PyBUF_ND
-from libc.stdint cimport intptr_t, uint64_t, uintptr_t
+from libc.stdint cimport INTPTR_MAX, UINTPTR_MAX, intptr_t, uint64_t, uintptr_t
+from cpython.pyport cimport PY_SSIZE_T_MAX
 from libc.string cimport memcpy
 
 cdef extern from "mpigpu_cuda.h" nogil:
@@ -15,14 +18,6 @@ cdef extern from "mpigpu_cuda.h" nogil:
         MG_MAX_RANKS
         MG_MAX_CHANNELS
         MG_IPC_HANDLE_BYTES
-    enum:
-        MG_ALGO_AUTO
-        MG_ALGO_ONESHOT
-        MG_ALGO_TWOSHOT
-        MG_ALGO_LL
-        MG_ALGO_LL128
-        MG_ALGO_LL128_TWOSHOT
-        MG_ALGO_RING
     const char *mg_error_string(int err)
     int mg_device_count(int *count)
     int mg_get_device(int *device)
@@ -31,8 +26,6 @@ cdef extern from "mpigpu_cuda.h" nogil:
     int mg_pci_bus_id(int device, char *buf, int len)
     int mg_device_by_pci_bus_id(const char *bus_id, int *device)
     int mg_can_access_peer(int device, int peer, int *can)
-    int mg_device_malloc(size_t bytes, uintptr_t *ptr)
-    int mg_device_free(uintptr_t ptr)
     int mg_host_alloc(size_t bytes, uintptr_t *ptr)
     int mg_host_free(uintptr_t ptr)
     int mg_stream_create(uintptr_t *stream)
@@ -44,7 +37,6 @@ cdef extern from "mpigpu_cuda.h" nogil:
     int mg_event_sync(uintptr_t event)
     int mg_stream_wait_event(uintptr_t stream, uintptr_t event)
     int mg_memcpy_async(uintptr_t dst, uintptr_t src, size_t bytes, uintptr_t stream)
-    int mg_memset_async(uintptr_t dst, int value, size_t bytes, uintptr_t stream)
 
     ctypedef struct mg_team:
         pass
@@ -98,11 +90,12 @@ cdef extern from "mpigpu_cuda.h" nogil:
 MAX_RANKS = MG_MAX_RANKS
 MAX_CHANNELS = MG_MAX_CHANNELS
 # memory types of pointer_info(): the values of cudaMemoryType
-MEM_UNREGISTERED, MEM_HOST, MEM_DEVICE, MEM_MANAGED = 0, 1, 2, 3
-COLLS = ('allreduce', 'bcast', 'reduce_scatter_block', 'reduce', 'allgather')
-# enum mg_algo's values by knob name (mpigpu._types.ALGO must agree; tests/test_config.py)
-ALGO_CODES = {'auto': MG_ALGO_AUTO, 'oneshot': MG_ALGO_ONESHOT, 'twoshot': MG_ALGO_TWOSHOT, 'll': MG_ALGO_LL,
-              'll128': MG_ALGO_LL128, 'll128-twoshot': MG_ALGO_LL128_TWOSHOT, 'ring': MG_ALGO_RING}
+cdef enum:
+    _MEM_UNREGISTERED = 0
+    _MEM_HOST = 1
+    _MEM_DEVICE = 2
+    _MEM_MANAGED = 3
+MEM_UNREGISTERED, MEM_HOST, MEM_DEVICE, MEM_MANAGED = _MEM_UNREGISTERED, _MEM_HOST, _MEM_DEVICE, _MEM_MANAGED
 
 
 class DeviceError(RuntimeError):
@@ -209,20 +202,6 @@ cpdef memcpy_async(uintptr_t dst, uintptr_t src, size_t nbytes, uintptr_t stream
     check(mg_memcpy_async(dst, src, nbytes, stream), 'cudaMemcpyAsync')
 
 
-cpdef memset_async(uintptr_t dst, int value, size_t nbytes, uintptr_t stream):
-    check(mg_memset_async(dst, value, nbytes, stream), 'cudaMemsetAsync')
-
-
-def device_malloc(size_t nbytes):
-    cdef uintptr_t p = 0
-    check(mg_device_malloc(nbytes, &p), 'cudaMalloc')
-    return p
-
-
-def device_free(uintptr_t p):
-    mg_device_free(p)
-
-
 def supports(int dtype, int op):
     """True when the engine reduces this (dtype, op) pair on the device."""
     return bool(mg_supports(dtype, op))
@@ -273,22 +252,22 @@ cdef class Team:
     cdef mg_team *t
     cdef readonly int rank, nranks, device
 
-    def __cinit__(self, int rank, int nranks, int device, size_t slot_bytes, int nslots,
-                  int max_channels, double timeout_s, int split_steps, size_t ll128_bytes,
-                  double resident_us, int resident_blocks, size_t resident_max_bytes):
+    def __cinit__(self, int rank, int nranks, int device, object config):
+        """`config`: the knobs (mpigpu.config: chunk_bytes, nslots, max_channels, timeout_s,
+        split_steps, ll128_bytes, resident_us, resident_blocks, resident_max_bytes)."""
         cdef mg_team_config cfg
         cfg.rank = rank
         cfg.nranks = nranks
         cfg.device = device
-        cfg.slot_bytes = slot_bytes
-        cfg.nslots = nslots
-        cfg.max_channels = max_channels
-        cfg.timeout_s = timeout_s
-        cfg.split_steps = split_steps
-        cfg.ll128_bytes = ll128_bytes
-        cfg.resident_us = resident_us
-        cfg.resident_blocks = resident_blocks
-        cfg.resident_max_bytes = resident_max_bytes
+        cfg.slot_bytes = config.chunk_bytes
+        cfg.nslots = config.nslots
+        cfg.max_channels = config.max_channels
+        cfg.timeout_s = config.timeout_s
+        cfg.split_steps = config.split_steps
+        cfg.ll128_bytes = config.ll128_bytes
+        cfg.resident_us = config.resident_us
+        cfg.resident_blocks = config.resident_blocks
+        cfg.resident_max_bytes = config.resident_max_bytes
         self.t = NULL
         check(mg_team_create(&cfg, &self.t), 'workspace allocation')
         self.rank, self.nranks, self.device = rank, nranks, device
@@ -470,8 +449,10 @@ def request_shutdown():
 # path in mpigpu._buffers, which also produces the precise error messages.
 cdef dict _CAI_CODE = TYPESTR_CODES
 cdef tuple _SIZES = DTYPE_SIZES
-# A pointer less aligned than its type takes the general path, which refuses it (mpigpu._buffers.build).
+# A pointer less aligned than its type takes the general path, which refuses it (mpigpu._call.build).
 cdef tuple _ALIGN = DTYPE_ALIGNMENTS
+# Most elements a buffer may hold: its bytes must fit a Py_ssize_t (16: the largest element).
+cdef Py_ssize_t _MAX_ELEMENTS = PY_SSIZE_T_MAX // 16
 
 
 # CuPy arrays are read from their attributes (no interface dictionary, no pointer query): building
@@ -522,8 +503,10 @@ cdef inline Py_ssize_t _cupy_stream():
 
 cdef inline bint _cai(object obj, uintptr_t *ptr, Py_ssize_t *count, int *dtype, bint *ro,
                       Py_ssize_t *stream):
-    """Reads a contiguous CAI array; False when the fast path does not apply to it."""
+    """Reads a well-formed contiguous CAI array; False when the fast path does not apply to it (anything
+    unusual, malformed exports included: the general path validates them and raises)."""
     cdef type t = type(obj)
+    cdef Py_ssize_t n = 1, itemsize, expect, extent, k, nd
     if t is list or t is tuple or t.__module__.startswith('torch'):
         return False
     try:
@@ -532,26 +515,42 @@ cdef inline bint _cai(object obj, uintptr_t *ptr, Py_ssize_t *count, int *dtype,
         return False
     if type(cai) is not dict or cai.get('mask') is not None:
         return False
-    code = _CAI_CODE.get(cai['typestr'])
+    typestr = cai.get('typestr')
+    shape = cai.get('shape')
+    data = cai.get('data')
+    strides = cai.get('strides')
+    version = cai.get('version', 0)
+    if (type(typestr) is not str or type(shape) is not tuple or type(data) is not tuple or len(data) != 2
+            or type(data[0]) is not int or type(version) is not int):
+        return False
+    if strides is not None and (type(strides) is not tuple or len(strides) != len(shape)):
+        return False
+    code = _CAI_CODE.get(typestr)
     if code is None:
         return False
-    cdef Py_ssize_t n = 1, itemsize = _SIZES[code], expect
-    shape = cai['shape']
-    for s in shape:
-        n *= s
-    strides = cai.get('strides')
+    itemsize = _SIZES[code]
+    nd = len(shape)
+    for k in range(nd):
+        extent = shape[k] if type(shape[k]) is int else -1
+        if extent < 0 or (extent and n > _MAX_ELEMENTS // extent):
+            return False
+        n *= extent
     if strides is not None and n > 1:
         expect = itemsize
-        for k in range(len(shape) - 1, -1, -1):
-            if shape[k] != 1 and strides[k] != expect:
+        for k in range(nd - 1, -1, -1):
+            extent = shape[k]
+            if extent != 1 and (type(strides[k]) is not int or strides[k] != expect):
                 return False
-            expect *= shape[k]
-    data = cai['data']
-    ptr[0] = <uintptr_t>(data[0] or 0)
+            expect *= extent
+    if data[0] < 0 or data[0] > <object>UINTPTR_MAX or (data[0] == 0 and n):
+        return False
+    s = cai.get('stream') if version >= 3 else None
+    if s is not None and (type(s) is not int or s <= 0 or s > <object>INTPTR_MAX):
+        return False
+    ptr[0] = <uintptr_t>data[0]
     ro[0] = bool(data[1])
     count[0] = n
     dtype[0] = code
-    s = cai.get('stream') if cai.get('version', 0) >= 3 else None
     stream[0] = 0 if s is None else <Py_ssize_t>s
     return True
 
@@ -560,22 +559,25 @@ cdef inline bint _on_device(uintptr_t ptr, int device):
     cdef int mt = 0, dev = -1
     if mg_pointer_info(ptr, &mt, &dev) != 0:
         return False
-    return (mt == 2 or mt == 3) and dev == device
+    return (mt == _MEM_DEVICE or mt == _MEM_MANAGED) and dev == device
 
 
 cpdef int fast_collective(Team team, int device, int coll, object sendbuf, object recvbuf, int op_code,
                           int root, bint inplace, int algo, int nchannels, Py_ssize_t stream=-1) except -1:
-    """Runs Allreduce (0), Bcast (1, buffer as recvbuf), Reduce_scatter_block (2), Reduce (3; recvbuf
-    None off the root) or Allgather (4) with MPI semantics when the call is the common case; returns 1
-    when done, 0 when the general path must handle it. stream < 0: on the producer's stream,
-    returning with the result (MPI blocking); stream >= 0: enqueued on that stream, returning at once."""
+    """Runs Allreduce, Bcast (buffer as recvbuf), Reduce_scatter_block, Reduce (recvbuf None off the root)
+    or Allgather with MPI semantics when the call is the common case and `device` is current; returns 1
+    when done, 0 when the general path must handle it. stream < 0: on the producer's stream, returning
+    with the result (MPI blocking); stream >= 0: enqueued on that stream, returning at once."""
     cdef uintptr_t sp = 0, rp = 0
-    cdef Py_ssize_t sc = 0, rc = 0, ss = 0, rs = 0, count
-    cdef int sd = -1, rd = -1, n = team.nranks, e, rdev = -1, sdev = -1
+    cdef Py_ssize_t sc = 0, rc = 0, ss = 0, rs = 0, count = 0, own = 0
+    cdef int sd = -1, rd = -1, rdev = -1, sdev = -1, current = -1
     cdef bint sro = False, rro = False
-    cdef bint off_root = coll == 3 and team.rank != root  # a Reduce's recvbuf is not significant here
-    if team.t == NULL or root < 0 or root >= n:
+    cdef bint off_root = coll == MG_REDUCE and team.rank != root  # a Reduce's recvbuf is not significant here
+    cdef bint one_buffer = inplace or coll == MG_BCAST
+    if team.t == NULL or root < 0 or root >= team.nranks:
         return 0
+    if mg_get_device(&current) != 0 or current != device:
+        return 0  # the general path makes the team's device current
     if off_root:
         if inplace:
             return 0  # MPI.IN_PLACE off the root: the general path raises
@@ -583,61 +585,33 @@ cpdef int fast_collective(Team team, int device, int coll, object sendbuf, objec
             ss = _cupy_stream()
         elif not _cai(sendbuf, &sp, &sc, &sd, &sro, &ss):
             return 0
-        rd, rc, rs = sd, sc, ss  # rp stays 0: no output off the root
+        rd, rs = sd, ss  # rp stays 0: no output off the root
     else:
         if _cupy(recvbuf, &rp, &rc, &rd, &rdev):
             rs = _cupy_stream()
         elif not _cai(recvbuf, &rp, &rc, &rd, &rro, &rs) or rro:
             return 0
-        if inplace or coll == 1:
-            sd, sc, ss, sdev = rd, rc, rs, rdev
+        if one_buffer:
+            sd, sdev = rd, rdev
         elif _cupy(sendbuf, &sp, &sc, &sd, &sdev):
             if sd != rd or (rdev < 0 and _cupy_stream() != rs):
                 return 0
-            ss = rs
         elif not _cai(sendbuf, &sp, &sc, &sd, &sro, &ss) or sd != rd or ss != rs:
             return 0
-    if coll != 4 and coll != 1 and not mg_supports(rd, op_code):
+    if coll != MG_ALLGATHER and coll != MG_BCAST and not mg_supports(rd, op_code):
         return 0
-    if coll == 1:
-        count = rc
-        sp = rp
-        inplace = True
-    elif coll == 0 or coll == 3:
-        if sc != rc:
-            return 0
-        count = rc
-        if inplace:
-            sp = rp
-    elif coll == 2:
-        if inplace:
-            if rc % n:
-                return 0
-            count = rc // n
-            sp = rp
-        else:
-            if sc != rc * n:
-                return 0
-            count = rc
-    elif coll == 4:
-        if inplace:
-            if rc % n:
-                return 0
-            count = rc // n
-            sp = rp + <uintptr_t>(team.rank * count * _SIZES[rd])
-        else:
-            if rc != sc * n:
-                return 0
-            count = sc
-    else:
-        return 0
+    if geometry(coll, team.nranks, team.rank, not one_buffer, sc, not off_root, rc, one_buffer, &count,
+                &own) != GEOMETRY_OK:
+        return 0  # the general path raises, naming the counts
+    if one_buffer:
+        sp = rp + <uintptr_t>(own * _SIZES[rd])
     if (sp | rp) % <uintptr_t>_ALIGN[rd]:
         return 0  # refused on the general path, whatever the count
     if count == 0:
         return 1
     if not off_root and not (rdev == device if rdev >= 0 else _on_device(rp, device)):
         return 0
-    if not inplace and not (sdev == device if sdev >= 0 else _on_device(sp, device)):
+    if not one_buffer and not (sdev == device if sdev >= 0 else _on_device(sp, device)):
         return 0
     if stream >= 0:
         team.run(coll, algo, rd, op_code, sp, rp, count, root, nchannels, <uintptr_t>stream, False)

@@ -1,9 +1,9 @@
 """Type stub of mpigpu._ext._intake (buffer intake)."""
 
-DTYPE_NAMES: tuple[str, ...]
 DTYPE_SIZES: tuple[int, ...]
 DTYPE_ALIGNMENTS: tuple[int, ...]
 TYPESTR_CODES: dict[str, int]
+GEOMETRY_ERRORS: dict[int, str]
 
 class IntakeError(ValueError): ...
 
@@ -23,4 +23,5 @@ class DeviceBuffer:
 
 def is_device(obj: object) -> bool: ...
 def device_buffer(obj: object, stream: int | None = ...) -> DeviceBuffer: ...
-def dtype_code(name: str) -> int: ...
+def call_geometry(coll: int, n: int, rank: int, has_send: bool, scount: int, has_recv: bool, rcount: int,
+                  inplace: bool) -> tuple[str | None, int, int]: ...

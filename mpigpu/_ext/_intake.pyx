@@ -42,21 +42,19 @@ cdef extern from *:
         mg_DLTensor dl_tensor
     uint64_t MG_DLPACK_FLAG_READ_ONLY
 
-# Element type codes: the same numbers as enum mg_dtype in cuda/mpigpu_cuda.h.
-DTYPE_NAMES = ('bool', 'int8', 'uint8', 'int16', 'uint16', 'int32', 'uint32', 'int64', 'uint64',
-               'float16', 'bfloat16', 'float32', 'float64', 'complex64', 'complex128')
-DTYPE_SIZES = (1, 1, 1, 2, 2, 4, 4, 8, 8, 2, 2, 4, 8, 8, 16)
-# Bytes an element's address is a multiple of: C's alignment, so a complex type aligns like its
-# component (the kernels access elements there; collectives refuse less aligned buffers).
-DTYPE_ALIGNMENTS = tuple(size // 2 if name.startswith('complex') else size
-                         for name, size in zip(DTYPE_NAMES, DTYPE_SIZES))
-cdef dict _DTYPE_CODE = {name: i for i, name in enumerate(DTYPE_NAMES)}
+from ._codes import DTYPES as _DTYPE_ROWS
 
-# CUDA Array Interface typestr -> dtype code (little-endian, or byte-sized with '|').
-TYPESTR_CODES = {
-    '|b1': 0, '|i1': 1, '|u1': 2, '<i2': 3, '<u2': 4, '<i4': 5, '<u4': 6, '<i8': 7, '<u8': 8,
-    '<f2': 9, '<f4': 11, '<f8': 12, '<c8': 13, '<c16': 14,
-}
+include "_geometry.pxi"
+
+# Element types by code (the table of cuda/mpigpu_cuda.h): bytes, and the alignment the kernels need.
+DTYPE_SIZES = tuple(row[1] for row in _DTYPE_ROWS)
+DTYPE_ALIGNMENTS = tuple(row[2] for row in _DTYPE_ROWS)
+cdef dict _BY_KIND = {(row[3], row[1]): code for code, row in enumerate(_DTYPE_ROWS)}
+
+# CUDA Array Interface typestr -> dtype code: '|' for byte-sized types, little-endian '<' otherwise
+# (bfloat16 has no typestr).
+TYPESTR_CODES = {('|' if size == 1 else '<') + kind + str(size): code
+                 for code, (_name, size, _align, kind) in enumerate(_DTYPE_ROWS) if kind != 'B'}
 cdef dict _TYPESTR = TYPESTR_CODES
 
 cdef enum:
@@ -65,22 +63,14 @@ cdef enum:
     kDLCUDAHost = 3
     kDLCUDAManaged = 13
 
+# DLPack's type codes (kDLInt, kDLUInt, kDLFloat, kDLBfloat, kDLComplex, kDLBool) as our kinds.
+cdef dict _DL_KIND = {0: 'i', 1: 'u', 2: 'f', 4: 'B', 5: 'c', 6: 'b'}
+
+
 cdef inline int _dl_dtype(mg_DLDataType t):
-    if t.lanes != 1:
+    if t.lanes != 1 or t.bits % 8:
         return -1
-    if t.code == 0:   # int
-        return {8: 1, 16: 3, 32: 5, 64: 7}.get(t.bits, -1)
-    if t.code == 1:   # uint
-        return {8: 2, 16: 4, 32: 6, 64: 8}.get(t.bits, -1)
-    if t.code == 2:   # float
-        return {16: 9, 32: 11, 64: 12}.get(t.bits, -1)
-    if t.code == 4:   # bfloat
-        return 10 if t.bits == 16 else -1
-    if t.code == 5:   # complex
-        return {64: 13, 128: 14}.get(t.bits, -1)
-    if t.code == 6:   # bool
-        return 0 if t.bits == 8 else -1
-    return -1
+    return _BY_KIND.get((_DL_KIND.get(t.code), t.bits // 8), -1)
 
 
 class IntakeError(ValueError):
@@ -100,7 +90,7 @@ cdef class DeviceBuffer:
     cdef readonly bint stream_synced  # DLPack: the producer already ordered its work before our stream
 
     def __repr__(self):
-        name = DTYPE_NAMES[self.dtype] if self.dtype >= 0 else '?'
+        name = _DTYPE_ROWS[self.dtype][0] if self.dtype >= 0 else '?'
         return (f'DeviceBuffer(ptr=0x{self.ptr:x}, nbytes={self.nbytes}, dtype={name}, '
                 f'device={self.device}, readonly={bool(self.readonly)})')
 
@@ -284,6 +274,10 @@ cpdef DeviceBuffer device_buffer(object obj, object stream=None):
     raise IntakeError(f'{type(obj).__name__} exposes neither __cuda_array_interface__ nor __dlpack__')
 
 
-def dtype_code(str name):
-    """mg_dtype code of a dtype name ('float32', 'bfloat16', ...), -1 if unknown."""
-    return _DTYPE_CODE.get(name, -1)
+def call_geometry(int coll, int n, int rank, bint has_send, Py_ssize_t scount, bint has_recv,
+                  Py_ssize_t rcount, bint inplace):
+    """(error, count, own) of an engine collective by _geometry.pxi's rules, for the general path: error is
+    None or a key of GEOMETRY_ERRORS' values ('counts_differ', ...)."""
+    cdef Py_ssize_t count = 0, own = 0
+    cdef int err = geometry(coll, n, rank, has_send, scount, has_recv, rcount, inplace, &count, &own)
+    return GEOMETRY_ERRORS.get(err), count, own

@@ -13,7 +13,7 @@ _OPS = ('sum', 'prod', 'max', 'min')
 
 
 def _args(argv):
-    from .._config import _ALGOS
+    from .._config import ALGOS
     from .sweep import COLLS
     p = argparse.ArgumentParser(prog='mpigpu-perf', description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -30,7 +30,7 @@ def _args(argv):
     p.add_argument('-c', '--check', type=int, default=1, help='check results (1) or not (0)')
     p.add_argument('--mem', choices=('auto', 'host', 'device'), default='auto',
                    help='buffers on the GPU (device) or in host memory; auto: device where GPUs exist')
-    p.add_argument('--algo', default=None, choices=_ALGOS, help='force an engine algorithm (as MPIGPU_ALGO)')
+    p.add_argument('--algo', default=None, choices=ALGOS, help='force an engine algorithm (as MPIGPU_ALGO)')
     p.add_argument('--inplace', type=int, default=1, help='also time in-place calls (1) or not (0)')
     p.add_argument('--compare', default='', help='baselines in the same run: nccl,staged,cuda-aware-mpi')
     p.add_argument('--timing', choices=('blocking', 'stream'), default='blocking',

@@ -161,9 +161,9 @@ class CudaAwareMpiImpl:
     name = 'cuda-aware-mpi'
 
     def __init__(self, comm):
-        from .._engine import _mpi_cuda_aware
+        from .._host_mpi import cuda_aware
         self.comm = MPI.Intracomm(comm)
-        self.ok = _mpi_cuda_aware()
+        self.ok = cuda_aware()
 
     def make(self, b, op, stream=False):
         if b.xp is np:

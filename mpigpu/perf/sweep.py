@@ -5,7 +5,10 @@ import contextlib
 import gc
 import time
 
-COLLS = ('allreduce', 'bcast', 'reduce_scatter_block', 'reduce', 'allgather', 'sendrecv')
+from .._codes import Coll
+
+# The engine's collectives by lower-case name, and point-to-point.
+COLLS = tuple(c.name.lower() for c in Coll) + ('sendrecv',)
 
 
 def parse_size(text):

@@ -31,7 +31,7 @@ fake = types.SimpleNamespace(
     event_destroy=lambda e: None, event_record=lambda e, s: None, event_sync=lambda e: None,
     stream_wait_event=lambda s, e: None, stream_sync=lambda s: None,
     memcpy_async=lambda dst, src, nb, s: ctypes.memmove(dst, src, nb) if nb else None,
-    get_device=lambda: 0, set_device=lambda d: None, PinnedBuffer=_pinned,
+    get_device=lambda: 0, set_device=lambda d: None, PinnedBuffer=_pinned, device_count=lambda: 1,
     pointer_info=lambda ptr: (2, 0), pci_bus_id=lambda d: '0000:00:00.0', MEM_DEVICE=2, MEM_MANAGED=3, MEM_HOST=1, MEM_UNREGISTERED=0,
 )
 
@@ -43,9 +43,8 @@ class FakeCAI:
                                          'version': 3, 'strides': None, 'stream': 1}
 
 
-def install():
-    from mpigpu import _engine, _staged
-    _staged._device = fake
-    _staged._with_device = lambda dev, fn, *a: fn(*a)
-    _engine._device = fake
+def install(layer=fake):
+    """Makes `layer` (the fake above by default) mpigpu's CUDA layer: its one door, mpigpu._cuda."""
+    from mpigpu import _cuda
+    _cuda.device = layer
     return FakeCAI

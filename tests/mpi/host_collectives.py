@@ -108,10 +108,10 @@ if rank == 0:
     print(f'host collectives: {checked} checks on {n} ranks identical to mpi4py')
 
 # Free releases what mpigpu attached: the state leaves the exit registry
-from mpigpu import _engine  # noqa: E402
+from mpigpu import _state  # noqa: E402
 d = world.Dup()
-before = len(_engine._states)
-_engine.state_of(d)
-assert len(_engine._states) == before + 1
+before = len(_state._states)
+_state.state_of(d)
+assert len(_state._states) == before + 1
 d.Free()
-assert len(_engine._states) == before, 'state of a freed communicator still registered'
+assert len(_state._states) == before, 'state of a freed communicator still registered'

@@ -1,4 +1,4 @@
-"""The rest of the buffer API with device buffers (host mirrors, mpigpu/_mirror.py), checked bit for
+"""The rest of the buffer API with device buffers (host mirrors, mpigpu/_paths/mirrored.py), checked bit for
 bit against plain mpi4py on NumPy buffers: point-to-point, Gather(v), Scatter(v), Allgatherv,
 Alltoall(v), Reduce_scatter, Scan, Exscan, in place where MPI allows. A fake CUDA layer lets it run on
 CPUs. Run under mpiexec -n 1..4 (tests/test_mpi.py)."""

@@ -7,21 +7,23 @@ from mpi4py import MPI
 from fake_device import FakeCAI, install, pinned_made
 
 install()
-from mpigpu import _buffers, _config, _engine, _staged  # noqa: E402
+from mpigpu import _call, _config, _state  # noqa: E402
+from mpigpu._codes import Coll  # noqa: E402
+from mpigpu._paths import staged  # noqa: E402
 
 _config.config.stage_chunk_bytes = 4096  # many chunks even for small tests
 
 
 comm = MPI.COMM_WORLD
 rank, n = comm.Get_rank(), comm.Get_size()
-state = _engine.GpuState(comm)  # no team: the staged path alone
+state = _state.CommState(comm)  # no team: the staged path alone
 state.device = 0
 
 
 def run(name, coll, send, recv, op=MPI.SUM, root=0):
-    c = _buffers.build(name, coll, n, rank, send, recv, op, root, lambda d: None)
+    c = _call.build(name, coll, n, rank, send, recv, op, root, lambda d: None)
     if c.count:
-        _staged.run_staged(state, c, 0)
+        staged.run(state, c, 0)
 
 
 def inputs(count, dt, salt):
@@ -42,42 +44,42 @@ for count in (1, 1000, 5000, 70001):
         expect = reduce_f32(rows).astype(dt) if dt == np.float16 else sum(r.astype(np.float64) for r in rows)
         # Allreduce out of place and in place
         out = np.full(count, 7, dt)
-        run('Allreduce', 0, FakeCAI(rows[rank]), FakeCAI(out))
+        run('Allreduce', Coll.ALLREDUCE, FakeCAI(rows[rank]), FakeCAI(out))
         assert np.allclose(out.astype(np.float64), np.asarray(expect, np.float64), rtol=1e-5, atol=1e-5), (count, dt)
         if dt == np.float16:  # rank-order float32 accumulation, bit for bit
             assert out.tobytes() == np.asarray(expect).tobytes()
         buf = rows[rank].copy()
-        run('Allreduce', 0, MPI.IN_PLACE, FakeCAI(buf))
+        run('Allreduce', Coll.ALLREDUCE, MPI.IN_PLACE, FakeCAI(buf))
         assert np.allclose(buf.astype(np.float64), np.asarray(expect, np.float64), rtol=1e-5, atol=1e-5)
         # Reduce to the last rank, in place at the root
         root = n - 1
         out = np.full(count, 7, dt)
-        run('Reduce', 3, FakeCAI(rows[rank]), FakeCAI(out) if rank == root else None, root=root)
+        run('Reduce', Coll.REDUCE, FakeCAI(rows[rank]), FakeCAI(out) if rank == root else None, root=root)
         if rank == root:
             assert np.allclose(out.astype(np.float64), np.asarray(expect, np.float64), rtol=1e-5, atol=1e-5)
         # Bcast from every root
         for root in range(n):
             b = rows[rank].copy()
-            run('Bcast', 1, None, FakeCAI(b), root=root)
+            run('Bcast', Coll.BCAST, None, FakeCAI(b), root=root)
             assert b.tobytes() == rows[root].tobytes()
         # Allgather, out of place and in place
         out = np.zeros(count * n, dt)
-        run('Allgather', 4, FakeCAI(rows[rank]), FakeCAI(out))
+        run('Allgather', Coll.ALLGATHER, FakeCAI(rows[rank]), FakeCAI(out))
         assert out.tobytes() == np.concatenate(rows).tobytes()
         out = np.zeros(count * n, dt)
         out[rank * count:(rank + 1) * count] = rows[rank]
-        run('Allgather', 4, MPI.IN_PLACE, FakeCAI(out))
+        run('Allgather', Coll.ALLGATHER, MPI.IN_PLACE, FakeCAI(out))
         assert out.tobytes() == np.concatenate(rows).tobytes()
     # Reduce_scatter_block, out of place and in place
     for dt in (np.float32, np.float16):
         rows = inputs(count * n, dt, 2)
         full = reduce_f32(rows).astype(dt) if dt == np.float16 else sum(r.astype(np.float64) for r in rows)
         out = np.zeros(count, dt)
-        run('Reduce_scatter_block', 2, FakeCAI(rows[rank]), FakeCAI(out))
+        run('Reduce_scatter_block', Coll.REDUCE_SCATTER_BLOCK, FakeCAI(rows[rank]), FakeCAI(out))
         part = np.asarray(full)[rank * count:(rank + 1) * count]
         assert np.allclose(out.astype(np.float64), part.astype(np.float64), rtol=1e-5, atol=1e-5)
         buf = rows[rank].copy()
-        run('Reduce_scatter_block', 2, MPI.IN_PLACE, FakeCAI(buf))
+        run('Reduce_scatter_block', Coll.REDUCE_SCATTER_BLOCK, MPI.IN_PLACE, FakeCAI(buf))
         assert np.allclose(buf[:count].astype(np.float64), part.astype(np.float64), rtol=1e-5, atol=1e-5)
 
 # pinned staging memory is reused, not allocated per call: a handful of grow steps at most

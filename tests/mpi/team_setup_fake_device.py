@@ -10,7 +10,7 @@ from mpi4py import MPI
 from fake_device import fake, install
 
 install()
-from mpigpu import _engine  # noqa: E402
+from mpigpu import _team  # noqa: E402
 from mpigpu._config import config  # noqa: E402
 
 comm = MPI.COMM_WORLD
@@ -21,7 +21,7 @@ class FakeTeam:
     """Records the ranks whose workspace handle setup gave it (every rank's, its own included: the C
     layer skips its own)."""
 
-    def __init__(self, rank, nranks, device, *cfg):
+    def __init__(self, rank, nranks, device, config):
         self.rank, self.opened, self.workspace_bytes = rank, [], 1 << 20
 
     def export_handle(self):
@@ -45,14 +45,11 @@ def setup(gpu_of_rank, peer_ok):
     dev.can_access_peer = peer_ok
     dev.MAX_RANKS = 32
     dev.Team = FakeTeam
-    _engine._device = dev
-    st = _engine.GpuState(comm)
-    st.device = gpu_of_rank(rank)
-    st._setup_team()
-    team = st.team
-    if st.shadow is not None:
-        st.shadow.Free()
-    return team, st.reason
+    install(dev)
+    team, reason, control = _team.setup(comm, rank, n, gpu_of_rank(rank))
+    if control is not None:
+        control.Free()
+    return team, reason
 
 
 def check(label, ok, detail=''):

@@ -26,7 +26,8 @@ import time
 
 from mpi4py import MPI
 
-from . import _engine  # its _device and _with_device (None _device: a build without CUDA)
+from .. import _cuda
+from ..errors import Error
 
 _POLL_S = 20e-6  # agent's pause between rounds while host MPI work is pending
 log = logging.getLogger('mpigpu')
@@ -63,14 +64,14 @@ def c_completion():
     global _c_ready
     if _c_ready is None:
         _c_ready = False
-        fns = _mpi_functions() if _engine._device is not None else None
+        fns = _mpi_functions() if _cuda.device is not None else None
         src, tag = _status_offsets() if fns is not None else (-1, -1)
         if fns is None or min(src, tag) < 0 or src % 4 or tag % 4:
             log.debug('GPU requests complete before they return: MPI functions or status layout not found')
         else:
-            _engine._device.request_init(*fns, MPI._handleof(MPI.BYTE), src, tag, MPI.ANY_SOURCE,
+            _cuda.device.request_init(*fns, MPI._handleof(MPI.BYTE), src, tag, MPI.ANY_SOURCE,
                                          MPI.ANY_TAG, MPI.ERR_OTHER, MPI._sizeof(MPI.Request))
-            atexit.register(_engine._device.request_shutdown)  # runs before mpi4py finalizes MPI
+            atexit.register(_cuda.device.request_shutdown)  # runs before mpi4py finalizes MPI
             _c_ready = True
     return _c_ready
 
@@ -82,11 +83,11 @@ class _WaitsForGpu:
 
     def Wait(self, status=None):
         if self._ticket:
-            _engine._device.request_wait(self._ticket)
+            _cuda.device.request_wait(self._ticket)
         return super().Wait(status)
 
     def Test(self, status=None):
-        if self._ticket and not _engine._device.request_test(self._ticket):
+        if self._ticket and not _cuda.device.request_test(self._ticket):
             return False
         return super().Test(status)
 
@@ -98,10 +99,10 @@ class GpuRequest(_WaitsForGpu, MPI.Request):
 def start_gpu(req, launch):
     """Points `req` at a generalized request for GPU work: `launch(request_address, watch)` enqueues
     the work and starts the request there (the work's device current), returning its ticket."""
-    watch = _agent.enabled()
+    watch = agent.enabled()
     ticket = launch(MPI._addressof(req), watch)
     if not watch:  # nobody could complete it while the program waits through MPI: finish now
-        _engine._device.request_wait(ticket)
+        _cuda.device.request_wait(ticket)
     req._ticket = ticket
     return req
 
@@ -109,9 +110,9 @@ def start_gpu(req, launch):
 def gpu_request(device, stream):
     """A request for the work enqueued on `stream` so far (`device` current)."""
     if not c_completion():
-        _engine._device.stream_sync(stream)
+        _cuda.device.stream_sync(stream)
         return completed()
-    return start_gpu(GpuRequest(), lambda addr, watch: _engine._device.request_start(stream, device, addr, watch))
+    return start_gpu(GpuRequest(), lambda addr, watch: _cuda.device.request_start(stream, device, addr, watch))
 
 
 # ---- staged point-to-point: the inner MPI request, completed from Python ----------------------
@@ -213,8 +214,8 @@ def start(work, cls=Request):
     work.greq = greq
     req = cls(greq)
     req._work = work
-    if _agent.enabled():
-        _agent.add(work)
+    if agent.enabled():
+        agent.add(work)
     else:  # no thread may complete it later: finish now
         work.finish(True)
     return req
@@ -294,11 +295,11 @@ class _Agent:
             self.thread.join(timeout=5)
 
 
-_agent = _Agent()
-atexit.register(_agent.stop)  # registered after mpi4py's finalizer, so it runs before MPI ends
+agent = _Agent()
+atexit.register(agent.stop)  # registered after mpi4py's finalizer, so it runs before MPI ends
 
 
-def _set_handle(req, other):
+def set_handle(req, other):
     """Makes `req` hold `other`'s MPI handle (mpi4py has no setter; _addressof gives the slot)."""
     ctypes.memmove(MPI._addressof(req), MPI._addressof(other), MPI._sizeof(MPI.Request))
 
@@ -319,7 +320,6 @@ class Persistent(_WaitsForGpu, MPI.Prequest):
 
     def Start(self):
         if self:  # the previous round's request: not yet completed by Wait or Test
-            from .errors import Error
             raise Error('Start', 'persistent request is still active (Wait or Test it to completion first)',
                         arg='request', rank=self._plan.st.rank, error_class=MPI.ERR_REQUEST)
         self._ticket = self._plan.start(self)

@@ -1,4 +1,4 @@
-"""Argument parsing of the GPU collectives into one plain description of the call (`Call`).
+"""The description of one device-buffer collective (`Call`): its arguments parsed and checked.
 
 mpi4py's rules for buffer specifications apply: `buf`, `[buf, datatype]`, `[buf, count]`,
 `[buf, (count, displ)]`, `[buf, count, datatype]`, `[buf, (count, displ), datatype]` and
@@ -9,8 +9,9 @@ import operator
 
 from mpi4py import MPI
 
-from ._ext._intake import DeviceBuffer, IntakeError, device_buffer
-from ._types import ALIGNMENT, DTYPES, FROM_MPI, SIZES, TYPECHARS, check_op, op_code
+from ._codes import ALIGNMENTS, NAMES, SIZES, Coll
+from ._ext._intake import DeviceBuffer, IntakeError, call_geometry, device_buffer
+from ._types import FROM_MPI, check_op, from_typecode, op_code
 from .errors import Error
 
 
@@ -32,7 +33,7 @@ class Call:
                  'op_code', 'root', 'inplace', 'device', 'stream', 'streams', 'send_ptr', 'recv_ptr')
 
     def __repr__(self):
-        return (f'Call({self.name}, count={self.count}, dtype={DTYPES[self.dtype] if self.dtype >= 0 else self.mpi_type},'
+        return (f'Call({self.name}, count={self.count}, dtype={NAMES[self.dtype] if self.dtype >= 0 else self.mpi_type},'
                 f' op={self.op_code}, root={self.root}, inplace={self.inplace}, device={self.device})')
 
 
@@ -49,9 +50,8 @@ def _datatype(call, argname, rank, spec_type):
                         error_class=MPI.ERR_TYPE)
         return code, spec_type, extent
     if isinstance(spec_type, str):
-        key = spec_type.lstrip('<=|')
-        code = TYPECHARS.get(key, -1)
-        if code < 0:
+        code = from_typecode(spec_type)
+        if code is None:
             raise Error(call, f'unknown datatype {spec_type!r}', arg=argname, rank=rank, error_class=MPI.ERR_TYPE)
         return code, None, SIZES[code]
     raise Error(call, f'datatype must be an MPI.Datatype or a typecode, not {type(spec_type).__name__}',
@@ -152,16 +152,34 @@ def parse(call, argname, rank, obj, writable, stream_for):
 
 def _same_type(call, rank, a, b, aname, bname):
     if a.dtype != b.dtype or (a.dtype < 0 and a.mpi_type.handle != b.mpi_type.handle):
-        an = DTYPES[a.dtype] if a.dtype >= 0 else a.mpi_type.Get_name()
-        bn = DTYPES[b.dtype] if b.dtype >= 0 else b.mpi_type.Get_name()
+        an = NAMES[a.dtype] if a.dtype >= 0 else a.mpi_type.Get_name()
+        bn = NAMES[b.dtype] if b.dtype >= 0 else b.mpi_type.Get_name()
         raise Error(call, f'{aname} holds {an} but {bname} holds {bn}', arg=bname, rank=rank,
                     error_class=MPI.ERR_TYPE)
+
+
+def _count_error(name, coll, rank, size, why, s, r):
+    """The general path's message for a geometry error (_ext/_geometry.pxi)."""
+    if why == 'counts_differ':
+        return Error(name, f'sendbuf has {s.count} elements but recvbuf has {r.count}', arg='recvbuf', rank=rank,
+                     error_class=MPI.ERR_COUNT)
+    if why == 'recv_not_multiple':
+        return Error(name, f'recvbuf has {r.count} elements, not a multiple of the communicator size {size}',
+                     arg='recvbuf', rank=rank, error_class=MPI.ERR_COUNT)
+    if why == 'send_not_multiple':
+        return Error(name, f'sendbuf has {s.count} elements, not a multiple of the communicator size {size}',
+                     arg='sendbuf', rank=rank, error_class=MPI.ERR_COUNT)
+    if coll == Coll.REDUCE_SCATTER_BLOCK:
+        return Error(name, f'recvbuf has {r.count} elements but sendbuf gives each rank {s.count // size}',
+                     arg='recvbuf', rank=rank, error_class=MPI.ERR_COUNT)
+    return Error(name, f'recvbuf has {r.count} elements but needs {s.count} x {size}', arg='recvbuf', rank=rank,
+                 error_class=MPI.ERR_COUNT)
 
 
 def build(name, coll, size, rank, sendbuf, recvbuf, op, root, stream_for):
     """Parses and checks one collective call with device buffers into a `Call`.
 
-    name/coll: 'Allreduce'/0 ...; for Bcast pass the buffer as recvbuf and sendbuf=None.
+    coll: a Coll; for Bcast pass the buffer as recvbuf and sendbuf=None.
     """
     c = Call()
     c.name, c.coll, c.root, c.op = name, coll, root, op
@@ -171,10 +189,10 @@ def build(name, coll, size, rank, sendbuf, recvbuf, op, root, stream_for):
     inplace = sendbuf is MPI.IN_PLACE or (isinstance(sendbuf, (list, tuple)) and len(sendbuf) > 0 and
                                           sendbuf[0] is MPI.IN_PLACE)
     is_root = rank == root
-    if coll == 1:  # Bcast
+    if coll == Coll.BCAST:
         r = parse(name, 'buf', rank, recvbuf, not is_root, stream_for)
         s = None
-    elif coll == 3 and not is_root:  # Reduce: recvbuf is not significant off the root
+    elif coll == Coll.REDUCE and not is_root:  # recvbuf is not significant off the root
         if inplace:
             raise Error(name, 'MPI.IN_PLACE is valid only at the root', arg='sendbuf', rank=rank,
                         error_class=MPI.ERR_BUFFER)
@@ -189,37 +207,14 @@ def build(name, coll, size, rank, sendbuf, recvbuf, op, root, stream_for):
     c.dtype, c.mpi_type, c.itemsize = ref.dtype, ref.mpi_type, ref.itemsize
     c.inplace = inplace
 
-    # Counts, per MPI's definition of each collective.
-    if coll in (0, 3):
-        if s is not None and r is not None and s.count != r.count:
-            raise Error(name, f'sendbuf has {s.count} elements but recvbuf has {r.count}', arg='recvbuf',
-                        rank=rank, error_class=MPI.ERR_COUNT)
-        c.count = ref.count
-    elif coll == 1:
-        c.count = r.count
-    elif coll == 2:  # Reduce_scatter_block: count = elements per rank
-        total = r.count if inplace else s.count
-        if total % size:
-            raise Error(name, f'{"recvbuf" if inplace else "sendbuf"} has {total} elements, not a multiple of '
-                        f'the communicator size {size}', arg='recvbuf' if inplace else 'sendbuf', rank=rank,
-                        error_class=MPI.ERR_COUNT)
-        c.count = total // size
-        if not inplace and r.count != c.count:
-            raise Error(name, f'recvbuf has {r.count} elements but sendbuf gives each rank {c.count}',
-                        arg='recvbuf', rank=rank, error_class=MPI.ERR_COUNT)
-    elif coll == 4:  # Allgather: count = elements each rank contributes
-        if inplace:
-            if r.count % size:
-                raise Error(name, f'recvbuf has {r.count} elements, not a multiple of the communicator '
-                            f'size {size}', arg='recvbuf', rank=rank, error_class=MPI.ERR_COUNT)
-            c.count = r.count // size
-        else:
-            c.count = s.count
-            if r.count != s.count * size:
-                raise Error(name, f'recvbuf has {r.count} elements but needs {s.count} x {size}',
-                            arg='recvbuf', rank=rank, error_class=MPI.ERR_COUNT)
+    # Counts and the in-place layout, per MPI's definition of each collective (_ext/_geometry.pxi).
+    one_buffer = inplace or coll == Coll.BCAST
+    why, c.count, own = call_geometry(coll, size, rank, s is not None, s.count if s is not None else 0,
+                                      r is not None, r.count if r is not None else 0, one_buffer)
+    if why is not None:
+        raise _count_error(name, coll, rank, size, why, s, r)
 
-    if coll in (0, 2, 3):
+    if coll in (Coll.ALLREDUCE, Coll.REDUCE_SCATTER_BLOCK, Coll.REDUCE):
         if not isinstance(op, MPI.Op):
             raise Error(name, f'op must be an MPI.Op, not {type(op).__name__}', arg='op', rank=rank,
                         error_class=MPI.ERR_OP)
@@ -239,19 +234,17 @@ def build(name, coll, size, rank, sendbuf, recvbuf, op, root, stream_for):
     # Alignment: the kernels access elements where C would, at the alignment of the element type
     # (a complex type's is its component's). Checked on every path, so a program's validity does not
     # depend on which path runs; GPU libraries never produce such arrays, only raw pointer offsets do.
-    for argname, a in (('sendbuf', s), ('recvbuf' if coll != 1 else 'buf', r)):
-        if a is not None and a.dtype >= 0 and a.buf.ptr % ALIGNMENT[a.dtype]:
-            raise Error(name, f'device address {a.buf.ptr:#x} is not aligned to the {ALIGNMENT[a.dtype]} bytes '
-                        f'of {DTYPES[a.dtype]}', arg=argname, rank=rank, error_class=MPI.ERR_BUFFER)
+    for argname, a in (('sendbuf', s), ('recvbuf' if coll != Coll.BCAST else 'buf', r)):
+        if a is not None and a.dtype >= 0 and a.buf.ptr % ALIGNMENTS[a.dtype]:
+            raise Error(name, f'device address {a.buf.ptr:#x} is not aligned to the {ALIGNMENTS[a.dtype]} bytes '
+                        f'of {NAMES[a.dtype]}', arg=argname, rank=rank, error_class=MPI.ERR_BUFFER)
 
     # Pointers the engine reads and writes (MPI's in-place layouts).
-    if coll == 1:
-        c.send_ptr = c.recv_ptr = r.buf.ptr
-    elif r is None:
+    if r is None:
         c.send_ptr, c.recv_ptr = s.buf.ptr, 0
-    elif inplace:
+    elif one_buffer:
         c.recv_ptr = r.buf.ptr
-        c.send_ptr = r.buf.ptr + (rank * c.count * c.itemsize if coll == 4 else 0)
+        c.send_ptr = r.buf.ptr + own * c.itemsize
     else:
         c.send_ptr, c.recv_ptr = s.buf.ptr, r.buf.ptr
     return c

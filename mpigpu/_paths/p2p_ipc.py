@@ -7,8 +7,8 @@ Protocol (a rendezvous over host MPI; the payload moves GPU to GPU over NVLink):
    so receive order, ANY_SOURCE, ANY_TAG and statuses stay MPI's.
 2. The receiver recognizes the header (exactly 128 bytes starting with the magic), maps the
    allocation (once per allocation: cached by sender and id), copies the payload on its stream with
-   cudaMemcpyAsync, waits for it, and replies on the communicator's shadow duplicate (made with its
-   device team), after which the sender's buffer may change. Where the allocation cannot be mapped
+   cudaMemcpyAsync, waits for it, and replies on the private duplicate the communicator's device team
+   made (its control communicator), after which the sender's buffer may change. Where the allocation cannot be mapped
    (after unmapping the sender's earlier ones), both sides raise.
 
 The sender takes this path when the communicator's device team is up (one node, distinct GPUs, peer
@@ -18,6 +18,7 @@ MPIGPU_P2P_IPC_BYTES, the buffer is a whole device array, and its allocation can
 at least 128 bytes on such a communicator therefore checks for a header: device receives always,
 host receives when the buffer is a whole buffer of at least MPIGPU_P2P_IPC_BYTES.
 """
+import atexit
 import struct
 import threading
 from collections import OrderedDict
@@ -25,9 +26,10 @@ from collections import OrderedDict
 import numpy as np
 from mpi4py import MPI
 
-from . import _engine, _requests
-from ._config import config
-from .errors import Error
+from .. import _cuda
+from .._config import config
+from ..errors import Error
+from . import requests
 
 MAGIC = bytes.fromhex('6d7067707532703a9d4c17e2a05b33c1')  # 'mpgpu2p:' + 8 random bytes
 _HDR = struct.Struct('=16sIiQQQQii64s')  # magic, version, reply tag, payload, offset, base, id, world rank, -, handle
@@ -49,17 +51,17 @@ def usable(st):
     """True when senders on this communicator may use the protocol (and receivers must expect it).
     It needs the request agent (MPI_THREAD_MULTIPLE): a non-blocking receive must be able to answer
     a header while its owner waits for something else."""
-    return st.team is not None and st.shadow is not None and _requests._agent.enabled()
+    return st.team is not None and st.control is not None and requests.agent.enabled()
 
 
-def header_for(st, buf, dev, dest):
-    """The header (bytearray) and reply tag for sending `buf` (DeviceBuffer on `dev`) by IPC, or None
-    when this message takes the staged path."""
+def header_for(st, buf, dev, dest, reply):
+    """The header (bytearray) for sending `buf` (DeviceBuffer on `dev`) by IPC with reply tag `reply`,
+    or None when this message takes the staged path."""
     global _world_rank
     if (not usable(st) or dev != st.device or buf.nbytes < config.p2p_ipc_bytes
             or dest == MPI.PROC_NULL or dest == st.rank):
         return None
-    dm = _engine._device
+    dm = _cuda.device
     base, _size, ident, exportable = dm.ipc_describe(buf.ptr)
     if not exportable:
         return None
@@ -70,10 +72,9 @@ def header_for(st, buf, dev, dest):
         handle = _exported[ident] = dm.ipc_export(base)
     if _world_rank is None:
         _world_rank = MPI.COMM_WORLD.Get_rank()
-    reply = st.next_reply_tag(dest)
     stats['sent'] += 1
     return bytearray(_HDR.pack(MAGIC, 1, reply, buf.nbytes, buf.ptr - base, base, ident, _world_rank, 0,
-                               handle)), reply
+                               handle))
 
 
 def parse(data, n):
@@ -89,7 +90,7 @@ def parse(data, n):
 def _unmap(key):
     base, sender_base = _mapped.pop(key)
     _mapped_base.pop((key[0], key[1], sender_base), None)
-    _engine._device.ipc_close(base)
+    _cuda.device.ipc_close(base)
 
 
 def _map(dev, world_rank, ident, sender_base, handle):
@@ -104,7 +105,7 @@ def _map(dev, world_rank, ident, sender_base, handle):
         _unmap(old)
     while len(_mapped) >= _MAX_MAPPINGS:
         _unmap(next(iter(_mapped)))
-    dm = _engine._device
+    dm = _cuda.device
     try:
         base = dm.ipc_open(handle)
     except dm.DeviceError as exc:
@@ -124,7 +125,7 @@ def receive(st, name, fields, source, dst, capacity, stream):
     """Copies a header's payload to `dst` (device or host address with `capacity` bytes) on `stream`
     of the communicator's device, waits, and replies to the sender; returns the payload size."""
     _magic, _version, reply, nbytes, offset, sender_base, ident, world_rank, _pad, handle = fields
-    dm = _engine._device
+    dm = _cuda.device
     code = _OK
     try:
         if nbytes > capacity:
@@ -138,20 +139,20 @@ def receive(st, name, fields, source, dst, capacity, stream):
                 dm.memcpy_async(dst, base + offset, nbytes, stream)
                 dm.stream_sync(stream)
         try:
-            _engine._with_device(st.device, copy)
+            _cuda.with_device(st.device, copy)
         except dm.DeviceError as exc:
             code = _FAILED
             raise Error(name, f'reading the message of rank {source} over the peer mapping failed: {exc}',
                         rank=st.rank, error_class=MPI.ERR_OTHER) from None
         stats['received'] += 1
     finally:
-        st.shadow.Send([np.array([code], np.int32), MPI.INT], source, reply)
+        st.control.Send([np.array([code], np.int32), MPI.INT], source, reply)
     return nbytes
 
 
 def refuse(st, name, fields, source):
     """A header arrived at a receive that cannot take it (a buffer specification): both sides raise."""
-    st.shadow.Send([np.array([_FAILED], np.int32), MPI.INT], source, fields[2])
+    st.control.Send([np.array([_FAILED], np.int32), MPI.INT], source, fields[2])
     raise Error(name, f'rank {source} sent a device array of {fields[3]} bytes GPU to GPU; receive it into a '
                 'whole array, not a buffer specification (or set MPIGPU_P2P_IPC_BYTES higher)', arg='buf',
                 rank=st.rank, error_class=MPI.ERR_BUFFER)
@@ -165,11 +166,12 @@ def check_reply(st, name, dest, code):
                 rank=st.rank, error_class=MPI.ERR_OTHER)
 
 
+@atexit.register
 def close_all():
     """Unmaps every peer allocation (at exit, before the CUDA context goes)."""
     for key, (base, _sender_base) in list(_mapped.items()):
         try:
-            _engine._with_device(key[0], _engine._device.ipc_close, base)
+            _cuda.with_device(key[0], _cuda.device.ipc_close, base)
         except Exception:
             pass
     _mapped.clear()

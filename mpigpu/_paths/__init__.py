@@ -1,0 +1,10 @@
+"""The paths a device-buffer call can take, one module each:
+
+- engine: the device team's fused kernels over peer mappings (the five collectives within a node);
+- staged: those five collectives through host MPI, the buffer cut into chunks whose copies to and from
+  pinned host memory overlap MPI (where there is no team, or the engine lacks the type or op);
+- mirrored: any other mpi4py buffer method, run unchanged on whole pinned host mirrors of the buffers;
+- p2p, p2p_ipc: point-to-point, GPU to GPU over peer mappings where the team is up, else staged;
+- requests: the MPI requests that non-blocking and persistent calls on these paths return;
+- pinned: the pinned host memory and copy streams the staging paths share.
+"""

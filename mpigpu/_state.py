@@ -1,0 +1,141 @@
+"""Per-communicator state for device buffers: the rank's GPU, the device team (or why there is none),
+the team's private control communicator, and what each path keeps for this communicator.
+
+It lives in an MPI attribute of the communicator, so every wrapper of one handle shares it, and is
+cached in the wrapper's __dict__ for the hot path. `state_of` is the one lookup.
+"""
+import atexit
+import logging
+
+from mpi4py import MPI
+
+from . import _cuda, _team
+from .errors import Error
+
+log = logging.getLogger('mpigpu')
+
+_CACHE = '_mg_state'  # the wrapper's __dict__ key of its state
+
+
+class CommState:
+    """Everything mpigpu attaches to one communicator for device buffers."""
+
+    def __init__(self, comm):
+        self.comm = comm  # a plain mpi4py communicator on the same handle (no recursion into mpigpu)
+        self.rank = comm.Get_rank()
+        self.size = comm.Get_size()
+        self.device = None      # the rank's GPU on this communicator, bound by its first device call
+        self.team = None        # the device team (mpigpu._ext._device.Team), or None
+        self.reason = None      # why there is no team (None: not decided yet; '': there is one)
+        self.control = None     # private duplicate made with the team: point-to-point replies ride on it
+        self.dep_event = None   # orders a second buffer's producer stream before the launch stream
+        self._owned = {}        # path state by class (owned): staging buffers, point-to-point matching
+
+    def owned(self, cls):
+        """The instance of `cls` this communicator keeps for a path (made on first use as cls(self));
+        released with the communicator through its close()."""
+        obj = self._owned.get(cls)
+        if obj is None:
+            obj = self._owned[cls] = cls(self)
+        return obj
+
+    def bind_device(self, call, dev):
+        """Binds the rank's GPU at the first device call, which sets up the team (collective)."""
+        if self.device is None:
+            self.device = dev
+            self.dep_event = _cuda.with_device(dev, _cuda.device.event_create)
+            self.team, self.reason, self.control = _team.setup(self.comm, self.rank, self.size, dev)
+        elif dev != self.device:
+            raise Error(call, f'buffer is on device {dev} but this rank uses device {self.device} on this '
+                        'communicator', arg='buffer', rank=self.rank, error_class=MPI.ERR_BUFFER)
+
+    def release(self, collective):
+        """Frees the team, the paths' state and events. `collective`: all ranks are here too, so a
+        barrier can make sure no peer still uses this rank's workspace."""
+        team, self.team = self.team, None
+        control, self.control = self.control, None
+        if team is not None:
+            if collective:
+                try:
+                    self.comm.Barrier()
+                    if control is not None:
+                        control.Free()
+                except MPI.Exception:
+                    pass
+            _cuda.with_device(self.device, team.close)
+        for obj in self._owned.values():
+            obj.close()
+        self._owned.clear()
+        if self.dep_event is not None:
+            _cuda.device.event_destroy(self.dep_event)
+            self.dep_event = None
+
+
+# ---- registry: an MPI attribute per communicator, released on Free and at exit ------------------
+_states = []
+
+
+def _delete_attr(comm, keyval, state):
+    state.release(collective=False)
+    try:
+        _states.remove(state)
+    except ValueError:
+        pass
+    return MPI.SUCCESS
+
+
+_KEYVAL = MPI.Comm.Create_keyval(delete_fn=_delete_attr)
+
+
+def cached(comm):
+    """The state of a wrapper that already has one, else None (the hot path's lookup)."""
+    return comm.__dict__.get(_CACHE)
+
+
+def state_of(comm):
+    """The CommState of a communicator (created on first use, shared by all its wrappers)."""
+    d = getattr(comm, '__dict__', None)
+    st = d.get(_CACHE) if d is not None else None
+    if st is None:
+        st = comm.Get_attr(_KEYVAL)
+        if st is None:
+            st = CommState(_plain(comm))
+            comm.Set_attr(_KEYVAL, st)
+            _states.append(st)
+        if d is not None:
+            d[_CACHE] = st
+    return st
+
+
+def _plain(comm):
+    """A plain mpi4py communicator object on the same handle as `comm`."""
+    cls = MPI.Intercomm if comm.Is_inter() else MPI.Intracomm
+    return cls(comm)
+
+
+def release(comm):
+    """Collective release before MPI_Comm_free (the delete callback cannot call MPI)."""
+    st = comm.Get_attr(_KEYVAL)
+    if st is not None:
+        st.release(collective=True)
+
+
+@atexit.register
+def _release_all():
+    # Runs before mpi4py finalizes MPI (registered later, so called earlier).
+    for st in _states:
+        try:
+            st.release(collective=False)
+        except Exception:
+            pass
+    _states.clear()
+    if _cuda.device is not None:
+        _cuda.release_streams()
+
+
+def engine_status(comm):
+    """'on', 'off: why' or 'not set up yet' for a communicator."""
+    st = state_of(comm)
+    if st.reason is None:
+        return 'not set up yet (the first GPU collective sets it up)'
+    return 'on' if st.team is not None else f'off: {st.reason}'

@@ -1,0 +1,79 @@
+"""Collective setup of a communicator's device team: whether its ranks can form one (one node, GPUs
+with peer access), the workspaces and their peer mappings, and the agreement of every rank on the
+outcome. Called by the first device call on a communicator (mpigpu/_state.py)."""
+import logging
+
+from mpi4py import MPI
+
+from . import _cuda
+from ._config import config
+
+log = logging.getLogger('mpigpu')
+
+
+def agree(comm, reason):
+    """The first non-empty reason of any rank, on every rank."""
+    reasons = comm.allgather(reason)
+    return next((r for r in reasons if r), '')
+
+
+def _why_not(comm, rank, n, dev, bus, buses, shared):
+    """'' when these ranks can form a team, else why not (this rank's view)."""
+    dm = _cuda.device
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        local = node.Get_size() == n
+    finally:
+        node.Free()
+    if config.algo == 'staged':
+        return 'MPIGPU_ALGO=staged'
+    if not local:
+        return 'the ranks span several nodes (the engine is intra-node)'
+    if n > dm.MAX_RANKS:
+        return f'{n} ranks; the engine holds at most {dm.MAX_RANKS} per team'
+    if shared and not config.shared_gpu:
+        return 'several ranks use one GPU (' + ', '.join(f'rank {i}: {b}' for i, b in enumerate(buses)) + ')'
+    for peer, pbus in enumerate(buses):
+        if peer == rank or pbus == bus:  # a rank sharing this GPU (MPIGPU_SHARED_GPU): no peer access
+            continue
+        ordinal = dm.device_by_pci_bus_id(pbus)
+        if ordinal < 0:
+            return f'GPU {pbus} of rank {peer} is not visible to rank {rank} (CUDA_VISIBLE_DEVICES)'
+        if not dm.can_access_peer(dev, ordinal):
+            return f'no peer access from GPU {bus} (rank {rank}) to GPU {pbus} (rank {peer})'
+    return ''
+
+
+def setup(comm, rank, n, dev):
+    """Collective: every rank of `comm` takes part, and all agree on the outcome.
+    Returns (team or None, reason ('' with a team), the team's control communicator or None)."""
+    dm = _cuda.device
+    bus = dm.pci_bus_id(dev)
+    buses = comm.allgather(bus)
+    shared = len(set(buses)) != n
+    reason = agree(comm, _why_not(comm, rank, n, dev, bus, buses, shared))
+    team = handle = None
+    if not reason:
+        try:
+            team = _cuda.with_device(dev, dm.Team, rank, n, dev, config)
+            handle = team.export_handle()
+        except dm.DeviceError as exc:
+            reason = f'rank {rank}: workspace setup failed: {exc}'
+        reason = agree(comm, reason)
+    if not reason:
+        handles = comm.allgather(handle)
+        try:
+            for peer, h in enumerate(handles):
+                team.open_peer(peer, h)
+        except dm.DeviceError as exc:
+            reason = f'rank {rank}: mapping a peer workspace failed: {exc}'
+        reason = agree(comm, reason)
+    if reason:
+        if team is not None:
+            team.close()
+        log.debug('rank %d: device engine off on this communicator: %s', rank, reason)
+        return None, reason, None
+    log.debug('rank %d: device engine on (GPU %s, %d ranks%s, workspace %d MiB, resident kernel %s)',
+              rank, bus, n, ', sharing GPUs: testing only' if shared else '', team.workspace_bytes >> 20,
+              f'lingering {config.resident_us:g} us' if config.resident_us > 0 else 'off')
+    return team, '', comm.Dup()  # collective, like the setup: every rank is here

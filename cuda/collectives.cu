@@ -158,11 +158,8 @@ static int launch_ll(mg_team *t, const mg_call *c, const mg::KernelChoice &k, ui
 }
 
 // The two-shot LL128 Allreduce runs phase 0's sending and receiving on separate warps (split_phase0,
-// ll128_kernel.cuh) from shards of this size on 3+ ranks. 4x H200, engine probe, float32, blocking us,
-// median of nine interleaved rounds, one warp set / split: 4 ranks, shards of 512 KiB (2 MiB message)
-// 27.9 / 27.1, 768 KiB 32.9 / 32.5, 1 MiB 40.2 / 38.4, 1.5 MiB 52.2 / 50.2, 2 MiB 63.1 / 62.2; below
-// it the senders' extra pass costs more than the overlap gains (256 KiB shards: 20.2 / 21.5). On 2
-// ranks (one peer per phase) it was 0.2-0.7 us slower at 2-4 MiB messages.
+// ll128_kernel.cuh) from shards of this size on 3+ ranks: below it the senders' extra pass costs more
+// than the overlap gains, and on 2 ranks (one peer per phase) it never paid (docs/tuning.md).
 static const size_t kLL128SplitMinShardBytes = 512 * 1024;
 
 // The LL128 plan, launched (launch_ll128) or run in the resident kernel (mg_collective_wait).

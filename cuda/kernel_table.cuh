@@ -29,10 +29,9 @@ KernelChoice reduce_kernel(int dtype, int op);  // fn == nullptr: pair not imple
 KernelChoice copy_kernel(int dtype);
 
 // Each kernel family's instantiations live in a translation unit of their own (kernels_direct.cu,
-// kernels_ll.cu, kernels_ll128.cu, kernels_ring.cu), so the build compiles them in parallel: in one
-// unit they took 303 s of nvcc for sm_90 alone, apart all five units 164 s on two cores (the longest,
-// direct, most of it). Each returns its family's kernel for a reduction (copy false) or a copy (copy
-// true) of dtype, nullptr where there is none.
+// kernels_ll.cu, kernels_ll128.cu, kernels_ring.cu), so the build compiles them in parallel (build
+// times in docs/architecture.md, "Build"). Each returns its family's kernel for a reduction (copy
+// false) or a copy (copy true) of dtype, nullptr where there is none.
 KernelFn direct_kernel_for(int dtype, int op, bool copy);
 LLKernelFn ll_kernel_for(int dtype, int op, bool copy);
 LL128KernelFn ll128_kernel_for(int dtype, int op, bool copy);

@@ -15,78 +15,44 @@
 #include "team.cuh"
 #include "kernel_table.cuh"
 
+// The constants below are from the 4x H200 NVLink host; docs/tuning.md ("Cost-model constants") has
+// the measurements behind each one.
 static const double kHopUs = 3.0;                  // one flag round through NVLink + block sync
 static const double kPushBytesPerUs = 340e3;       // sustained NVLink stores per GPU (~340 GB/s)
 static const size_t kBytesPerChannel = 32 * 1024;  // below this per channel, more blocks add latency
-static const int kDefaultChannels = 128;  // 256 MB: 317 GB/s at 128 channels, 268 at 64 (32 KiB chunks)
-// Widest step of one channel's whole span, in slots (the end of mg_select). 4x H200, us per call,
-// 32 KiB slots x 8 (default) against larger slots (MPIGPU_CHUNK_BYTES 64 / 96 / 128 / 256 KiB, so
-// the span is one step), one session: Allreduce 24 MiB (2 steps) 174 vs 148-157, 32 MiB (2) 222
-// (204-216 in two more runs) vs 197-208, 48 MiB (3) 302 vs 264-327 (median 276); Reduce_scatter_block
-// 24 MiB 101 vs 82-94, 32 MiB 134 (127-133) vs 102-112, 48 MiB 179 vs 153-159. At 64 MiB (4 steps,
-// stages split) one step of 128 KiB is not better: Allreduce 351 vs 378-387, Reduce_scatter_block
-// 202 vs 187-200. Allgather (no reduce stage) gained nothing: 24 / 32 / 48 MiB 88 / 103 / 144 vs
-// 84-90 / 103-111 / 146-154. 2x H200, 16 MiB (2 steps): Allreduce 87 vs 74, Reduce_scatter_block 57 vs 52.
-// Four slots (the most a default FIFO of 8 allows) against four steps of one slot, the same 32 KiB
-// slots (engine_probe.py --wide: 128 channels, six interleaved rounds, median blocking us): 4x H200
-// Allreduce two-shot 56 MiB 305.0 -> 303.4, 64 MiB 342.6 -> 336.1; Reduce_scatter_block 56 MiB
-// 177.1 -> 167.3, 64 MiB 195.6 -> 185.5; 2 ranks Allreduce 28 MiB 122.3 -> 113.3, 32 MiB 133.0 ->
-// 124.5; Reduce_scatter_block 28 MiB 85.8 -> 76.4, 32 MiB 94.2 -> 84.2.
+static const int kDefaultChannels = 128;           // the most channels; 256 MB runs fastest at 128
+// Widest step of one channel's whole span, in slots (the end of mg_select): a reduction whose channel
+// would take 2-4 steps of one slot runs faster as one step over that many.
 static const size_t kMaxFusedSlots = 4;
-static const double kTwoRankTwoShotBytes = 4 * 1024 * 1024;  // 2 ranks: Allreduce two-shot from here (below)
+// 2 ranks: Allreduce two-shot from here, where one-shot (both reduce everything) falls behind.
+static const double kTwoRankTwoShotBytes = 4 * 1024 * 1024;
 // Reduce below this runs as the LL or LL128 Allreduce forms where they apply, with no output off the
 // root (every rank still receives from every other, which those protocols' reuse needs); from it, on
 // 3+ ranks, the pipelined chain (ring_kernel.cuh): the root's inbound links carry the message once,
-// where two-shot brings (n-1)/n of it in twice and one-shot n-1 times. 4x H200, engine probe, busbw
-// GB/s, chain with one ring per channel (128 channels) vs the direct form the model picked: 1 MiB
-// 53.8 / 38.4, 4 MiB 126.5 / 97.4, 16 MiB 205.7 / 167.1, 64 MiB 233.2 / 218.2, 256 MiB 252.4 /
-// 232.5; with two rings per channel (ring_kernel), run as the model runs it (bytes / 32 KiB
-// channels, at most 128): 50.4 / 140.2 / 219.1 / 266.1 / 305.7. Against the Allreduce's LL128
-// two-shot, 4x H200, blocking (us, chain / LL128 two-shot): 1 MiB 21.5 / 21.3 (one call), 2 MiB
-// 24.8 / 31.1 and 4 MiB 31.4 / 44.2 (two calls); the direct Reduce, one fenced fan-in to the root,
-// took 25-32 us at 1 KiB - 1 MiB against 17-22 us for the Allreduce forms.
+// where two-shot brings (n-1)/n of it in twice and one-shot n-1 times.
 static const double kReduceChainMinBytes = 1024 * 1024;
 // Bcast and Reduce on 2 ranks take the chain (root -> other, other -> root) from here: the same
-// bytes as the direct one-shot, but each channel keeps two steps in flight (ring_kernel). 2x H200,
-// us per call, chain / direct / NCCL: Bcast 16 MiB 65.2 / 65.5 / 70.2, 64 MiB 208.3 / 218.8 / 210.8,
-// 256 MiB 760.3 / 833.6 / 756.7; Reduce 16 MiB 66.8 / 66.7, 64 MiB 210.7 / 221.1 / 208.7,
-// 256 MiB 765.1 / 833.4 / 759.3.
+// bytes as the direct one-shot, but each channel keeps two steps in flight (ring_kernel).
 static const double kTwoRankChainBytes = 64 * 1024 * 1024;
-// Largest per-peer piece that AUTO sends with the low-latency protocol: below it one NVLink store per
-// word beats a fenced step (the protocol moves 2 bytes per data byte, so it loses on bandwidth).
-// Against LL128 at 1-64 KiB (4x H200, blocking us, forced forms interleaved in one call, two runs
-// each): Allreduce, Reduce_scatter_block and Allgather within 1 us of each other either way (the
-// spread between runs); Allreduce 64 KiB (a 64 KiB piece, past this limit) 18.4-19.7 / 17.3-18.2.
+// Largest per-peer piece that AUTO sends with the low-latency protocol when calls are launched: below
+// it one NVLink store per word beats a fenced step (LL moves 2 bytes per data byte, so it loses on
+// bandwidth); against LL128 it is a tie up to 64 KiB.
 static const size_t kLLMaxAutoBytes = 32 * 1024;
 // With a resident kernel (MPIGPU_RESIDENT_US > 0, the same on every rank) LL runs to its largest
-// piece: a blocking call then costs no launch (resident_kernel.cuh), which outweighs LL's extra
-// bytes up to 64 KiB (4x H200, blocking, Allreduce with a 64 KiB piece, same session: LL128 launched
-// 17.5 us, LL resident 13.5; 2 ranks 16.1 and 10.2); a call launched instead (work queued before it,
-// stream=) loses ~1 us there (kLLMaxAutoBytes).
+// piece: a blocking call then costs no launch (resident_kernel.cuh), which outweighs LL's extra bytes.
 static const size_t kLLResidentMaxAutoBytes = MG_LL_MAX_BYTES;
 // The 128-byte-line protocol (LL128) from where LL stops, while a piece fits the team's areas
-// (ll128_bytes, MPIGPU_LL128_BYTES): Allreduce one-shot up to 256 KiB (2 MiB on 2 ranks, where
-// one-shot and two-shot store the same bytes and one-shot takes one hop: 2 ranks of the 4x H200
-// host, blocking us, one-shot / two-shot, three calls: 512 KiB 18.8 / 20.3, 21.4 / 19.8, 16.1 / 17.3;
-// 1 MiB 21.7 / 23.1, 21.8 / 22.9, 18.1 / 20.8; 2 MiB 26.1 / 27.9, 26.1 / 27.2, 23.6 / 26.6), two-shot
-// up to 8 MiB;
-// Reduce_scatter_block and Allgather while a block is at most 2 MiB. 4x H200 (engine probe, best
-// channel count, busbw GB/s): Allreduce 128 KiB one-shot 13.2 vs two-shot 10.8 vs direct 9.3;
-// 256 KiB 23.4 / 22.7 / 17.0; 1 MiB 60.9 / 74.7 / 50.6; two-shot vs direct (peers in rotated order)
-// 8 MiB 202.3 / 194.0, 16 MiB 226.1 / 245.7; Reduce_scatter_block 8 MiB 163.3 / 154.1, 16 MiB
-// 196.4 / 210.7; Allgather 8 MiB 165.3 / 157.5, 16 MiB 198.5 / 209.5 (16 MiB areas, `--ll128`).
+// (ll128_bytes, MPIGPU_LL128_BYTES): Allreduce one-shot up to 256 KiB (on 2 ranks while the piece fits,
+// where both forms store the same bytes and one-shot takes one hop), two-shot up to 8 MiB;
+// Reduce_scatter_block and Allgather while a block is at most 2 MiB.
 static const size_t kLL128OneShotMaxAutoBytes = 256 * 1024;
 static const size_t kLL128TwoShotMaxAutoBytes = 8 * 1024 * 1024;
 static const size_t kLL128BlockMaxAutoBytes = 2 * 1024 * 1024;
 // Lines per channel. LL128 is latency-bound per warp (each pass waits for its lines), so more
-// channels always helped in the probe: from 128 KiB up the best count was 96-128.
+// channels always helped: from 128 KiB up the best count was 96-128.
 static const size_t kLL128LinesPerChannel = 4;
-// Bcast in lines: one-shot (the root stores every line n - 1 times) up to 256 KiB, then the
-// scatter form up to 16 MiB while a shard fits; on 2 ranks the two are the same and one-shot runs
-// while it fits. 4x H200, busbw at the best channel count, one-shot / scatter / direct: 128 KiB
-// 10.2 / 9.0 / 8.9, 256 KiB 19.4 / 18.0 / 16.7, 512 KiB 34.0 / 36.3 / 28.4, 1 MiB 51.6 / 66.3 / 46.6,
-// 4 MiB - / 166.9 / 105.0; with 16 MiB areas, scatter / direct: 8 MiB 215.8 / 195.6, 16 MiB
-// 240.5 / 226.3, 32 MiB 249.3 / 261.5.
+// Bcast in lines: one-shot (the root stores every line n - 1 times) up to 256 KiB, then the scatter
+// form up to 16 MiB while a shard fits; on 2 ranks the two are the same and one-shot runs while it fits.
 static const size_t kLL128BcastOneShotMaxAutoBytes = 256 * 1024;
 static const size_t kLL128BcastScatterMaxAutoBytes = 16 * 1024 * 1024;
 static size_t total_bytes(const mg_team *t, const mg_call *c) {
@@ -168,9 +134,8 @@ extern "C" int mg_select(const mg_team *t, mg_call *c) {
         double two_bytes = c->coll == MG_BCAST ? B : 2.0 * (n - 1) / n * B;
         double two = 2 * kHopUs + two_bytes / kPushBytesPerUs;
         // On 2 ranks both forms store B per rank, so the model ties; but one-shot Allreduce reduces
-        // all of B on both ranks where two-shot reduces half on each: 2x H200, 128 channels,
-        // two-shot vs one-shot 121 / 213 / 285 / 311 GB/s vs 121 / 202 / 225 / 246 at 4 / 16 / 64 /
-        // 256 MiB. Bcast and Reduce keep one-shot (one hop).
+        // all of B on both ranks where two-shot reduces half on each (kTwoRankTwoShotBytes). Bcast
+        // and Reduce keep one-shot (one hop).
         if (n == 2)
           c->algo = c->coll == MG_ALLREDUCE && B >= kTwoRankTwoShotBytes ? MG_ALGO_TWOSHOT : MG_ALGO_ONESHOT;
         else
@@ -196,8 +161,7 @@ extern "C" int mg_select(const mg_team *t, mg_call *c) {
   }
   if (c->nchannels > t->cfg.max_channels) c->nchannels = t->cfg.max_channels;
   // Steps of a whole slot: smaller steps (to give a channel enough steps to split its stages at
-  // 4-16 MiB) measured slower at every size and channel count, e.g. 16 MiB Allreduce at 128
-  // channels: 188 / 187 / 207 GB/s with 8 / 16 / 32 KiB steps (engine probe --chunks).
+  // 4-16 MiB) measured slower at every size and channel count (docs/tuning.md, MPIGPU_CHUNK_BYTES).
   // A reduction whose channels would take 2 .. kMaxFusedSlots steps runs one step over that many
   // consecutive slots instead (cut_into_steps): below MPIGPU_SPLIT_STEPS its stages cannot overlap,
   // and each extra step costs flag rounds that a wider step does not. A channel's span is the

@@ -8,30 +8,9 @@
 #include <cuda_runtime.h>
 #include <string.h>
 
+#include "driver_api.cuh"
 #include "mpigpu_cuda.h"
 #include "status.cuh"
-
-namespace {
-
-typedef CUresult (*get_attributes_t)(unsigned, CUpointer_attribute *, void **, CUdeviceptr);
-
-get_attributes_t get_attributes() {  // the driver's cuPointerGetAttributes, found once
-  static get_attributes_t fn = nullptr;
-  static bool tried = false;
-  if (!tried) {
-    void *p = nullptr;
-    cudaDriverEntryPointQueryResult q;
-    if (cudaGetDriverEntryPointByVersion("cuPointerGetAttributes", &p, 12000, cudaEnableDefault, &q) ==
-            cudaSuccess && q == cudaDriverEntryPointSuccess)
-      fn = (get_attributes_t)p;
-    else
-      cudaGetLastError();
-    tried = true;
-  }
-  return fn;
-}
-
-}  // namespace
 
 extern "C" {
 
@@ -40,7 +19,7 @@ int mg_ipc_describe(uintptr_t ptr, uintptr_t *base, size_t *size, uint64_t *buff
   *size = 0;
   *buffer_id = 0;
   *ipc_capable = 0;
-  get_attributes_t fn = get_attributes();
+  mg::PointerGetAttributes fn = mg::pointer_get_attributes();
   if (!fn) return MG_ERR_UNSUPPORTED;
   CUpointer_attribute attrs[4] = {CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
                                   CU_POINTER_ATTRIBUTE_BUFFER_ID,

@@ -107,8 +107,13 @@ const char *mg_error_string(int err);
 int mg_device_count(int *count);
 int mg_get_device(int *device);
 int mg_set_device(int device);
-/* memtype: 0 unregistered host, 1 pinned host, 2 device, 3 managed */
+/* memtype: 0 unregistered host, 1 pinned host, 2 device, 3 managed (the runtime's view: needs a context) */
 int mg_pointer_info(uintptr_t ptr, int *memtype, int *device);
+/* Where a pointer lives, asked of the driver without creating a context (a host program's buffers
+ * must not cost it one): host memory (also pinned, or with no driver), device memory, managed memory;
+ * device: the GPU's ordinal, -1 for host memory. */
+enum mg_memory { MG_MEMORY_HOST = 0, MG_MEMORY_DEVICE, MG_MEMORY_MANAGED };
+int mg_pointer_kind(uintptr_t ptr, int *kind, int *device);
 int mg_pci_bus_id(int device, char *buf, int len);
 int mg_device_by_pci_bus_id(const char *bus_id, int *device);
 int mg_can_access_peer(int device, int peer, int *can);

@@ -1,6 +1,7 @@
 // runtime.cu: thin C wrappers over the CUDA runtime for the Cython layer (cudart is linked
 // statically and finds the driver at run time, so importing mpigpu works on a machine without one).
 #include <cuda_runtime.h>
+#include "driver_api.cuh"
 #include "mpigpu_cuda.h"
 #include "status.cuh"
 
@@ -37,6 +38,24 @@ int mg_pointer_info(uintptr_t ptr, int *memtype, int *device) {
   }
   *memtype = (int)at.type;
   *device = at.device;
+  return 0;
+}
+
+int mg_pointer_kind(uintptr_t ptr, int *kind, int *device) {
+  *kind = MG_MEMORY_HOST;
+  *device = -1;
+  mg::PointerGetAttributes fn = mg::pointer_get_attributes();
+  if (!fn || !ptr) return 0;
+  CUpointer_attribute attrs[3] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_IS_MANAGED,
+                                  CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL};
+  unsigned int type = 0;
+  int managed = 0, ordinal = -1;
+  void *data[3] = {&type, &managed, &ordinal};
+  // Not a CUDA pointer (plain host memory): success, with the attributes left at their null values.
+  if (fn(3, attrs, data, (CUdeviceptr)ptr) != CUDA_SUCCESS) return 0;
+  if (managed) *kind = MG_MEMORY_MANAGED;
+  else if (type == CU_MEMORYTYPE_DEVICE) *kind = MG_MEMORY_DEVICE;
+  *device = *kind == MG_MEMORY_HOST ? -1 : ordinal;
   return 0;
 }
 

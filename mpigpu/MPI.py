@@ -1,14 +1,18 @@
-"""`from mpigpu import MPI`: the surface of `mpi4py.MPI` with the predefined communicators wrapped.
+"""`from mpigpu import MPI`: the surface of `mpi4py.MPI` with mpigpu's objects where they take buffers.
 
 Every name of mpi4py.MPI is here (datatypes, ops, classes, functions, constants); `COMM_WORLD` and
-`COMM_SELF` are `mpigpu.Intracomm` objects on the same handles, so an mpi4py program changes one import
-line and its buffer calls accept GPU arrays. Classes stay mpi4py's own (`MPI.Intracomm(comm)` gives a
-plain communicator; `mpigpu.Intracomm(comm)` wraps one).
+`COMM_SELF` are `mpigpu.Intracomm` objects on the same handles, the predefined datatypes and ops are
+mpigpu's (Pack, Unpack, Reduce_local take device buffers), and `Win`, `File`, `Op`, `Message` are
+mpigpu's classes (mpigpu/_dropin.py), so an mpi4py program changes one import line and its buffer
+calls accept GPU arrays. Communicator classes stay mpi4py's own (`MPI.Intracomm(comm)` gives a plain
+communicator; `mpigpu.Intracomm(comm)` wraps one).
 """
 from mpi4py import MPI as _MPI
 from mpi4py.MPI import *  # noqa: F401,F403  (the whole public surface)
 
-from . import COMM_SELF, COMM_WORLD  # noqa: F401  (wrapped; they replace mpi4py's here)
+from ._dropin import replacements as _replacements
+
+globals().update(_replacements())
 
 
 def __getattr__(name):
@@ -17,4 +21,4 @@ def __getattr__(name):
 
 
 def __dir__():
-    return sorted(set(dir(_MPI)) | {'COMM_WORLD', 'COMM_SELF'})
+    return sorted(set(dir(_MPI)) | set(_replacements()))

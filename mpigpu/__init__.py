@@ -13,7 +13,7 @@ from mpi4py import MPI as _MPI
 from ._config import config
 from ._cuda import available as gpu_available
 from ._paths.requests import Startall
-from .comm import Intracomm
+from .comm import Cartcomm, Distgraphcomm, Graphcomm, Intercomm, Intracomm, Topocomm
 from .errors import Error
 
 __version__ = '0.1.0'
@@ -21,4 +21,5 @@ __version__ = '0.1.0'
 COMM_WORLD = Intracomm(_MPI.COMM_WORLD)
 COMM_SELF = Intracomm(_MPI.COMM_SELF)
 
-__all__ = ['COMM_SELF', 'COMM_WORLD', 'Error', 'Intracomm', 'Startall', 'config', 'gpu_available']
+__all__ = ['COMM_SELF', 'COMM_WORLD', 'Cartcomm', 'Distgraphcomm', 'Error', 'Graphcomm', 'Intercomm', 'Intracomm',
+           'Startall', 'Topocomm', 'config', 'gpu_available']

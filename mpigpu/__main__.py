@@ -16,9 +16,8 @@ def main(argv=None):
         return 0 if argv else 2
     from mpi4py import MPI
 
-    import mpigpu
-    MPI.COMM_WORLD = mpigpu.COMM_WORLD
-    MPI.COMM_SELF = mpigpu.COMM_SELF
+    from mpigpu import _dropin
+    _dropin.install()
     sys.argv = list(argv)
     try:
         if argv[0] == '-m' and len(argv) > 1:

@@ -1,18 +1,22 @@
-"""The description of one device-buffer collective (`Call`): its arguments parsed and checked.
+"""The description of one device-buffer collective (`Call`): its arguments parsed and checked with
+mpi4py's meaning, before anything is transferred (a rejected call leaves recvbuf untouched).
 
-mpi4py's rules for buffer specifications apply: `buf`, `[buf, datatype]`, `[buf, count]`,
+Buffer specifications are read as mpi4py reads them: `buf`, `[buf, datatype]`, `[buf, count]`,
 `[buf, (count, displ)]`, `[buf, count, datatype]`, `[buf, (count, displ), datatype]` and
-`[buf, count, displ, datatype]`; `displ` counts datatype extents. Every check raises `mpigpu.Error`
-before anything is transferred, so a rejected call leaves recvbuf untouched.
+`[buf, count, displ, datatype]`; `displ` counts datatype extents, and an explicit count of a buffer
+that holds one block per rank (Allgather's recvbuf, Reduce_scatter_block's sendbuf) is per block.
+`None` or `MPI.IN_PLACE` as sendbuf, alone or as a specification's buffer, is in place. Each mistake
+raises an mpigpu.Error that is also the Python exception mpi4py raises for it (errors.py).
 """
 import operator
 
 from mpi4py import MPI
 
 from ._codes import ALIGNMENTS, NAMES, SIZES, Coll
-from ._ext._intake import DeviceBuffer, IntakeError, call_geometry, device_buffer
+from ._ext._intake import DeviceBuffer, call_geometry, device_buffer
 from ._types import FROM_MPI, check_op, from_typecode, op_code
-from .errors import Error
+from .errors import (PYTHON_ERRORS, BufferArgumentError, Error, KeyArgumentError, TypeArgumentError,
+                     ValueArgumentError, like)
 
 
 class Arg:
@@ -21,80 +25,99 @@ class Arg:
 
     def __init__(self, buf, count, dtype, mpi_type, itemsize):
         self.buf = buf            # DeviceBuffer of exactly the described bytes
-        self.count = count        # elements
+        self.count = count        # elements it describes, all blocks together
         self.dtype = dtype        # engine dtype code, -1 when only MPI knows the type (pair types)
         self.mpi_type = mpi_type  # MPI datatype given in a specification, or None
         self.itemsize = itemsize
 
 
 class Call:
-    """Plain description of one collective call, what the engine and the staged path consume."""
+    """Plain description of one collective call, what the engine and the staged path consume.
+    `mirror`: why only the mirrored path can run it (a derived datatype, an element type mpigpu does
+    not know), else None."""
     __slots__ = ('name', 'coll', 'send', 'recv', 'count', 'dtype', 'mpi_type', 'itemsize', 'op',
-                 'op_code', 'root', 'inplace', 'device', 'stream', 'streams', 'send_ptr', 'recv_ptr')
+                 'op_code', 'root', 'inplace', 'device', 'send_ptr', 'recv_ptr', 'mirror')
 
     def __repr__(self):
         return (f'Call({self.name}, count={self.count}, dtype={NAMES[self.dtype] if self.dtype >= 0 else self.mpi_type},'
                 f' op={self.op_code}, root={self.root}, inplace={self.inplace}, device={self.device})')
 
 
+def as_int(call, argname, rank, value):
+    """An integer argument (a root, a count) converted as mpi4py converts it: integers and objects with
+    __index__, and floats truncated, as its C int parameters take them; anything else is a TypeError."""
+    if isinstance(value, float):
+        return int(value)
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeArgumentError(call, f'an integer is required, not {type(value).__name__}', arg=argname,
+                                rank=rank, error_class=MPI.ERR_ARG) from None
+
+
+def is_in_place(value):
+    """mpi4py's in-place sendbuf: MPI.IN_PLACE or None, alone or as a specification's buffer."""
+    if value is None or value is MPI.IN_PLACE:
+        return True
+    return type(value) in (list, tuple) and len(value) > 0 and (value[0] is MPI.IN_PLACE or value[0] is None)
+
+
 def _datatype(call, argname, rank, spec_type):
-    """(dtype code, MPI datatype or None, itemsize) of a datatype given in a buffer specification."""
+    """(dtype code, MPI datatype or None, extent, contiguous) of a specification's datatype."""
     if isinstance(spec_type, MPI.Datatype):
         if spec_type.handle == MPI.DATATYPE_NULL.handle:
-            raise Error(call, 'MPI.DATATYPE_NULL is not a datatype', arg=argname, rank=rank, error_class=MPI.ERR_TYPE)
+            raise ValueArgumentError(call, 'message: cannot infer count, datatype is null', arg=argname,
+                                     rank=rank, error_class=MPI.ERR_TYPE)
         lb, extent = spec_type.Get_extent()
         code = FROM_MPI.get(spec_type.handle, -1)
-        if code < 0 and spec_type.Get_size() != extent:
-            raise Error(call, f'datatype {spec_type.Get_name() or spec_type} is not contiguous; '
-                        'device buffers take contiguous datatypes only', arg=argname, rank=rank,
-                        error_class=MPI.ERR_TYPE)
-        return code, spec_type, extent
+        contiguous = code >= 0 or (lb == 0 and spec_type.Get_size() == extent and spec_type.Get_true_extent() == (0, extent))
+        return code, spec_type, extent, contiguous
     if isinstance(spec_type, str):
         code = from_typecode(spec_type)
         if code is None:
-            raise Error(call, f'unknown datatype {spec_type!r}', arg=argname, rank=rank, error_class=MPI.ERR_TYPE)
-        return code, None, SIZES[code]
-    raise Error(call, f'datatype must be an MPI.Datatype or a typecode, not {type(spec_type).__name__}',
-                arg=argname, rank=rank, error_class=MPI.ERR_TYPE)
+            raise KeyArgumentError(call, f'cannot map {spec_type!r} to MPI datatype', arg=argname, rank=rank,
+                                   error_class=MPI.ERR_TYPE)
+        return code, None, SIZES[code], True
+    raise TypeArgumentError(call, f'datatype must be an MPI.Datatype or a typecode, not {type(spec_type).__name__}',
+                            arg=argname, rank=rank, error_class=MPI.ERR_TYPE)
 
 
 def _unpack_spec(call, argname, rank, spec):
     """(buffer object, count or None, displ, datatype or None) from a buffer specification."""
     n = len(spec)
-    count = None
-    displ = 0
-    dtype = None
+    count = displ = dtype = None
     if n == 2:
         obj, x = spec
         if isinstance(x, (MPI.Datatype, str)):
             dtype = x
-        elif isinstance(x, tuple):
+        elif type(x) in (list, tuple):
             count, displ = x
         else:
             count = x
     elif n == 3:
         obj, x, dtype = spec
-        if isinstance(x, tuple):
+        if type(x) in (list, tuple):
             count, displ = x
         else:
             count = x
     elif n == 4:
         obj, count, displ, dtype = spec
     else:
-        raise Error(call, f'buffer specification must have 2 to 4 items, not {n}', arg=argname, rank=rank,
-                    error_class=MPI.ERR_BUFFER)
+        raise ValueArgumentError(call, f'message: expecting 2 to 4 items, not {n}', arg=argname, rank=rank,
+                                 error_class=MPI.ERR_BUFFER)
     checked = []
     for label, value in (('count', count), ('displacement', displ)):
         if value is not None:
             try:
                 value = operator.index(value)  # Python and NumPy integers, as mpi4py takes them
             except TypeError:
-                value = -1
+                raise TypeArgumentError(call, f'message: {label} must be an integer, not {type(value).__name__}',
+                                        arg=argname, rank=rank, error_class=MPI.ERR_ARG) from None
             if value < 0:
-                raise Error(call, f'{label} must be a non-negative integer', arg=argname, rank=rank,
-                            error_class=MPI.ERR_COUNT if label == 'count' else MPI.ERR_ARG)
+                raise ValueArgumentError(call, f'message: negative {label} {value}', arg=argname, rank=rank,
+                                         error_class=MPI.ERR_COUNT if label == 'count' else MPI.ERR_ARG)
         checked.append(value)
-    return obj, checked[0], checked[1], dtype
+    return obj, checked[0], checked[1] or 0, dtype
 
 
 def read_whole(call, argname, rank, obj, writable, stream_for):
@@ -111,15 +134,20 @@ def read_whole(call, argname, rank, obj, writable, stream_for):
                 dev = None
         try:
             buf = device_buffer(obj, stream_for(dev))
-        except IntakeError as exc:
-            raise Error(call, str(exc), arg=argname, rank=rank, error_class=MPI.ERR_BUFFER) from None
+        except PYTHON_ERRORS as exc:
+            raise like(type(exc))(call, str(exc).strip('"'), arg=argname, rank=rank,
+                                  error_class=MPI.ERR_BUFFER) from None
     if writable and buf.readonly:
-        raise Error(call, 'buffer is read-only', arg=argname, rank=rank, error_class=MPI.ERR_BUFFER)
+        raise BufferArgumentError(call, 'buffer is not writable', arg=argname, rank=rank,
+                                  error_class=MPI.ERR_BUFFER)
     return buf
 
 
-def parse(call, argname, rank, obj, writable, stream_for):
-    """Parses one device buffer argument (a buffer or a specification) into an `Arg`."""
+def parse(call, argname, rank, obj, writable, stream_for, blocks=1):
+    """Parses one device buffer argument (a buffer or a specification) into an `Arg`, or None when only
+    the mirrored path can read it (a non-contiguous datatype; an element type mpigpu does not know).
+    `blocks`: how many blocks the buffer holds (one per rank for Allgather's recvbuf ...), which an
+    explicit count counts one of."""
     spec = None
     if type(obj) in (list, tuple):
         spec = obj
@@ -127,53 +155,73 @@ def parse(call, argname, rank, obj, writable, stream_for):
     buf = read_whole(call, argname, rank, obj, writable, stream_for)
     if spec is None:
         if buf.dtype < 0:
-            raise Error(call, 'unsupported element type of the device buffer; give an MPI datatype in a '
-                        'buffer specification', arg=argname, rank=rank, error_class=MPI.ERR_TYPE)
+            return None
+        if buf.count % blocks:
+            raise ValueArgumentError(call, f'message: cannot infer count, number of entries {buf.count} is not a '
+                                     f'multiple of required number of blocks {blocks}', arg=argname, rank=rank,
+                                     error_class=MPI.ERR_COUNT)
         return Arg(buf, buf.count, buf.dtype, None, buf.itemsize)
     if spec_type is None:
         if buf.dtype < 0:
-            raise Error(call, 'the buffer specification needs a datatype for this buffer', arg=argname,
-                        rank=rank, error_class=MPI.ERR_TYPE)
-        code, mpi_type, extent = buf.dtype, None, buf.itemsize
+            return None
+        code, mpi_type, extent, contiguous = buf.dtype, None, buf.itemsize, True
     else:
-        code, mpi_type, extent = _datatype(call, argname, rank, spec_type)
+        code, mpi_type, extent, contiguous = _datatype(call, argname, rank, spec_type)
+    if not contiguous:
+        return None
     offset = displ * extent
     room = buf.nbytes - offset
+    if room < 0:
+        raise ValueArgumentError(call, f'message: displacement {displ} out of bounds, number of datatype '
+                                 f'entries {buf.nbytes // extent}', arg=argname, rank=rank, error_class=MPI.ERR_ARG)
     if count is None:
-        if room < 0 or room % extent:
-            raise Error(call, f'buffer of {buf.nbytes} bytes is not a whole number of {extent}-byte elements '
-                        f'after a displacement of {displ}', arg=argname, rank=rank, error_class=MPI.ERR_BUFFER)
-        count = room // extent
-    elif count * extent > room:
-        raise Error(call, f'count {count} x {extent} bytes at displacement {displ} exceeds the buffer of '
-                    f'{buf.nbytes} bytes', arg=argname, rank=rank, error_class=MPI.ERR_BUFFER)
-    return Arg(buf.view(offset, count * extent, code), count, code, mpi_type, extent)
+        if room % extent or (room // extent) % blocks:
+            raise ValueArgumentError(call, f'message: cannot infer count, buffer length {room} is not a '
+                                     f'multiple of {blocks} blocks of datatype extent {extent}', arg=argname,
+                                     rank=rank, error_class=MPI.ERR_COUNT)
+        total = room // extent
+    else:
+        total = count * blocks
+        if total * extent > room:
+            raise ValueArgumentError(call, f'message: count {count}{f" x {blocks} blocks" if blocks > 1 else ""} of '
+                                     f'{extent} bytes at displacement {displ} exceeds the buffer of {buf.nbytes} '
+                                     'bytes', arg=argname, rank=rank, error_class=MPI.ERR_COUNT)
+    return Arg(buf.view(offset, total * extent, code), total, code, mpi_type, extent)
 
 
 def _same_type(call, rank, a, b, aname, bname):
     if a.dtype != b.dtype or (a.dtype < 0 and a.mpi_type.handle != b.mpi_type.handle):
-        an = NAMES[a.dtype] if a.dtype >= 0 else a.mpi_type.Get_name()
-        bn = NAMES[b.dtype] if b.dtype >= 0 else b.mpi_type.Get_name()
-        raise Error(call, f'{aname} holds {an} but {bname} holds {bn}', arg=bname, rank=rank,
-                    error_class=MPI.ERR_TYPE)
+        raise ValueArgumentError(call, 'mismatch in send and receive MPI datatypes '
+                                 f'({_type_name(a)} and {_type_name(b)})', arg=bname, rank=rank,
+                                 error_class=MPI.ERR_TYPE)
+
+
+def _type_name(a):
+    return NAMES[a.dtype] if a.dtype >= 0 else (a.mpi_type.Get_name() or 'a derived datatype')
 
 
 def _count_error(name, coll, rank, size, why, s, r):
     """The general path's message for a geometry error (_ext/_geometry.pxi)."""
     if why == 'counts_differ':
-        return Error(name, f'sendbuf has {s.count} elements but recvbuf has {r.count}', arg='recvbuf', rank=rank,
-                     error_class=MPI.ERR_COUNT)
-    if why == 'recv_not_multiple':
-        return Error(name, f'recvbuf has {r.count} elements, not a multiple of the communicator size {size}',
-                     arg='recvbuf', rank=rank, error_class=MPI.ERR_COUNT)
-    if why == 'send_not_multiple':
-        return Error(name, f'sendbuf has {s.count} elements, not a multiple of the communicator size {size}',
-                     arg='sendbuf', rank=rank, error_class=MPI.ERR_COUNT)
-    if coll == Coll.REDUCE_SCATTER_BLOCK:
-        return Error(name, f'recvbuf has {r.count} elements but sendbuf gives each rank {s.count // size}',
-                     arg='recvbuf', rank=rank, error_class=MPI.ERR_COUNT)
-    return Error(name, f'recvbuf has {r.count} elements but needs {s.count} x {size}', arg='recvbuf', rank=rank,
-                 error_class=MPI.ERR_COUNT)
+        text, arg = f'mismatch in send count {s.count} and receive count {r.count}', 'recvbuf'
+    elif why == 'recv_not_multiple':
+        text, arg = f'recvbuf has {r.count} elements, not a multiple of the communicator size {size}', 'recvbuf'
+    elif why == 'send_not_multiple':
+        text, arg = f'sendbuf has {s.count} elements, not a multiple of the communicator size {size}', 'sendbuf'
+    elif coll == Coll.REDUCE_SCATTER_BLOCK:
+        text, arg = f'mismatch in send count {s.count // size} per rank and receive count {r.count}', 'recvbuf'
+    else:
+        text, arg = f'mismatch in send count {s.count} and receive count {r.count} / {size} per rank', 'recvbuf'
+    return ValueArgumentError(name, text, arg=arg, rank=rank, error_class=MPI.ERR_COUNT)
+
+
+def check_root(name, size, rank, root):
+    """The root as an int, checked to be a rank (MPI's ERR_ROOT otherwise)."""
+    root = as_int(name, 'root', rank, root)
+    if not 0 <= root < size:
+        raise Error(name, f'root {root} is not a rank of a communicator of size {size}', arg='root',
+                    rank=rank, error_class=MPI.ERR_ROOT)
+    return root
 
 
 def build(name, coll, size, rank, sendbuf, recvbuf, op, root, stream_for):
@@ -182,30 +230,46 @@ def build(name, coll, size, rank, sendbuf, recvbuf, op, root, stream_for):
     coll: a Coll; for Bcast pass the buffer as recvbuf and sendbuf=None.
     """
     c = Call()
-    c.name, c.coll, c.root, c.op = name, coll, root, op
-    if not 0 <= root < size:
-        raise Error(name, f'root {root} is not a rank of a communicator of size {size}', arg='root',
-                    rank=rank, error_class=MPI.ERR_ROOT)
-    inplace = sendbuf is MPI.IN_PLACE or (isinstance(sendbuf, (list, tuple)) and len(sendbuf) > 0 and
-                                          sendbuf[0] is MPI.IN_PLACE)
+    root = check_root(name, size, rank, root)
+    c.name, c.coll, c.root, c.op, c.mirror = name, coll, root, op, None
+    inplace = coll != Coll.BCAST and is_in_place(sendbuf)
     is_root = rank == root
     if coll == Coll.BCAST:
         r = parse(name, 'buf', rank, recvbuf, not is_root, stream_for)
         s = None
+        present = (r,)
     elif coll == Coll.REDUCE and not is_root:  # recvbuf is not significant off the root
         if inplace:
-            raise Error(name, 'MPI.IN_PLACE is valid only at the root', arg='sendbuf', rank=rank,
-                        error_class=MPI.ERR_BUFFER)
+            raise ValueArgumentError(name, 'MPI.IN_PLACE is valid only at the root', arg='sendbuf', rank=rank,
+                                     error_class=MPI.ERR_BUFFER)
         s = parse(name, 'sendbuf', rank, sendbuf, False, stream_for)
         r = None
+        present = (s,)
     else:
-        r = parse(name, 'recvbuf', rank, recvbuf, True, stream_for)
-        s = None if inplace else parse(name, 'sendbuf', rank, sendbuf, False, stream_for)
-        if s is not None:
+        r = parse(name, 'recvbuf', rank, recvbuf, True, stream_for,
+                  size if coll == Coll.ALLGATHER or (inplace and coll == Coll.REDUCE_SCATTER_BLOCK) else 1)
+        s = None if inplace else parse(name, 'sendbuf', rank, sendbuf, False, stream_for,
+                                       size if coll == Coll.REDUCE_SCATTER_BLOCK else 1)
+        present = (r,) if inplace else (s, r)
+        if s is not None and r is not None:
             _same_type(name, rank, s, r, 'sendbuf', 'recvbuf')
+    c.inplace = inplace
+    if coll in (Coll.ALLREDUCE, Coll.REDUCE_SCATTER_BLOCK, Coll.REDUCE):
+        if not isinstance(op, MPI.Op):
+            raise TypeArgumentError(name, f"Argument 'op' has incorrect type (expected mpi4py.MPI.Op, got "
+                                    f'{type(op).__name__})', arg='op', rank=rank, error_class=MPI.ERR_OP)
+        c.op_code = op_code(op)
+    else:
+        c.op_code = 0
+    if any(a is None for a in present):
+        # Only mpi4py reads these buffers' layout: the mirrored path runs the call.
+        c.mirror = 'a buffer with a non-contiguous datatype or an element type mpigpu does not know'
+        c.send, c.recv = s, r
+        return c
     ref = r if r is not None else s
     c.dtype, c.mpi_type, c.itemsize = ref.dtype, ref.mpi_type, ref.itemsize
-    c.inplace = inplace
+    if coll in (Coll.ALLREDUCE, Coll.REDUCE_SCATTER_BLOCK, Coll.REDUCE):
+        check_op(name, c.dtype, op, rank)
 
     # Counts and the in-place layout, per MPI's definition of each collective (_ext/_geometry.pxi).
     one_buffer = inplace or coll == Coll.BCAST
@@ -214,30 +278,22 @@ def build(name, coll, size, rank, sendbuf, recvbuf, op, root, stream_for):
     if why is not None:
         raise _count_error(name, coll, rank, size, why, s, r)
 
-    if coll in (Coll.ALLREDUCE, Coll.REDUCE_SCATTER_BLOCK, Coll.REDUCE):
-        if not isinstance(op, MPI.Op):
-            raise Error(name, f'op must be an MPI.Op, not {type(op).__name__}', arg='op', rank=rank,
-                        error_class=MPI.ERR_OP)
-        c.op_code = op_code(op)
-        check_op(name, c.dtype, op, rank)
-    else:
-        c.op_code = 0
-
     # Devices: every buffer on the same device.
     c.send, c.recv = s, r
     devs = {a.buf.device for a in (s, r) if a is not None and a.buf.device >= 0}
     c.device = devs.pop() if len(devs) == 1 else (-1 if not devs else None)
     if c.device is None:
-        raise Error(name, 'sendbuf and recvbuf are on different devices', arg='recvbuf', rank=rank,
-                    error_class=MPI.ERR_BUFFER)
+        raise ValueArgumentError(name, 'sendbuf and recvbuf are on different devices', arg='recvbuf', rank=rank,
+                                 error_class=MPI.ERR_BUFFER)
 
     # Alignment: the kernels access elements where C would, at the alignment of the element type
     # (a complex type's is its component's). Checked on every path, so a program's validity does not
     # depend on which path runs; GPU libraries never produce such arrays, only raw pointer offsets do.
     for argname, a in (('sendbuf', s), ('recvbuf' if coll != Coll.BCAST else 'buf', r)):
         if a is not None and a.dtype >= 0 and a.buf.ptr % ALIGNMENTS[a.dtype]:
-            raise Error(name, f'device address {a.buf.ptr:#x} is not aligned to the {ALIGNMENTS[a.dtype]} bytes '
-                        f'of {NAMES[a.dtype]}', arg=argname, rank=rank, error_class=MPI.ERR_BUFFER)
+            raise BufferArgumentError(name, f'device address {a.buf.ptr:#x} is not aligned to the '
+                                      f'{ALIGNMENTS[a.dtype]} bytes of {NAMES[a.dtype]}', arg=argname, rank=rank,
+                                      error_class=MPI.ERR_BUFFER)
 
     # Pointers the engine reads and writes (MPI's in-place layouts).
     if r is None:

@@ -8,12 +8,22 @@ from contextlib import contextmanager
 
 from mpi4py import MPI
 
+from ._ext import _intake
 from .errors import Error
 
 try:
     from ._ext import _device as device
 except ImportError:  # CPU-only build: no nvcc when it was built
     device = None
+
+
+def _is_device_pointer(ptr):
+    """The intake's question for exports that do not say where their memory is (a CUDA Array
+    Interface, the buffer protocol): device or managed memory? Without a CUDA layer, never."""
+    return device is not None and device.is_device_memory(ptr)
+
+
+_intake.set_pointer_query(_is_device_pointer)
 
 
 class _NoDeviceError(Exception):

@@ -5,24 +5,25 @@ every form shares this setup; the Cython fast path (mpigpu/_paths/engine.py) ski
 blocking call once the communicator's team is up.
 
 Paths: the device engine when the communicator's team is up and implements the type and op; host MPI
-with the device pointers when that MPI is CUDA-aware; the staged path otherwise.
+with the device pointers when that MPI is CUDA-aware; the staged path otherwise; the mirrored path
+for buffers only mpi4py can read (a non-contiguous datatype, an element type mpigpu does not know).
 """
 from mpi4py import MPI
 
 from . import _cuda, _host_mpi
-from ._call import build
+from ._call import build, is_in_place
+from ._ext._intake import is_device
 from ._state import state_of
 from ._types import NATIVE
 from .errors import Error
-from ._paths import engine, requests, staged
+from ._codes import Coll
+from ._paths import engine, mirrored, requests, staged
 
 
-def _launch_stream(st, c):
-    """Checks the buffers' memory and device, binds the rank's GPU (team setup on the first call) and
-    returns the stream to launch on: the producer's (CAI v3), or the one a DLPack producer was asked
-    to order its work before; a second buffer produced on another stream is waited for with an event."""
+def _device_of(st, c):
+    """The GPU of the call's buffers, checked to be device memory and all on one device."""
     first = None
-    for arg, label in ((c.send, 'sendbuf'), (c.recv, 'recvbuf' if c.recv is not c.send else 'buf')):
+    for arg, label in ((c.send, 'sendbuf'), (c.recv, 'recvbuf' if c.coll != Coll.BCAST else 'buf')):
         if arg is None or arg.buf.nbytes == 0:
             continue
         dev = _cuda.device_of(c.name, label, st.rank, arg.buf)
@@ -33,8 +34,18 @@ def _launch_stream(st, c):
                         error_class=MPI.ERR_BUFFER)
     if first is None:
         first = c.device if c.device is not None and c.device >= 0 else _cuda.device.get_device()
-    st.bind_device(c.name, first)
-    return _cuda.with_device(st.device, _order_streams, st, c)
+    return first
+
+
+def _mixed(st, name, sendbuf, recvbuf):
+    """Raises when one rank's call mixes host and device buffers (the paths differ)."""
+    if sendbuf is None or is_in_place(sendbuf) or recvbuf is None:
+        return
+    s, r = is_device(sendbuf), is_device(recvbuf)
+    if s != r:
+        raise Error(name, 'host and device buffers mixed in one call (sendbuf on the %s, recvbuf on the %s)'
+                    % ('device' if s else 'host', 'device' if r else 'host'), arg='recvbuf', rank=st.rank,
+                    error_class=MPI.ERR_BUFFER)
 
 
 def _order_streams(st, c):
@@ -52,38 +63,84 @@ def _order_streams(st, c):
     return 0 if stream is None else stream
 
 
+def _host_args(coll, sendbuf, recvbuf, op, root):
+    """The call's arguments in mpi4py's order, and where its buffers are among them with their roles."""
+    if coll == Coll.BCAST:
+        return (recvbuf, root), ((0, mirrored.INOUT),)
+    if coll == Coll.ALLGATHER:
+        args = (sendbuf, recvbuf)
+    elif coll == Coll.REDUCE:
+        args = (sendbuf, recvbuf, op, root)
+    else:
+        args = (sendbuf, recvbuf, op)
+    return args, ((0, mirrored.IN), (1, mirrored.OUT))
+
+
 class Plan:
     """One collective call on device buffers, ready to run (MPI_Allreduce and MPI_Allreduce_init alike)."""
-    __slots__ = ('st', 'c', 'stream', 'host_call', 'engine_args', 'device')
+    __slots__ = ('comm', 'st', 'c', 'stream', 'engine_args', 'device', 'args', 'buffers')
 
-    def __init__(self, comm, name, coll, sendbuf, recvbuf, op, root, host_call, stream=None):
-        """`host_call()`: the same call through mpi4py (for a CUDA-aware MPI). `stream`: a stream= call's
-        stream, which DLPack producers are asked to order their work before (an event towards another
-        stream would cross a CUDA graph capture's boundary)."""
+    def __init__(self, comm, name, coll, sendbuf, recvbuf, op, root, stream=None):
+        """`stream`: a stream= call's stream, which DLPack producers are asked to order their work before
+        (an event towards another stream would cross a CUDA graph capture's boundary)."""
+        self.comm = comm
         st = self.st = state_of(comm)
-        _cuda.require(name, st.rank)
-        stream_for = _cuda.consumer_stream if stream is None else (lambda device: stream)
-        c = self.c = build(name, coll, st.size, st.rank, sendbuf, recvbuf, op, root, stream_for)
-        self.host_call = host_call
+        self.args, self.buffers = _host_args(coll, sendbuf, recvbuf, op, root)
         self.engine_args = self.device = None
-        if c.count == 0:
-            return
+        stream_for = _cuda.consumer_stream if stream is None else (lambda device: stream)
+        try:
+            # Everything this rank can check, before the team setup that its first call starts: a
+            # rank that refuses its call tells the others in the setup's first exchange (no one waits).
+            _cuda.require(name, st.rank)
+            _mixed(st, name, sendbuf, recvbuf)
+            c = self.c = build(name, coll, st.size, st.rank, sendbuf, recvbuf, op, root, stream_for)
+            if c.mirror is not None or c.count == 0:
+                return
+            with _cuda.errors_as(name, st.rank):
+                dev = _device_of(st, c)
+        except Error as exc:
+            st.refuse_setup(exc)
+            raise
         with _cuda.errors_as(name, st.rank):
-            launch = _launch_stream(st, c)
+            st.bind_device(name, dev)
+            launch = _cuda.with_device(st.device, _order_streams, st, c)
         self.stream = launch if stream is None else stream
         self.device = st.device
         if engine.runs(st, c):
             self.engine_args = engine.launch_args(c, self.stream)
 
+    def _mpi4py(self, prefix=''):
+        """mpi4py's method of this collective (prefix 'I': its non-blocking form)."""
+        name = Coll(self.c.coll).mpi_name
+        return getattr(MPI.Intracomm, prefix + (name[0].lower() + name[1:] if prefix else name))
+
+    def _mirrored(self, start=False):
+        """The call on host mirrors of its buffers: mpi4py reads what mpigpu cannot."""
+        base, args = self._mpi4py('I' if start else ''), list(self.args)
+
+        def call(*hosts):
+            for (i, _role), h in zip(self.buffers, hosts):
+                args[i] = h
+            return base(self.comm, *args)
+        items = [(self.args[i], r) for i, r in self.buffers]
+        reduces = self.c.coll not in engine._NO_OP
+        if start:
+            return mirrored.start(self.st, self.c.name, call, items, reduces)
+        return mirrored.run(self.st, self.c.name, call, items, reduces)
+
     def run(self, sync=True):
         """Runs the call: `sync`, returns with the result (MPI blocking); else the engine's kernel may
         still run when it returns (stream=). Host MPI paths complete before returning either way."""
-        if self.c.count:
+        if self.c.mirror is not None:
+            self._mirrored()
+        elif self.c.count:
             with _cuda.errors_as(self.c.name, self.st.rank):
                 _cuda.with_device(self.device, self._run, sync)
 
     def request(self):
         """Starts the call and returns a request for it (non-blocking)."""
+        if self.c.mirror is not None:
+            return self._mirrored(start=True)
         if not self.c.count:
             return requests.completed()
         with _cuda.errors_as(self.c.name, self.st.rank):
@@ -109,7 +166,7 @@ class Plan:
         mpi_can = c.coll in engine._NO_OP or c.mpi_type is not None or (c.dtype >= 0 and NATIVE[c.dtype] is not None)
         if _host_mpi.cuda_aware() and mpi_can:
             _cuda.device.stream_sync(self.stream)  # CUDA-aware MPI reads device memory without stream ordering
-            self.host_call()
+            self._mpi4py()(self.comm, *self.args)
         else:
             staged.run(self.st, c, self.stream)
 
@@ -117,6 +174,10 @@ class Plan:
         """Starts one round into persistent request `req` (points it at the round's generalized
         request); returns the ticket of the GPU work, or 0 when the round already completed."""
         st, c = self.st, self.c
+        if c.mirror is not None:
+            self._mirrored()
+            requests.set_handle(req, requests.completed())
+            return 0
         if c.count == 0:
             requests.set_handle(req, requests.completed())
             return 0

@@ -42,12 +42,22 @@ class CommState:
     def bind_device(self, call, dev):
         """Binds the rank's GPU at the first device call, which sets up the team (collective)."""
         if self.device is None:
+            try:
+                self.team, self.reason, self.control = _team.setup(self.comm, self.rank, self.size, dev)
+            except _team.PeerRefused as exc:
+                raise Error(call, f'rank {exc.rank} refused its arguments of this call ({exc.why}); no rank '
+                            'ran it', rank=self.rank, error_class=MPI.ERR_OTHER) from None
             self.device = dev
             self.dep_event = _cuda.with_device(dev, _cuda.device.event_create)
-            self.team, self.reason, self.control = _team.setup(self.comm, self.rank, self.size, dev)
         elif dev != self.device:
             raise Error(call, f'buffer is on device {dev} but this rank uses device {self.device} on this '
                         'communicator', arg='buffer', rank=self.rank, error_class=MPI.ERR_BUFFER)
+
+    def refuse_setup(self, error):
+        """This rank's call failed before the team setup it was to start: take part in the setup's
+        first exchange with the reason, so the other ranks raise instead of waiting (then re-raise)."""
+        if self.reason is None and self.device is None:
+            _team.refuse(self.comm, str(error))
 
     def release(self, collective):
         """Frees the team, the paths' state and events. `collective`: all ranks are here too, so a
@@ -69,6 +79,33 @@ class CommState:
         if self.dep_event is not None:
             _cuda.device.event_destroy(self.dep_event)
             self.dep_event = None
+
+
+class LocalState:
+    """The state of objects that are not communicators (messages, datatypes, ops, files, windows):
+    the rank that errors name (COMM_WORLD's) and the staging buffers their mirrored calls use."""
+
+    def __init__(self):
+        self.rank = MPI.COMM_WORLD.Get_rank()
+        self._owned = {}
+
+    owned = CommState.owned
+
+    def close(self):
+        for obj in self._owned.values():
+            obj.close()
+        self._owned.clear()
+
+
+_local = None
+
+
+def local_state(obj=None):
+    """The one LocalState of this process (its argument, an object's, is ignored: they share it)."""
+    global _local
+    if _local is None:
+        _local = LocalState()
+    return _local
 
 
 # ---- registry: an MPI attribute per communicator, released on Free and at exit ------------------
@@ -129,6 +166,8 @@ def _release_all():
         except Exception:
             pass
     _states.clear()
+    if _local is not None:
+        _local.close()
     if _cuda.device is not None:
         _cuda.release_streams()
 

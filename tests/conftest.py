@@ -30,11 +30,27 @@ def run_ranks(n, script, *args, timeout=300, env=None):
     return proc.stdout
 
 
+sys.path.insert(0, os.path.join(HERE, 'mpi'))
+import fake_device  # noqa: E402  (tests/mpi: the fake CUDA layer)
+
+
+@pytest.fixture(autouse=True)
+def fake_layer():
+    """The fake CUDA layer as mpigpu's CUDA layer for each test in this process (its memory
+    registry says which pointers are "device memory"); the real one is put back after."""
+    from mpigpu import _cuda
+    real = _cuda.device
+    fake_device.install()
+    yield fake_device
+    _cuda.device = real
+
+
 class FakeCAI:
-    """An object exporting the CUDA Array Interface over arbitrary (host) memory, for parsing tests."""
+    """An object exporting the CUDA Array Interface over arbitrary (host) memory, for parsing tests;
+    the memory counts as device memory for the fake CUDA layer (register=False: host memory)."""
 
     def __init__(self, array=None, *, typestr=None, shape=None, ptr=None, readonly=False, strides=None,
-                 version=3, stream=1):
+                 version=3, stream=1, register=True):
         self.array = array
         if array is not None:
             typestr = typestr or array.dtype.str
@@ -44,3 +60,8 @@ class FakeCAI:
             'shape': tuple(shape), 'typestr': typestr, 'data': (ptr, readonly), 'version': version,
             'strides': strides, 'stream': stream,
         }
+        if register and ptr:
+            count = 1
+            for s in shape:
+                count *= s
+            fake_device.register(ptr, max(count, 1) * int(typestr[2:]), self)

@@ -47,13 +47,13 @@ def test_cai_contiguity():
     # C- and F-contiguous strides are accepted, anything else is refused with a clear message
     _intake.device_buffer(FakeCAI(typestr='<f4', shape=(2, 3), ptr=64, strides=(12, 4)))
     _intake.device_buffer(FakeCAI(typestr='<f4', shape=(2, 3), ptr=64, strides=(4, 8)))
-    with pytest.raises(_intake.IntakeError, match='not contiguous'):
+    with pytest.raises(BufferError, match='not contiguous'):
         _intake.device_buffer(FakeCAI(typestr='<f4', shape=(4,), ptr=64, strides=(8,)))
 
 
 def test_dlpack_from_numpy_is_host():
     # numpy exports DLPack on the CPU: not a CUDA device
-    with pytest.raises(_intake.IntakeError, match='not a CUDA device'):
+    with pytest.raises(BufferError, match='not a CUDA device'):
         _intake.device_buffer(memoryview_like())
 
 
@@ -91,20 +91,97 @@ def test_buffer_specifications():
 
 
 def test_specification_errors_name_call_arg_rank():
+    """Each mistake raises an mpigpu.Error that is also the exception mpi4py raises for it."""
     f = FakeCAI(np.zeros(10, np.float32))
-    with pytest.raises(mpigpu.Error, match=r'Allreduce: recvbuf: count 11 .* exceeds') as e:
+    with pytest.raises(ValueError, match=r'Allreduce: recvbuf: message: count 11 .* exceeds') as e:
         parse([f, 11, MPI.FLOAT])
-    assert e.value.Get_error_class() == MPI.ERR_BUFFER and '(rank 0)' in str(e.value)
-    with pytest.raises(mpigpu.Error, match='2 to 4 items'):
+    assert isinstance(e.value, mpigpu.Error) and e.value.Get_error_class() == MPI.ERR_COUNT
+    assert '(rank 0)' in str(e.value)
+    with pytest.raises(ValueError, match='2 to 4 items'):
         parse([f, 1, 2, 3, 4])
-    with pytest.raises(mpigpu.Error, match='non-negative'):
+    with pytest.raises(ValueError, match='negative count'):
         parse([f, -1, MPI.FLOAT])
-    with pytest.raises(mpigpu.Error, match='read-only'):
+    with pytest.raises(TypeError, match='count must be an integer'):
+        parse([f, 1.5, MPI.FLOAT])
+    with pytest.raises(KeyError, match="cannot map 'z'"):
+        parse([f, 'z'])
+    with pytest.raises(BufferError, match='not writable'):
         parse(FakeCAI(np.zeros(3, np.float32), readonly=True), writable=True)
-    with pytest.raises(mpigpu.Error, match='not contiguous'):
+    with pytest.raises(BufferError, match='not contiguous'):
         parse(FakeCAI(typestr='<f4', shape=(4,), ptr=64, strides=(8,)))
-    with pytest.raises(mpigpu.Error, match='not contiguous; device buffers take contiguous'):
-        parse([f, MPI.FLOAT.Create_vector(2, 1, 2).Commit()])
+    with pytest.raises(ValueError, match='datatype is null'):
+        parse([f, MPI.DATATYPE_NULL])
+
+
+def test_derived_datatypes_go_to_the_mirrored_path():
+    """A non-contiguous datatype, or an element type mpigpu does not know, is for mpi4py to read: the
+    call description says so instead of refusing it."""
+    f = FakeCAI(np.zeros(10, np.float32))
+    assert parse([f, MPI.FLOAT.Create_vector(2, 1, 2).Commit()]) is None
+    assert parse(FakeCAI(typestr='<f16', shape=(2,), ptr=64)) is None
+    c = build('Allreduce', Coll.ALLREDUCE, 2, [f, 2, MPI.FLOAT.Create_vector(2, 1, 2).Commit()], FakeCAI(np.zeros(4, np.float32)))
+    assert c.mirror is not None
+
+
+@pytest.mark.parametrize('cai,error', [
+    ({'data': (64,)}, ValueError), ({'data': ()}, ValueError), ({'data': [64, False]}, TypeError),
+    ({'data': (64, False, 1)}, ValueError), ({'data': ('x', False)}, TypeError), ({'data': (-1, False)}, ValueError),
+    ({'data': (None, False)}, TypeError), ({'data': (2 ** 70, False)}, ValueError), ({'data': (0, False)}, BufferError),
+    ({'shape': (-4,)}, BufferError), ({'shape': (4.0,)}, TypeError), ({'shape': [4]}, TypeError),
+    ({'shape': (2 ** 62, 2 ** 62)}, BufferError), ({'strides': (8,), 'shape': (2, 2)}, IndexError),
+    ({'strides': [4]}, TypeError), ({'typestr': 'xyz'}, ValueError), ({'typestr': 5}, TypeError),
+    ({'typestr': '>f8'}, BufferError), ({'version': 'x'}, TypeError), ({'stream': 'abc'}, TypeError),
+    ({'stream': 2 ** 70}, ValueError), ({'stream': 0}, ValueError), ({'mask': 1}, BufferError),
+    ({'data': None}, TypeError),
+])
+def test_malformed_cuda_array_interfaces_raise_as_mpi4py_does(cai, error):
+    """Every malformed export is refused before any pointer arithmetic, with mpi4py's exception class
+    (the intake reads nothing out of bounds: a one-item 'data' used to crash the process)."""
+    base = {'shape': (4,), 'typestr': '<f8', 'data': (0x10000, False), 'version': 3, 'strides': None, 'stream': 1}
+    base.update(cai)
+
+    class Odd:
+        __cuda_array_interface__ = base
+    with pytest.raises(error) as e:
+        parse(Odd())
+    assert isinstance(e.value, mpigpu.Error) and 'Allreduce: recvbuf:' in str(e.value)
+
+
+def test_missing_keys_and_non_dict_interfaces():
+    class NoData:
+        __cuda_array_interface__ = {'shape': (4,), 'typestr': '<f8'}
+
+    class NotADict:
+        __cuda_array_interface__ = 5
+    with pytest.raises(KeyError, match='data'):
+        parse(NoData())
+    with pytest.raises(TypeError, match='must be a dict'):
+        parse(NotADict())
+
+
+def test_memory_is_classified_by_its_pointer(fake_layer):
+    """Device or host memory is decided by where the pointer lives, not by the wrapper: host memory
+    behind a CUDA Array Interface is host memory; MPI.memory at a device address is device memory;
+    NumPy arrays, bytes and bytearray are host memory without a query."""
+    a = np.zeros(8, np.float32)
+    host_cai = FakeCAI(a, register=False)
+    assert not _intake.is_device(host_cai)
+    dev = FakeCAI(np.zeros(8, np.float32))
+    ptr = dev.__cuda_array_interface__['data'][0]
+    assert _intake.is_device(MPI.memory.fromaddress(ptr, 32))
+    assert _intake.is_device([MPI.memory.fromaddress(ptr, 32), 8, MPI.FLOAT])
+    assert not _intake.is_device(MPI.memory.fromaddress(a.ctypes.data, 32))
+    asked = []
+    real = fake_layer.fake.is_device_memory
+    fake_layer.fake.is_device_memory = lambda p: asked.append(p) or real(p)
+    try:
+        for obj in (a, bytes(8), bytearray(8), [a, MPI.FLOAT], None, MPI.IN_PLACE):
+            assert not _intake.is_device(obj)
+    finally:
+        fake_layer.fake.is_device_memory = real
+    assert asked == []
+    buf = _intake.device_buffer(MPI.memory.fromaddress(ptr, 32))
+    assert buf.ptr == ptr and buf.nbytes == 32
 
 
 def build(name, coll, size, sendbuf, recvbuf, op=MPI.SUM, root=0, rank=0):
@@ -136,19 +213,44 @@ def test_build_counts_and_inplace_layouts():
 def test_build_errors():
     n = 4
     f32 = FakeCAI(np.zeros(12, np.float32))
-    with pytest.raises(mpigpu.Error, match='sendbuf has 12 elements but recvbuf has 11'):
+    with pytest.raises(ValueError, match='mismatch in send count 12 and receive count 11'):
         build('Allreduce', Coll.ALLREDUCE, n, f32, FakeCAI(np.zeros(11, np.float32)))
-    with pytest.raises(mpigpu.Error, match='sendbuf holds float32 but recvbuf holds float64'):
+    with pytest.raises(ValueError, match='mismatch in send and receive MPI datatypes'):
         build('Allreduce', Coll.ALLREDUCE, n, f32, FakeCAI(np.zeros(12, np.float64)))
-    with pytest.raises(mpigpu.Error, match='not a multiple of the communicator size'):
-        build('Reduce_scatter_block', Coll.REDUCE_SCATTER_BLOCK, n, FakeCAI(np.zeros(10, np.float32)), FakeCAI(np.zeros(2, np.float32)))
-    with pytest.raises(mpigpu.Error, match='recvbuf has 5 elements but needs 3 x 4'):
+    with pytest.raises(ValueError, match='not a multiple of required number of blocks 4'):
+        build('Reduce_scatter_block', Coll.REDUCE_SCATTER_BLOCK, n, FakeCAI(np.zeros(10, np.float32)),
+              FakeCAI(np.zeros(2, np.float32)))
+    with pytest.raises(ValueError, match='cannot infer count'):
         build('Allgather', Coll.ALLGATHER, n, FakeCAI(np.zeros(3, np.float32)), FakeCAI(np.zeros(5, np.float32)))
     with pytest.raises(mpigpu.Error, match='root 4 is not a rank') as e:
         build('Bcast', Coll.BCAST, n, None, f32, root=4)
     assert e.value.Get_error_class() == MPI.ERR_ROOT
-    with pytest.raises(mpigpu.Error, match='IN_PLACE is valid only at the root'):
+    with pytest.raises(ValueError, match='IN_PLACE is valid only at the root'):
         build('Reduce', Coll.REDUCE, n, MPI.IN_PLACE, None, root=1, rank=0)
+    with pytest.raises(TypeError, match='an integer is required'):
+        build('Bcast', Coll.BCAST, n, None, f32, root='0')
+
+
+def test_counts_of_block_collectives_are_per_block():
+    """An explicit count in Allgather's recvbuf or Reduce_scatter_block's sendbuf is per rank, as
+    mpi4py reads it; a root of 1.5 is rank 1, as mpi4py's int parameter takes it."""
+    n = 4
+    r = FakeCAI(np.zeros(12, np.float32))
+    c = build('Allgather', Coll.ALLGATHER, n, FakeCAI(np.zeros(3, np.float32)), [r, 3, MPI.FLOAT])
+    assert c.count == 3
+    c = build('Allgather', Coll.ALLGATHER, n, [FakeCAI(np.zeros(5, np.float32)), 2, MPI.FLOAT], [r, 2, MPI.FLOAT])
+    assert c.count == 2
+    c = build('Reduce_scatter_block', Coll.REDUCE_SCATTER_BLOCK, n, [r, 2, MPI.FLOAT],
+              FakeCAI(np.zeros(2, np.float32)))
+    assert c.count == 2
+    c = build('Reduce_scatter_block', Coll.REDUCE_SCATTER_BLOCK, n, MPI.IN_PLACE, [r, 1, MPI.FLOAT])
+    assert c.count == 1
+    c = build('Allreduce', Coll.ALLREDUCE, n, None, r)
+    assert c.inplace
+    c = build('Allreduce', Coll.ALLREDUCE, n, [MPI.IN_PLACE, 12, MPI.FLOAT], r)
+    assert c.inplace
+    c = build('Bcast', Coll.BCAST, n, None, r, root=1.5)
+    assert c.root == 1
 
 
 @pytest.mark.parametrize('op', [MPI.BAND, MPI.BOR, MPI.BXOR, MPI.LAND, MPI.LOR, MPI.LXOR])
@@ -204,7 +306,7 @@ def test_error_is_an_mpi_exception():
 
 
 def test_op_must_be_an_mpi_op():
-    with pytest.raises(mpigpu.Error, match='op must be an MPI.Op') as e:
+    with pytest.raises(TypeError, match="Argument 'op' has incorrect type") as e:
         build('Allreduce', Coll.ALLREDUCE, 2, FakeCAI(np.zeros(4, np.float32)), FakeCAI(np.zeros(4, np.float32)), op=None)
     assert e.value.Get_error_class() == MPI.ERR_OP
 
@@ -214,15 +316,28 @@ def test_numpy_integers_as_counts():
     assert parse([f, np.int64(4), np.int32(3), MPI.FLOAT]).count == 4
 
 
-def test_methods_without_device_path_refuse_device_buffers():
-    # a device pointer must never reach a non-CUDA-aware MPI (it would crash the process)
-    comm = mpigpu.COMM_WORLD
-    x = FakeCAI(np.zeros(4, np.float32))
-    for call in (lambda: comm.Send_init(x, 0, 0),
-                 lambda: comm.Alltoallw([x, ([1], [0]), [MPI.FLOAT]], [x, ([1], [0]), [MPI.FLOAT]])):
-        with pytest.raises(mpigpu.Error, match='not supported by this method yet') as e:
-            call()
-        assert '(rank 0)' in str(e.value)
+def test_every_buffer_method_takes_device_buffers_or_refuses_them():
+    """Methods with no engine path run on host mirrors (persistent point-to-point, Alltoallw); those
+    whose device memory MPI would keep using after the call refuse it before MPI sees the pointer."""
+    comm = mpigpu.COMM_SELF
+    x = FakeCAI(np.arange(4, dtype=np.float32))
+    y = FakeCAI(np.zeros(4, np.float32))
+    sreq, rreq = comm.Send_init(x, 0, 7), comm.Recv_init(y, 0, 7)
+    for _ in range(2):
+        mpigpu.Startall([rreq, sreq])
+        MPI.Request.Waitall([sreq, rreq])
+    assert y.array.tolist() == [0, 1, 2, 3]
+    sreq.Free()
+    rreq.Free()
+    z = FakeCAI(np.zeros(4, np.float32))
+    comm.Alltoallw([x, ([4], [0]), [MPI.FLOAT]], [z, ([4], [0]), [MPI.FLOAT]])
+    assert z.array.tolist() == [0, 1, 2, 3]
+    with pytest.raises(BufferError, match='must be host memory') as e:
+        comm.Attach_buffer(x)
+    assert isinstance(e.value, mpigpu.Error) and '(rank 0)' in str(e.value)
+    from mpigpu import objects
+    with pytest.raises(mpigpu.Error, match='window memory'):
+        objects.Win.Create(x, comm=comm)
     # host buffers go through unchanged
     req = comm.Iallreduce(np.ones(3), np.zeros(3))
     req.Wait()

@@ -9,7 +9,7 @@ from ._intake import DTYPE_ALIGNMENTS, DTYPE_SIZES, TYPESTR_CODES
 include "_geometry.pxi"
 
 from cpython.buffer cimport PyBUF_WRITABLE, PyBUF_FORMAT, PyBUF_ND
-from libc.stdint cimport INTPTR_MAX, UINTPTR_MAX, intptr_t, uint64_t, uintptr_t
+from libc.stdint cimport intptr_t, uint64_t, uintptr_t
 from cpython.pyport cimport PY_SSIZE_T_MAX
 from libc.string cimport memcpy
 
@@ -23,6 +23,11 @@ cdef extern from "mpigpu_cuda.h" nogil:
     int mg_get_device(int *device)
     int mg_set_device(int device)
     int mg_pointer_info(uintptr_t ptr, int *memtype, int *device)
+    enum:
+        MG_MEMORY_HOST
+        MG_MEMORY_DEVICE
+        MG_MEMORY_MANAGED
+    int mg_pointer_kind(uintptr_t ptr, int *kind, int *device)
     int mg_pci_bus_id(int device, char *buf, int len)
     int mg_device_by_pci_bus_id(const char *bus_id, int *device)
     int mg_can_access_peer(int device, int peer, int *can)
@@ -134,6 +139,14 @@ cpdef tuple pointer_info(uintptr_t ptr):
     cdef int mt = 0, dev = -1
     mg_pointer_info(ptr, &mt, &dev)
     return mt, dev
+
+
+cpdef bint is_device_memory(uintptr_t ptr):
+    """True when `ptr` points into device or managed memory, asked of the driver without creating a
+    context (host memory, pinned memory, or no driver: False)."""
+    cdef int kind = MG_MEMORY_HOST, dev = -1
+    mg_pointer_kind(ptr, &kind, &dev)
+    return kind != MG_MEMORY_HOST
 
 
 def pci_bus_id(int device):
@@ -453,6 +466,9 @@ cdef tuple _SIZES = DTYPE_SIZES
 cdef tuple _ALIGN = DTYPE_ALIGNMENTS
 # Most elements a buffer may hold: its bytes must fit a Py_ssize_t (16: the largest element).
 cdef Py_ssize_t _MAX_ELEMENTS = PY_SSIZE_T_MAX // 16
+# Addresses and stream handles: what a pointer holds.
+cdef object _UINTPTR_LIMIT = (<object>1) << (8 * sizeof(uintptr_t))
+cdef object _INTPTR_LIMIT = (<object>1) << (8 * sizeof(uintptr_t) - 1)
 
 
 # CuPy arrays are read from their attributes (no interface dictionary, no pointer query): building
@@ -542,10 +558,10 @@ cdef inline bint _cai(object obj, uintptr_t *ptr, Py_ssize_t *count, int *dtype,
             if extent != 1 and (type(strides[k]) is not int or strides[k] != expect):
                 return False
             expect *= extent
-    if data[0] < 0 or data[0] > <object>UINTPTR_MAX or (data[0] == 0 and n):
+    if data[0] < 0 or data[0] >= _UINTPTR_LIMIT or (data[0] == 0 and n):
         return False
     s = cai.get('stream') if version >= 3 else None
-    if s is not None and (type(s) is not int or s <= 0 or s > <object>INTPTR_MAX):
+    if s is not None and (type(s) is not int or s <= 0 or s >= _INTPTR_LIMIT):
         return False
     ptr[0] = <uintptr_t>data[0]
     ro[0] = bool(data[1])

@@ -5,8 +5,6 @@ DTYPE_ALIGNMENTS: tuple[int, ...]
 TYPESTR_CODES: dict[str, int]
 GEOMETRY_ERRORS: dict[int, str]
 
-class IntakeError(ValueError): ...
-
 class DeviceBuffer:
     owner: object
     ptr: int
@@ -17,10 +15,12 @@ class DeviceBuffer:
     device: int
     stream: int
     stream_synced: bool
+    typestr: str
     @property
     def count(self) -> int: ...
     def view(self, offset: int, nbytes: int, dtype: int) -> DeviceBuffer: ...
 
+def set_pointer_query(fn: object) -> None: ...
 def is_device(obj: object) -> bool: ...
 def device_buffer(obj: object, stream: int | None = ...) -> DeviceBuffer: ...
 def call_geometry(coll: int, n: int, rank: int, has_send: bool, scount: int, has_recv: bool, rcount: int,

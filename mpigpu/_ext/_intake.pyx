@@ -1,8 +1,14 @@
-# Buffer intake: decides whether a buffer lives on a CUDA device and, if so, reads its pointer, size,
-# element type, writability and producer stream from the CUDA Array Interface (v2/v3) or DLPack
-# (legacy and versioned capsules), without Python-level loops. Host buffers are not parsed here: they
-# go to mpi4py untouched.
+# Buffer intake: decides where a buffer lives (device or host memory, by its pointer, not its wrapper)
+# and reads a device buffer's pointer, size, element type, writability and producer stream from the
+# CUDA Array Interface (v2/v3), DLPack (legacy and versioned capsules) or the buffer protocol. Every
+# export is validated before any pointer arithmetic; a malformed one raises the Python exception
+# mpi4py raises for it (TypeError, ValueError, BufferError, KeyError), which mpigpu._call turns into
+# an mpigpu.Error of that class. Host buffers are not parsed here: they go to mpi4py untouched.
+import sys
+
+from cpython.buffer cimport PyBUF_FORMAT, PyBUF_ND, PyBUF_SIMPLE, PyBuffer_Release, PyObject_CheckBuffer, PyObject_GetBuffer
 from cpython.pycapsule cimport PyCapsule_IsValid, PyCapsule_GetPointer
+from cpython.pyport cimport PY_SSIZE_T_MAX
 from libc.stdint cimport uintptr_t, int64_t, uint64_t, uint8_t, uint16_t, int32_t, uint32_t
 
 cdef extern from *:
@@ -51,11 +57,10 @@ DTYPE_SIZES = tuple(row[1] for row in _DTYPE_ROWS)
 DTYPE_ALIGNMENTS = tuple(row[2] for row in _DTYPE_ROWS)
 cdef dict _BY_KIND = {(row[3], row[1]): code for code, row in enumerate(_DTYPE_ROWS)}
 
-# CUDA Array Interface typestr -> dtype code: '|' for byte-sized types, little-endian '<' otherwise
-# (bfloat16 has no typestr).
+# CUDA Array Interface typestr -> dtype code, for the fast path: '|' for byte-sized types, little-endian
+# '<' otherwise (bfloat16 has no typestr; the general path reads any byte-order mark).
 TYPESTR_CODES = {('|' if size == 1 else '<') + kind + str(size): code
                  for code, (_name, size, _align, kind) in enumerate(_DTYPE_ROWS) if kind != 'B'}
-cdef dict _TYPESTR = TYPESTR_CODES
 
 cdef enum:
     kDLCPU = 1
@@ -65,16 +70,23 @@ cdef enum:
 
 # DLPack's type codes (kDLInt, kDLUInt, kDLFloat, kDLBfloat, kDLComplex, kDLBool) as our kinds.
 cdef dict _DL_KIND = {0: 'i', 1: 'u', 2: 'f', 4: 'B', 5: 'c', 6: 'b'}
+# The NumPy kind a host mirror of each of our kinds uses (bfloat16, which NumPy lacks, as raw uint16).
+cdef dict _NUMPY_KIND = {'b': 'b', 'i': 'i', 'u': 'u', 'f': 'f', 'B': 'u', 'c': 'c'}
+# Buffer-protocol format characters (struct module) as kinds; their sizes come from struct.
+cdef dict _FORMAT_KIND = {'?': 'b', 'b': 'i', 'h': 'i', 'i': 'i', 'l': 'i', 'q': 'i', 'n': 'i', 'B': 'u',
+                          'H': 'u', 'I': 'u', 'L': 'u', 'Q': 'u', 'N': 'u', 'e': 'f', 'f': 'f', 'd': 'f',
+                          'Zf': 'c', 'Zd': 'c'}
+# A buffer's bytes must fit a Py_ssize_t; addresses and stream handles a pointer.
+cdef Py_ssize_t _MAX_BYTES = PY_SSIZE_T_MAX
+cdef object _UINTPTR_LIMIT = (<object>1) << (8 * sizeof(uintptr_t))
+cdef object _INTPTR_LIMIT = (<object>1) << (8 * sizeof(uintptr_t) - 1)
 
 
-cdef inline int _dl_dtype(mg_DLDataType t):
-    if t.lanes != 1 or t.bits % 8:
-        return -1
-    return _BY_KIND.get((_DL_KIND.get(t.code), t.bits // 8), -1)
-
-
-class IntakeError(ValueError):
-    """A buffer that cannot be used; the message says why (the caller adds call, argument, rank)."""
+cdef inline str _typestr(str kind, Py_ssize_t size):
+    """The typestr of a host mirror of elements of (kind, size): NumPy reads it, mpi4py maps it."""
+    if kind == 'b':
+        return '|b1'
+    return ('|' if size == 1 else '<') + _NUMPY_KIND.get(kind, 'V') + str(size)
 
 
 cdef class DeviceBuffer:
@@ -88,9 +100,10 @@ cdef class DeviceBuffer:
     cdef readonly int device          # device ordinal, -1 when the exporter does not say (CAI)
     cdef readonly Py_ssize_t stream   # producer stream (CAI v3): -1 none given, else the handle
     cdef readonly bint stream_synced  # DLPack: the producer already ordered its work before our stream
+    cdef readonly str typestr         # the elements as NumPy (and so mpi4py) reads a host mirror of them
 
     def __repr__(self):
-        name = _DTYPE_ROWS[self.dtype][0] if self.dtype >= 0 else '?'
+        name = _DTYPE_ROWS[self.dtype][0] if self.dtype >= 0 else self.typestr
         return (f'DeviceBuffer(ptr=0x{self.ptr:x}, nbytes={self.nbytes}, dtype={name}, '
                 f'device={self.device}, readonly={bool(self.readonly)})')
 
@@ -101,7 +114,11 @@ cdef class DeviceBuffer:
         b.ptr = self.ptr + <uintptr_t>offset
         b.nbytes = nbytes
         b.dtype = dtype
-        b.itemsize = DTYPE_SIZES[dtype] if dtype >= 0 else self.itemsize
+        if dtype >= 0:
+            row = _DTYPE_ROWS[dtype]
+            b.itemsize, b.typestr = row[1], _typestr(row[3], row[1])
+        else:
+            b.itemsize, b.typestr = self.itemsize, self.typestr
         b.readonly = self.readonly
         b.device = self.device
         b.stream = self.stream
@@ -113,89 +130,200 @@ cdef class DeviceBuffer:
         return self.nbytes // self.itemsize if self.itemsize else 0
 
 
-cdef set _HOST_TYPES = set()
+# ---- where a buffer lives ------------------------------------------------------------------------
+cdef object _pointer_query = None  # fn(ptr) -> True for device or managed memory; set by mpigpu._cuda
+cdef set _HOST_TYPES = {bytes, bytearray, type(None)}
+cdef object _cupy_ndarray = None
+cdef object _MISSING = object()
+
+
+def set_pointer_query(fn):
+    """Installs the CUDA layer's question "is this pointer device (or managed) memory?" (None: no
+    pointer is, as on a machine without the CUDA layer)."""
+    global _pointer_query
+    _pointer_query = fn
+
+
+cdef bint _cupy_array(type t):
+    """True for cupy.ndarray (exactly), whose memory CuPy allocates on a device."""
+    global _cupy_ndarray
+    if _cupy_ndarray is None:
+        m = sys.modules.get('cupy')
+        if m is None:
+            return False
+        _cupy_ndarray = m.ndarray
+    return t is _cupy_ndarray
+
+
+cdef int _cai_pointer(object cai, uintptr_t *ptr) except -1:
+    """0 with the data pointer in *ptr when a CAI dict's 'data' is well formed (a null pointer for None),
+    1 when it is not."""
+    if type(cai) is not dict:
+        return 1
+    data = cai.get('data')
+    if type(data) is not tuple or len(data) != 2:
+        return 1
+    p = data[0]
+    if p is None:
+        ptr[0] = 0
+        return 0
+    if type(p) is not int or p < 0 or p >= _UINTPTR_LIMIT:
+        return 1
+    ptr[0] = <uintptr_t>p
+    return 0
 
 
 cpdef bint is_device(object obj) except -1:
-    """True when obj (or the buffer of a buffer specification) lives in CUDA device memory."""
+    """True when obj (or the buffer of a buffer specification) lives in CUDA device or managed memory:
+    a CuPy array; a DLPack export that says so; a CUDA Array Interface or buffer-protocol export whose
+    pointer the CUDA layer says is device memory. NumPy arrays, bytes and bytearray are host memory
+    without a query. A malformed CUDA Array Interface counts as device memory, so that mpigpu's intake,
+    not MPI, reads it (and raises)."""
     cdef type t = type(obj)
+    cdef uintptr_t ptr = 0
+    cdef Py_buffer view
     if t is list or t is tuple:
         if len(obj) == 0:
             return False
         obj = obj[0]
         t = type(obj)
-    if t in _HOST_TYPES or obj is None:
+    if t in _HOST_TYPES:
         return False
-    dev = getattr(t, '__dlpack_device__', None)
-    if dev is not None:
+    if _cupy_array(t):
+        return True
+    if getattr(t, '__dlpack_device__', None) is not None and t.__module__ != 'numpy':
         try:
             kind = obj.__dlpack_device__()[0]
         except Exception:
-            kind = kDLCPU
+            return True
         return kind == kDLCUDA or kind == kDLCUDAManaged
-    if hasattr(obj, '__cuda_array_interface__'):
+    try:
+        cai = obj.__cuda_array_interface__
+    except AttributeError:
+        cai = _MISSING
+    except Exception:
         return True
-    if t.__module__ in ('numpy', 'builtins', 'array'):
-        _HOST_TYPES.add(t)
+    if cai is not _MISSING:
+        if _cai_pointer(cai, &ptr):
+            return True
+        return ptr != 0 and _pointer_query is not None and _pointer_query(ptr)
+    if PyObject_CheckBuffer(obj):
+        if t.__module__ in ('numpy', 'array'):
+            _HOST_TYPES.add(t)
+            return False
+        if _pointer_query is None:
+            return False
+        PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE)
+        ptr, n = <uintptr_t>view.buf, view.len
+        PyBuffer_Release(&view)
+        return n > 0 and ptr != 0 and _pointer_query(ptr)
     return False
 
 
-cdef bint _contiguous(tuple shape, object strides, Py_ssize_t itemsize):
-    if strides is None:
-        return True
+# ---- reading a device buffer ---------------------------------------------------------------------
+cdef bint _contiguous(tuple shape, tuple strides, Py_ssize_t itemsize):
     cdef Py_ssize_t nd = len(shape), i, expect, extent
     for i in range(nd):
         if shape[i] == 0:
             return True
-    # C order
     expect = itemsize
-    cdef bint c_ok = True, f_ok = True
-    for i in range(nd - 1, -1, -1):
+    cdef bint ok = True
+    for i in range(nd - 1, -1, -1):      # C order
         extent = shape[i]
         if extent != 1 and strides[i] != expect:
-            c_ok = False
+            ok = False
             break
         expect *= extent
-    if c_ok:
+    if ok:
         return True
     expect = itemsize
-    for i in range(nd):
+    for i in range(nd):                  # Fortran order
         extent = shape[i]
         if extent != 1 and strides[i] != expect:
-            f_ok = False
-            break
+            return False
         expect *= extent
-    return f_ok
+    return True
 
 
-cdef DeviceBuffer _from_cai(object obj, dict cai):
-    cdef DeviceBuffer b = DeviceBuffer.__new__(DeviceBuffer)
-    if cai.get('mask') is not None:
-        raise IntakeError('masked CUDA arrays are not supported')
-    typestr = cai['typestr']
-    shape = tuple(cai['shape'])
-    cdef Py_ssize_t n = 1
+cdef Py_ssize_t _elements(tuple shape, Py_ssize_t itemsize, str what) except -1:
+    """The product of a shape, checked: integers, none negative, the bytes within a Py_ssize_t."""
+    cdef Py_ssize_t n = 1, k
     for s in shape:
-        n *= s
-    code = _TYPESTR.get(typestr, -1)
-    if code >= 0:
-        itemsize = DTYPE_SIZES[code]
-    else:
-        try:
-            itemsize = int(typestr[2:])
-        except ValueError:
-            raise IntakeError(f'unsupported CUDA Array Interface typestr {typestr!r}')
-    if not _contiguous(shape, cai.get('strides'), itemsize):
-        raise IntakeError('buffer is not contiguous (shape %r, strides %r)' % (shape, cai.get('strides')))
-    data = cai['data']
+        if type(s) is not int and not isinstance(s, int):
+            raise TypeError(f'{what}: shape {shape!r} holds {type(s).__name__}, not integers')
+        if s < 0:
+            raise BufferError(f'{what}: buffer with negative size (shape {shape!r})')
+    for s in shape:
+        k = s if s <= <object>PY_SSIZE_T_MAX else PY_SSIZE_T_MAX
+        if k and n > _MAX_BYTES // itemsize // k:
+            raise BufferError(f'{what}: shape {shape!r} of {itemsize}-byte elements is too large')
+        n *= k
+    return n
+
+
+cdef DeviceBuffer _from_cai(object obj, object cai):
+    cdef str what = '__cuda_array_interface__'
+    cdef DeviceBuffer b = DeviceBuffer.__new__(DeviceBuffer)
+    cdef Py_ssize_t itemsize, n
+    if type(cai) is not dict:
+        raise TypeError(f'{what} must be a dict, not {type(cai).__name__}')
+    data, typestr, shape = cai['data'], cai['typestr'], cai['shape']   # KeyError, as mpi4py
+    strides, version = cai.get('strides'), cai.get('version', 0)
+    if type(data) is not tuple:
+        raise TypeError(f"{what}: 'data' must be a tuple (pointer, read-only), not {type(data).__name__}")
+    if len(data) != 2:
+        raise ValueError(f"{what}: 'data' must be (pointer, read-only), not {len(data)} items")
+    if type(typestr) is not str:
+        raise TypeError(f"{what}: 'typestr' must be a str, not {type(typestr).__name__}")
+    if type(shape) is not tuple:
+        raise TypeError(f"{what}: 'shape' must be a tuple, not {type(shape).__name__}")
+    if strides is not None and type(strides) is not tuple:
+        raise TypeError(f"{what}: 'strides' must be a tuple or None, not {type(strides).__name__}")
+    if strides is not None and len(strides) < len(shape):
+        raise IndexError(f"{what}: 'strides' has {len(strides)} entries for {len(shape)} dimensions")
+    if not isinstance(version, int):
+        raise TypeError(f"{what}: 'version' must be an int, not {type(version).__name__}")
+    if cai.get('mask') is not None:
+        raise BufferError(f'{what}: cannot handle masked arrays')
+    if len(typestr) < 3 or typestr[0] not in '<>|=' or not typestr[2:].isdigit():
+        raise ValueError(f'{what}: invalid typestr {typestr!r}')
+    itemsize = int(typestr[2:])
+    if itemsize <= 0:
+        raise ValueError(f'{what}: invalid typestr {typestr!r}')
+    if typestr[0] == '>' and itemsize > 1:
+        raise BufferError(f'{what}: typestr {typestr!r} with non-native byte order')
+    n = _elements(shape, itemsize, what)
+    if strides is not None:
+        for st in strides[:len(shape)]:
+            if not isinstance(st, int):
+                raise TypeError(f"{what}: 'strides' {strides!r} holds {type(st).__name__}, not integers")
+        if not _contiguous(shape, strides[:len(shape)], itemsize):
+            raise BufferError(f'{what}: buffer is not contiguous (shape {shape!r}, strides {strides!r})')
+    ptr = data[0]
+    if ptr is None and n == 0:
+        ptr = 0
+    if not isinstance(ptr, int):
+        raise TypeError(f'{what}: the data pointer must be an integer, not {type(ptr).__name__}')
+    if ptr < 0 or ptr >= _UINTPTR_LIMIT:
+        raise ValueError(f'{what}: data pointer {ptr} is not an address')
+    if ptr == 0 and n:
+        raise BufferError(f'{what}: null data pointer for {n} elements')
+    stream = cai.get('stream') if version >= 3 else None
+    if stream is not None:
+        if type(stream) is not int and not isinstance(stream, int):
+            raise TypeError(f"{what}: 'stream' must be an int or None, not {type(stream).__name__}")
+        if stream <= 0 or stream >= _INTPTR_LIMIT:
+            raise ValueError(f"{what}: 'stream' {stream} is not a CUDA stream (0 is not allowed)")
+    kind = typestr[1]
+    code = _BY_KIND.get(('b' if kind == 'b' else kind, itemsize), -1) if kind in 'biufc' else -1
     b.owner = obj
-    b.ptr = <uintptr_t>(data[0] or 0)
+    b.ptr = <uintptr_t>ptr
     b.readonly = bool(data[1])
     b.nbytes = n * itemsize
     b.dtype = code
     b.itemsize = itemsize
+    b.typestr = _typestr(kind, itemsize) if code >= 0 else ('|' if itemsize == 1 else '<') + typestr[1:]
     b.device = -1
-    stream = cai.get('stream') if cai.get('version', 0) >= 3 else None
     b.stream = -1 if stream is None else <Py_ssize_t>stream
     b.stream_synced = False
     return b
@@ -205,6 +333,7 @@ cdef DeviceBuffer _from_dlpack(object obj, object stream):
     cdef DeviceBuffer b = DeviceBuffer.__new__(DeviceBuffer)
     cdef mg_DLTensor *t
     cdef bint ro = False
+    cdef Py_ssize_t n = 1, i, itemsize
     try:
         cap = obj.__dlpack__(stream=stream, max_version=(1, 1))
     except TypeError:
@@ -216,20 +345,26 @@ cdef DeviceBuffer _from_dlpack(object obj, object stream):
     elif PyCapsule_IsValid(cap, b'dltensor'):
         t = &(<mg_DLManagedTensor *>PyCapsule_GetPointer(cap, b'dltensor')).dl_tensor
     else:
-        raise IntakeError('__dlpack__ returned no DLPack capsule')
+        raise BufferError('dlpack: __dlpack__ returned no DLPack capsule')
     if t.device.device_type != kDLCUDA and t.device.device_type != kDLCUDAManaged:
-        raise IntakeError(f'DLPack device type {t.device.device_type} is not a CUDA device')
-    code = _dl_dtype(t.dtype)
-    cdef Py_ssize_t itemsize = (t.dtype.bits * t.dtype.lanes + 7) // 8
-    cdef Py_ssize_t n = 1, i
-    shape = []
-    for i in range(t.ndim):
-        n *= t.shape[i]
-        shape.append(t.shape[i])
+        raise BufferError(f'dlpack: device type {t.device.device_type} is not a CUDA device')
+    if t.ndim < 0:
+        raise BufferError('dlpack: number of dimensions is negative')
+    if t.ndim > 0 and t.shape == NULL:
+        raise BufferError('dlpack: shape is NULL')
+    if t.dtype.lanes != 1 or t.dtype.bits == 0 or t.dtype.bits % 8:
+        raise BufferError(f'dlpack: elements of {t.dtype.bits} bits in {t.dtype.lanes} lanes')
+    itemsize = t.dtype.bits // 8
+    shape = tuple(t.shape[i] for i in range(t.ndim))
+    n = _elements(shape, itemsize, 'dlpack')
     if t.strides != NULL:
         strides = tuple(t.strides[i] * itemsize for i in range(t.ndim))
-        if not _contiguous(tuple(shape), strides, itemsize):
-            raise IntakeError('buffer is not contiguous (shape %r, strides %r)' % (tuple(shape), strides))
+        if not _contiguous(shape, strides, itemsize):
+            raise BufferError('dlpack: buffer is not contiguous (shape %r, strides %r)' % (shape, strides))
+    if t.data == NULL and n:
+        raise BufferError(f'dlpack: null data pointer for {n} elements')
+    kind = _DL_KIND.get(t.dtype.code)
+    code = _BY_KIND.get((kind, itemsize), -1)
     # The capsule owns a reference to the tensor: keeping it alive keeps the memory alive, and its
     # destructor calls the DLPack deleter because we never rename it.
     b.owner = cap
@@ -237,10 +372,39 @@ cdef DeviceBuffer _from_dlpack(object obj, object stream):
     b.nbytes = n * itemsize
     b.dtype = code
     b.itemsize = itemsize
+    b.typestr = _typestr(kind, itemsize) if code >= 0 else '|V%d' % itemsize
     b.readonly = ro
     b.device = t.device.device_id
     b.stream = -1
     b.stream_synced = stream is not None
+    return b
+
+
+cdef DeviceBuffer _from_buffer(object obj):
+    """A buffer-protocol export (MPI.memory.fromaddress and the like) that points at device memory."""
+    cdef DeviceBuffer b = DeviceBuffer.__new__(DeviceBuffer)
+    cdef Py_buffer view
+    cdef Py_ssize_t itemsize
+    PyObject_GetBuffer(obj, &view, PyBUF_FORMAT | PyBUF_ND)
+    try:
+        fmt = (<bytes>view.format).decode() if view.format != NULL else 'B'
+        itemsize = view.itemsize if view.itemsize > 0 else 1
+        b.ptr = <uintptr_t>view.buf
+        b.nbytes = view.len
+        b.readonly = view.readonly
+    finally:
+        PyBuffer_Release(&view)
+    kind = _FORMAT_KIND.get(fmt.lstrip('@=<|'))
+    code = _BY_KIND.get((kind, itemsize), -1) if kind is not None else -1
+    if code < 0:
+        itemsize = 1
+    b.owner = obj
+    b.dtype = code
+    b.itemsize = itemsize
+    b.typestr = _typestr(kind, itemsize) if code >= 0 else '|u1'
+    b.device = -1
+    b.stream = -1
+    b.stream_synced = False
     return b
 
 
@@ -251,27 +415,22 @@ cdef bint _prefer_dlpack(object obj):
 
 
 cpdef DeviceBuffer device_buffer(object obj, object stream=None):
-    """Reads a CUDA buffer. `stream` is the consumer stream offered to a DLPack producer."""
+    """Reads a device buffer. `stream` is the consumer stream offered to a DLPack producer."""
     if isinstance(obj, DeviceBuffer):
         return obj
-    cdef dict cai
     if not _prefer_dlpack(obj):
         try:
             cai = obj.__cuda_array_interface__
         except AttributeError:
-            cai = None
-        except (TypeError, RuntimeError, ValueError):
-            cai = None
-        if cai is not None:
+            cai = _MISSING
+        if cai is not _MISSING:
             return _from_cai(obj, cai)
     if hasattr(obj, '__dlpack__'):
-        try:
-            return _from_dlpack(obj, stream)
-        except IntakeError:
-            raise
-        except Exception as exc:
-            raise IntakeError(f'__dlpack__ failed: {exc}') from exc
-    raise IntakeError(f'{type(obj).__name__} exposes neither __cuda_array_interface__ nor __dlpack__')
+        return _from_dlpack(obj, stream)
+    if PyObject_CheckBuffer(obj):
+        return _from_buffer(obj)
+    raise TypeError(f'{type(obj).__name__} exposes no buffer (neither __cuda_array_interface__, __dlpack__ '
+                    'nor the buffer protocol)')
 
 
 def call_geometry(int coll, int n, int rank, bint has_send, Py_ssize_t scount, bint has_recv,

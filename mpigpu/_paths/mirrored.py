@@ -1,13 +1,21 @@
 """The mirrored path: any mpi4py buffer method with device buffers, run unchanged on whole pinned host
 mirrors of the buffers.
 
-The honest path for the buffer methods the device engine does not implement (point-to-point,
-Gather(v)/Scatter(v)/Allgatherv/Alltoall(v), Reduce_scatter, Scan, Exscan). Each device buffer gets
-a pinned host mirror with the same bytes and element type; inputs are copied in after the
-producer's stream; the unchanged mpi4py method runs on the mirrors, so counts, displacements and
-datatypes of buffer specifications mean exactly what they mean to mpi4py; outputs are copied back
-before the call returns. Outputs are copied in too, so the parts MPI does not write stay unchanged.
-No collective setup happens here (point-to-point calls involve two ranks only).
+The honest path for every buffer method the device engine does not implement (the v-collectives,
+Alltoall(v,w), Scan, neighbourhood collectives, intercommunicator collectives, matched receives,
+Pack/Unpack, File I/O, RMA origin buffers, derived datatypes...). Each device buffer gets a pinned host
+mirror with the same bytes and element type; inputs are copied in after the producer's stream; the
+unchanged mpi4py method runs on the mirrors, so counts, displacements and datatypes of buffer
+specifications mean exactly what they mean to mpi4py; outputs are copied back once MPI is done with
+them. Every mirror is copied in (outputs too), so the parts MPI does not write stay unchanged.
+
+- run: blocking methods; per-thread mirrors reused from call to call.
+- start: non-blocking methods: mpi4py's method starts on mirrors from a pool, and the request it returns
+  completes (through mpigpu's generalized requests) once MPI is done and the outputs are back.
+- Persistent, Partitioned: persistent and partitioned requests (`*_init`, `Psend_init`,
+  `Precv_init`): the host request lives on mirrors held as long as it; each Start copies the inputs
+  in, each completion copies the outputs back; Pready and Parrived move one partition.
+No collective setup happens here.
 """
 import threading
 
@@ -18,10 +26,9 @@ from .. import _cuda
 from .._call import read_whole
 from .._codes import Dtype
 from .._ext._intake import is_device
-from .._state import state_of
-from .._types import numpy_dtype
 from ..errors import Error
-from .pinned import Stager
+from . import requests
+from .pinned import Stager, give, take
 
 IN, OUT, INOUT = 1, 2, 3  # how a call uses a buffer argument
 _REDUCING_16BIT = frozenset((Dtype.FLOAT16, Dtype.BFLOAT16))  # no reduction in the MPIs we target
@@ -34,50 +41,256 @@ def split_spec(value):
     return value, None
 
 
-def host_view(arr, nbytes, dtype):
-    """The first nbytes of uint8 array `arr` as elements of `dtype` (raw bytes when unknown)."""
-    return arr[:nbytes].view(numpy_dtype(dtype) if dtype >= 0 else np.uint8)
+def host_view(arr, nbytes, typestr):
+    """The first nbytes of uint8 array `arr` as elements of NumPy type `typestr`, as mpi4py reads them."""
+    view = arr[:nbytes]
+    dt = np.dtype(typestr)
+    return view.view(dt) if nbytes % dt.itemsize == 0 else view
 
 
-def run(comm, name, fn, items, reduces=False):
-    """items: (value, role) per buffer argument, in the order `fn` takes them."""
-    st = state_of(comm)
-    _cuda.require(name, st.rank)
-    with _cuda.errors_as(name, st.rank):
-        return _run(st, name, fn, items, reduces)
+def _is_mirrored(value):
+    return value is not None and value is not MPI.IN_PLACE and is_device(value)
 
 
-def _run(st, name, fn, items, reduces):
-    # Pinned mirrors are per thread: point-to-point calls of several threads may run at once.
-    tag = threading.get_ident()
-    hosts, backs, ordered = [], [], set()
-    stager = st.owned(Stager)
-    for i, (value, role) in enumerate(items):
-        if value is None or value is MPI.IN_PLACE or not is_device(value):
-            hosts.append(value)
-            continue
+class _Mirror:
+    """One device buffer argument and its pinned host mirror."""
+    __slots__ = ('buf', 'device', 'pinned', 'host', 'role', 'pooled')
+
+    def __init__(self, st, name, label, value, role, reduces, pooled, tag):
         obj, rest = split_spec(value)
-        label = ('sendbuf', 'recvbuf', 'buf')[min(i, 1)] if len(items) > 1 else 'buf'
-        buf = read_whole(name, label, st.rank, obj, role != IN, _cuda.consumer_stream)
+        buf = self.buf = read_whole(name, label, st.rank, obj, role != IN, _cuda.consumer_stream)
         if reduces and buf.dtype in _REDUCING_16BIT:
             raise Error(name, 'host MPI cannot reduce 16-bit floats; only Allreduce, Reduce and '
                         'Reduce_scatter_block reduce them (on the device)', arg=label, rank=st.rank,
                         error_class=MPI.ERR_TYPE)
-        sg = stager.on(_cuda.device_of(name, label, st.rank, buf))
-        stream = _cuda.stream_of(buf, sg.device)
-        pinned, arr = sg.host(f'mirror{i}-{tag}', buf.nbytes)
+        self.device = _cuda.device_of(name, label, st.rank, buf)
+        self.role, self.pooled = role, pooled
+        if pooled:
+            self.pinned = take(buf.nbytes)
+            arr = np.frombuffer(self.pinned, dtype=np.uint8)
+        else:
+            self.pinned, arr = st.owned(Stager).on(self.device).host(f'mirror{tag}', buf.nbytes)
+        host = host_view(arr, buf.nbytes, buf.typestr)
+        self.host = host if rest is None else [host, *rest]
 
-        def copy_in():
+    def copy_in(self, st, ordered, offset=0, nbytes=None):
+        """Device bytes to the mirror, after the buffer's producer stream (ordered: streams done)."""
+        nbytes = self.buf.nbytes - offset if nbytes is None else nbytes
+        if not nbytes:
+            return
+        sg = st.owned(Stager).on(self.device)
+        stream = _cuda.stream_of(self.buf, self.device)
+
+        def copy():
             if stream not in ordered:
                 sg.after(stream)
                 ordered.add(stream)
-            sg.to_host(pinned.ptr, buf.ptr, buf.nbytes)
-        _cuda.with_device(sg.device, copy_in)
-        host = host_view(arr, buf.nbytes, buf.dtype)
-        hosts.append(host if rest is None else [host, *rest])
-        if role != IN:
-            backs.append((sg.device, buf, pinned))
-    result = fn(*hosts)
-    for dev, buf, pinned in backs:
-        _cuda.with_device(dev, stager.on(dev).to_device, buf.ptr, pinned.ptr, buf.nbytes)
-    return result
+            sg.to_host(self.pinned.ptr + offset, self.buf.ptr + offset, nbytes)
+        _cuda.with_device(self.device, copy)
+
+    def copy_out(self, st, offset=0, nbytes=None):
+        """The mirror's bytes back to the device buffer (outputs)."""
+        nbytes = self.buf.nbytes - offset if nbytes is None else nbytes
+        if self.role == IN or not nbytes:
+            return
+        sg = st.owned(Stager).on(self.device)
+        _cuda.with_device(self.device, sg.to_device, self.buf.ptr + offset, self.pinned.ptr + offset, nbytes)
+
+    def release(self):
+        if self.pooled and self.pinned is not None:
+            give(self.pinned)
+            self.pinned = None
+
+
+def _label(i, n):
+    return ('sendbuf', 'recvbuf', 'buf')[min(i, 1)] if n > 1 else 'buf'
+
+
+def mirror_all(st, name, items, reduces, pooled):
+    """(host arguments, mirrors) for items: (value, role) per buffer argument."""
+    tag = threading.get_ident()
+    hosts, mirrors, ordered = [], [], set()
+    try:
+        for i, (value, role) in enumerate(items):
+            if not _is_mirrored(value):
+                hosts.append(value)
+                continue
+            m = _Mirror(st, name, _label(i, len(items)), value, role, reduces, pooled, f'{i}-{tag}')
+            mirrors.append(m)
+            m.copy_in(st, ordered)
+            hosts.append(m.host)
+    except BaseException:
+        for m in mirrors:
+            m.release()
+        raise
+    return hosts, mirrors
+
+
+def run(st, name, fn, items, reduces=False):
+    """Runs fn(*host arguments) on mirrors of the device buffers among items ((value, role) per buffer
+    argument, in fn's order), then copies the outputs back; returns what fn returns."""
+    _cuda.require(name, st.rank)
+    with _cuda.errors_as(name, st.rank):
+        hosts, mirrors = mirror_all(st, name, items, reduces, pooled=False)
+        result = fn(*hosts)
+        for m in mirrors:
+            m.copy_out(st)
+        return result
+
+
+def start(st, name, fn, items, reduces=False, receive=False):
+    """The non-blocking form: fn(*host arguments) starts the host MPI operation on pooled mirrors and
+    returns its request; the request returned here completes once that one has and the outputs are
+    back on the device. `receive`: its status reports the receive's source, tag and count."""
+    _cuda.require(name, st.rank)
+    with _cuda.errors_as(name, st.rank):
+        hosts, mirrors = mirror_all(st, name, items, reduces, pooled=True)
+        try:
+            inner = fn(*hosts)
+        except BaseException:
+            for m in mirrors:
+                m.release()
+            raise
+
+        def done():
+            try:
+                with _cuda.errors_as(name, st.rank):
+                    for m in mirrors:
+                        m.copy_out(st)
+            finally:
+                for m in mirrors:
+                    m.release()
+        work = requests.Work(None, inner=inner, on_done=done, receive=receive)
+        return requests.start(work)
+
+
+def split_collective(st, owner, name, call, items, begin):
+    """A split collective of File (`Read_all_begin` ... `Read_all_end`): the begin call runs on pooled
+    mirrors, which `owner` keeps until the end call, which runs on them and copies the outputs back."""
+    _cuda.require(name, st.rank)
+    with _cuda.errors_as(name, st.rank):
+        if begin:
+            hosts, mirrors = mirror_all(st, name, items, False, pooled=True)
+            try:
+                result = call(*hosts)
+            except BaseException:
+                for m in mirrors:
+                    m.release()
+                raise
+            owner.__dict__['_mirrored_split'] = (hosts, mirrors)
+            return result
+        hosts, mirrors = owner.__dict__.pop('_mirrored_split', (None, None))
+        if mirrors is None:
+            raise Error(name, 'no split collective on device memory was begun on this file', arg='buf',
+                        rank=st.rank, error_class=MPI.ERR_OTHER)
+        try:
+            result = call(*hosts)
+            for m in mirrors:
+                m.copy_out(st)
+            return result
+        finally:
+            for m in mirrors:
+                m.release()
+
+
+class Persistent(requests.Startable, requests.Finishing, MPI.Prequest):
+    """A persistent request (`Send_init`, `Gatherv_init`, ...) on device buffers: mpi4py's persistent
+    request on pinned mirrors held as long as this one. Start copies the inputs in and starts it; the
+    round completes, through a generalized request, once MPI is done and the outputs are back."""
+
+    @classmethod
+    def create(cls, st, name, init, items, reduces=False, receive=False):
+        _cuda.require(name, st.rank)
+        with _cuda.errors_as(name, st.rank):
+            hosts, mirrors = mirror_all(st, name, items, reduces, pooled=True)
+        try:
+            host = init(*hosts)
+        except BaseException:
+            for m in mirrors:
+                m.release()
+            raise
+        req = cls()
+        req._st, req._name, req._mirrors, req._host, req._receive = st, name, mirrors, host, receive
+        req._work = None
+        return req
+
+    def _copy_in(self):
+        ordered = set()
+        for m in self._mirrors:
+            if m.role != OUT:
+                m.copy_in(self._st, ordered)
+
+    def Start(self):
+        if self:  # the previous round's request: not yet completed by Wait or Test
+            raise Error('Start', 'persistent request is still active (Wait or Test it to completion first)',
+                        arg='request', rank=self._st.rank, error_class=MPI.ERR_REQUEST)
+        if self._host is None:
+            raise Error('Start', 'persistent request was freed', arg='request', rank=self._st.rank,
+                        error_class=MPI.ERR_REQUEST)
+        st, name = self._st, self._name
+        with _cuda.errors_as(name, st.rank):
+            self._copy_in()
+        self._host.Start()
+
+        def done():
+            with _cuda.errors_as(name, st.rank):
+                for m in self._mirrors:
+                    m.copy_out(st)
+        self._work = requests.Work(None, inner=self._host, on_done=done, receive=self._receive)
+        requests.set_handle(self, requests.start(self._work))
+
+    def Free(self):
+        if self:
+            self.Wait()
+        if self._host is not None:
+            self._host.Free()
+            self._host = None
+        for m in self._mirrors:
+            m.release()
+        self._mirrors = []
+
+
+class Partitioned(Persistent):
+    """A partitioned send or receive (`Psend_init`, `Precv_init`) on a device buffer: Pready copies its
+    partition to the mirror before MPI may send it; Parrived copies an arrived partition back; the
+    round's completion copies the whole receive buffer back."""
+
+    @classmethod
+    def create(cls, st, name, init, value, partitions, sends):
+        req = super().create(st, name, init, [(value, IN if sends else OUT)], receive=not sends)
+        req._partitions, req._sends = partitions, sends
+        return req
+
+    def _copy_in(self):
+        pass  # a send's partitions are copied as they become ready (Pready)
+
+    def _span(self, partition):
+        m = self._mirrors[0]
+        whole = m.buf.nbytes if split_spec(m.host)[1] is None else None
+        if whole is None or self._partitions <= 0:
+            return 0, m.buf.nbytes  # a specification's partitions: the whole buffer (still correct)
+        size = whole // self._partitions
+        return partition * size, size
+
+    def Pready(self, partition):
+        if self._mirrors:
+            with _cuda.errors_as(self._name, self._st.rank):
+                offset, nbytes = self._span(partition)
+                self._mirrors[0].copy_in(self._st, set(), offset, nbytes)
+        self._host.Pready(partition)
+
+    def Pready_range(self, partition_low, partition_high):
+        for p in range(partition_low, partition_high + 1):
+            self.Pready(p)
+
+    def Pready_list(self, partitions):
+        for p in partitions:
+            self.Pready(p)
+
+    def Parrived(self, partition):
+        arrived = self._host.Parrived(partition)
+        if arrived and self._mirrors:
+            with _cuda.errors_as(self._name, self._st.rank):
+                offset, nbytes = self._span(partition)
+                self._mirrors[0].copy_out(self._st, offset, nbytes)
+        return arrived

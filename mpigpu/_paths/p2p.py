@@ -75,7 +75,7 @@ def _stage(st, name, value, writable):
             sg.after(stream)
             sg.to_host(pinned.ptr, buf.ptr, buf.nbytes)
         _cuda.with_device(dev, copy_in)
-    host = host_view(np.frombuffer(pinned, dtype=np.uint8), buf.nbytes, buf.dtype)
+    host = host_view(np.frombuffer(pinned, dtype=np.uint8), buf.nbytes, buf.typestr)
     return buf, pinned, (host if rest is None else [host, *rest]), dev
 
 
@@ -108,7 +108,7 @@ def _post_send(st, comm, name, base, value, dest, tag):
             _cuda.with_device(dev, _cuda.device.stream_sync, _cuda.stream_of(buf, dev))  # payload ready
             code = np.full(1, -1, np.int32)
             inner = st.control.Irecv([code, MPI.INT], dest, reply)
-            send = MPI.Intracomm.Issend if name in _SYNCHRONOUS else MPI.Intracomm.Isend
+            send = MPI.Comm.Issend if name in _SYNCHRONOUS else MPI.Comm.Isend
             hreq = send(comm, [header, MPI.BYTE], dest, tag)
 
             def replied():
@@ -135,10 +135,10 @@ def send(comm, name, buf, dest, tag):
     st = state_of(comm)
     obj, rest = split_spec(buf)
     if rest is None and name in ('Send', 'Ssend') and p2p_ipc.usable(st):
-        base = getattr(MPI.Intracomm, 'I' + name.lower())
+        base = getattr(MPI.Comm, 'I' + name.lower())
         return _guarded(st, name, lambda: _finish_now(_post_send(st, comm, name, base, buf, dest, tag)))
-    blocking = getattr(MPI.Intracomm, name)
-    return mirrored.run(comm, name, lambda b: blocking(comm, b, dest, tag), [(buf, IN)])
+    blocking = getattr(MPI.Comm, name)
+    return mirrored.run(st, name, lambda b: blocking(comm, b, dest, tag), [(buf, IN)])
 
 
 # ---- receives --------------------------------------------------------------------------------
@@ -183,7 +183,7 @@ def _post_recv_device(st, comm, name, obj, source, tag):
         np.frombuffer(pinned, np.uint8, count=len(kept[2]))[:] = np.frombuffer(kept[2], np.uint8)
     else:
         try:
-            inner = MPI.Intracomm.Irecv(comm, [np.frombuffer(pinned, np.uint8, count=cap), MPI.BYTE], source, tag)
+            inner = MPI.Comm.Irecv(comm, [np.frombuffer(pinned, np.uint8, count=cap), MPI.BYTE], source, tag)
         except BaseException:
             give(pinned)
             raise
@@ -206,7 +206,7 @@ def _post_recv_staged(st, comm, name, value, source, tag):
     """A receive into a device buffer specification: the whole buffer is staged, as mpi4py reads it."""
     dbuf, pinned, spec, dev = _stage(st, name, value, True)
     try:
-        inner = MPI.Intracomm.Irecv(comm, spec, source, tag)
+        inner = MPI.Comm.Irecv(comm, spec, source, tag)
     except BaseException:
         give(pinned)
         raise
@@ -239,7 +239,7 @@ def host_checked(st, value):
 def _post_recv_host(st, comm, name, value, source, tag):
     """A receive into a whole host buffer on a communicator with a device team."""
     mv = memoryview(value).cast('B')
-    work = requests.Work(st.device, inner=MPI.Intracomm.Irecv(comm, value, source, tag), receive=True)
+    work = requests.Work(st.device, inner=MPI.Comm.Irecv(comm, value, source, tag), receive=True)
 
     def arrived():
         n = work.inner_status.Get_count(MPI.BYTE)
@@ -257,7 +257,7 @@ def _post_recv(st, comm, name, value, source, tag):
                 return _kept_host(st, name, value, kept)
         if host_checked(st, value):
             return _post_recv_host(st, comm, name, value, source, tag)
-        return requests.Work(None, inner=MPI.Intracomm.Irecv(comm, value, source, tag), receive=True)
+        return requests.Work(None, inner=MPI.Comm.Irecv(comm, value, source, tag), receive=True)
     obj, rest = split_spec(value)
     if rest is None:
         return _post_recv_device(st, comm, name, obj, source, tag)
@@ -304,9 +304,9 @@ def sendrecv(comm, sendbuf, dest, sendtag, recvbuf, source, recvtag, status):
         rwork = _post_recv(st, comm, 'Sendrecv', recvbuf, source, recvtag)
         try:
             if sendbuf is not None and is_device(sendbuf):
-                swork = _post_send(st, comm, 'Sendrecv', MPI.Intracomm.Isend, sendbuf, dest, sendtag)
+                swork = _post_send(st, comm, 'Sendrecv', MPI.Comm.Isend, sendbuf, dest, sendtag)
             else:
-                swork = requests.Work(None, inner=MPI.Intracomm.Isend(comm, sendbuf, dest, sendtag))
+                swork = requests.Work(None, inner=MPI.Comm.Isend(comm, sendbuf, dest, sendtag))
         except BaseException:
             if rwork.inner is not None:  # take the posted receive back before raising
                 rwork.inner.Cancel()
@@ -333,8 +333,8 @@ def probe(comm, source, tag, status, blocking):
         return _report(status, *kept)
     s = MPI.Status()
     if blocking:
-        MPI.Intracomm.Probe(comm, source, tag, s)
-    elif not MPI.Intracomm.Iprobe(comm, source, tag, s):
+        MPI.Comm.Probe(comm, source, tag, s)
+    elif not MPI.Comm.Iprobe(comm, source, tag, s):
         return False
     n = s.Get_count(MPI.BYTE)
     if n != p2p_ipc.HEADER_BYTES:
@@ -342,12 +342,73 @@ def probe(comm, source, tag, status, blocking):
             _copy_status(status, s.Get_source(), s.Get_tag(), n)
         return True
     s2 = MPI.Status()
-    msg = MPI.Intracomm.Mprobe(comm, s.Get_source(), s.Get_tag(), s2)
+    msg = MPI.Comm.Mprobe(comm, s.Get_source(), s.Get_tag(), s2)
     data = bytearray(n)
     msg.Recv([data, MPI.BYTE], s2)
     entry = (s2.Get_source(), s2.Get_tag(), bytes(data))
     st.owned(P2pState).kept.append(entry)
     return _report(status, *entry)
+
+
+# ---- matched probes (Mprobe, Improbe) and their receives -------------------------------------------
+def matched_probe(comm, source, tag, status, blocking):
+    """Mprobe/Improbe: (the MPI message or None, kept): on a communicator whose senders may send
+    headers, a message of the header's size is received at once and kept as (source, tag, bytes), so
+    the status reports the payload's size and the receive can copy it from the sender; else kept is
+    None and the message stays MPI's."""
+    st = state_of(comm)
+    if st.control is None:
+        msg = MPI.Comm.Mprobe(comm, source, tag, status) if blocking else MPI.Comm.Improbe(comm, source, tag, status)
+        return msg, None
+    kept = _kept_match(st, source, tag) if kept_messages(st) else None
+    if kept is not None:
+        _report(status, *kept)
+        return None, kept
+    s = MPI.Status()
+    msg = MPI.Comm.Mprobe(comm, source, tag, s) if blocking else MPI.Comm.Improbe(comm, source, tag, s)
+    if msg is None:
+        return None, None
+    n = s.Get_count(MPI.BYTE)
+    if n != p2p_ipc.HEADER_BYTES:
+        if status is not None:
+            _copy_status(status, s.Get_source(), s.Get_tag(), n)
+        return msg, None
+    data = bytearray(n)
+    msg.Recv([data, MPI.BYTE])
+    kept = (s.Get_source(), s.Get_tag(), bytes(data))
+    _report(status, *kept)
+    return None, kept
+
+
+def matched_recv(st, name, msg, kept, buf, status):
+    """Message.Recv: a kept message (a header or bytes taken at the probe) or MPI's `msg`, into `buf`
+    (device or host)."""
+    def go():
+        if kept is not None:
+            if is_device(buf):
+                obj, _rest = split_spec(buf)
+                dbuf = read_whole(name, 'buf', st.rank, obj, True, _cuda.consumer_stream)
+                dev = _cuda.device_of(name, 'buf', st.rank, dbuf)
+                work = requests.Work(dev, receive=True)
+                work.source, work.tag = kept[0], kept[1]
+                pinned = take(len(kept[2]))
+                np.frombuffer(pinned, np.uint8, count=len(kept[2]))[:] = np.frombuffer(kept[2], np.uint8)
+                stream = _cuda.stream_of(dbuf, dev)
+                try:
+                    _deliver(st, name, work, pinned, len(kept[2]), dbuf.ptr, dbuf.nbytes, stream,
+                             lambda k: _copy_sync(dev, dbuf.ptr, pinned.ptr, k, stream))
+                finally:
+                    give(pinned)
+            else:
+                work = _kept_host(st, name, buf, kept)
+            _finish_now(work)
+            if status is not None:
+                work.query(status)
+            return None
+        if is_device(buf):
+            return mirrored.run(st, name, lambda b: MPI.Message.Recv(msg, b, status), [(buf, mirrored.OUT)])
+        return MPI.Message.Recv(msg, buf, status)
+    return _guarded(st, name, go)
 
 
 def _report(status, source, tag, data):

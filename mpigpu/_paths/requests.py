@@ -178,12 +178,13 @@ class Work:
                 self.error = exc.Get_error_class() if isinstance(exc, MPI.Exception) else MPI.ERR_OTHER
             if self.greq is not None:
                 self.greq.Complete()
+                release_handle(self.greq)  # the user's request holds it; this copy must not outlive it
             return True
         finally:
             self.lock.release()
 
 
-class _Finishing:
+class Finishing:
     """Wait/Test that finish the work on the calling thread (no round trip through the agent);
     mpi4py's class-level Waitall/Testall/Waitany see a plain MPI request that the agent completes."""
 
@@ -200,7 +201,7 @@ class _Finishing:
         return super().Test(status)
 
 
-class Request(_Finishing, MPI.Grequest):
+class Request(Finishing, MPI.Grequest):
     """The generalized request of staged point-to-point calls and of calls completed on return."""
 
 
@@ -212,7 +213,7 @@ def start(work, cls=Request):
     """A request of class `cls` for `work` (already under way), watched by the agent."""
     greq = MPI.Grequest.Start(work.query, _noop, _noop)
     work.greq = greq
-    req = cls(greq)
+    req = cls(greq)  # the user's object; work.greq completes the same handle, then lets go of it
     req._work = work
     if agent.enabled():
         agent.add(work)
@@ -232,6 +233,7 @@ def completed(status=None):
     w.done = True
     greq.Complete()
     req = Request(greq)
+    release_handle(greq)
     req._work = w
     return req
 
@@ -279,6 +281,7 @@ class _Agent:
                     try:
                         w.done = True
                         w.greq.Complete()
+                        release_handle(w.greq)
                     except Exception:
                         pass
             if finished:
@@ -300,11 +303,23 @@ atexit.register(agent.stop)  # registered after mpi4py's finalizer, so it runs b
 
 
 def set_handle(req, other):
-    """Makes `req` hold `other`'s MPI handle (mpi4py has no setter; _addressof gives the slot)."""
+    """Makes `req` hold `other`'s MPI handle (mpi4py has no setter; _addressof gives the slot); `other`
+    lets go of it, so only `req` frees or completes it."""
     ctypes.memmove(MPI._addressof(req), MPI._addressof(other), MPI._sizeof(MPI.Request))
+    release_handle(other)
 
 
-class Persistent(_WaitsForGpu, MPI.Prequest):
+def release_handle(req):
+    """Sets a request object's handle to MPI_REQUEST_NULL without freeing it (another object owns it)."""
+    ctypes.memmove(MPI._addressof(req), MPI._addressof(MPI.REQUEST_NULL), MPI._sizeof(MPI.Request))
+
+
+class Startable:
+    """mpigpu's persistent requests: their Start is mpigpu's, so mpigpu.Startall starts them (mpi4py's
+    Prequest.Startall knows MPI handles only)."""
+
+
+class Persistent(Startable, _WaitsForGpu, MPI.Prequest):
     """A persistent collective on device buffers (Allreduce_init and friends).
 
     The call is parsed, checked and planned once; each `Start` enqueues the kernel after the producer's
@@ -332,9 +347,9 @@ class Persistent(_WaitsForGpu, MPI.Prequest):
 
 def Startall(requests):
     """Starts a list of persistent requests, mpigpu's and mpi4py's alike."""
-    plain = [r for r in requests if not isinstance(r, Persistent)]
+    plain = [r for r in requests if not isinstance(r, Startable)]
     for r in requests:
-        if isinstance(r, Persistent):
+        if isinstance(r, Startable):
             r.Start()
     if plain:
         MPI.Prequest.Startall(plain)

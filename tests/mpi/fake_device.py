@@ -1,10 +1,30 @@
 """A fake CUDA layer for CPU tests: host memory plays device memory, copies are memmove, streams
-and events are no-ops. install() patches mpigpu's modules; FakeCAI exports host arrays as if they
-were CUDA arrays (CUDA Array Interface v3)."""
+and events are no-ops. install() makes it mpigpu's CUDA layer; FakeCAI exports host arrays as if they
+were CUDA arrays (CUDA Array Interface v3) and registers their memory as "device memory", which is
+what the fake layer's pointer queries then report (every other pointer is host memory)."""
 import ctypes
 import types
+import weakref
 
 pinned_made = []
+_device_ranges = {}  # start -> end of the memory the fake layer calls device memory
+
+
+def register(ptr, nbytes, owner=None):
+    """Makes [ptr, ptr + nbytes) device memory for the fake layer, until `owner` is collected."""
+    if nbytes <= 0:
+        return
+    _device_ranges[ptr] = ptr + nbytes
+    if owner is not None:
+        weakref.finalize(owner, _device_ranges.pop, ptr, None)
+
+
+def is_device_memory(ptr):
+    return any(start <= ptr < end for start, end in _device_ranges.items())
+
+
+def _pointer_info(ptr):
+    return (2, 0) if is_device_memory(ptr) else (0, -1)
 
 
 class _PinnedOld(bytearray):
@@ -32,15 +52,19 @@ fake = types.SimpleNamespace(
     stream_wait_event=lambda s, e: None, stream_sync=lambda s: None,
     memcpy_async=lambda dst, src, nb, s: ctypes.memmove(dst, src, nb) if nb else None,
     get_device=lambda: 0, set_device=lambda d: None, PinnedBuffer=_pinned, device_count=lambda: 1,
-    pointer_info=lambda ptr: (2, 0), pci_bus_id=lambda d: '0000:00:00.0', MEM_DEVICE=2, MEM_MANAGED=3, MEM_HOST=1, MEM_UNREGISTERED=0,
+    pointer_info=_pointer_info, is_device_memory=is_device_memory, pci_bus_id=lambda d: '0000:00:00.0',
+    MEM_DEVICE=2, MEM_MANAGED=3, MEM_HOST=1, MEM_UNREGISTERED=0,
 )
 
 
 class FakeCAI:
+    """A host array exported as a CUDA array, its memory registered as device memory."""
+
     def __init__(self, a):
         self.a = a
         self.__cuda_array_interface__ = {'shape': a.shape, 'typestr': a.dtype.str, 'data': (a.ctypes.data, False),
                                          'version': 3, 'strides': None, 'stream': 1}
+        register(a.ctypes.data, a.nbytes, self)
 
 
 def install(layer=fake):

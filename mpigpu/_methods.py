@@ -1,0 +1,217 @@
+"""Every buffer method of mpi4py's classes made device-aware from its signature, in one place, so that
+no method (present or added by a later mpi4py) can hand a device pointer to MPI by being forgotten.
+
+mpi4py annotates each buffer parameter (`BufSpec...`, `Buffer`); for every such method of an mpi4py
+class that mpigpu's subclass does not implement itself, `install` generates one with the same
+signature: host buffers go to mpi4py's method untouched (the added cost is a type check per buffer),
+and a device buffer sends the call down the mirrored path in the form its kind needs (blocking,
+non-blocking, persistent, partitioned, split collective), or raises mpigpu.Error before MPI sees the
+pointer where host MPI would have to keep using device memory after the call (window memory, the
+buffer Bsend uses, pickled receives).
+"""
+import inspect
+
+from mpi4py import MPI
+
+from ._ext._intake import is_device
+from ._paths import mirrored
+from ._paths.mirrored import IN, INOUT, OUT
+from .errors import BufferArgumentError
+
+_BUFFER = ('BufSpec', 'Buffer')
+
+
+def buffer_params(fn):
+    """The names of `fn`'s buffer parameters, from mpi4py's annotations (empty: not a buffer method)."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return ()
+    return tuple(p.name for p in sig.parameters.values()
+                 if isinstance(p.annotation, str) and any(k in p.annotation for k in _BUFFER))
+
+
+def role(method, param):
+    """How `method` uses its buffer parameter `param`: read (IN), written (OUT) or both (INOUT)."""
+    m = method.lower()
+    if param in ('sendbuf', 'inbuf', 'compare'):
+        return IN
+    if param == 'origin':
+        return OUT if m in ('get', 'rget') else IN
+    if param == 'buf':
+        if 'bcast' in m or 'replace' in m:
+            return INOUT
+        if 'send' in m or 'write' in m:
+            return IN
+        return OUT
+    return OUT if param in ('recvbuf', 'result') else INOUT
+
+
+# Methods whose device memory host MPI would keep using after they return: refused.
+_REFUSED = {
+    'Attach_buffer': 'the buffer Bsend copies messages into must be host memory (Bsend itself takes '
+                     'device buffers)',
+    'Iagree': 'the flag of an agreement must be host memory',
+    'Create': 'window memory must be host memory: other ranks read and write it through MPI',
+    'Attach': 'window memory must be host memory: other ranks read and write it through MPI',
+    'Detach': 'window memory must be host memory: other ranks read and write it through MPI',
+    'recv': 'pickled objects are received into host memory',
+    'irecv': 'pickled objects are received into host memory',
+    'sendrecv': 'pickled objects are received into host memory',
+}
+# Rooted collectives: the buffers the root reads or writes, and those the other ranks do (mpi4py does
+# not read the others at all, so those are passed through, not mirrored).
+_ROOTED = {'Gather': (('recvbuf',), ('sendbuf',)), 'Gatherv': (('recvbuf',), ('sendbuf',)),
+           'Scatter': (('sendbuf',), ('recvbuf',)), 'Scatterv': (('sendbuf',), ('recvbuf',)),
+           'Reduce': (('recvbuf',), ('sendbuf',)), 'Bcast': (('buf',), ('buf',))}
+
+
+def _blocking_name(name, klass):
+    """The blocking form a non-blocking or persistent method starts (Gather for Igather and
+    Gather_init; Put for a window's Rput), or None for a blocking method."""
+    if name.endswith('_init'):
+        return name[:-len('_init')]
+    starts = 'IR' if issubclass(klass, MPI.Win) else 'I'
+    if len(name) > 2 and name[0] in starts:
+        blocking = name[1].upper() + name[2:]
+        if hasattr(klass, blocking):
+            return blocking
+    return None
+
+
+def _kind(name, klass):
+    """The form of a buffer method of mpi4py's `klass` on the mirrored path."""
+    if name in _REFUSED:
+        return 'refused'
+    if name in ('Psend_init', 'Precv_init'):
+        return 'partitioned'
+    if name.endswith('_init'):
+        return 'persistent'
+    if name.endswith('_begin'):
+        return 'begin'
+    if name.endswith('_end'):
+        return 'end'
+    return 'start' if _blocking_name(name, klass) else 'blocking'
+
+
+def _significant(self, name, params, args):
+    """The buffer parameters that mean nothing at this rank: a rooted collective's root-only buffers
+    off the root, and on an intercommunicator the root group's other ranks' (MPI.PROC_NULL) too."""
+    rooted = _ROOTED.get(_blocking_name(name, type(self)) or name)
+    if rooted is None or 'root' not in params or not isinstance(self, MPI.Comm):
+        return set()
+    at_root, at_leaf = rooted
+    try:
+        root = int(args[params.index('root')])
+    except (TypeError, ValueError):
+        return set()  # mpi4py raises for it
+    if not self.Is_inter():
+        used = set(at_root) | set(at_leaf) if root == self.Get_rank() else set(at_leaf)
+    elif root == MPI.ROOT:
+        used = set(at_root)
+    elif root == MPI.PROC_NULL:
+        used = set()
+    else:
+        used = set(at_leaf)
+    return {p for p in at_root + at_leaf if p not in used}
+
+
+def _handler(owner, name, base, params, bufs, state_of):
+    """The device-buffer side of one generated method."""
+    kind = _kind(name, owner)
+    reduces = 'op' in params or name in ('Accumulate', 'Raccumulate', 'Get_accumulate', 'Rget_accumulate',
+                                         'Reduce_local')
+    receive = kind in ('start', 'persistent') and ('recv' in name.lower() or 'read' in name.lower())
+
+    def device_call(self, args):
+        st = state_of(self)
+        if kind == 'refused':
+            raise BufferArgumentError(name, f'device memory is not supported here: {_REFUSED[name]}', arg=bufs[0],
+                        rank=st.rank, error_class=MPI.ERR_BUFFER)
+        skip = _significant(self, name, params, args)
+        where = [i for i, p in enumerate(params) if p in bufs and p not in skip]
+        items = [(args[i], role(name, params[i])) for i in where]
+
+        def call(*hosts):
+            full = list(args)
+            for i, h in zip(where, hosts):
+                full[i] = h
+            return base(self, *full)
+        if kind == 'blocking':
+            return mirrored.run(st, name, call, items, reduces)
+        if kind == 'start':
+            return mirrored.start(st, name, call, items, reduces, receive)
+        if kind == 'persistent':
+            return mirrored.Persistent.create(st, name, call, items, reduces, receive)
+        if kind == 'partitioned':
+            return mirrored.Partitioned.create(st, name, call, args[0], args[params.index('partitions')],
+                                               name == 'Psend_init')
+        return mirrored.split_collective(st, self, name, call, items, kind == 'begin')
+    return device_call
+
+
+def _source(name, params, defaults, bufs):
+    """Python source of a method with mpi4py's signature that routes device buffers."""
+    sig = ', '.join(f'{p}=_default_{p}' if p in defaults else p for p in params)
+    test = ' or '.join(f'_is_device({b})' for b in bufs)
+    args = ', '.join(params)
+    return (f'def {name}(self, {sig}):\n'
+            f'    if {test}:\n'
+            f'        return _device_call(self, ({args},))\n'
+            f'    return _base(self, {args})\n')
+
+
+def make(owner, name, base, state_of):
+    """A method of class `owner` with the signature of mpi4py's `base` (a function of an mpi4py class)
+    that sends device buffers down the mirrored path."""
+    sig = inspect.signature(base)
+    params = [p for p in sig.parameters if p != 'self']
+    defaults = {p.name: p.default for p in sig.parameters.values() if p.default is not inspect.Parameter.empty}
+    bufs = buffer_params(base)
+    namespace = {'_is_device': is_device, '_base': base,
+                 '_device_call': _handler(owner, name, base, params, bufs, state_of)}
+    namespace.update({f'_default_{p}': v for p, v in defaults.items()})
+    exec(_source(name, params, defaults, bufs), namespace)
+    fn = namespace[name]
+    fn.__qualname__ = f'{owner.__name__}.{name}'
+    fn.__doc__ = base.__doc__
+    fn.__module__ = owner.__module__
+    return fn
+
+
+def _own(owner):
+    """The names mpigpu's own classes in owner's hierarchy define (the generator leaves those)."""
+    names = set()
+    for klass in owner.__mro__:
+        if not klass.__module__.startswith('mpi4py'):
+            names.update(klass.__dict__)
+    return names
+
+
+def install(owner, state_of):
+    """Gives class `owner` a device-aware method for every buffer method of its mpi4py bases that it
+    does not define itself. `state_of(obj)` gives the state (rank, staging buffers) of an instance."""
+    own = _own(owner)
+    for klass in owner.__mro__:
+        if not klass.__module__.startswith('mpi4py'):
+            continue
+        for name, attr in klass.__dict__.items():
+            if name in own or name.startswith('_') or isinstance(attr, (classmethod, staticmethod)):
+                continue
+            if not callable(attr) or not buffer_params(attr):
+                continue
+            setattr(owner, name, make(owner, name, attr, state_of))
+            own.add(name)
+
+
+def unrouted(owner):
+    """Buffer methods of owner's mpi4py bases that still reach mpi4py directly (a test keeps it empty)."""
+    out = []
+    for klass in owner.__mro__:
+        if not klass.__module__.startswith('mpi4py'):
+            continue
+        for name, attr in klass.__dict__.items():
+            if callable(attr) and not isinstance(attr, (classmethod, staticmethod)) and buffer_params(attr):
+                if getattr(owner, name) is attr:
+                    out.append(f'{klass.__name__}.{name}')
+    return out

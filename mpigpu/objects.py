@@ -1,0 +1,183 @@
+"""mpigpu's subclasses of mpi4py's other classes that take buffers: Message (matched receives), Datatype
+(Pack, Unpack), Op (Reduce_local), File (reads and writes) and Win (RMA origin buffers).
+
+As with communicators, host buffers go to mpi4py untouched and device buffers take the mirrored path
+(methods generated from mpi4py's signatures by mpigpu/_methods.py), except where a call's buffer must
+outlive it: an RMA operation's origin buffer is MPI's until the epoch's synchronization, so `Win` keeps
+its mirrors until then and copies results back there; window memory itself must be host memory.
+mpi4py makes objects of the class a method is called on, so a datatype derived from one of these
+(`Create_vector`, `Dup` ...) and a window or file opened through these classes is one of these too.
+"""
+import ctypes
+
+from mpi4py import MPI
+
+from . import _cuda, _methods, _pickle
+from ._ext._intake import is_device
+from ._paths import mirrored, p2p, requests
+from ._paths.mirrored import IN, OUT
+from ._state import local_state, state_of
+from .errors import BufferArgumentError, Error
+
+
+def _null(obj, null):
+    """Sets `obj`'s handle to that of `null` (a consumed message) without freeing anything."""
+    ctypes.memmove(MPI._addressof(obj), MPI._addressof(null), MPI._sizeof(type(null)))
+
+
+class Message(MPI.Message):
+    """A matched-probe message (Mprobe, Improbe) that a device buffer can receive. On a communicator
+    whose senders may send GPU-to-GPU headers, a message of a header's size was received at the probe
+    (`_kept`), and the receive copies the payload from the sender's GPU."""
+    _state = None
+    _kept = None
+
+    def Recv(self, buf, status=None):
+        if self._kept is None and (buf is None or not is_device(buf)):
+            return MPI.Message.Recv(self, buf, status)
+        st = self._state or local_state()
+        kept, self._kept = self._kept, None
+        p2p.matched_recv(st, 'Message.Recv', self if kept is None else None, kept, buf, status)
+        _null(self, MPI.MESSAGE_NULL)
+
+    def Irecv(self, buf):
+        if self._kept is not None:
+            status = MPI.Status()
+            self.Recv(buf, status)
+            return requests.completed(status)
+        if buf is not None and is_device(buf):
+            st = self._state or local_state()
+            return mirrored.start(st, 'Message.Irecv', lambda b: MPI.Message.Irecv(self, b),
+                                  [(buf, OUT)], receive=True)
+        return MPI.Message.Irecv(self, buf)
+
+
+def message(comm, msg, kept):
+    """The Message of a matched probe on `comm` (None when Improbe found none)."""
+    if msg is None and kept is None:
+        return None
+    m = Message(msg) if msg is not None else Message()
+    m._state, m._kept = state_of(comm), kept
+    if msg is not None:
+        _null(msg, MPI.MESSAGE_NULL)  # ours holds the handle now
+    return m
+
+
+class Datatype(MPI.Datatype):
+    """An `mpi4py.MPI.Datatype` whose Pack and Unpack take device buffers."""
+
+    def __reduce__(self):
+        return _pickle.by_name(self, _DATATYPE_NAMES) or super().__reduce__()
+
+
+class Op(MPI.Op):
+    """An `mpi4py.MPI.Op` whose Reduce_local takes device buffers."""
+
+    def __reduce__(self):
+        return _pickle.by_name(self, _OP_NAMES) or super().__reduce__()
+
+
+class File(MPI.File):
+    """An `mpi4py.MPI.File` whose reads and writes take device buffers."""
+
+
+# RMA operations whose origin buffers MPI may use until the epoch's synchronization, and how: IN
+# buffers are copied at the call, OUT ones back at the synchronization.
+_RMA = {'Put': ('origin',), 'Get': ('origin',), 'Accumulate': ('origin',),
+        'Get_accumulate': ('origin', 'result'), 'Fetch_and_op': ('origin', 'result'),
+        'Compare_and_swap': ('origin', 'compare', 'result')}
+# Synchronizations that complete the RMA operations of this rank (all of them, or those towards one
+# target rank: their first argument).
+_COMPLETES_ALL = ('Fence', 'Complete', 'Unlock_all', 'Flush_all', 'Flush_local_all')
+_COMPLETES_TARGET = ('Unlock', 'Flush', 'Flush_local')
+
+
+class Win(MPI.Win):
+    """An `mpi4py.MPI.Win` whose RMA operations take device origin buffers: each keeps its host
+    mirror until the synchronization that completes it (Fence, Complete, Unlock, Flush ...), where
+    results are copied back. Window memory must be host memory (MPI.Win.Allocate gives such)."""
+
+    @classmethod
+    def Create(cls, memory, disp_unit=1, info=MPI.INFO_NULL, comm=MPI.COMM_SELF):
+        if memory is not None and memory is not MPI.BOTTOM and is_device(memory):
+            raise BufferArgumentError('Win.Create', 'device memory is not supported as window memory: other ranks read '
+                        'and write it through MPI (use host memory, e.g. MPI.Win.Allocate)', arg='memory',
+                        rank=local_state().rank, error_class=MPI.ERR_BUFFER)
+        return super().Create(memory, disp_unit, info, comm)
+
+    def _pending(self):
+        return self.__dict__.setdefault('_mg_pending', [])
+
+    def _complete(self, target=None):
+        """Copies the results of the completed operations (towards `target`, or all) back and lets go
+        of their mirrors."""
+        pending = self._pending()
+        keep = []
+        st = local_state()
+        try:
+            with _cuda.errors_as('Win', st.rank):
+                for op_target, mirrors in pending:
+                    if target is not None and op_target != target:
+                        keep.append((op_target, mirrors))
+                        continue
+                    for m in mirrors:
+                        m.copy_out(st)
+        finally:
+            for op_target, mirrors in pending:
+                if (op_target, mirrors) not in keep:
+                    for m in mirrors:
+                        m.release()
+            pending[:] = keep
+
+
+def _rma(name, base):
+    """An RMA operation whose device buffers are mirrored until their epoch completes."""
+    import inspect
+    params = [p for p in inspect.signature(base).parameters if p != 'self']
+    bufs = _RMA[name]
+
+    def method(self, *args, **kwargs):
+        bound = dict(zip(params, args), **kwargs)
+        if not any(bound.get(b) is not None and is_device(bound[b]) for b in bufs):
+            return base(self, *args, **kwargs)
+        st = local_state()
+        items = [(bound.get(b), _methods.role(name, b)) for b in bufs]
+        _cuda.require(name, st.rank)
+        with _cuda.errors_as(name, st.rank):
+            hosts, mirrors = mirrored.mirror_all(st, name, items, name != 'Put' and name != 'Get', pooled=True)
+        try:
+            bound.update(zip(bufs, hosts))
+            result = base(self, **bound)
+        except BaseException:
+            for m in mirrors:
+                m.release()
+            raise
+        self._pending().append((bound.get('target_rank'), mirrors))
+        return result
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = base.__doc__
+    return method
+
+
+def _completing(name, base, per_target):
+    def method(self, *args, **kwargs):
+        result = base(self, *args, **kwargs)
+        if self.__dict__.get('_mg_pending'):
+            self._complete(args[0] if per_target and args else kwargs.get('rank') if per_target else None)
+        return result
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = base.__doc__
+    return method
+
+
+for _name in _RMA:
+    setattr(Win, _name, _rma(_name, getattr(MPI.Win, _name)))
+for _name in _COMPLETES_ALL + _COMPLETES_TARGET:
+    setattr(Win, _name, _completing(_name, getattr(MPI.Win, _name), _name in _COMPLETES_TARGET))
+
+for _cls in (Message, Datatype, Op, File, Win):
+    _methods.install(_cls, local_state)
+
+# The names of mpi4py's predefined datatypes and ops (pickled by name).
+_DATATYPE_NAMES = tuple(n for n in dir(MPI) if type(getattr(MPI, n)) is MPI.Datatype)
+_OP_NAMES = tuple(n for n in dir(MPI) if type(getattr(MPI, n)) is MPI.Op)

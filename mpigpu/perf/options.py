@@ -1,7 +1,6 @@
 """mpigpu-perf's command line: the parser and every check of the arguments, done before any
 measurement (a bad argument is one line on rank 0 and exit status 2, mpigpu/_cli.py)."""
 import argparse
-import importlib.util
 
 from .._cli import UsageError, say
 from .._config import _ALGOS
@@ -115,8 +114,11 @@ def parse(argv, description, baselines):
     a.types = _list(a.datatype, TYPES, 'datatype')
     a.ops = _list(a.op, OPS, 'op')
     a.names = _list(a.compare, tuple(baselines), 'baseline') if a.compare else ()
-    if a.plot and importlib.util.find_spec('matplotlib') is None:
-        raise UsageError('--plot needs matplotlib, which is not installed (pip install "mpigpu[perf]")')
+    if a.plot:
+        try:  # the import the plot will need, tried now rather than after the sweep
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise UsageError('--plot needs matplotlib, which is not installed (pip install "mpigpu[perf]")') from None
     return a
 
 

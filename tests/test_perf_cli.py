@@ -150,9 +150,9 @@ def test_plot_without_matplotlib_fails_first(tmp_path):
     assert not (tmp_path / 'p.png').exists()
 
 
-def test_interleaved_rounds_alternate_and_take_the_median(monkeypatch):
+def test_interleaved_rounds_alternate_and_take_the_best(monkeypatch):
     # A fake clock: call A costs 1 ms, call B 2 ms, except that B's third round is slowed to 50 ms by
-    # "load". Rounds alternate A,B / B,A; each side's median round is its steady cost.
+    # "load". Rounds alternate A,B / B,A; each side's best round is its undisturbed cost.
     from mpigpu.perf import sweep
     now, order = [0.0], []
 

@@ -6,7 +6,7 @@
 On GPU buffers each row shows mpigpu's device engine and the --compare baselines (ratio columns:
 baseline's time / mpigpu's, above 1 where mpigpu is faster). On host buffers mpigpu hands the
 buffers to mpi4py unchanged (the device engine is not involved): each row then shows mpigpu against
-plain mpi4py on the same communicator, timed in alternating rounds, and the ratio is the overhead
+plain mpi4py on the same communicator, timed in alternating rounds (the best of each), and the ratio is the overhead
 mpigpu adds (1.00x: none).
 """
 import sys
@@ -43,7 +43,7 @@ def _title(n, mem, a, names):
     if mem == 'host':
         return (f'# mpigpu-perf: {n} ranks, host buffers, {a.timing} timing.\n'
                 f'# Host buffers go to MPI unchanged: the device engine is not involved. Each row times\n'
-                f'# mpigpu and plain mpi4py in {a.rounds} alternating rounds (median round of each);\n'
+                f'# mpigpu and plain mpi4py in {a.rounds} alternating rounds (the best round of each);\n'
                 f'# x{"mpi4py":<7}= mpi4py\'s time / mpigpu\'s: the overhead mpigpu adds (1.00x: none).\n'
                 f'# Baselines: {", ".join(names)}')
     return (f'# mpigpu-perf: {n} ranks, {mem} buffers, engine algo {mpigpu.config.algo}, '

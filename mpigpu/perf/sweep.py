@@ -109,10 +109,12 @@ def time_blocking_calls(comm, fn, iters, warmup):
 
 def time_interleaved(comm, fns, iters, warmup, rounds, pauses=None):
     """Seconds per call of each of `fns` (blocking calls), timed in `rounds` alternating rounds of
-    `iters` calls each (the order reversed every other round): the median round of each, a round's
-    time being the slowest rank's average. Load from other processes comes and goes within seconds;
-    timing two implementations one after the other would give each a different share of it, and
-    their ratio would show that instead of what one adds to the other. `pauses`: a GcPauses per fn."""
+    `iters` calls each (the order reversed every other round): the best round of each, a round's
+    time being the slowest rank's average. Load from other processes comes and goes: timing two
+    implementations one after the other gives each a different share of it, and on a busy machine a
+    rank that loses its core for a time slice makes a whole round of microsecond calls slow. The
+    best round of each, taken from rounds that alternate, compares the two at their least disturbed,
+    so their ratio shows what one adds to the other. `pauses`: a GcPauses per fn."""
     for fn in fns:
         for _ in range(warmup):
             fn()
@@ -126,8 +128,7 @@ def time_interleaved(comm, fns, iters, warmup, rounds, pauses=None):
                 for _ in range(iters):
                     fns[i]()
                 local[i].append((time.perf_counter() - t0) / max(iters, 1))
-    worst = [[comm.allreduce(t, op=_MAX()) for t in ts] for ts in local]
-    return [sorted(ts)[len(ts) // 2] for ts in worst]
+    return [min(comm.allreduce(t, op=_MAX()) for t in ts) for ts in local]
 
 
 def time_stream(comm, launch, sync, iters, warmup, pauses=None):

@@ -13,7 +13,10 @@ _WHO = ('from mpi4py import MPI; import sys; '
 
 
 def _run(n, *args, runner='mpigpu', stdin=None, cwd=None, env=None):
-    e = dict(os.environ, PYTHONUNBUFFERED='1', **(env or {}))
+    # Python's own buffering: each rank's output leaves in one write at exit. Unbuffered, print()
+    # writes its text and its newline apart, and two ranks' lines can interleave within a line.
+    e = dict(os.environ, **(env or {}))
+    e.pop('PYTHONUNBUFFERED', None)
     return subprocess.run([mpiexec(), '-n', str(n), sys.executable, '-m', runner, *args], input=stdin,
                           capture_output=True, text=True, timeout=120, cwd=cwd, env=e)
 

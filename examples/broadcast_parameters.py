@@ -1,10 +1,11 @@
 """Broadcast of a model's parameter set from rank 0, MPI-style: every tensor with Bcast, in place.
 
-    mpirun -n 4 python examples/broadcast_parameters.py --gb 4      # CuPy arrays on GPUs
-    mpiexec -n 2 python examples/broadcast_parameters.py --host      # NumPy arrays, small
+    mpirun -n 4 python examples/broadcast_parameters.py --gb 4      # CuPy arrays on GPUs, 4 GB
+    mpiexec -n 2 python examples/broadcast_parameters.py --host      # NumPy arrays, 8 MB
 
-On GPUs large broadcasts run the engine's pipelined scatter-forward algorithm (every rank receives
-each byte once, in two hops); the script reports the achieved rate and checks every parameter.
+On GPUs each Bcast runs on mpigpu's device engine, in the form its cost model picks for the tensor's
+size (docs/tuning.md); on host arrays it is the MPI library's own Bcast. Rank 0 prints one line: the
+set's size, the time and rate of the broadcasts, and that every parameter matches rank 0's.
 """
 import argparse
 import time
@@ -13,9 +14,10 @@ import numpy as np
 
 import mpigpu
 
-p = argparse.ArgumentParser()
-p.add_argument('--gb', type=float, default=0.25, help='total parameter size in GB (GPU run)')
-p.add_argument('--host', action='store_true', help='NumPy arrays, 8 MB in total')
+p = argparse.ArgumentParser(description='Broadcast a transformer-shaped parameter set from rank 0 and check it.')
+p.add_argument('--gb', type=float, default=None,
+               help='total parameter size in GB (default 0.25 on GPUs, 0.008 = 8 MB with --host or without GPUs)')
+p.add_argument('--host', action='store_true', help='NumPy arrays in host memory even where GPUs exist')
 a = p.parse_args()
 
 comm = mpigpu.COMM_WORLD
@@ -27,14 +29,24 @@ if not a.host and mpigpu.gpu_available()[0]:
         xp.cuda.Device(rank % xp.cuda.runtime.getDeviceCount()).use()
     except ImportError:
         xp = np
-total = int((a.gb if xp is not np else 0.008) * 1e9)
+total = int((a.gb if a.gb is not None else 0.25 if xp is not np else 0.008) * 1e9)
 
-# a parameter set shaped like a transformer's: many matrices, some vectors, float32 and bfloat16-sized
+# A parameter set shaped like a transformer's: per layer an MLP matrix (width x 4 width, float32), its
+# bias and an attention matrix (width x width, float16). The width is the largest power of two up to
+# 1024 at which four layers fit the total; tensors are added while the total is not exceeded, so the
+# set comes to within one tensor of it.
+width = 1024
+while width > 16 and 4 * (16 * width * width + 16 * width + 2 * width * width) > total:
+    width //= 2
+layer = (((width, 4 * width), np.float32), ((4 * width,), np.float32), ((width, width), np.float16))
 shapes, nbytes = [], 0
-while nbytes < total:
-    for shape, dt in (((1024, 4096), np.float32), ((4096,), np.float32), ((1024, 1024), np.float16)):
-        shapes.append((shape, dt))
-        nbytes += int(np.prod(shape)) * np.dtype(dt).itemsize
+while True:
+    shape, dt = layer[len(shapes) % len(layer)]
+    step = int(np.prod(shape)) * np.dtype(dt).itemsize
+    if shapes and nbytes + step > total:
+        break
+    shapes.append((shape, dt))
+    nbytes += step
 params = []
 for i, (shape, dt) in enumerate(shapes):
     if rank == 0:
@@ -64,6 +76,6 @@ bad = comm.allreduce(bad)
 assert bad == 0, f'{bad} parameters differ from rank 0'
 if rank == 0:
     where = 'GPU' if xp is not np else 'host'
-    print(f'broadcast {len(params)} parameters, {nbytes / 1e9:.3f} GB, {size} ranks, {where} arrays: '
-          f'{dt * 1e3:.1f} ms, {nbytes / dt / 1e9:.1f} GB/s per rank (first call, setup: '
-          f'{setup * 1e3:.1f} ms); all equal to rank 0')
+    amount = f'{nbytes / 1e9:.2f} GB' if nbytes >= 1e9 else f'{nbytes / 1e6:.1f} MB'
+    print(f'broadcast_parameters: {size} ranks, {where} arrays, {len(params)} parameters, {amount} in '
+          f'{dt * 1e3:.1f} ms ({nbytes / dt / 1e9:.2f} GB/s; setup call {setup * 1e3:.1f} ms); all equal to rank 0')

@@ -10,14 +10,21 @@ compared with single-process training on the full batches (same initialization, 
     mpiexec -n 2 python examples/data_parallel_training.py --host    # NumPy on CPUs (any machine)
 
 GPU form: PyTorch's `register_post_accumulate_grad_hook` starts each bucket's Iallreduce the moment
-the gradient is final. Host form: a hand-written backward pass does the same, layer by layer.
+the gradient is final (each parameter's gradient is a bucket of its own). Host form: a hand-written
+backward pass does the same, one bucket per layer. Rank 0 prints one line: steps, and the largest
+difference from single-process training.
 """
-import sys
+import argparse
 
 import numpy as np
 
 import mpigpu
 from mpigpu import MPI
+
+cli = argparse.ArgumentParser(description='Data-parallel training of a small MLP (20 steps), gradients '
+                              'all-reduced during the backward pass, checked against single-process training.')
+cli.add_argument('--host', action='store_true', help='NumPy on CPUs even where GPUs and PyTorch exist')
+args = cli.parse_args()
 
 comm = mpigpu.COMM_WORLD
 rank, size = comm.Get_rank(), comm.Get_size()
@@ -125,7 +132,7 @@ def train_torch(torch):
 
 
 torch = None
-if '--host' not in sys.argv and mpigpu.gpu_available()[0]:
+if not args.host and mpigpu.gpu_available()[0]:
     try:
         import torch
     except ImportError:
@@ -135,5 +142,5 @@ worst = comm.allreduce(diff, op=MPI.MAX)
 assert worst < 1e-4, f'rank {rank}: parameters differ from single-process training by {worst}'
 if rank == 0:
     where = 'PyTorch on GPUs' if torch is not None else 'NumPy on CPUs'
-    print(f'{size} ranks, {where}: {STEPS} steps, gradients all-reduced during backward; parameters '
-          f'match single-process training (max difference {worst:.2e})')
+    print(f'data_parallel_training: {size} ranks, {where}, {STEPS} steps with gradients all-reduced during '
+          f'backward: parameters match single-process training (max difference {worst:.1e})')

@@ -1,40 +1,82 @@
-"""python -m mpigpu prog.py [args...]: run an unmodified mpi4py program with mpigpu underneath.
+"""python -m mpigpu: run an unmodified mpi4py program with mpigpu underneath.
 
-The predefined communicators of mpi4py.MPI are replaced by mpigpu's wrapped ones before the program
-starts, so `MPI.COMM_WORLD.Allreduce(cupy_x, cupy_y)` takes mpigpu's path. Communicators the program
-derives from them (Split, Dup, ...) are wrapped too. Limits: communicators built from handles by other
-means (MPI.Comm.f2py, an intercommunicator's Merge) are plain mpi4py ones.
+usage: python -m mpigpu [options] <pyfile> [arg] ...
+   or: python -m mpigpu [options] -m <mod> [arg] ...
+   or: python -m mpigpu [options] -c <cmd> [arg] ...
+   or: python -m mpigpu [options] - [arg] ...        (program read from standard input)
+
+options:
+  -h, --help   show this help and exit
+  --version    show mpigpu's version and exit
+
+What `python -m mpi4py` takes, run the same way (sys.argv, sys.path, __main__), after mpi4py.MPI's
+predefined communicators, datatypes and ops have been replaced by mpigpu's, so
+`MPI.COMM_WORLD.Allreduce(cupy_x, cupy_y)` takes mpigpu's path; communicators, datatypes, windows and
+files made from them are mpigpu's too. Limit: objects built from raw handles (MPI.Comm.f2py,
+MPI.Intracomm(handle)) are plain mpi4py ones.
+
+Exit status: the program's (sys.exit(N) gives N); an exception the program does not catch ends the
+whole job through MPI_Abort with status 1 (KeyboardInterrupt: 130), as with `python -m mpi4py`, so
+the other ranks do not wait forever; a bad command line gives 2 (`python -m mpi4py` gives 1 there).
 """
-import runpy
 import sys
+
+from ._cli import UsageError, say, usage_error
+
+_PROG = 'python -m mpigpu'
+_HINT = f'usage: {_PROG} [options] <pyfile> | -m <mod> | -c <cmd> | - [arg] ...  (see {_PROG} --help)'
+
+
+def install():
+    """Put mpigpu under mpi4py: mpi4py.MPI's predefined communicators, datatypes and ops, and its Win,
+    File, Op and Message classes, become mpigpu's (mpigpu/_dropin.py says which), so a program that uses
+    mpi4py.MPI passes GPU arrays through mpigpu."""
+    from mpigpu import _dropin
+    _dropin.install()
+
+
+def parse(argv):
+    """(what to do, the program's command line): ('help' | 'version' | 'run', args). Raises UsageError."""
+    args = list(argv)
+    while args and args[0].startswith('-') and args[0] not in ('-m', '-c', '-'):
+        opt = args[0]
+        if opt in ('-h', '-help', '--help'):
+            return 'help', []
+        if opt in ('-version', '--version'):
+            return 'version', []
+        raise UsageError(f'unknown option {opt!r}')
+    if not args:
+        raise UsageError('no program given')
+    if args[0] in ('-m', '-c') and len(args) < 2:
+        raise UsageError(f'argument expected after {args[0]}')
+    return 'run', args
 
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] in ('-h', '--help'):
-        print(__doc__.strip())
-        return 0 if argv else 2
-    from mpi4py import MPI
-
-    from mpigpu import _dropin
-    _dropin.install()
-    sys.argv = list(argv)
     try:
-        if argv[0] == '-m' and len(argv) > 1:
-            sys.argv = argv[1:]
-            runpy.run_module(argv[1], run_name='__main__', alter_sys=True)
-        else:
-            runpy.run_path(argv[0], run_name='__main__')
-    except SystemExit as exc:
-        if exc.code not in (None, 0) and MPI.COMM_WORLD.Get_size() > 1:
-            MPI.COMM_WORLD.Abort(exc.code if isinstance(exc.code, int) else 1)
+        action, args = parse(argv)
+    except UsageError as exc:
+        return usage_error(_PROG, exc, _HINT)
+    if action == 'help':
+        say(__doc__.strip())
+        return 0
+    if action == 'version':
+        import mpigpu
+        say(f'mpigpu {mpigpu.__version__}')
+        return 0
+    install()
+    # mpi4py's own runner runs the program (the -c/-m/-/path forms, sys.argv and sys.path as it sets
+    # them) and marks the job for MPI_Abort at exit when the program fails, as `python -m mpi4py` does.
+    from mpi4py.run import run_command_line, set_abort_status
+    try:
+        run_command_line(args)
+    except (SystemExit, KeyboardInterrupt) as exc:
+        set_abort_status(exc)
         raise
     except BaseException:
-        # as `python -m mpi4py` does: a failing rank ends the job instead of leaving others waiting
-        import traceback
-        traceback.print_exc()
-        sys.stderr.flush()
-        MPI.COMM_WORLD.Abort(1)
+        set_abort_status(1)
+        raise
     return 0
 
 

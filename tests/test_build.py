@@ -24,3 +24,23 @@ def test_python_m_mpigpu_help():
     import sys
     out = subprocess.run([sys.executable, '-m', 'mpigpu', '--help'], capture_output=True, text=True)
     assert out.returncode == 0 and 'unmodified mpi4py program' in out.stdout
+
+
+def test_gpu_archs_auto_keeps_what_nvcc_compiles():
+    # cuda/gpu_archs.py (meson's gpu_archs=auto): a GPU nvcc knows is taken as it is; one newer than
+    # nvcc's newest gets that newest (its PTX runs through the driver's JIT); one older than nvcc's
+    # oldest is left out; no GPU gives nothing (meson then uses its default, PTX for compute_80).
+    import importlib.util
+    import os
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'cuda', 'gpu_archs.py')
+    spec = importlib.util.spec_from_file_location('gpu_archs', path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    nvcc = [75, 80, 86, 89, 90, 100, 120]
+    assert mod.choose([90], nvcc) == [90]
+    assert mod.choose([90, 80, 90], nvcc) == [80, 90]
+    assert mod.choose([130], nvcc) == [120]
+    assert mod.choose([87], nvcc) == [86]
+    assert mod.choose([70], nvcc) == []
+    assert mod.choose([], nvcc) == []
+    assert mod.choose([90], []) == [90]  # nvcc could not say: trust the GPU

@@ -34,6 +34,18 @@ def test_broadcast_parameters():
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert 'all equal to rank 0' in proc.stdout
+    # --host broadcasts the 8 MB its help promises (within one tensor, never more)
+    line, = proc.stdout.strip().splitlines()
+    amount = float(line.split(' MB in ')[0].split()[-1])
+    assert 7.0 <= amount <= 8.0, line
+
+
+@pytest.mark.parametrize('name', ['allreduce_hello', 'broadcast_parameters', 'data_parallel_training',
+                                  'jacobi_halo'])
+def test_help_says_what_it_runs(name):
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, 'examples', f'{name}.py'), '--help'],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.startswith(f'usage: {name}.py') and '--host' in proc.stdout
 
 
 def test_python_m_mpigpu_aborts_on_failure(tmp_path):

@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from conftest import mpiexec
 
 
@@ -17,10 +19,21 @@ def test_perf_host_table_and_json(tmp_path):
     text = proc.stdout
     assert '#wrong' in text and 'Out of bounds values : 0 OK' in text and 'Avg bus bandwidth' in text
     assert '# unavailable: nccl' in text  # a missing baseline is reported, other rows go on
+    # host buffers: the header says the engine is not involved, and plain mpi4py is timed beside mpigpu
+    assert 'the device engine is not involved' in text and 'xmpi4py' in text
+    assert text.count('mpigpu-perf: 2 ranks') == 1  # rank 0 alone prints
     data = json.loads(out_json.read_text())
     assert data['nranks'] == 2 and data['mem'] == 'host'
     assert {r['coll'] for r in data['rows']} == {'allreduce', 'bcast', 'allgather'}
     assert all(r['oop']['wrong'] == 0 for r in data['rows'])
+    for r in data['rows']:
+        theirs = r['baselines']['mpi4py']
+        assert theirs['wrong'] == 0 and theirs['time_us'] > 0 and theirs['rounds'] == r['oop']['rounds'] == 5
+        assert theirs['iters'] == r['oop']['iters']  # the same calls per round for both
+    # each row: mpi4py's ratio (a number and x), then nccl's cells, unavailable on host buffers
+    rows = [line.split() for line in text.splitlines() if line.strip()[:1].isdigit()]
+    assert len(rows) == len(data['rows']) and all(r[-1] == 'unavail' and r[-2].endswith('x') for r in rows)
+    assert all(float(r[-2][:-1]) > 0 for r in rows)
     # --calls: every row's median and slowest single call, after the row and in the JSON
     assert text.count('#   calls, median / slowest us: mpigpu ') == len(data['rows'])
     assert all(0 < r['oop']['median_us'] <= r['oop']['slowest_us'] for r in data['rows'])
@@ -98,3 +111,66 @@ def test_gc_pauses_in_the_timed_calls():
     assert not report.gc_pause_shows(row, ['nccl'])
     row['baselines']['nccl']['gc_pause_us'] = 150.0
     assert report.gc_pause_shows(row, ['nccl'])
+
+
+def _perf(n, *args, env=None):
+    e = dict(os.environ, PYTHONUNBUFFERED='1', **(env or {}))
+    return subprocess.run([mpiexec(), '-n', str(n), sys.executable, '-m', 'mpigpu.perf', *args],
+                          capture_output=True, text=True, timeout=120, env=e)
+
+
+@pytest.mark.parametrize('args, message', [
+    (['-e', '1X'], "argument -e/--maxbytes: '1X' is not a size"),
+    (['-r', '5', 'reduce'], '-r 5: the root must be a rank of the 2 (0..1)'),
+    (['alltoall'], 'unknown collective alltoall'),
+    (['allreduce,bcst'], 'unknown collective bcst'),
+    (['-d', 'float128'], 'unknown datatype float128'),
+    (['--compare', 'nccl,gloo'], 'unknown baseline gloo'),
+    (['-b', '1M', '-e', '1K'], '-b 1048576 is above -e 1024'),
+    (['-n', '0'], 'argument -n/--iters: 0 is below 1'),
+    (['--frobnicate'], 'unrecognized arguments: --frobnicate'),
+])
+def test_bad_arguments_one_line_status_2_nothing_run(args, message):
+    proc = _perf(2, *args, '--mem', 'host')
+    assert proc.returncode == 2, (proc.stdout, proc.stderr[-3000:])
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 2, proc.stderr  # once for the job, no traceback
+    assert lines[0].startswith('mpigpu-perf: error: ') and message in lines[0], lines[0]
+    assert lines[1].startswith('usage: mpigpu-perf')
+    assert proc.stdout == ''  # no table: nothing was measured
+
+
+def test_plot_without_matplotlib_fails_first(tmp_path):
+    # a matplotlib that cannot be imported, first on the path: as if it were not installed
+    (tmp_path / 'matplotlib').mkdir()
+    (tmp_path / 'matplotlib' / '__init__.py').write_text('raise ImportError("hidden by the test")\n')
+    proc = _perf(2, '--mem', 'host', '--plot', str(tmp_path / 'p.png'), env={'PYTHONPATH': str(tmp_path)})
+    assert proc.returncode == 2 and proc.stdout == '', proc.stderr[-3000:]
+    assert proc.stderr.startswith('mpigpu-perf: error: --plot needs matplotlib')
+    assert not (tmp_path / 'p.png').exists()
+
+
+def test_interleaved_rounds_alternate_and_take_the_best(monkeypatch):
+    # A fake clock: call A costs 1 ms, call B 2 ms, except that B's third round is slowed to 50 ms by
+    # "load". Rounds alternate A,B / B,A; each side's best round is its undisturbed cost.
+    from mpigpu.perf import sweep
+    now, order = [0.0], []
+
+    class Comm(_OneRank):
+        def Barrier(self):
+            pass
+
+    def a():
+        order.append('a')
+        now[0] += 1e-3
+
+    def b():
+        order.append('b')
+        now[0] += 50e-3 if order.count('b') in (9, 10) else 2e-3  # warm-up 1 + rounds of 2 calls
+
+    monkeypatch.setattr(sweep.time, 'perf_counter', lambda: now[0])
+    pauses = [sweep.GcPauses(), sweep.GcPauses()]
+    ta, tb = sweep.time_interleaved(Comm(), [a, b], 2, 1, 5, pauses)
+    assert abs(ta - 1e-3) < 1e-12 and abs(tb - 2e-3) < 1e-12
+    rounds = ''.join(order[2:])  # after one warm-up call of each
+    assert rounds == 'aabb' 'bbaa' 'aabb' 'bbaa' 'aabb'

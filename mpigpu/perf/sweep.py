@@ -110,6 +110,30 @@ def time_blocking_calls(comm, fn, iters, warmup):
     return comm.allreduce(median, op=_MAX()), comm.allreduce(slowest, op=_MAX())
 
 
+def time_interleaved(comm, fns, iters, warmup, rounds, pauses=None):
+    """Seconds per call of each of `fns` (blocking calls), timed in `rounds` alternating rounds of
+    `iters` calls each (the order reversed every other round): the best round of each, a round's
+    time being the slowest rank's average. Load from other processes comes and goes: timing two
+    implementations one after the other gives each a different share of it, and on a busy machine a
+    rank that loses its core for a time slice makes a whole round of microsecond calls slow. The
+    best round of each, taken from rounds that alternate, compares the two at their least disturbed,
+    so their ratio shows what one adds to the other. `pauses`: a GcPauses per fn."""
+    for fn in fns:
+        for _ in range(warmup):
+            fn()
+    local = [[] for _ in fns]
+    for r in range(rounds):
+        order = range(len(fns)) if r % 2 == 0 else range(len(fns) - 1, -1, -1)
+        for i in order:
+            comm.Barrier()
+            with pauses[i] if pauses else contextlib.nullcontext():
+                t0 = time.perf_counter()
+                for _ in range(iters):
+                    fns[i]()
+                local[i].append((time.perf_counter() - t0) / max(iters, 1))
+    return [min(comm.allreduce(t, op=_MAX()) for t in ts) for ts in local]
+
+
 def time_stream(comm, launch, sync, iters, warmup, pauses=None):
     """Seconds per call when `launch` only enqueues: back-to-back launches, one `sync` at the end."""
     for _ in range(warmup):

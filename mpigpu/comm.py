@@ -10,9 +10,8 @@ from one of these is one of these too.
 from mpi4py import MPI
 
 from . import _methods, _pickle, _state, objects
-from ._call import is_in_place
 from ._codes import Coll
-from ._ext._intake import is_device
+from ._ext._intake import any_device, is_device
 from ._paths import p2p, requests
 from ._paths.engine import try_fast
 from ._plan import Plan
@@ -24,9 +23,14 @@ _ALLREDUCE, _BCAST, _REDUCE_SCATTER_BLOCK, _REDUCE, _ALLGATHER = (
 _SUM = MPI.SUM
 
 
-def _any_device(sendbuf, recvbuf):
-    """True when a collective has a device buffer (host buffers then go to mpi4py untouched)."""
-    return (recvbuf is not None and is_device(recvbuf)) or (not is_in_place(sendbuf) and is_device(sendbuf))
+_any_device = any_device  # a collective with a device buffer (else its host buffers go to mpi4py untouched)
+# mpi4py's methods, bound once (the host path's call is then one lookup fewer)
+(_Isend, _Issend, _Irsend, _Ibsend, _Irecv, _Send, _Ssend, _Rsend, _Bsend, _Recv, _Sendrecv) = (
+    MPI.Comm.Isend, MPI.Comm.Issend, MPI.Comm.Irsend, MPI.Comm.Ibsend, MPI.Comm.Irecv, MPI.Comm.Send,
+    MPI.Comm.Ssend, MPI.Comm.Rsend, MPI.Comm.Bsend, MPI.Comm.Recv, MPI.Comm.Sendrecv)
+_Allreduce, _Bcast, _Reduce_scatter_block, _Reduce, _Allgather = (
+    MPI.Intracomm.Allreduce, MPI.Intracomm.Bcast, MPI.Intracomm.Reduce_scatter_block, MPI.Intracomm.Reduce,
+    MPI.Intracomm.Allgather)
 
 
 def _rank(comm):
@@ -69,63 +73,64 @@ class _Comm:
     def Isend(self, buf, dest, tag=0):
         if is_device(buf):
             return p2p.isend(self, 'Isend', MPI.Comm.Isend, buf, dest, tag)
-        return MPI.Comm.Isend(self, buf, dest, tag)
+        return _Isend(self, buf, dest, tag)
 
     def Issend(self, buf, dest, tag=0):
         if is_device(buf):
             return p2p.isend(self, 'Issend', MPI.Comm.Issend, buf, dest, tag)
-        return MPI.Comm.Issend(self, buf, dest, tag)
+        return _Issend(self, buf, dest, tag)
 
     def Irsend(self, buf, dest, tag=0):
         if is_device(buf):
             return p2p.isend(self, 'Irsend', MPI.Comm.Irsend, buf, dest, tag)
-        return MPI.Comm.Irsend(self, buf, dest, tag)
+        return _Irsend(self, buf, dest, tag)
 
     def Ibsend(self, buf, dest, tag=0):
         if is_device(buf):
             return p2p.isend(self, 'Ibsend', MPI.Comm.Ibsend, buf, dest, tag)
-        return MPI.Comm.Ibsend(self, buf, dest, tag)
+        return _Ibsend(self, buf, dest, tag)
 
     def _receives_specially(self, buf):
-        """A host receive that must take kept messages or look for a GPU sender's header."""
+        """A host receive that must take kept messages or look for a GPU sender's header (only on a
+        communicator whose device team is up)."""
         st = _state.cached(self)
         return st is not None and st.team is not None and (bool(p2p.kept_messages(st)) or p2p.host_checked(st, buf))
 
     def Irecv(self, buf, source=_ANY_SOURCE, tag=_ANY_TAG):
         if is_device(buf) or self._receives_specially(buf):
             return p2p.irecv(self, buf, source, tag)
-        return MPI.Comm.Irecv(self, buf, source, tag)
+        return _Irecv(self, buf, source, tag)
 
     def Send(self, buf, dest, tag=0):
         if is_device(buf):
             return p2p.send(self, 'Send', buf, dest, tag)
-        return MPI.Comm.Send(self, buf, dest, tag)
+        return _Send(self, buf, dest, tag)
 
     def Ssend(self, buf, dest, tag=0):
         if is_device(buf):
             return p2p.send(self, 'Ssend', buf, dest, tag)
-        return MPI.Comm.Ssend(self, buf, dest, tag)
+        return _Ssend(self, buf, dest, tag)
 
     def Rsend(self, buf, dest, tag=0):
         if is_device(buf):
             return p2p.send(self, 'Rsend', buf, dest, tag)
-        return MPI.Comm.Rsend(self, buf, dest, tag)
+        return _Rsend(self, buf, dest, tag)
 
     def Bsend(self, buf, dest, tag=0):
         if is_device(buf):
             return p2p.send(self, 'Bsend', buf, dest, tag)
-        return MPI.Comm.Bsend(self, buf, dest, tag)
+        return _Bsend(self, buf, dest, tag)
 
     def Recv(self, buf, source=_ANY_SOURCE, tag=_ANY_TAG, status=None):
         if is_device(buf) or self._receives_specially(buf):
             return p2p.recv(self, buf, source, tag, status)
-        return MPI.Comm.Recv(self, buf, source, tag, status)
+        return _Recv(self, buf, source, tag, status)
 
     def Sendrecv(self, sendbuf, dest, sendtag=0, recvbuf=None, source=_ANY_SOURCE, recvtag=_ANY_TAG,
                  status=None):
-        if is_device(sendbuf) or is_device(recvbuf) or self._receives_specially(recvbuf):
+        if any_device(sendbuf, recvbuf) or self._receives_specially(recvbuf):
             return p2p.sendrecv(self, sendbuf, dest, sendtag, recvbuf, source, recvtag, status)
-        return MPI.Comm.Sendrecv(self, sendbuf, dest, sendtag, recvbuf, source, recvtag, status)
+        return _Sendrecv(self, sendbuf, dest, sendtag, recvbuf, source, recvtag, status)
 
     def Probe(self, source=_ANY_SOURCE, tag=_ANY_TAG, status=None):
         st = _state.cached(self)
@@ -171,48 +176,48 @@ class Intracomm(_Comm, MPI.Intracomm):
     def Allreduce(self, sendbuf, recvbuf, op=_SUM, *, stream=None):
         if stream is not None:
             return self._on_stream(_ALLREDUCE, sendbuf, recvbuf, op, 0, stream)
+        if not _any_device(sendbuf, recvbuf):
+            return _Allreduce(self, sendbuf, recvbuf, op)
         if try_fast(self, _ALLREDUCE, sendbuf, recvbuf, op):
             return None
-        if _any_device(sendbuf, recvbuf):
-            return Plan(self, 'Allreduce', _ALLREDUCE, sendbuf, recvbuf, op, 0).run()
-        return MPI.Intracomm.Allreduce(self, sendbuf, recvbuf, op)
+        return Plan(self, 'Allreduce', _ALLREDUCE, sendbuf, recvbuf, op, 0).run()
 
     def Bcast(self, buf, root=0, *, stream=None):
         if stream is not None:
             return self._on_stream(_BCAST, None, buf, None, root, stream)
+        if not _any_device(None, buf):
+            return _Bcast(self, buf, root)
         if try_fast(self, _BCAST, None, buf, None, root):
             return None
-        if buf is not None and is_device(buf):
-            return Plan(self, 'Bcast', _BCAST, None, buf, None, root).run()
-        return MPI.Intracomm.Bcast(self, buf, root)
+        return Plan(self, 'Bcast', _BCAST, None, buf, None, root).run()
 
     def Reduce_scatter_block(self, sendbuf, recvbuf, op=_SUM, *, stream=None):
         if stream is not None:
             return self._on_stream(_REDUCE_SCATTER_BLOCK, sendbuf, recvbuf, op, 0, stream)
+        if not _any_device(sendbuf, recvbuf):
+            return _Reduce_scatter_block(self, sendbuf, recvbuf, op)
         if try_fast(self, _REDUCE_SCATTER_BLOCK, sendbuf, recvbuf, op):
             return None
-        if _any_device(sendbuf, recvbuf):
-            return Plan(self, 'Reduce_scatter_block', _REDUCE_SCATTER_BLOCK, sendbuf, recvbuf, op, 0).run()
-        return MPI.Intracomm.Reduce_scatter_block(self, sendbuf, recvbuf, op)
+        return Plan(self, 'Reduce_scatter_block', _REDUCE_SCATTER_BLOCK, sendbuf, recvbuf, op, 0).run()
 
     def Reduce(self, sendbuf, recvbuf, op=_SUM, root=0, *, stream=None):
         rbuf = recvbuf if _rank(self) == root else None
         if stream is not None:
             return self._on_stream(_REDUCE, sendbuf, rbuf, op, root, stream)
+        if not _any_device(sendbuf, rbuf):
+            return _Reduce(self, sendbuf, recvbuf, op, root)
         if try_fast(self, _REDUCE, sendbuf, rbuf, op, root):
             return None
-        if _any_device(sendbuf, rbuf):
-            return Plan(self, 'Reduce', _REDUCE, sendbuf, rbuf, op, root).run()
-        return MPI.Intracomm.Reduce(self, sendbuf, recvbuf, op, root)
+        return Plan(self, 'Reduce', _REDUCE, sendbuf, rbuf, op, root).run()
 
     def Allgather(self, sendbuf, recvbuf, *, stream=None):
         if stream is not None:
             return self._on_stream(_ALLGATHER, sendbuf, recvbuf, None, 0, stream)
+        if not _any_device(sendbuf, recvbuf):
+            return _Allgather(self, sendbuf, recvbuf)
         if try_fast(self, _ALLGATHER, sendbuf, recvbuf, None):
             return None
-        if _any_device(sendbuf, recvbuf):
-            return Plan(self, 'Allgather', _ALLGATHER, sendbuf, recvbuf, None, 0).run()
-        return MPI.Intracomm.Allgather(self, sendbuf, recvbuf)
+        return Plan(self, 'Allgather', _ALLGATHER, sendbuf, recvbuf, None, 0).run()
 
     def _on_stream(self, coll, sendbuf, recvbuf, op, root, stream):
         name = Coll(coll).mpi_name

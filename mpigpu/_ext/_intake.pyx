@@ -132,9 +132,12 @@ cdef class DeviceBuffer:
 
 # ---- where a buffer lives ------------------------------------------------------------------------
 cdef object _pointer_query = None  # fn(ptr) -> True for device or managed memory; set by mpigpu._cuda
-cdef set _HOST_TYPES = {bytes, bytearray, type(None)}
+cdef set _HOST_TYPES = {bytes, bytearray, type(None)}  # and mpi4py's constants, below
 cdef object _cupy_ndarray = None
 cdef object _MISSING = object()
+cdef object _mpi4py = __import__('mpi4py.MPI', fromlist=['IN_PLACE'])
+cdef type _IN_PLACE_TYPE = type(_mpi4py.IN_PLACE)
+_HOST_TYPES.update({_IN_PLACE_TYPE, type(_mpi4py.BOTTOM), type(_mpi4py.BUFFER_AUTOMATIC)})
 
 
 def set_pointer_query(fn):
@@ -218,6 +221,20 @@ cpdef bint is_device(object obj) except -1:
         PyBuffer_Release(&view)
         return n > 0 and ptr != 0 and _pointer_query(ptr)
     return False
+
+
+cpdef bint any_device(object sendbuf, object recvbuf) except -1:
+    """True when a collective's sendbuf (unless in place: None or MPI.IN_PLACE, alone or in a
+    specification) or recvbuf is device memory: the host path's one check per call."""
+    cdef type t = type(recvbuf)
+    if t not in _HOST_TYPES and is_device(recvbuf):
+        return True
+    t = type(sendbuf)
+    if t in _HOST_TYPES:
+        return False
+    if (t is list or t is tuple) and len(sendbuf) > 0 and (sendbuf[0] is None or type(sendbuf[0]) is _IN_PLACE_TYPE):
+        return False
+    return type(sendbuf) is not _IN_PLACE_TYPE and is_device(sendbuf)
 
 
 # ---- reading a device buffer ---------------------------------------------------------------------

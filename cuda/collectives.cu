@@ -5,6 +5,7 @@
 #include "team.cuh"
 #include "kernel_table.cuh"
 #include "resident_call.cuh"
+#include "single_rank.cuh"
 #include "status.cuh"
 
 using mg::DirectArgs;
@@ -19,12 +20,10 @@ static size_t user_elem_bytes(int dtype) {
   return (size_t)k.elem_size * k.mult;
 }
 
-// One rank: every collective is a copy of the input into the output (or nothing, in place).
+// One rank: every collective is a copy of the input into the output (or nothing: Bcast, in place).
 static int single_rank(const mg_call *c, uintptr_t stream) {
-  if (c->coll == MG_BCAST || c->send == c->recv) return 0;
-  size_t bytes = c->count * user_elem_bytes(c->dtype);
-  return rc(cudaMemcpyAsync((void *)c->recv, (const void *)c->send, bytes, cudaMemcpyDeviceToDevice,
-                            (cudaStream_t)stream));
+  if (c->coll == MG_BCAST || c->recv == 0) return 0;
+  return mg::single_rank_copy(c->recv, c->send, c->count * user_elem_bytes(c->dtype), stream);
 }
 
 // Launches one of the engine's kernels (its argument struct at `args`) with kThreads per channel.

@@ -199,18 +199,34 @@ def _combine(name, p, children):
     if name in ('VECTOR', 'HVECTOR'):
         stride = p['stride'] * (ext if name == 'VECTOR' else 1)
         return _repeat(_repeat(pat, p['blocklength'], ext), p['count'], stride)
-    if name in ('INDEXED', 'HINDEXED'):
-        unit = ext if name == 'INDEXED' else 1
-        return _concat([(_repeat(pat, n, ext), d * unit) for n, d in zip(p['blocklengths'], p['displacements'])])
-    if name in ('INDEXED_BLOCK', 'HINDEXED_BLOCK'):
-        unit = ext if name == 'INDEXED_BLOCK' else 1
-        return _replicate(_repeat(pat, p['blocklength'], ext), np.asarray(p['displacements'], _I64) * unit)
+    if name in ('INDEXED', 'HINDEXED', 'INDEXED_BLOCK', 'HINDEXED_BLOCK'):
+        unit = ext if name.startswith('INDEXED') else 1
+        displs = np.asarray(p['displacements'], _I64) * unit
+        lengths = p['blocklengths'] if 'blocklengths' in p else [p['blocklength']] * len(displs)
+        return _indexed(pat, ext, np.asarray(lengths, _I64), displs)
     if name == 'SUBARRAY':
         return _array(pat, ext, p['sizes'], [np.arange(s, s + n, dtype=_I64)
                                               for s, n in zip(p['starts'], p['subsizes'])], p['order'])
     if name == 'DARRAY':
         return _array(pat, ext, p['gsizes'], _darray_indices(p), p['order'])
     raise Error('datatype', f'unknown type constructor {name}', arg='datatype', error_class=MPI.ERR_TYPE)
+
+
+def _indexed(pat, ext, lengths, displs):
+    """Blocks of lengths[i] copies of pat (`ext` bytes apart) at displs[i], without a Python loop
+    over the blocks (indexed types may have millions)."""
+    keep = lengths > 0
+    lengths, displs = lengths[keep], displs[keep]
+    if not len(lengths):
+        return _Pat(_EMPTY, _EMPTY, (), frozenset())
+    if (lengths == lengths[0]).all():
+        return _replicate(_repeat(pat, int(lengths[0]), ext), displs)
+    offs, lens = _expand(pat.offs, pat.lens, pat.dims)
+    if len(offs) == 1 and lens[0] == ext:  # a gapless element: each block is one run of bytes
+        return _Pat(offs[0] + displs, lengths * ext, (), pat.codes)
+    first = np.repeat(np.cumsum(lengths) - lengths, lengths)
+    copies = np.repeat(displs, lengths) + (np.arange(int(lengths.sum()), dtype=_I64) - first) * ext
+    return _Pat((copies[:, None] + offs[None, :]).ravel(), np.tile(lens, len(copies)), (), pat.codes)
 
 
 def _array(pat, ext, sizes, indices, order):

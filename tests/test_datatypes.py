@@ -180,3 +180,36 @@ def test_host_pack_checks_the_array_bounds():
     with pytest.raises(mpigpu.Error, match='outside'):
         pack_host(layout(vec), 1, np.zeros(64, np.uint8), 0)
     vec.Free()
+
+
+def _fake_device():
+    import importlib.util
+    import os
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'mpi', 'fake_device.py')
+    spec = importlib.util.spec_from_file_location('fake_device', path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.fake
+
+
+@pytest.mark.parametrize('name', sorted(CASES))
+def test_fake_device_packs_at_raw_addresses_as_mpi_does(name):
+    """The fake CUDA layer's PackPlan (tests/mpi/fake_device.py), which CPU tests of the dispatch
+    use in place of the kernels, packs and unpacks at raw addresses as MPI does."""
+    fake = _fake_device()
+    dt = make(name)
+    plan = fake.pack_plan(layout(dt), 0)
+    assert fake.pack_plan(layout(dt), 0) is plan
+    for count in CASES[name][1]:
+        buf, base = host_buffer(dt, count, seed=count)
+        want = mpi_pack(dt, count, buf, base)
+        out = np.zeros(len(want) + 1, np.uint8)
+        plan.pack(count, buf.ctypes.data + base, out.ctypes.data, 0)
+        assert out[:len(want)].tobytes() == want and out[-1] == 0
+        if CASES[name][2]:
+            continue
+        ours, theirs = buf.copy(), buf.copy()
+        packed = out[:len(want)][::-1].copy()  # other bytes than the buffer holds
+        mpi_unpack(dt, count, packed.tobytes(), theirs, base)
+        plan.unpack(count, packed.ctypes.data, ours.ctypes.data + base, 0)
+        assert np.array_equal(ours, theirs)

@@ -16,7 +16,7 @@ its extent: one more, outermost, dimension (`dims_for(count)`).
 import numpy as np
 from mpi4py import MPI
 
-from ._types import CODE, DTYPES, FROM_MPI, SIZES, TYPECHARS
+from ._types import DTYPES, FROM_MPI, SIZES, TYPECHARS
 from .errors import Error
 
 BYTES = -1      # element code of a layout whose leaves are not all one type: its bytes move, nothing reduces

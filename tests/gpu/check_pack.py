@@ -15,7 +15,6 @@
 """
 import os
 import sys
-import time
 
 import cupy as cp
 import numpy as np

@@ -226,6 +226,39 @@ int mg_completion_test(uint64_t ticket, int *done);
 /* Stops the watcher thread (before MPI_Finalize). */
 void mg_completion_shutdown(void);
 
+/* ---- derived datatypes packed on the device (pack.cu) ---- */
+#define MG_PACK_MAX_DIMS 7  /* nested dimensions of a layout (the count of a call adds one) */
+enum mg_pack_direction { MG_PACK = 0, MG_UNPACK = 1 };
+
+/* A datatype's type map (mpigpu/_datatypes.py): a block table repeated over nested dimensions,
+ * packed in order (innermost dimension fastest, the table's entries in order within each). A regular
+ * layout's table is one block (start, block); a longer table lives in device memory. Offsets and
+ * strides are bytes from the buffer pointer, of any sign. */
+typedef struct mg_layout {
+  int64_t size;      /* packed bytes of one instance of the type */
+  int64_t extent;    /* bytes from one instance to the next */
+  int ndims;         /* 0 .. MG_PACK_MAX_DIMS */
+  int64_t dim_count[MG_PACK_MAX_DIMS];
+  int64_t dim_stride[MG_PACK_MAX_DIMS];
+  int64_t nblocks;   /* entries in the table: 1 for a regular layout, else set by mg_layout_upload */
+  int64_t start;     /* regular: offset of the block */
+  int64_t block;     /* bytes of one pass over the table (regular: of the block) */
+  const int64_t *offsets; /* table, device memory: nblocks entry offsets */
+  const int64_t *packed;  /* table, device memory: nblocks + 1 packed offsets (prefix sums of lengths) */
+  int group;         /* table: threads that copy one entry (a power of two up to 32) */
+} mg_layout;
+
+/* Copies a table of n >= 2 entries (host arrays of offsets and byte lengths) to the current
+ * device, once per layout (synchronous); fills nblocks, block, offsets, packed and group. */
+int mg_layout_upload(mg_layout *layout, const int64_t *offsets, const int64_t *lengths, int64_t n);
+/* Frees an uploaded table (no kernel may still be using it; cudaFree waits for the device). */
+int mg_layout_release(mg_layout *layout);
+/* Enqueues on stream: MG_PACK copies count instances of the layout at buf (instance k at
+ * buf + k * extent) into count * size contiguous bytes at packed; MG_UNPACK copies them back. No
+ * allocation, no synchronization; the current device must be the one holding the table. */
+int mg_pack(const mg_layout *layout, size_t count, uintptr_t buf, uintptr_t packed, int direction,
+            uintptr_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -634,3 +634,6 @@ cpdef int fast_collective(Team team, int device, int coll, object sendbuf, objec
     else:
         team.run(coll, algo, rd, op_code, sp, rp, count, root, nchannels, <uintptr_t>rs, True)
     return 1
+
+
+include "_pack.pxi"

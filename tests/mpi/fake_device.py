@@ -1,7 +1,8 @@
-"""A fake CUDA layer for CPU tests: host memory plays device memory, copies are memmove, streams
-and events are no-ops. install() makes it mpigpu's CUDA layer; FakeCAI exports host arrays as if they
-were CUDA arrays (CUDA Array Interface v3) and registers their memory as "device memory", which is
-what the fake layer's pointer queries then report (every other pointer is host memory)."""
+"""A fake CUDA layer for CPU tests: host memory plays device memory, copies are memmove, datatype
+packing is mpigpu._datatypes' NumPy reference, streams and events are no-ops. install() makes it
+mpigpu's CUDA layer; FakeCAI exports host arrays as if they were CUDA arrays (CUDA Array Interface v3)
+and registers their memory as "device memory", which is what the fake layer's pointer queries then
+report (every other pointer is host memory)."""
 import ctypes
 import types
 import weakref
@@ -45,6 +46,44 @@ class DeviceError(RuntimeError):
     pass
 
 
+def _memory(ptr, lo, hi):
+    """The host bytes [ptr + lo, ptr + hi) as a writable uint8 array."""
+    import numpy as np
+    return np.ctypeslib.as_array((ctypes.c_uint8 * max(hi - lo, 1)).from_address(ptr + lo))
+
+
+class _PackPlan:
+    """_device.PackPlan over host memory: mpigpu._datatypes' NumPy packing at raw addresses."""
+
+    def __init__(self, layout, device):
+        self.layout, self.device, self.size, self.extent = layout, device, layout.size, layout.extent
+
+    def _span(self, count):
+        offs = self.layout.byte_offsets(count)
+        return (int(offs.min()), int(offs.max()) + 1) if len(offs) else (0, 0)
+
+    def pack(self, count, buf, packed, stream):
+        from mpigpu._datatypes import pack_host
+        lo, hi = self._span(count)
+        if hi > lo:
+            data = pack_host(self.layout, count, _memory(buf, lo, hi), -lo)
+            ctypes.memmove(packed, data, len(data))
+
+    def unpack(self, count, packed, buf, stream):
+        from mpigpu._datatypes import unpack_host
+        lo, hi = self._span(count)
+        if hi > lo:
+            data = ctypes.string_at(packed, count * self.size)
+            unpack_host(self.layout, count, data, _memory(buf, lo, hi), -lo)
+
+
+def _pack_plan(layout, device):
+    plan = layout.plans.get(device)
+    if plan is None:
+        plan = layout.plans[device] = _PackPlan(layout, device)
+    return plan
+
+
 fake = types.SimpleNamespace(
     DeviceError=DeviceError,
     stream_create=lambda: 1, stream_destroy=lambda s: None, event_create=lambda: 1,
@@ -54,6 +93,7 @@ fake = types.SimpleNamespace(
     get_device=lambda: 0, set_device=lambda d: None, PinnedBuffer=_pinned, device_count=lambda: 1,
     pointer_info=_pointer_info, is_device_memory=is_device_memory, pci_bus_id=lambda d: '0000:00:00.0',
     MEM_DEVICE=2, MEM_MANAGED=3, MEM_HOST=1, MEM_UNREGISTERED=0,
+    PackPlan=_PackPlan, pack_plan=_pack_plan,
 )
 
 

@@ -1,6 +1,6 @@
 """Point-to-point on GPUs: GPU to GPU over peer mappings (mpigpu/_paths/p2p_ipc.py) and its mixes
 with host buffers and the staged path.
-`mpirun -n N python -m pytest -p no:cacheprovider tests/gpu/test_p2p.py` (N >= 2).
+`mpirun -n N python -m pytest -p no:cacheprovider tests/gpu/test_p2p.py`.
 
 - Send/Recv, Ssend, Isend/Irecv (req.Wait and mpi4py's Waitall), Sendrecv rings, both directions,
   sizes around MPIGPU_P2P_IPC_BYTES, slices offset into larger arrays, several messages in flight;
@@ -14,13 +14,11 @@ with host buffers and the staged path.
 import time
 
 import numpy as np
-import pytest
 
 import gpucheck as gc
 from gpucheck import MPI, RANK, SIZE, check, cp, settings
 from mpigpu._paths import p2p_ipc
 
-pytestmark = pytest.mark.skipif(SIZE < 2, reason='point-to-point between ranks needs 2 or more')
 rank, n = RANK, SIZE
 plain = MPI.COMM_WORLD
 nxt, prv = (rank + 1) % n, (rank - 1) % n

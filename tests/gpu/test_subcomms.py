@@ -1,13 +1,9 @@
 """Sub-communicators from Split: odd and even ranks (the automatic choice and the ring forms), and
 the halves with no resident kernel (the launched LL and LL128 kernels on blocking calls), each swept
-like COMM_WORLD. `mpirun -n N python -m pytest -p no:cacheprovider tests/gpu/test_subcomms.py` (N >= 2)."""
-import pytest
-
+like COMM_WORLD. `mpirun -n N python -m pytest -p no:cacheprovider tests/gpu/test_subcomms.py`."""
 import gpucheck as gc
 import mpigpu
 from gpucheck import RANK, SIZE, record, settings, sweep
-
-pytestmark = pytest.mark.skipif(SIZE < 2, reason='sub-communicators of one rank are COMM_WORLD again')
 
 
 def split_sweep(world, color, algos):

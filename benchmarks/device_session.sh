@@ -4,9 +4,12 @@
 # PARTS: comma-separated from suite, api, async, p2p, examples, sanitize, probe, floor, bench, resident,
 # linger, final, tables, tables2 (final = suite, api, async, p2p, examples, tables, tables2). TABLE_ARGS: more
 # mpigpu-perf arguments for the blocking tables (--calls).
-# Every rank runs through `python -m mpi4py`, so an exception on one rank aborts the job instead of
-# leaving the others spinning in a collective. Logs go under $OUT (or ./device-out); the last lines
-# printed are a short summary.
+# The GPU checks (tests/gpu/test_*.py) run under pytest inside every rank: the ranks agree at the end
+# of each test and fail together, and a rank whose peers never arrive ends the job (tests/gpu/gpucheck.py).
+# The other programs run through `python -m mpi4py`, so an exception on one rank aborts the job instead
+# of leaving the others spinning in a collective. Logs go under $OUT (or ./device-out); the last lines
+# printed are a short summary: per part and rank count, the counted checks (the last 'passed, N failed'
+# line: all modules of the part) and pytest's tests.
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1 MPIGPU_TIMEOUT_S=${MPIGPU_TIMEOUT_S:-30}
@@ -20,36 +23,44 @@ counts=${COUNTS:-$(printf "%s\n" 2 "$ngpu" | sort -un)}  # rank counts of the su
 shared=${MPIGPU_SHARED_GPU:-0}
 run="mpirun --allow-run-as-root --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE -x MPIGPU_TIMEOUT_S -x PYTHONUNBUFFERED -x MPIGPU_ALGO -x MPIGPU_RESIDENT_US -x MPIGPU_RESIDENT_BLOCKS -x MPIGPU_RESIDENT_MAX_BYTES -x MPIGPU_SHARED_GPU"
 perf="python3 -m mpi4py -m mpigpu.perf"
+checks="python3 -m pytest -p no:cacheprovider -q"
+# the modules split from the former check_collectives.py, in its order (SUITE_ARGS: more pytest
+# arguments, e.g. --quick or -k resident)
+suite_modules="tests/gpu/test_sweep.py tests/gpu/test_errors.py tests/gpu/test_back_to_back.py tests/gpu/test_resident.py
+  tests/gpu/test_protocols.py tests/gpu/test_subcomms.py tests/gpu/test_staged.py"
 summary=()
+# counts LOG: the counted checks of the last summary line of the GPU checks, and pytest's tally
+counts() { echo "$(grep -E 'passed, [0-9]+ failed \(' "$1" | tail -1 | sed 's/ (.*//'); tests: $(grep -E '(passed|failed|error|skipped).* in [0-9.]+s' "$1" | tail -1)"; }
 has() { [[ ",$what," == *",$1,"* ]] || { [[ " bench probe sanitize floor resident linger " != *" $1 "* ]] && [[ ",$what," == *",final,"* ]]; }; }
 if has suite; then
   for n in $counts; do
     [ "$n" -le "$ngpu" ] || [ "$shared" = 1 ] || continue
-    timeout ${SUITE_TIMEOUT:-200} $run -n "$n" python3 -m mpi4py tests/gpu/check_collectives.py ${SUITE_ARGS:-} > "$OUT/suite-$n.log" 2>&1
+    timeout ${SUITE_TIMEOUT:-200} $run -n "$n" $checks $suite_modules ${SUITE_ARGS:-} > "$OUT/suite-$n.log" 2>&1
     rc=$?
-    summary+=("suite n=$n rc=$rc: $(grep -E 'passed, [0-9]+ failed' "$OUT/suite-$n.log" | tail -1)")
+    summary+=("suite n=$n rc=$rc: $(counts "$OUT/suite-$n.log")")
+    while read -r line; do summary+=("  $line"); done < <(grep -E '^[a-z ]+: [0-9]+ passed, [0-9]+ failed \(' "$OUT/suite-$n.log" | grep -v '^all GPU modules')
     grep -E '^FAIL' "$OUT/suite-$n.log" | head -8
   done
 fi
 if has api; then
   for n in $counts; do
-    timeout 90 $run -n "$n" python3 -m mpi4py tests/gpu/check_buffer_api.py > "$OUT/api-$n.log" 2>&1
-    summary+=("buffer API n=$n rc=$?: $(grep -E 'passed, [0-9]+ failed' "$OUT/api-$n.log" | tail -1)")
+    timeout 90 $run -n "$n" $checks tests/gpu/test_buffer_api.py > "$OUT/api-$n.log" 2>&1
+    summary+=("buffer API n=$n rc=$?: $(counts "$OUT/api-$n.log")")
     grep -E '^FAIL|Error' "$OUT/api-$n.log" | head -5
   done
 fi
 if has async; then
   for n in $counts; do
-    timeout 120 $run -n "$n" python3 -m mpi4py tests/gpu/check_async.py > "$OUT/async-$n.log" 2>&1
-    summary+=("async n=$n rc=$?: $(grep -E 'passed, [0-9]+ failed' "$OUT/async-$n.log" | tail -1)")
+    timeout 120 $run -n "$n" $checks tests/gpu/test_async.py > "$OUT/async-$n.log" 2>&1
+    summary+=("async n=$n rc=$?: $(counts "$OUT/async-$n.log")")
     summary+=("  $(grep -E '^1 KB Allreduce' "$OUT/async-$n.log")")
     grep -E '^FAIL|Error' "$OUT/async-$n.log" | head -5
   done
 fi
 if has p2p; then
   for n in $counts; do
-    timeout 150 $run -n "$n" python3 -m mpi4py tests/gpu/check_p2p.py > "$OUT/p2p-$n.log" 2>&1
-    summary+=("p2p n=$n rc=$?: $(grep -E 'passed, [0-9]+ failed' "$OUT/p2p-$n.log" | tail -1)")
+    timeout 150 $run -n "$n" $checks tests/gpu/test_p2p.py > "$OUT/p2p-$n.log" 2>&1
+    summary+=("p2p n=$n rc=$?: $(counts "$OUT/p2p-$n.log")")
     grep -E '^Sendrecv ring' "$OUT/p2p-$n.log" | while read -r line; do echo "  $line"; done
     grep -E '^FAIL|Error' "$OUT/p2p-$n.log" | head -8
   done

@@ -18,6 +18,8 @@ import cupy as cp
 from mpi4py import MPI
 
 import mpigpu
+from mpigpu._codes import Algo, Coll, Dtype, Op
+from mpigpu._state import state_of
 
 comm = mpigpu.COMM_WORLD
 rank, n = comm.Get_rank(), comm.Get_size()
@@ -121,8 +123,8 @@ c100 = comms[LINGERS[0]]
 host = {
     'comm.Allreduce, 0 elements (the host path to the engine)': per_call(lambda: c100.Allreduce(z, zr)),
     'comm.Allreduce, 1 KB': per_call(lambda: c100.Allreduce(x, y)),
-    'team.run, 1 KB (the engine alone)': per_call(lambda: c100._mg_state.team.run(
-        0, 0, 11, 0, x.data.ptr, y.data.ptr, 256, 0, 0, stream.ptr, True)),
+    'team.run, 1 KB (the engine alone)': per_call(lambda: state_of(c100).team.run(
+        Coll.ALLREDUCE, Algo.AUTO, Dtype.FLOAT32, Op.SUM, x.data.ptr, y.data.ptr, 256, 0, 0, stream.ptr, True)),
     'cupy.cuda.get_current_stream()': per_call(cp.cuda.get_current_stream),
     'cudaStreamQuery (stream.done)': per_call(lambda: stream.done),
 }
@@ -133,6 +135,6 @@ if rank == 0:
     for name, v in results.items():
         print(f'{name:>34}: {med(v):9.1f}  ({min(v):.1f}..{max(v):.1f})')
     for us, c in comms.items():
-        print(f'# limit {us:g} us: (resident calls, instances launched, calls alone) {c._mg_state.team.resident_stats}')
+        print(f'# limit {us:g} us: (resident calls, instances launched, calls alone) {state_of(c).team.resident_stats}')
 for c in comms.values():
     c.Free()

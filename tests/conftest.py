@@ -1,4 +1,11 @@
-"""Shared helpers: launching multi-rank scripts under mpiexec, fake device buffers."""
+"""Shared helpers: launching multi-rank scripts under mpiexec, fake device buffers; and the pytest glue of
+the GPU checks (tests/gpu/test_*.py), which run inside every rank under mpirun: each phase of their
+tests (setup, call, teardown) ends with all ranks agreeing, so they fail together and never drift out
+of step (gpucheck.end_phase), and each module prints its counted checks on rank 0.
+
+The glue lives here, not in a tests/gpu/conftest.py: the CPU tests import this module by the name
+`conftest`, which a second conftest.py would take. It touches neither CUDA nor MPI unless a GPU
+module was collected (without a GPU each skips at collection, importing gpucheck)."""
 import os
 import shutil
 import subprocess
@@ -7,6 +14,93 @@ import sys
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+GPU_DIR = os.path.join(HERE, 'gpu')
+
+# Ranks of an MPI job, from the launcher's environment (Open MPI, MPICH's Hydra, PMIx).
+_RANK_VARS = ('OMPI_COMM_WORLD_RANK', 'PMI_RANK', 'PMIX_RANK')
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    # pytest inside every rank of an MPI job (the GPU checks): only rank 0 reports, so its lines do
+    # not interleave with the others' progress; it lists every rank's failures (they agree on them),
+    # and every rank's exit status still counts.
+    rank = next((os.environ[v] for v in _RANK_VARS if v in os.environ), '0')
+    if rank.isdigit() and int(rank) > 0:
+        config.pluginmanager.set_blocked('terminalreporter')
+
+
+def pytest_addoption(parser):
+    parser.addoption('--quick', action='store_true', default=False,
+                     help='GPU checks (tests/gpu): smaller sizes and the auto algorithm only in the sweeps')
+
+
+# ---- the GPU checks' agreement, summaries and communicator -----------------------------------------
+def _gpucheck(path):
+    """tests/gpu/gpucheck.py for a test in tests/gpu once a GPU module imported it, else None."""
+    if os.path.dirname(str(path)) != GPU_DIR:
+        return None
+    return sys.modules.get('gpucheck')
+
+
+def _agreed(item, phase):
+    gc = _gpucheck(item.path)
+    if gc is None:
+        return (yield)
+    mark = len(gc.tally.failures)
+    try:
+        result = yield
+    except (KeyboardInterrupt, pytest.exit.Exception):
+        raise
+    except BaseException as exc:
+        gc.end_phase(item, phase, mark, exc)
+        raise
+    gc.end_phase(item, phase, mark, None)
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    return (yield from _agreed(item, 'setup'))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    return (yield from _agreed(item, 'call'))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    return (yield from _agreed(item, 'teardown'))
+
+
+@pytest.fixture(scope='module', autouse=True)
+def _gpu_module(request):
+    """Prints a GPU module's counted checks (summed over the ranks) when it ends."""
+    gc = _gpucheck(request.path)
+    if gc is None:
+        yield
+        return
+    gc.begin_session(request.config)
+    start = gc.snapshot()
+    yield
+    gc.summary(request.module.__name__.removeprefix('test_').replace('_', ' '), start)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session):
+    gc = sys.modules.get('gpucheck')
+    if gc is not None and gc.began:
+        gc.summary('all GPU modules of this run', gc.began)
+
+
+@pytest.fixture(scope='session')
+def world():
+    """mpigpu.COMM_WORLD with its device team set up by a first collective (made with the default
+    settings, before a test changes them). Only for the GPU checks."""
+    import gpucheck as gc
+    gc.team_up(gc.world)
+    return gc.world
 
 
 def mpiexec():
@@ -35,9 +129,13 @@ import fake_device  # noqa: E402  (tests/mpi: the fake CUDA layer)
 
 
 @pytest.fixture(autouse=True)
-def fake_layer():
-    """The fake CUDA layer as mpigpu's CUDA layer for each test in this process (its memory
-    registry says which pointers are "device memory"); the real one is put back after."""
+def fake_layer(request):
+    """The fake CUDA layer as mpigpu's CUDA layer for each CPU test in this process (its memory
+    registry says which pointers are "device memory"); the real one is put back after. The GPU
+    modules (tests/gpu) keep the real one."""
+    if str(request.path).startswith(os.path.join(HERE, 'gpu') + os.sep):
+        yield None
+        return
     from mpigpu import _cuda
     real = _cuda.device
     fake_device.install()

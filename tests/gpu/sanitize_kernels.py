@@ -14,6 +14,7 @@ from mpi4py import MPI
 
 import mpigpu
 import wide_steps  # this directory, beside the script
+from mpigpu._state import state_of
 
 # memcheck knows the allocations that exist when a kernel is launched, so a resident kernel instance
 # (resident_kernel.cuh) that writes into a buffer allocated after it started is reported as out of
@@ -107,8 +108,9 @@ for count, x, y, r, g, rr, ones_n, ones, b in bufs:
         bad.append(f'resident kernel {count}')
 # every call but the largest Reduce_scatter_block and Allgather (messages past MPIGPU_RESIDENT_MAX_BYTES,
 # 2 MiB) and Reduce (4 MiB of float64: the chain, or the direct kernel on 2 ranks)
-if res._mg_state.team.resident_stats[0] < 4 * len(counts):
-    bad.append(f'resident kernel ran {res._mg_state.team.resident_stats[0]} of {5 * len(counts)} calls')
+ran = state_of(res).team.resident_stats[0]
+if ran < 4 * len(counts):
+    bad.append(f'resident kernel ran {ran} of {5 * len(counts)} calls')
 res.Free()
 mpigpu.config.resident_us = default_resident_us
 cp.cuda.Device().synchronize()

@@ -1,6 +1,6 @@
 """Wide steps (select.cu, kMaxFusedSlots): call shapes whose channel spans take a chosen number of
 FIFO slots, the span as the engine cuts it, and a burst of such calls on one stream. Shared by the
-GPU suite (check_collectives.py) and the compute-sanitizer run (sanitize_kernels.py)."""
+GPU checks (test_protocols.py) and the compute-sanitizer run (sanitize_kernels.py)."""
 import cupy as cp
 
 import mpigpu

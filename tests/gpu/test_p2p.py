@@ -1,0 +1,184 @@
+"""Point-to-point on GPUs: GPU to GPU over peer mappings (mpigpu/_paths/p2p_ipc.py) and its mixes
+with host buffers and the staged path.
+`mpirun -n N python -m pytest -p no:cacheprovider tests/gpu/test_p2p.py`.
+
+- Send/Recv, Ssend, Isend/Irecv (req.Wait and mpi4py's Waitall), Sendrecv rings, both directions,
+  sizes around MPIGPU_P2P_IPC_BYTES, slices offset into larger arrays, several messages in flight;
+- ANY_SOURCE / ANY_TAG receives and their statuses; Probe then Recv (the status gives the payload);
+- GPU sender to host receiver (Recv and Irecv) and host sender to GPU receiver;
+- truncation: the receiver raises MPI.ERR_TRUNCATE, the sender completes;
+- new allocations at reused addresses (the receiver's mapping cache);
+- timings (printed, not asserted; the timed messages are checked): Sendrecv ring over peer mappings
+  vs staged.
+"""
+import time
+
+import numpy as np
+
+import gpucheck as gc
+from gpucheck import MPI, RANK, SIZE, check, cp, settings
+from mpigpu._paths import p2p_ipc
+
+rank, n = RANK, SIZE
+plain = MPI.COMM_WORLD
+nxt, prv = (rank + 1) % n, (rank - 1) % n
+BIG = (16_384, 16_385, 300_001, 4 << 20)  # float32 elements: 64 KiB (the threshold) .. 16 MiB
+
+
+def payload(count, r, salt):
+    return (np.arange(count) % 101).astype(np.float32) * (r + 1) + salt
+
+
+def mine(count, salt):
+    return cp.asarray(payload(count, rank, salt))
+
+
+def test_engine_on(world):
+    """The device team is up (`world` set it up): peer mappings allowed."""
+    check(world.engine_status() == 'on', 'engine on')
+
+
+def test_blocking_rings(world):
+    """Send/Recv (even ranks send first), Ssend, Sendrecv both ways at once on slices."""
+    for count in (10, 1000) + BIG:
+        for name in ('Send', 'Ssend'):
+            a, r = mine(count, 1), cp.full(count, -1, cp.float32)
+            st = MPI.Status()
+            send = getattr(world, name)
+            if rank % 2 == 0:
+                send(a, nxt, 3)
+                world.Recv(r, prv, 3, st)
+            else:
+                world.Recv(r, prv, 3, st)
+                send(a, nxt, 3)
+            check(np.array_equal(cp.asnumpy(r), payload(count, prv, 1)), f'{name}/Recv ring {count}')
+            check(st.Get_source() == prv and st.Get_tag() == 3 and st.Get_count(MPI.FLOAT) == count,
+                  f'{name}/Recv status {count}: {st.Get_source()} {st.Get_tag()} {st.Get_count(MPI.FLOAT)}')
+        # Sendrecv both ways at once (the jacobi halo pattern), slices offset into larger arrays
+        big = cp.zeros(count + 37, cp.float32)
+        big[5:5 + count] = mine(count, 2)
+        out = cp.full(count + 37, -1, cp.float32)
+        st = MPI.Status()
+        world.Sendrecv(big[5:5 + count], nxt, 4, out[3:3 + count], prv, 4, st)
+        want = np.full(count + 37, -1, np.float32)
+        want[3:3 + count] = payload(count, prv, 2)
+        check(np.array_equal(cp.asnumpy(out), want), f'Sendrecv slices {count}')
+        check(st.Get_count(MPI.FLOAT) == count and st.Get_source() == prv, f'Sendrecv status {count}')
+
+
+def test_nonblocking(world):
+    """Several in flight, both directions, mpi4py's Waitall and req.Wait."""
+    for count in BIG:
+        sends = [mine(count, k) for k in range(3)]
+        recvs = [cp.full(count, -1, cp.float32) for _ in range(3)]
+        back = cp.full(count, -1, cp.float32)
+        reqs = [world.Irecv(recvs[k], prv, 10 + k) for k in range(3)] + [world.Irecv(back, nxt, 20)]
+        reqs += [world.Isend(sends[k], nxt, 10 + k) for k in range(3)] + [world.Issend(sends[0], prv, 20)]
+        if count == BIG[-1]:
+            for q in reqs:
+                q.Wait()
+        else:
+            MPI.Request.Waitall(reqs)
+        for k in range(3):
+            check(np.array_equal(cp.asnumpy(recvs[k]), payload(count, prv, k)), f'Isend/Irecv {count} #{k}')
+        check(np.array_equal(cp.asnumpy(back), payload(count, nxt, 0)), f'Issend/Irecv reverse {count}')
+
+
+def test_any_source_probe(world):
+    """ANY_SOURCE / ANY_TAG, Probe then Recv."""
+    count = 100_000
+    if rank == 0:
+        for _ in range(2 * (n - 1)):
+            st = MPI.Status()
+            world.Probe(MPI.ANY_SOURCE, MPI.ANY_TAG, st)
+            src, tag = st.Get_source(), st.Get_tag()
+            first = tag < 200  # each rank sends tag 100 + r (count + r elements), then 200 + r (count)
+            check(st.Get_count(MPI.FLOAT) == count + (src if first else 0), f'Probe count from {src} tag {tag}')
+            buf = cp.empty(st.Get_count(MPI.FLOAT), cp.float32)
+            st2 = MPI.Status()
+            world.Recv(buf, src if first else MPI.ANY_SOURCE, tag if first else MPI.ANY_TAG, st2)
+            check(st2.Get_source() == src and st2.Get_tag() == tag and st2.Get_count(MPI.FLOAT) == buf.size,
+                  f'Probe then Recv status from {src} tag {tag}')
+            want = payload(count + src, src, 7) if first else payload(count, src, 8)
+            check(np.array_equal(cp.asnumpy(buf), want), f'Probe then Recv from {src} tag {tag}')
+    else:
+        world.Send(cp.asarray(payload(count + rank, rank, 7)), 0, 100 + rank)
+        world.Send(mine(count, 8), 0, 200 + rank)
+
+
+def test_gpu_host_mixes(world):
+    """GPU to host and host to GPU (pairs: even ranks send to odd; an odd rank count leaves it out)."""
+    count = 300_001
+    if n % 2:
+        pass  # pairs (even sends to odd) need an even number of ranks
+    elif rank % 2 == 0:
+        world.Send(mine(count, 3), nxt, 30)                       # GPU -> host Recv
+        world.Send(mine(count, 4), nxt, 31)                       # GPU -> host Irecv
+        world.Send(payload(count, rank, 5), nxt, 32)              # host -> GPU Recv
+    elif rank % 2 == 1:
+        h = np.full(count, -1, np.float32)
+        st = MPI.Status()
+        world.Recv(h, prv, 30, st)
+        check(np.array_equal(h, payload(count, prv, 3)) and st.Get_count(MPI.FLOAT) == count, 'GPU -> host Recv')
+        h2 = np.full(count + 8, -1, np.float32)
+        q = world.Irecv(h2, prv, 31)
+        q.Wait(st)
+        want = np.full(count + 8, -1, np.float32)
+        want[:count] = payload(count, prv, 4)
+        check(np.array_equal(h2, want) and st.Get_count(MPI.FLOAT) == count, 'GPU -> host Irecv')
+        d = cp.full(count, -1, cp.float32)
+        world.Recv(d, prv, 32)
+        check(np.array_equal(cp.asnumpy(d), payload(count, prv, 5)), 'host -> GPU Recv')
+
+
+def test_truncation(world):
+    """The receiver raises MPI.ERR_TRUNCATE, the sender completes."""
+    if rank == 0:
+        world.Send(mine(50_000, 0), 1, 40)
+    elif rank == 1:
+        small = cp.zeros(20_000, cp.float32)
+        try:
+            world.Recv(small, 0, 40)
+            check(False, 'truncation not reported')
+        except MPI.Exception as exc:
+            check(exc.Get_error_class() == MPI.ERR_TRUNCATE, f'truncation error class {exc.Get_error_class()}')
+
+
+def test_fresh_allocations(world):
+    """Fresh allocations, many times (mapping cache: reused addresses, eviction); then whether
+    messages of this process went GPU to GPU over peer mappings at all."""
+    for it in range(80):
+        a = cp.asarray(payload(20_000 + it, rank, it))  # a new allocation each round (pool may reuse addresses)
+        r = cp.empty(20_000 + it, cp.float32)
+        world.Sendrecv(a, nxt, 50, r, prv, 50)
+        check(np.array_equal(cp.asnumpy(r), payload(20_000 + it, prv, it)), f'fresh allocation round {it}')
+        if it % 20 == 19:
+            cp.get_default_memory_pool().free_all_blocks()
+    check(p2p_ipc.stats['sent'] > 0 and p2p_ipc.stats['received'] > 0,
+          f'messages went GPU to GPU over peer mappings: {p2p_ipc.stats}')
+
+
+def test_timings(world):
+    """Sendrecv ring, peer mappings vs staged (printed, not asserted); the last message of each
+    size and path is checked as an assertion (not counted, so the module's count stays the script's)."""
+    rows = []
+    for nbytes in (64 << 10, 1 << 20, 16 << 20, 256 << 20):
+        a, r = cp.ones(nbytes // 4, cp.float32), cp.zeros(nbytes // 4, cp.float32)
+        times = []
+        for threshold in (64 << 10, 1 << 62):  # 1 << 62: everything staged
+            with settings(p2p_ipc_bytes=threshold):
+                reps = 20 if nbytes <= 16 << 20 else 5
+                for _ in range(3):
+                    world.Sendrecv(a, nxt, 60, r, prv, 60)
+                plain.Barrier()
+                t0 = time.perf_counter()
+                for _ in range(reps):
+                    world.Sendrecv(a, nxt, 60, r, prv, 60)
+                times.append(plain.allreduce((time.perf_counter() - t0) / reps, op=MPI.MAX))
+            gc.record(f'timed Sendrecv ring {nbytes} bytes, threshold {threshold}', bool((r == 1).all()), 'wrong result')
+            r.fill(0)
+            cp.cuda.Device().synchronize()
+        rows.append((nbytes, *times))
+    for nbytes, t_ipc, t_staged in rows:
+        gc.say(f'Sendrecv ring {nbytes >> 10} KiB: peer mappings {t_ipc * 1e6:.1f} us ({nbytes / t_ipc / 1e9:.1f} GB/s), '
+               f'staged {t_staged * 1e6:.1f} us ({nbytes / t_staged / 1e9:.1f} GB/s), {t_staged / t_ipc:.1f}x')

@@ -117,6 +117,8 @@ int mg_pointer_kind(uintptr_t ptr, int *kind, int *device);
 int mg_pci_bus_id(int device, char *buf, int len);
 int mg_device_by_pci_bus_id(const char *bus_id, int *device);
 int mg_can_access_peer(int device, int peer, int *can);
+int mg_device_alloc(size_t bytes, uintptr_t *ptr); /* on the current device (staging of packed datatypes) */
+int mg_device_free(uintptr_t ptr);
 int mg_host_alloc(size_t bytes, uintptr_t *ptr); /* pinned, portable */
 int mg_host_free(uintptr_t ptr);
 int mg_stream_create(uintptr_t *stream);          /* non-blocking stream on the current device */

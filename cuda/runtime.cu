@@ -63,6 +63,13 @@ int mg_pci_bus_id(int device, char *buf, int len) { return rc(cudaDeviceGetPCIBu
 int mg_device_by_pci_bus_id(const char *bus_id, int *device) { return rc(cudaDeviceGetByPCIBusId(device, bus_id)); }
 int mg_can_access_peer(int device, int peer, int *can) { return rc(cudaDeviceCanAccessPeer(can, device, peer)); }
 
+int mg_device_alloc(size_t bytes, uintptr_t *ptr) {
+  void *p = nullptr;
+  int e = rc(cudaMalloc(&p, bytes));
+  *ptr = (uintptr_t)p;
+  return e;
+}
+int mg_device_free(uintptr_t ptr) { return rc(cudaFree((void *)ptr)); }
 int mg_host_alloc(size_t bytes, uintptr_t *ptr) {
   void *p = nullptr;
   int e = rc(cudaHostAlloc(&p, bytes, cudaHostAllocPortable));

@@ -82,7 +82,7 @@ def _datatype(call, argname, rank, spec_type):
                             arg=argname, rank=rank, error_class=MPI.ERR_TYPE)
 
 
-def _unpack_spec(call, argname, rank, spec):
+def unpack_spec(call, argname, rank, spec):
     """(buffer object, count or None, displ, datatype or None) from a buffer specification."""
     n = len(spec)
     count = displ = dtype = None
@@ -151,7 +151,7 @@ def parse(call, argname, rank, obj, writable, stream_for, blocks=1):
     spec = None
     if type(obj) in (list, tuple):
         spec = obj
-        obj, count, displ, spec_type = _unpack_spec(call, argname, rank, spec)
+        obj, count, displ, spec_type = unpack_spec(call, argname, rank, spec)
     buf = read_whole(call, argname, rank, obj, writable, stream_for)
     if spec is None:
         if buf.dtype < 0:

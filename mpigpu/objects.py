@@ -14,8 +14,8 @@ from mpi4py import MPI
 
 from . import _cuda, _methods, _pickle
 from ._ext._intake import is_device
-from ._paths import mirrored, p2p, requests
-from ._paths.mirrored import IN, OUT
+from ._paths import mirrored, p2p, packed, requests
+from ._paths.mirrored import IN, INOUT, OUT
 from ._state import local_state, state_of
 from .errors import BufferArgumentError, Error
 
@@ -64,7 +64,28 @@ def message(comm, msg, kept):
 
 
 class Datatype(MPI.Datatype):
-    """An `mpi4py.MPI.Datatype` whose Pack and Unpack take device buffers."""
+    """An `mpi4py.MPI.Datatype` whose Pack and Unpack take device buffers: packed on the GPU where both
+    buffers are on one, through host mirrors otherwise (and for Pack_external's representation)."""
+
+    def Pack(self, inbuf, outbuf, position, comm):
+        if is_device(inbuf) or is_device(outbuf):
+            st = local_state()
+            done = packed.pack(st, self, inbuf, outbuf, position)
+            if done is not None:
+                return done
+            return mirrored.run(st, 'Datatype.Pack', lambda i, o: MPI.Datatype.Pack(self, i, o, position, comm),
+                                [(inbuf, IN), (outbuf, INOUT)])
+        return MPI.Datatype.Pack(self, inbuf, outbuf, position, comm)
+
+    def Unpack(self, inbuf, position, outbuf, comm):
+        if is_device(inbuf) or is_device(outbuf):
+            st = local_state()
+            done = packed.unpack(st, self, inbuf, position, outbuf)
+            if done is not None:
+                return done
+            return mirrored.run(st, 'Datatype.Unpack', lambda i, o: MPI.Datatype.Unpack(self, i, position, o, comm),
+                                [(inbuf, IN), (outbuf, INOUT)])
+        return MPI.Datatype.Unpack(self, inbuf, position, outbuf, comm)
 
     def __reduce__(self):
         return _pickle.by_name(self, _DATATYPE_NAMES) or super().__reduce__()

@@ -37,3 +37,9 @@ def test_nonblocking_and_persistent(n):
 def test_team_setup_decisions(n):
     out = run_ranks(n, 'team_setup_fake_device.py')
     assert 'team setup decisions on' in out and ': ok' in out
+
+
+@pytest.mark.parametrize('n', [1, 2, 3])
+def test_derived_datatypes_packed_on_the_device(n):
+    out = run_ranks(n, 'packed_fake_device.py')
+    assert 'checks identical to mpi4py' in out

@@ -31,6 +31,8 @@ cdef extern from "mpigpu_cuda.h" nogil:
     int mg_pci_bus_id(int device, char *buf, int len)
     int mg_device_by_pci_bus_id(const char *bus_id, int *device)
     int mg_can_access_peer(int device, int peer, int *can)
+    int mg_device_alloc(size_t bytes, uintptr_t *ptr)
+    int mg_device_free(uintptr_t ptr)
     int mg_host_alloc(size_t bytes, uintptr_t *ptr)
     int mg_host_free(uintptr_t ptr)
     int mg_stream_create(uintptr_t *stream)
@@ -218,6 +220,31 @@ cpdef memcpy_async(uintptr_t dst, uintptr_t src, size_t nbytes, uintptr_t stream
 def supports(int dtype, int op):
     """True when the engine reduces this (dtype, op) pair on the device."""
     return bool(mg_supports(dtype, op))
+
+
+cdef class DeviceMemory:
+    """Device memory on the current device (cudaMalloc), freed with the object; it exports the CUDA
+    Array Interface as bytes, so the paths take it as any device buffer."""
+    cdef readonly uintptr_t ptr
+    cdef readonly Py_ssize_t nbytes
+    cdef readonly int device
+
+    def __cinit__(self, Py_ssize_t nbytes):
+        cdef uintptr_t p = 0
+        cdef int d = -1
+        check(mg_get_device(&d), 'cudaGetDevice')
+        check(mg_device_alloc(<size_t>max(nbytes, 1), &p), 'cudaMalloc')
+        self.ptr, self.nbytes, self.device = p, nbytes, d
+
+    def __dealloc__(self):
+        if self.ptr:
+            mg_device_free(self.ptr)
+            self.ptr = 0
+
+    @property
+    def __cuda_array_interface__(self):
+        return {'shape': (self.nbytes,), 'typestr': '|u1', 'data': (self.ptr, False), 'version': 3,
+                'strides': None, 'stream': None}
 
 
 cdef class PinnedBuffer:

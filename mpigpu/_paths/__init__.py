@@ -5,6 +5,7 @@
   pinned host memory overlap MPI (where there is no team, or the engine lacks the type or op);
 - mirrored: any other mpi4py buffer method, run unchanged on whole pinned host mirrors of the buffers;
 - p2p, p2p_ipc: point-to-point, GPU to GPU over peer mappings where the team is up, else staged;
+- packed: buffers with derived datatypes packed and unpacked on the GPU (point-to-point, Pack/Unpack);
 - requests: the MPI requests that non-blocking and persistent calls on these paths return;
 - pinned: the pinned host memory and copy streams the staging paths share.
 """

@@ -21,7 +21,7 @@ from .._config import config
 from .._ext._intake import is_device
 from .._state import state_of
 from ..errors import Error
-from . import mirrored, p2p_ipc, requests
+from . import mirrored, p2p_ipc, packed, requests
 from .mirrored import IN, host_view, split_spec
 from .pinned import Stager, give, take
 
@@ -96,8 +96,31 @@ def _finish_now(work):
 _SYNCHRONOUS = ('Ssend', 'Issend')
 
 
+def _then(work, after):
+    """Runs `after()` once `work` is done, after what it does itself."""
+    first = work.on_done
+
+    def both():
+        try:
+            if first is not None:
+                first()
+        finally:
+            after()
+    work.on_done = both
+    return work
+
+
 def _post_send(st, comm, name, base, value, dest, tag):
-    """Starts a send of a device buffer; `base` is mpi4py's non-blocking method for the staged copy."""
+    """Starts a send of a device buffer; `base` is mpi4py's non-blocking method for the staged copy.
+    A buffer with a derived datatype is packed on its GPU first and its packed elements are sent."""
+    if packed.datatype_of(value) is not None:
+        pk = packed.Packed(st, name, 'buf', value, False)
+        try:
+            pk.pack()
+            return _then(_post_send(st, comm, name, base, pk.view(), dest, tag), pk.release)
+        except BaseException:
+            pk.release()
+            raise
     obj, rest = split_spec(value)
     if rest is None and name in ('Send', 'Ssend', 'Isend', 'Issend', 'Sendrecv'):
         buf = read_whole(name, 'buf', st.rank, obj, False, _cuda.consumer_stream)
@@ -134,7 +157,7 @@ def send(comm, name, buf, dest, tag):
     """Send/Ssend/Rsend/Bsend with a device buffer."""
     st = state_of(comm)
     obj, rest = split_spec(buf)
-    if rest is None and name in ('Send', 'Ssend') and p2p_ipc.usable(st):
+    if (rest is None and name in ('Send', 'Ssend') and p2p_ipc.usable(st)) or packed.datatype_of(buf) is not None:
         base = getattr(MPI.Comm, 'I' + name.lower())
         return _guarded(st, name, lambda: _finish_now(_post_send(st, comm, name, base, buf, dest, tag)))
     blocking = getattr(MPI.Comm, name)
@@ -258,6 +281,20 @@ def _post_recv(st, comm, name, value, source, tag):
         if host_checked(st, value):
             return _post_recv_host(st, comm, name, value, source, tag)
         return requests.Work(None, inner=MPI.Comm.Irecv(comm, value, source, tag), receive=True)
+    if packed.datatype_of(value) is not None:
+        pk = packed.Packed(st, name, 'buf', value, True)
+        try:
+            work = _post_recv_device(st, comm, name, pk.view(), source, tag)
+        except BaseException:
+            pk.release()
+            raise
+
+        def unpack():
+            try:
+                pk.unpack(work.received)
+            finally:
+                pk.release()
+        return _then(work, unpack)
     obj, rest = split_spec(value)
     if rest is None:
         return _post_recv_device(st, comm, name, obj, source, tag)

@@ -37,6 +37,18 @@ class _PinnedOld(bytearray):
         self.ptr = ctypes.addressof(ctypes.c_char.from_buffer(self))
 
 
+class _DeviceMemory(bytearray):
+    """_device.DeviceMemory stand-in: host memory registered as device memory, with its interface."""
+
+    def __init__(self, nbytes):
+        super().__init__(max(nbytes, 1))
+        self.nbytes, self.device = nbytes, 0
+        self.ptr = ctypes.addressof(ctypes.c_char.from_buffer(self))
+        self.__cuda_array_interface__ = {'shape': (nbytes,), 'typestr': '|u1', 'data': (self.ptr, False),
+                                         'version': 3, 'strides': None, 'stream': None}
+        register(self.ptr, nbytes, self)
+
+
 def _pinned(nbytes):
     pinned_made.append(nbytes)
     return _PinnedOld(nbytes)
@@ -93,7 +105,7 @@ fake = types.SimpleNamespace(
     get_device=lambda: 0, set_device=lambda d: None, PinnedBuffer=_pinned, device_count=lambda: 1,
     pointer_info=_pointer_info, is_device_memory=is_device_memory, pci_bus_id=lambda d: '0000:00:00.0',
     MEM_DEVICE=2, MEM_MANAGED=3, MEM_HOST=1, MEM_UNREGISTERED=0,
-    PackPlan=_PackPlan, pack_plan=_pack_plan,
+    PackPlan=_PackPlan, pack_plan=_pack_plan, DeviceMemory=_DeviceMemory,
 )
 
 

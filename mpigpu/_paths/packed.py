@@ -1,0 +1,187 @@
+"""Device buffers described by a non-contiguous MPI datatype, packed on the GPU (cuda/pack.cu).
+
+`Packed` is one such buffer argument: the user's buffer, the datatype's layout (mpigpu/_datatypes.py,
+decoded once per handle) and the count; `pack` fills a contiguous scratch buffer (device memory from
+a pool, no allocation per call once warm) with the described elements on the producer's stream,
+`unpack` scatters one back. The paths that move contiguous device bytes (point-to-point, GPU to GPU
+or staged) then move the scratch: a one-column halo of a large array moves its column, not the
+array's extent. The packed elements keep the type signature: a homogeneous datatype's are its base
+type (`mpi_type`), a mixed struct's bytes.
+"""
+import threading
+
+from mpi4py import MPI
+
+from .. import _cuda, _datatypes
+from .._call import read_whole, unpack_spec
+from .._types import NATIVE
+from ..errors import Error, ValueArgumentError
+
+_lock = threading.Lock()
+_pool = {}  # (device, size class) -> free DeviceMemory
+
+
+def _take(nbytes, device):
+    size = max(1 << 16, 1 << (max(nbytes, 1) - 1).bit_length())
+    with _lock:
+        free = _pool.get((device, size))
+        if free:
+            return free.pop()
+    return _cuda.with_device(device, _cuda.device.DeviceMemory, size)
+
+
+def _give(mem, device):
+    with _lock:
+        _pool.setdefault((device, mem.nbytes), []).append(mem)
+
+
+def datatype_of(value):
+    """The MPI datatype of a buffer specification when it is a derived, non-contiguous one, else None."""
+    if type(value) not in (list, tuple) or len(value) < 2 or not isinstance(value[-1], MPI.Datatype):
+        return None
+    dt = value[-1]
+    if dt.is_predefined or dt.handle == MPI.DATATYPE_NULL.handle:
+        return None
+    lay = _datatypes.layout(dt)
+    return None if lay.contiguous(1) and lay.start == 0 else dt
+
+
+class Packed:
+    """One device buffer argument with a derived datatype, and its packed scratch."""
+    __slots__ = ('buf', 'layout', 'count', 'base', 'device', 'nbytes', 'scratch', 'mpi_type', 'elements',
+                 'stream')
+
+    def __init__(self, st, name, label, value, writable):
+        obj, count, displ, dt = unpack_spec(name, label, st.rank, value)
+        buf = self.buf = read_whole(name, label, st.rank, obj, writable, _cuda.consumer_stream)
+        lay = self.layout = _datatypes.layout(dt)
+        if lay.extent <= 0 and count is None:
+            raise ValueArgumentError(name, f'message: cannot infer count, datatype extent {lay.extent}', arg=label,
+                                     rank=st.rank, error_class=MPI.ERR_COUNT)
+        offset = displ * lay.extent
+        if count is None:
+            count = (buf.nbytes - offset) // lay.extent
+        self.count, self.base = count, buf.ptr + offset
+        if count and buf.nbytes:  # the type map of `count` instances must lie in the buffer (a raw
+            # address of no length, MPI.memory.fromaddress(p, 0), is C's pointer: the caller's business)
+            lo = offset + lay.true_lb + min(0, (count - 1) * lay.extent)
+            hi = offset + lay.true_lb + lay.true_extent + max(0, (count - 1) * lay.extent)
+            if lo < 0 or hi > buf.nbytes:
+                raise ValueArgumentError(name, f'{count} elements of the datatype reach bytes {lo}..{hi} of a buffer '
+                                         f'of {buf.nbytes}', arg=label, rank=st.rank, error_class=MPI.ERR_BUFFER)
+        self.device = _cuda.device_of(name, label, st.rank, buf)
+        self.stream = _cuda.stream_of(buf, self.device)
+        self.nbytes = count * lay.size
+        native = NATIVE[lay.code] if lay.code >= 0 else None
+        self.mpi_type = native if native is not None else MPI.BYTE
+        self.elements = self.nbytes // self.mpi_type.Get_size()
+        self.scratch = None
+
+    def take(self):
+        """The scratch buffer (pooled device memory of this buffer's GPU)."""
+        if self.scratch is None:
+            self.scratch = _take(self.nbytes, self.device)
+        return self.scratch
+
+    def view(self):
+        """The packed elements as a whole device buffer of exactly their bytes, typed by their
+        signature (the scratch itself is a pool size)."""
+        whole = read_whole('pack', 'buf', 0, self.take(), True, lambda device: None)
+        return whole.view(0, self.nbytes, self.layout.code if self.mpi_type is not MPI.BYTE else -1)
+
+    def pack(self):
+        """Packs the described elements into the scratch on the producer's stream, and waits for it
+        (the caller then hands the scratch to MPI or to a peer)."""
+        scratch = self.take()
+        if self.nbytes:
+            def run():
+                plan = _cuda.device.pack_plan(self.layout, self.device)
+                plan.pack(self.count, self.base, scratch.ptr, self.stream)
+                _cuda.device.stream_sync(self.stream)
+            _cuda.with_device(self.device, run)
+
+    def unpack(self, nbytes=None):
+        """Scatters the first `nbytes` (whole instances; all by default) of the scratch into the user's
+        buffer on its stream, and waits for it."""
+        nbytes = self.nbytes if nbytes is None else nbytes
+        count = nbytes // self.layout.size if self.layout.size else 0
+        if count:
+            def run():
+                plan = _cuda.device.pack_plan(self.layout, self.device)
+                plan.unpack(count, self.scratch.ptr, self.base, self.stream)
+                _cuda.device.stream_sync(self.stream)
+            _cuda.with_device(self.device, run)
+
+    def release(self):
+        if self.scratch is not None:
+            _give(self.scratch, self.device)
+            self.scratch = None
+
+
+def _both(st, name, inbuf, outbuf):
+    """(input, output) device buffers of a Pack or Unpack, on one GPU, or None when not both are device memory."""
+    from .._ext._intake import is_device
+    if not (is_device(inbuf) and is_device(outbuf)):
+        return None
+    src = read_whole(name, 'inbuf', st.rank, inbuf, False, _cuda.consumer_stream)
+    dst = read_whole(name, 'outbuf', st.rank, outbuf, True, _cuda.consumer_stream)
+    dev = _cuda.device_of(name, 'inbuf', st.rank, src)
+    if _cuda.device_of(name, 'outbuf', st.rank, dst) != dev:
+        return None
+    return src, dst, dev
+
+
+def _overflow(name, rank, what, need, have):
+    return Error(name, f'{what} needs {need} bytes, the buffer has {have}',
+                 arg='outbuf' if name.endswith('Pack') else 'inbuf', rank=rank, error_class=MPI.ERR_TRUNCATE)
+
+
+def pack(st, datatype, inbuf, outbuf, position):
+    """Datatype.Pack with both buffers on one GPU: the pack kernel writes the packed bytes at
+    `position` (as MPI_Pack's native representation, the type map's bytes in order); returns the new
+    position, or None when the buffers are not both device memory of one GPU."""
+    name = 'Datatype.Pack'
+    with _cuda.errors_as(name, st.rank):
+        bufs = _both(st, name, inbuf, outbuf)
+        if bufs is None:
+            return None
+        src, dst, dev = bufs
+        lay = _datatypes.layout(datatype)
+        count = src.nbytes // lay.extent if lay.extent > 0 else 0
+        size = count * lay.size
+        if position < 0 or position + size > dst.nbytes:
+            raise _overflow(name, st.rank, f'packing {count} elements at position {position}', position + size, dst.nbytes)
+        _run(lay, dev, count, src.ptr, dst.ptr + position, _cuda.stream_of(src, dev), unpacking=False)
+        return position + size
+
+
+def unpack(st, datatype, inbuf, position, outbuf):
+    """Datatype.Unpack with both buffers on one GPU (see pack); returns the new position or None."""
+    name = 'Datatype.Unpack'
+    with _cuda.errors_as(name, st.rank):
+        bufs = _both(st, name, inbuf, outbuf)
+        if bufs is None:
+            return None
+        src, dst, dev = bufs
+        lay = _datatypes.layout(datatype)
+        count = dst.nbytes // lay.extent if lay.extent > 0 else 0
+        size = count * lay.size
+        if position < 0 or position + size > src.nbytes:
+            raise _overflow(name, st.rank, f'unpacking {count} elements from position {position}', position + size,
+                            src.nbytes)
+        _run(lay, dev, count, dst.ptr, src.ptr + position, _cuda.stream_of(dst, dev), unpacking=True)
+        return position + size
+
+
+def _run(lay, dev, count, buf, packed_ptr, stream, unpacking):
+    if not count or not lay.size:
+        return
+
+    def run():
+        plan = _cuda.device.pack_plan(lay, dev)
+        if unpacking:
+            plan.unpack(count, packed_ptr, buf, stream)
+        else:
+            plan.pack(count, buf, packed_ptr, stream)
+        _cuda.device.stream_sync(stream)
+    _cuda.with_device(dev, run)

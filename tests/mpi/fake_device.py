@@ -1,8 +1,16 @@
 """A fake CUDA layer for CPU tests: host memory plays device memory, copies are memmove, streams
 and events are no-ops. install() patches mpigpu's modules; FakeCAI exports host arrays as if they
-were CUDA arrays (CUDA Array Interface v3)."""
+were CUDA arrays (CUDA Array Interface v3).
+
+Which host memory plays device memory is a registry of address ranges: pointer_info() reports a
+pointer inside a registered range as device memory and every other pointer (NumPy arrays, the pinned
+stand-ins) as plain host memory, as the CUDA runtime would. FakeCAI registers its array for its own
+lifetime; device_memory() does the same for any object (the mpi4py suite harness registers the
+suite's fake GPU arrays with it). Where the device-pointer guard (tests/mpi4py_suite/guard.c) is
+preloaded, every registration reaches it too, so it can tell when such a pointer reaches MPI."""
 import ctypes
 import types
+import weakref
 
 pinned_made = []
 
@@ -25,6 +33,75 @@ class DeviceError(RuntimeError):
     pass
 
 
+# ---- registry of host memory that plays device memory -------------------------------------------
+_ranges = {}   # (start, nbytes) -> registrations of exactly that range (few are alive at a time)
+_live = ()     # the keys of _ranges, replaced whole: finalizers that run during a lookup cannot change it
+_guard = None  # the preloaded guard's (register, unregister), or False where it is not loaded
+
+
+def _guard_fns():
+    global _guard
+    if _guard is None:
+        try:
+            lib = ctypes.CDLL(None)
+            reg, unreg = lib.mpigpu_guard_register, lib.mpigpu_guard_unregister
+            for fn in (reg, unreg):
+                fn.argtypes, fn.restype = (ctypes.c_size_t, ctypes.c_size_t), ctypes.c_int
+            _guard = (reg, unreg)
+        except (AttributeError, OSError):
+            _guard = False
+    return _guard
+
+
+def register_device(ptr, nbytes):
+    """From now on [ptr, ptr + nbytes) is device memory (until unregister_device)."""
+    if nbytes <= 0:
+        return
+    global _live
+    key = (ptr, nbytes)
+    _ranges[key] = _ranges.get(key, 0) + 1
+    _live = tuple(_ranges)
+    if _guard_fns():
+        _guard[0](ptr, nbytes)
+
+
+def unregister_device(ptr, nbytes):
+    global _live
+    key = (ptr, nbytes)
+    if nbytes <= 0 or key not in _ranges:
+        return
+    _ranges[key] -= 1
+    if not _ranges[key]:
+        del _ranges[key]
+        _live = tuple(_ranges)
+    if _guard_fns():
+        _guard[1](ptr, nbytes)
+
+
+def device_memory(owner, ptr, nbytes):
+    """Registers [ptr, ptr + nbytes) as device memory while `owner` lives."""
+    register_device(ptr, nbytes)
+    weakref.finalize(owner, unregister_device, ptr, nbytes)
+
+
+def is_device_pointer(ptr):
+    return any(s <= ptr < s + n for (s, n) in _live)
+
+
+MEM_UNREGISTERED, MEM_HOST, MEM_DEVICE, MEM_MANAGED = 0, 1, 2, 3  # cudaMemoryType, as _device has them
+
+
+def _pointer_info(ptr):
+    return (MEM_DEVICE, 0) if is_device_pointer(ptr) else (MEM_UNREGISTERED, -1)
+
+
+class _NoEngine:
+    """Team setup fails as on a machine whose GPUs cannot form a team: the staged path runs."""
+
+    def __init__(self, *args):
+        raise DeviceError('the fake CUDA layer has no device engine')
+
+
 fake = types.SimpleNamespace(
     DeviceError=DeviceError,
     stream_create=lambda: 1, stream_destroy=lambda s: None, event_create=lambda: 1,
@@ -32,7 +109,8 @@ fake = types.SimpleNamespace(
     stream_wait_event=lambda s, e: None, stream_sync=lambda s: None,
     memcpy_async=lambda dst, src, nb, s: ctypes.memmove(dst, src, nb) if nb else None,
     get_device=lambda: 0, set_device=lambda d: None, PinnedBuffer=_pinned,
-    pointer_info=lambda ptr: (2, 0), pci_bus_id=lambda d: '0000:00:00.0', MEM_DEVICE=2, MEM_MANAGED=3, MEM_HOST=1, MEM_UNREGISTERED=0,
+    pointer_info=_pointer_info, pci_bus_id=lambda d: '0000:00:00.0', MEM_DEVICE=MEM_DEVICE, MEM_MANAGED=MEM_MANAGED,
+    MEM_HOST=MEM_HOST, MEM_UNREGISTERED=MEM_UNREGISTERED, MAX_RANKS=32, Team=_NoEngine,
 )
 
 
@@ -41,6 +119,7 @@ class FakeCAI:
         self.a = a
         self.__cuda_array_interface__ = {'shape': a.shape, 'typestr': a.dtype.str, 'data': (a.ctypes.data, False),
                                          'version': 3, 'strides': None, 'stream': 1}
+        device_memory(self, a.ctypes.data, a.nbytes)
 
 
 def install():

@@ -1,7 +1,7 @@
 """The mpi4py suite harness on a small synthetic suite (no download): outcomes per test method and
 rank, a crash and a hang attributed to the test that caused them, the job restarted after each so the
-tests behind them still run, subtest failures with their parameters, and a crashed rank told apart
-from the ranks mpiexec ended because of it."""
+tests behind them still run, subtest failures with their parameters, and a crashed rank (with where
+it crashed) told apart from the ranks mpiexec ended because of it."""
 import textwrap
 
 from mpi4py_suite import jobs
@@ -75,6 +75,6 @@ def test_outcomes_crash_and_hang_are_attributed_and_the_rest_runs(tmp_path):
     assert last.ranks == {0: 'pass', 1: 'fail'} and 'last rank' in last.reason
     assert got['test_c_sub'].nsubs == 2 and got['test_c_sub'].subs[0].startswith('(k=2): AssertionError: 2 not less')
     assert got['test_d_crash_on_1'].ranks == {1: 'crash'}, got['test_d_crash_on_1']  # rank 0 was only ended
-    assert 'signal 11' in got['test_d_crash_on_1'].reason
+    assert 'signal 11' in got['test_d_crash_on_1'].reason and 'in string_at (rank 1)' in got['test_d_crash_on_1'].reason
     assert 'no test started or ended for 5 s' in got['test_a_hang_on_0'].reason
     assert len(run.attempts) == 3 and run.attempts[-1]['finished'] and not run.not_run

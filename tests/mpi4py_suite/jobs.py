@@ -162,7 +162,7 @@ def run_modules(config, modules, *, nranks, runner, suite, workdir, backends=Non
         rc = proc.returncode
         output = log_path.read_text(errors='replace')
         per_rank = _read_events(events, nranks)
-        started_now, open_tests, done_ranks, last_started, pids = set(), {}, [], {}, {}
+        started_now, open_tests, done_ranks, last_started = set(), {}, [], {}
         finished_on = {}  # test id -> ranks that ended it
         for r, rows in per_rank.items():
             current = None
@@ -180,8 +180,6 @@ def run_modules(config, modules, *, nranks, runner, suite, workdir, backends=Non
                                                                ev.get('subs', ()), ev.get('nsubs', 0))
                     finished_on.setdefault(tid, set()).add(r)
                     current = None if current == tid else current
-                elif ev['e'] == 'hello':
-                    pids[ev['pid']] = r
                 elif ev['e'] == 'done':
                     done_ranks.append(r)
                     if ev.get('guard'):
@@ -190,7 +188,8 @@ def run_modules(config, modules, *, nranks, runner, suite, workdir, backends=Non
                 open_tests.setdefault(current, []).append(r)
         finished = len(done_ranks) == nranks and not hung
         why = _why(rc, output, hung, stall_s)
-        culprit = None if hung else _culprit(output, pids)
+        culprit, where = (None, '') if hung else _fault(events, nranks)
+        why += where
         for tid, ranks in list(open_tests.items()):
             if culprit is not None and culprit not in ranks:
                 del open_tests[tid]  # ended because another rank crashed: runs again in the next job
@@ -223,13 +222,20 @@ def run_modules(config, modules, *, nranks, runner, suite, workdir, backends=Non
     return run
 
 
-def _culprit(output, pids):
-    """The rank whose crash ended the job, if mpiexec's words name one (by pid, or MPI_Abort's rank)."""
-    m = re.search(r'PID (\d+) RUNNING AT', output)
-    if m and int(m.group(1)) in pids:
-        return pids[int(m.group(1))]
-    m = re.search(r'MPI_Abort\(\w+, -?\d+\) - process (\d+)', output)
-    return int(m.group(1)) if m else None
+def _fault(events, nranks):
+    """(rank, ' at <innermost frame>') of the rank whose Python stack a fatal signal wrote, else (None, '')."""
+    for r in range(nranks):
+        path = Path(events) / f'rank{r}.fault'
+        text = path.read_text(errors='replace') if path.is_file() else ''
+        if 'Fatal Python error' not in text:
+            continue
+        frames = re.findall(r'File "([^"]+)", line (\d+) in (\w+)', text)  # innermost first
+        mine = [f for f in frames if '/mpigpu/' in f[0]] or frames
+        if mine:
+            f = mine[0]
+            return r, f' at {os.path.basename(f[0])}:{f[1]} in {f[2]} (rank {r})'
+        return r, f' (rank {r})'
+    return None, ''
 
 
 def _why(rc, output, hung, stall_s):

@@ -4,11 +4,12 @@ the suite's main.py through plain mpi4py (`python -m mpi4py launcher.py --runner
 mpigpu's runner (`python launcher.py --runner mpigpu ...`, which calls mpigpu.__main__.main).
 
 Events (one JSON object a line, in <events>/rank<R>.jsonl, flushed as written, so a crash or a hang
-leaves the test that was running open): hello (the pid), start, end (outcome and reason), done (after
-the last test).
+leaves the test that was running open): hello, start, end (outcome and reason), done (after the last
+test). A fatal signal writes the rank's Python stack to <events>/rank<R>.fault.
 """
 import argparse
 import ctypes
+import faulthandler
 import json
 import os
 import re
@@ -215,13 +216,15 @@ def main(argv=None):
     a = parse(sys.argv[1:] if argv is None else argv)
     sys.dont_write_bytecode = True
     sys.path.insert(0, a.suite)
-    # as the suite's main.py does without --cupy / --numba: the CPU harness never uses them
-    sys.modules.setdefault('cupy', None)
-    sys.modules.setdefault('numba', None)
+    for lib in ('cupy', 'numba'):  # as the suite's main.py does without --cupy / --numba
+        if f'--{lib}' not in a.main_args:
+            sys.modules.setdefault(lib, None)
     from mpi4py import MPI
     os.makedirs(a.events, exist_ok=True)
     rec = Recorder(os.path.join(a.events, f'rank{MPI.COMM_WORLD.Get_rank()}.jsonl'))
-    rec.write(e='hello', pid=os.getpid())  # mpiexec names a crashed process by its pid
+    rec.write(e='hello', pid=os.getpid())
+    # a segfault leaves this rank's Python stack here: which rank crashed, and where
+    faulthandler.enable(open(os.path.join(a.events, f'rank{MPI.COMM_WORLD.Get_rank()}.fault'), 'w'))
     record_results(rec)
     if a.skip_classes:
         skip_classes(re.compile(a.skip_classes))

@@ -57,8 +57,7 @@ def report(all_runs):
                     tid = ln.split(':', 1)[0]
                     t = mine.get(tid)
                     failures.append((f'{mode} n{n}', tid, t.outcome if t else 'not run',
-                                     (t.reason + (f' | first failing subtest: {t.subs[0]}' if t.subs else ''))
-                                     if t else ln.split(': ', 1)[-1]))
+                                     t.reason if t else ln.split(': ', 1)[-1]))
             guarded = module in plan.modules_for('fake-gpu', n)
             g = compare.guard_hits(runs['fake-gpu'], module) if guarded else {}
             for (test, call), k in g.items():

@@ -5,6 +5,7 @@ Reduce_local, RMA, Buffer_attach, File), also as MPI.memory / MPI.buffer at a ra
 offset; host memory never is; in its default mode the first hit ends the job with the guard's status.
 """
 import os
+import re
 import subprocess
 import sys
 
@@ -57,3 +58,21 @@ def test_guard_wraps_the_large_count_and_persistent_forms(guard):
                  'MPI_Compare_and_swap', 'MPI_Buffer_attach_c', 'MPI_Comm_attach_buffer_c'):
         assert name in wrapped, f'{name} is not wrapped by the guard'
     assert 'MPI_Free_mem' not in wrapped and 'MPI_Get_address' not in wrapped
+
+
+@pytest.mark.parametrize('n', [1, 3])
+def test_device_memory_as_raw_addresses_never_reaches_mpi(guard, tmp_path, n):
+    """Issue 35 on CPUs: fake device memory given as MPI.memory / MPI.buffer in every buffer form and
+    with strided (vector, resized) datatypes, through mpigpu: staged or refused, never handed to MPI."""
+    log = tmp_path / 'guard.log'
+    e = dict(os.environ, PYTHONUNBUFFERED='1', MPIGPU_GUARD_LOG=str(log), MPIGPU_GUARD_MODE='report')
+    cmd = [mpiexec(), '-n', str(n), 'env', f'LD_PRELOAD={guard}', sys.executable, '-m', 'mpi4py',
+           os.path.join(HERE, 'mpi', 'device_forms_guarded.py')]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=e, cwd=os.path.join(HERE, 'mpi'))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and 'device memory forms on' in proc.stdout, out[-4000:]
+    hits = {}  # the script's call -> MPI functions and arguments the guard caught
+    for m in re.finditer(r'reached MPI: (\w+\(\w+)=.* test \[(.*)\]', log.read_text() if log.exists() else ''):
+        hits.setdefault(m.group(2), set()).add(m.group(1) + ')')
+    assert not hits, 'device pointers reached MPI:\n' + '\n'.join(f'{c}: {", ".join(sorted(f))}'
+                                                                   for c, f in sorted(hits.items()))

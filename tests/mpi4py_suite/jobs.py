@@ -229,7 +229,8 @@ def _fault(events, nranks):
         text = path.read_text(errors='replace') if path.is_file() else ''
         if 'Fatal Python error' not in text:
             continue
-        frames = re.findall(r'File "([^"]+)", line (\d+) in (\w+)', text)  # innermost first
+        crashed = text.split('Current thread', 1)[-1].split('\n\n', 1)[0]  # not the other threads' stacks
+        frames = re.findall(r'File "([^"]+)", line (\d+) in (\w+)', crashed)  # innermost first
         mine = [f for f in frames if '/mpigpu/' in f[0]] or frames
         if mine:
             f = mine[0]

@@ -1,8 +1,9 @@
 """Device memory given as code written for a CUDA-aware MPI gives it (issue 35): raw addresses wrapped
 as MPI.memory / MPI.buffer, in every buffer specification form and with strided (vector, resized)
-datatypes, through mpigpu with the fake CUDA layer. Run under the device-pointer guard in report mode (tests/test_device_guard.py): the guard
-lists every call that let such a pointer reach MPI. A call may instead refuse with mpigpu.Error
-(issue 35 allows it); a call that completes must give NumPy's result. Prints one line per call."""
+datatypes, through mpigpu with the fake CUDA layer. Run under the device-pointer guard in report
+mode (tests/test_device_guard.py): the guard lists every call that let such a pointer reach MPI. A
+call may instead refuse with mpigpu.Error (issue 35 allows it); a call that completes must give
+NumPy's result. Prints one line per call."""
 import ctypes
 
 import numpy as np

@@ -32,7 +32,12 @@ def describe(test_id, got, run, module):
         why = next((w for m, w in run.not_run if m == module), 'the job ended before it (see crashes above)')
         return f'{test_id}: not run: {why}'
     subs = f' ({got.nsubs} subtests failed, first {got.subs[0]})' if got.subs else ''
-    return f'{test_id}: {got.outcome}: {got.reason}{subs}'
+    ranks = ''
+    if len(set(got.ranks.values())) > 1:  # ranks that differ: e.g. one raised, the others hung waiting
+        ranks = ' [' + '; '.join(f'rank {r}: {o}' + (f' ({got.reasons[r]})' if r in got.reasons and
+                                                     got.reasons[r] != got.reason else '')
+                                 for r, o in sorted(got.ranks.items(), key=lambda kv: int(kv[0]))) + ']'
+    return f'{test_id}: {got.outcome}: {got.reason}{subs}{ranks}'
 
 
 def yardstick_problems(yard, module):

@@ -35,9 +35,12 @@ class Test:
     subs: list = field(default_factory=list)
     nsubs: int = 0
     ranks: dict = field(default_factory=dict)  # rank -> outcome
+    reasons: dict = field(default_factory=dict)  # rank -> reason, where the rank did not pass
 
     def merge(self, rank, outcome, reason='', subs=(), nsubs=0):
         self.ranks[rank] = outcome
+        if reason and outcome != 'pass':
+            self.reasons[rank] = reason
         if _ORDER[outcome] > _ORDER[self.outcome] or (outcome == self.outcome and not self.reason and reason):
             self.outcome, self.reason, self.subs, self.nsubs = outcome, reason, list(subs), nsubs
 

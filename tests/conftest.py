@@ -162,4 +162,4 @@ class FakeCAI:
             count = 1
             for s in shape:
                 count *= s
-            fake_device.register(ptr, max(count, 1) * int(typestr[2:]), self)
+            fake_device.device_memory(self, ptr, max(count, 1) * int(typestr[2:]))

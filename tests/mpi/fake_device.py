@@ -1,31 +1,80 @@
 """A fake CUDA layer for CPU tests: host memory plays device memory, copies are memmove, datatype
-packing is mpigpu._datatypes' NumPy reference, streams and events are no-ops. install() makes it
-mpigpu's CUDA layer; FakeCAI exports host arrays as if they were CUDA arrays (CUDA Array Interface v3)
-and registers their memory as "device memory", which is what the fake layer's pointer queries then
-report (every other pointer is host memory)."""
+packing is mpigpu._datatypes' NumPy reference, streams and events are no-ops; team setup fails as on
+GPUs that cannot form a team, so the staged path runs. install() makes it mpigpu's CUDA layer.
+
+Which host memory plays device memory is a registry of address ranges: pointer queries report a
+pointer inside a registered range as device memory and every other pointer (NumPy arrays, the pinned
+stand-ins) as plain host memory, as the CUDA runtime would. FakeCAI registers its array for its own
+lifetime; device_memory() does the same for any object (the mpi4py suite harness registers the
+suite's fake GPU arrays with it). Where the device-pointer guard (tests/mpi4py_suite/guard.c) is
+preloaded, every registration reaches it too, so it can tell when such a pointer reaches MPI."""
 import ctypes
 import types
 import weakref
 
 pinned_made = []
-_device_ranges = {}  # start -> end of the memory the fake layer calls device memory
 
 
-def register(ptr, nbytes, owner=None):
-    """Makes [ptr, ptr + nbytes) device memory for the fake layer, until `owner` is collected."""
+# ---- registry of host memory that plays device memory -------------------------------------------
+_ranges = {}   # (start, nbytes) -> registrations of exactly that range (few are alive at a time)
+_live = ()     # the keys of _ranges, replaced whole: finalizers that run during a lookup cannot change it
+_guard = None  # the preloaded guard's (register, unregister), or False where it is not loaded
+
+
+def _guard_fns():
+    global _guard
+    if _guard is None:
+        try:
+            lib = ctypes.CDLL(None)
+            reg, unreg = lib.mpigpu_guard_register, lib.mpigpu_guard_unregister
+            for fn in (reg, unreg):
+                fn.argtypes, fn.restype = (ctypes.c_size_t, ctypes.c_size_t), ctypes.c_int
+            _guard = (reg, unreg)
+        except (AttributeError, OSError):
+            _guard = False
+    return _guard
+
+
+def register_device(ptr, nbytes):
+    """From now on [ptr, ptr + nbytes) is device memory (until unregister_device)."""
     if nbytes <= 0:
         return
-    _device_ranges[ptr] = ptr + nbytes
-    if owner is not None:
-        weakref.finalize(owner, _device_ranges.pop, ptr, None)
+    global _live
+    key = (ptr, nbytes)
+    _ranges[key] = _ranges.get(key, 0) + 1
+    _live = tuple(_ranges)
+    if _guard_fns():
+        _guard[0](ptr, nbytes)
 
 
-def is_device_memory(ptr):
-    return any(start <= ptr < end for start, end in _device_ranges.items())
+def unregister_device(ptr, nbytes):
+    global _live
+    key = (ptr, nbytes)
+    if nbytes <= 0 or key not in _ranges:
+        return
+    _ranges[key] -= 1
+    if not _ranges[key]:
+        del _ranges[key]
+        _live = tuple(_ranges)
+    if _guard_fns():
+        _guard[1](ptr, nbytes)
+
+
+def device_memory(owner, ptr, nbytes):
+    """Registers [ptr, ptr + nbytes) as device memory while `owner` lives."""
+    register_device(ptr, nbytes)
+    weakref.finalize(owner, unregister_device, ptr, nbytes)
+
+
+def is_device_pointer(ptr):
+    return any(s <= ptr < s + n for (s, n) in _live)
+
+
+MEM_UNREGISTERED, MEM_HOST, MEM_DEVICE, MEM_MANAGED = 0, 1, 2, 3  # cudaMemoryType, as _device has them
 
 
 def _pointer_info(ptr):
-    return (2, 0) if is_device_memory(ptr) else (0, -1)
+    return (MEM_DEVICE, 0) if is_device_pointer(ptr) else (MEM_UNREGISTERED, -1)
 
 
 class _PinnedOld(bytearray):
@@ -46,7 +95,7 @@ class _DeviceMemory(bytearray):
         self.ptr = ctypes.addressof(ctypes.c_char.from_buffer(self))
         self.__cuda_array_interface__ = {'shape': (nbytes,), 'typestr': '|u1', 'data': (self.ptr, False),
                                          'version': 3, 'strides': None, 'stream': None}
-        register(self.ptr, nbytes, self)
+        device_memory(self, self.ptr, nbytes)
 
 
 def _pinned(nbytes):
@@ -56,6 +105,13 @@ def _pinned(nbytes):
 
 class DeviceError(RuntimeError):
     pass
+
+
+class _NoEngine:
+    """Team setup fails as on a machine whose GPUs cannot form a team: the staged path runs."""
+
+    def __init__(self, *args):
+        raise DeviceError('the fake CUDA layer has no device engine')
 
 
 def _memory(ptr, lo, hi):
@@ -103,8 +159,9 @@ fake = types.SimpleNamespace(
     stream_wait_event=lambda s, e: None, stream_sync=lambda s: None,
     memcpy_async=lambda dst, src, nb, s: ctypes.memmove(dst, src, nb) if nb else None,
     get_device=lambda: 0, set_device=lambda d: None, PinnedBuffer=_pinned, device_count=lambda: 1,
-    pointer_info=_pointer_info, is_device_memory=is_device_memory, pci_bus_id=lambda d: '0000:00:00.0',
-    MEM_DEVICE=2, MEM_MANAGED=3, MEM_HOST=1, MEM_UNREGISTERED=0,
+    pointer_info=_pointer_info, is_device_memory=is_device_pointer, pci_bus_id=lambda d: '0000:00:00.0',
+    MEM_DEVICE=MEM_DEVICE, MEM_MANAGED=MEM_MANAGED, MEM_HOST=MEM_HOST, MEM_UNREGISTERED=MEM_UNREGISTERED,
+    MAX_RANKS=32, Team=_NoEngine,
     PackPlan=_PackPlan, pack_plan=_pack_plan, DeviceMemory=_DeviceMemory,
 )
 
@@ -116,7 +173,7 @@ class FakeCAI:
         self.a = a
         self.__cuda_array_interface__ = {'shape': a.shape, 'typestr': a.dtype.str, 'data': (a.ctypes.data, False),
                                          'version': 3, 'strides': None, 'stream': 1}
-        register(a.ctypes.data, a.nbytes, self)
+        device_memory(self, a.ctypes.data, a.nbytes)
 
 
 def install(layer=fake):

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 #include "team.cuh"
 #include "kernel_table.cuh"
+#include "completion.cuh"
 #include "resident_call.cuh"
 #include "single_rank.cuh"
 #include "status.cuh"
@@ -40,7 +41,8 @@ static char *reduce_output(const mg_team *t, const mg_call *c) {
 }
 
 // The fields every kernel's arguments share (DirectArgs, LLArgs, LL128Args, RingArgs): the mapped workspaces,
-// the user's buffers, this rank's place in the team and the peer timeout.
+// the user's buffers, this rank's place in the team and what its waits watch (the peer timeout, the
+// team's fault box, and the fault word of the request being enqueued, if any).
 template <typename Args> static void fill_team_args(const mg_team *t, const mg_call *c, Args *a) {
   for (int r = 0; r < t->cfg.nranks; ++r) a->ws[r] = t->ws[r];
   a->send = (const char *)c->send;
@@ -48,7 +50,7 @@ template <typename Args> static void fill_team_args(const mg_team *t, const mg_c
   a->layout = t->layout;
   a->rank = t->cfg.rank;
   a->nranks = t->cfg.nranks;
-  a->timeout_ns = t->timeout_ns;
+  a->watch = mg::Watch{t->timeout_ns, t->fault_dev, t->status};
 }
 
 // Pipeline geometry shared by the direct and ring kernels: a shard of a->shard_len elements is split
@@ -279,8 +281,28 @@ static int enqueue(mg_team *t, const mg_call *call, const mg_call *prepared, uin
 }
 
 extern "C" int mg_collective(mg_team *t, const mg_call *call, uintptr_t stream, int async) {
+  if (team_broken(t)) return MG_ERR_BROKEN;
   if (call->count == 0) return 0;
   return enqueue(t, call, nullptr, stream, async);
+}
+
+// The kernel writes the request's fault word (completion.cu) if its call stops; the request then
+// completes with the fault's code. A call of no elements runs nothing: the request completes after
+// the work queued on the stream before it.
+extern "C" int mg_collective_request(mg_team *t, const mg_call *call, uintptr_t stream, void *request, int watch,
+                                     uint64_t *ticket) {
+  *ticket = 0;
+  if (team_broken(t)) return MG_ERR_BROKEN;
+  int slot = -1;
+  int e = completion_reserve(&slot, &t->status);
+  if (e) return e;
+  if (call->count) e = enqueue(t, call, nullptr, stream, 1);
+  t->status = nullptr;
+  if (e) {
+    completion_cancel(slot);
+    return e;
+  }
+  return completion_begin(slot, stream, t->cfg.device, request, watch, ticket);
 }
 
 // The resident kernel's form of prepared call `c`: its LL calls, and its LL128 calls of at most
@@ -306,7 +328,18 @@ static bool resident_form(const mg_team *t, const mg_call *c, mg::ResidentCall *
   return false;
 }
 
+// A blocking call's result: the CUDA error, else the fault its kernel recorded (fault.cuh). After a
+// fault the resident instance is told to return: no call runs on a broken team.
+static int call_result(mg_team *t, int e) {
+  if (e) return e;
+  const uint32_t word = *(volatile uint32_t *)&t->fault->fault;
+  if (!word) return 0;
+  resident_stop(t);
+  return mg::fault_code(word);
+}
+
 extern "C" int mg_collective_wait(mg_team *t, const mg_call *call, uintptr_t stream) {
+  if (team_broken(t)) return MG_ERR_BROKEN;
   if (call->count == 0) return 0;
   mg_call c;
   const mg_call *prepared = nullptr;
@@ -320,9 +353,9 @@ extern "C" int mg_collective_wait(mg_team *t, const mg_call *call, uintptr_t str
       if (resident_ready(t, stream)) e = resident_run(t, r);
       else if (!(e = enqueue(t, call, prepared, stream, 0))) e = mg_stream_sync(stream);
       resident_returned(t);
-      return e;
+      return call_result(t, e);
     }
   }
   int e = enqueue(t, call, prepared, stream, 0);
-  return e ? e : mg_stream_sync(stream);
+  return call_result(t, e ? e : mg_stream_sync(stream));
 }

@@ -11,6 +11,11 @@
 // mpi4py loaded: no MPI header at build time, and any ABI (handles travel as intptr_t, which both
 // int handles (MPICH) and pointer handles (Open MPI) fit; MPI_Status fields by measured offsets).
 // None of this runs on a blocking collective's path.
+//
+// Faults: the event of a call whose kernel stopped (a peer never came, an abort: protocol.cuh) passes
+// like any other, so each slot has a fault word in mapped pinned memory that such a kernel writes
+// (mg_collective_request hands it to the kernel); the request then completes with the fault's code
+// and MPI_ERR_OTHER. Per request, not per team: a request whose call ended before the fault succeeds.
 #include <cuda_runtime.h>
 #include <pthread.h>
 #include <string.h>
@@ -18,6 +23,8 @@
 
 #include <atomic>
 
+#include "completion.cuh"
+#include "fault.cuh"
 #include "mpigpu_cuda.h"
 
 namespace {
@@ -31,7 +38,8 @@ typedef int (*status_set_elements_t)(void *, intptr_t, int);
 typedef int (*status_set_cancelled_t)(void *, int);
 
 constexpr int kMaxDevices = 16;
-constexpr uint64_t kPending = 1, kComplete = 2;  // low two bits of a slot's word; FREE is 0
+// Low two bits of a slot's word; FREE is 0. CLAIMED: the party that completes it is writing its code.
+constexpr uint64_t kPending = 1, kComplete = 2, kClaimed = 3;
 
 // One outstanding request. `word` = generation << 2 | state; the generation changes each time the
 // slot is recycled, so a stale ticket (or the watcher's stale view) never completes a newer request.
@@ -41,6 +49,7 @@ struct Slot {
   int device = 0;
   intptr_t request = 0;
   int error = 0;           // MPI error code reported by the query function (0: success)
+  int code = 0;            // the completion's C ABI code: a CUDA error, a fault's MG_ERR_*, or 0
   bool completed = false;  // MPI_Grequest_complete has returned          (under g_mutex)
   bool freed = false;      // MPI has called the free function            (under g_mutex)
   int next_free = -1;
@@ -60,6 +69,10 @@ uint64_t g_local_gen[2 * MG_COMPLETION_SLOTS];
 int g_npending = 0;  // handed to the watcher, not yet taken by it
 bool g_watcher_running = false, g_stop = false;
 pthread_t g_watcher;
+// One fault word per slot, mapped pinned memory (allocated at the first reservation); the device
+// address is the host's under unified addressing, in every context (portable).
+uint32_t *g_fault_words = nullptr;
+uint32_t *g_fault_words_dev = nullptr;
 
 uint64_t ticket_of(int idx, uint64_t gen) { return gen * MG_COMPLETION_SLOTS + (uint64_t)idx; }
 int index_of(uint64_t ticket) { return (int)(ticket % MG_COMPLETION_SLOTS); }
@@ -94,20 +107,43 @@ int free_cb(void *extra) {
 
 int cancel_cb(void *, int) { return 0; }  // GPU work cannot be cancelled; MPI reports it not cancelled
 
-// Completes the request if this caller wins the slot (state PENDING of generation gen).
-// cuda_error: the event's outcome (0: the work finished).
-bool claim_and_complete(int idx, uint64_t gen, int cuda_error) {
+// The code of a request that the other party completes or completed: its code once written; 0 when the
+// slot has moved on (MPI freed the request: its own Wait reported the error).
+int finished_code(int idx, uint64_t gen) {
+  Slot &s = g_slots[idx];
+  for (;;) {
+    const uint64_t w = s.word.load();
+    if (w == (gen << 2 | kComplete)) return s.code;
+    if (w != (gen << 2 | kClaimed)) return 0;
+  }
+}
+
+// Completes the request if this caller wins the slot (state PENDING of generation gen); returns its
+// code (finished_code when the other party won). cuda_error: the event's outcome (0: the work
+// finished; then the slot's fault word says whether it ended in a fault).
+int claim_and_complete(int idx, uint64_t gen, int cuda_error) {
   Slot &s = g_slots[idx];
   uint64_t expect = gen << 2 | kPending;
   intptr_t request = s.request;  // read before the claim: once completed the slot may be recycled
-  if (!s.word.compare_exchange_strong(expect, gen << 2 | kComplete)) return false;
-  s.error = cuda_error ? g_api.err_other : 0;
+  if (!s.word.compare_exchange_strong(expect, gen << 2 | kClaimed)) return finished_code(idx, gen);
+  const int code = cuda_error ? cuda_error : mg::fault_code(*(volatile uint32_t *)&g_fault_words[idx]);
+  s.code = code;
+  s.error = code ? g_api.err_other : 0;
+  s.word.store(gen << 2 | kComplete);
   ((grequest_complete_t)g_api.grequest_complete)(request);
   pthread_mutex_lock(&g_mutex);
   s.completed = true;
   if (s.freed) release_locked(idx);
   pthread_mutex_unlock(&g_mutex);
-  return true;
+  return code;
+}
+
+// Gives slot idx back to the free list (reserved, never started).
+void give_back(int idx) {
+  pthread_mutex_lock(&g_mutex);
+  g_slots[idx].next_free = g_free;
+  g_free = idx;
+  pthread_mutex_unlock(&g_mutex);
 }
 
 // Polls every watched request's event; completes those whose work is done. Never blocks on one
@@ -181,37 +217,73 @@ int mg_completion_init(const mg_mpi_api *api) {
 
 int mg_completion_start(uintptr_t stream, int device, void *request, int watch, uint64_t *ticket) {
   *ticket = 0;
+  int idx = -1;
+  uint32_t *fault_word = nullptr;
+  int e = completion_reserve(&idx, &fault_word);
+  return e ? e : completion_begin(idx, stream, device, request, watch, ticket);
+}
+
+}  // extern "C"
+
+int completion_reserve(int *slot, uint32_t **fault_word) {
+  *slot = -1;
   if (!g_ready) return MG_ERR_ARG;
-  if (device < 0 || device >= kMaxDevices) return MG_ERR_ARG;
   pthread_mutex_lock(&g_mutex);
-  int idx = g_free;
+  int e = 0;
+  if (!g_fault_words) {  // the caller's device is current: the allocation's context
+    void *p = nullptr, *dev = nullptr;
+    cudaError_t c = cudaHostAlloc(&p, MG_COMPLETION_SLOTS * sizeof(uint32_t), cudaHostAllocMapped | cudaHostAllocPortable);
+    if (c == cudaSuccess) {
+      c = cudaHostGetDevicePointer(&dev, p, 0);
+      if (c != cudaSuccess) cudaFreeHost(p);
+    }
+    if (c != cudaSuccess) {
+      cudaGetLastError();
+      e = (int)c;
+    } else {
+      memset(p, 0, MG_COMPLETION_SLOTS * sizeof(uint32_t));
+      g_fault_words = (uint32_t *)p;
+      g_fault_words_dev = (uint32_t *)dev;
+    }
+  }
+  int idx = e ? -1 : g_free;
   if (idx >= 0) g_free = g_slots[idx].next_free;
   pthread_mutex_unlock(&g_mutex);
+  if (e) return e;
   if (idx < 0) return MG_ERR_BUSY;
+  *(volatile uint32_t *)&g_fault_words[idx] = 0;
+  *slot = idx;
+  *fault_word = g_fault_words_dev + idx;
+  return 0;
+}
+
+void completion_cancel(int slot) { give_back(slot); }
+
+int completion_begin(int idx, uintptr_t stream, int device, void *request, int watch, uint64_t *ticket) {
+  *ticket = 0;
   Slot &s = g_slots[idx];
-  auto give_back = [&](int err) {
-    pthread_mutex_lock(&g_mutex);
-    s.next_free = g_free;
-    g_free = idx;
-    pthread_mutex_unlock(&g_mutex);
+  auto fail = [&](int err) {
+    give_back(idx);
     return err;
   };
+  if (device < 0 || device >= kMaxDevices) return fail(MG_ERR_ARG);
   if (!s.event[device]) {  // the caller has `device` current
     cudaError_t e = cudaEventCreateWithFlags(&s.event[device], cudaEventDisableTiming);
     if (e != cudaSuccess) {
       cudaGetLastError();
       s.event[device] = nullptr;
-      return give_back((int)e);
+      return fail((int)e);
     }
   }
   cudaError_t e = cudaEventRecord(s.event[device], (cudaStream_t)stream);
   if (e != cudaSuccess) {
     cudaGetLastError();
-    return give_back((int)e);
+    return fail((int)e);
   }
   uint64_t gen = s.word.load() >> 2;
   s.device = device;
   s.error = 0;
+  s.code = 0;
   s.completed = s.freed = false;
   union {
     intptr_t p;
@@ -224,7 +296,7 @@ int mg_completion_start(uintptr_t stream, int device, void *request, int watch, 
                                                       &handle);
   if (err) {
     s.word.store(gen << 2);
-    return give_back(MG_ERR_MPI);
+    return fail(MG_ERR_MPI);
   }
   s.request = g_api.request_bytes == 4 ? (intptr_t)handle.i : handle.p;
   memcpy(request, &handle, (size_t)g_api.request_bytes);
@@ -255,15 +327,16 @@ int mg_completion_start(uintptr_t stream, int device, void *request, int watch, 
   return 0;
 }
 
+extern "C" {
+
 int mg_completion_wait(uint64_t ticket) {
   int idx = index_of(ticket);
   uint64_t gen = gen_of(ticket);
   Slot &s = g_slots[idx];
-  if (s.word.load() != (gen << 2 | kPending)) return 0;  // completed already (possibly recycled)
+  if (s.word.load() != (gen << 2 | kPending)) return finished_code(idx, gen);  // completed already
   cudaError_t e = cudaEventSynchronize(s.event[s.device]);
   if (e != cudaSuccess) cudaGetLastError();
-  claim_and_complete(idx, gen, (int)e);
-  return (int)e;
+  return claim_and_complete(idx, gen, (int)e);
 }
 
 int mg_completion_test(uint64_t ticket, int *done) {
@@ -271,15 +344,14 @@ int mg_completion_test(uint64_t ticket, int *done) {
   uint64_t gen = gen_of(ticket);
   Slot &s = g_slots[idx];
   *done = 1;
-  if (s.word.load() != (gen << 2 | kPending)) return 0;
+  if (s.word.load() != (gen << 2 | kPending)) return finished_code(idx, gen);
   cudaError_t e = cudaEventQuery(s.event[s.device]);
   if (e == cudaErrorNotReady) {
     *done = 0;
     return 0;
   }
   if (e != cudaSuccess) cudaGetLastError();
-  claim_and_complete(idx, gen, (int)e);
-  return (int)e;
+  return claim_and_complete(idx, gen, (int)e);
 }
 
 void mg_completion_shutdown(void) {

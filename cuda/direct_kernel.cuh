@@ -40,7 +40,7 @@ struct DirectArgs {
   int slots_per_step;          // consecutive FIFO slots one step fills: 1, or up to nslots / 2 when nsteps == 1
   int split_steps;             // from this many steps per channel, the stages run on separate warps
   int inplace_hazard;          // output overlaps what the contribute stage still reads (see below)
-  uint64_t timeout_ns;
+  Watch watch;
 };
 
 // The first step number of a call whose steps fill f slots each, from the lane's base b: b itself
@@ -59,14 +59,17 @@ __device__ __forceinline__ Piece piece_of(const DirectArgs &a, int j, int ch, in
   return piece_at(a, (size_t)owner_index(a.owners, j), ch, t);
 }
 
-// The three stages of one step, as device functions so the kernel can skew them (see below).
+// The three stages of one step, as device functions so the kernel can skew them (see below). Each
+// returns false, in every thread of the group, when a wait of the group stopped (the vote after the
+// waits): the stage then stores and publishes nothing.
 template <typename T>
-__device__ __forceinline__ void stage_contribute(const Group &g, const DirectArgs &a, int ch, int t, uint64_t g0) {
+__device__ __forceinline__ bool stage_contribute(const Group &g, const DirectArgs &a, int ch, int t, uint64_t g0) {
   const int me = a.rank, n = a.nranks, tid = g.tid, D = a.layout.nslots, f = a.slots_per_step;
   const char *mine = a.ws[me];
+  bool stop = false;
   if (tid < n && tid != me && ((a.owners >> tid) & 1u) && g0 + f > (uint64_t)D)
-    wait_at_least((const uint64_t *)(mine + Layout::ack_off(0, ch, tid)), g0 + f - D, a.timeout_ns);
-  g.sync();
+    stop = !wait_at_least((const uint64_t *)(mine + Layout::ack_off(0, ch, tid)), g0 + f - D, a);
+  if (g.sync_or(stop)) return false;
   // Owners in the order me+1, me+2, ...: with every rank starting at the same owner, that owner's
   // inbound links would carry all the traffic while the others idle; rotated, each rank's pushes go
   // to a different peer at any moment.
@@ -81,21 +84,23 @@ __device__ __forceinline__ void stage_contribute(const Group &g, const DirectArg
   g.sync();
   if (tid < n && tid != me && ((a.owners >> tid) & 1u))
     st_release_sys((uint64_t *)(a.ws[tid] + Layout::data_off(0, ch, me)), g0 + f);
+  return true;
 }
 
 template <typename T, typename Op>
-__device__ __forceinline__ void stage_reduce(const Group &g, const DirectArgs &a, int ch, int t, uint64_t g0,
+__device__ __forceinline__ bool stage_reduce(const Group &g, const DirectArgs &a, int ch, int t, uint64_t g0,
                                              uint64_t g1) {
   const int me = a.rank, n = a.nranks, tid = g.tid, D = a.layout.nslots, f = a.slots_per_step;
   char *mine = a.ws[me];
   const bool i_gather = (a.gather >> me) & 1u;
+  bool stop = false;
   if (tid < n && tid != me) {
     if (!a.self_source && ((a.contrib >> tid) & 1u))
-      wait_at_least((const uint64_t *)(mine + Layout::data_off(0, ch, tid)), g0 + f, a.timeout_ns);
-    if (((a.gather >> tid) & 1u) && g1 + f > (uint64_t)D)
-      wait_at_least((const uint64_t *)(mine + Layout::ack_off(1, ch, tid)), g1 + f - D, a.timeout_ns);
+      stop = !wait_at_least((const uint64_t *)(mine + Layout::data_off(0, ch, tid)), g0 + f, a);
+    if (!stop && ((a.gather >> tid) & 1u) && g1 + f > (uint64_t)D)
+      stop = !wait_at_least((const uint64_t *)(mine + Layout::ack_off(1, ch, tid)), g1 + f - D, a);
   }
-  g.sync();
+  if (g.sync_or(stop)) return false;
   Piece p = piece_of(a, me, ch, t);
   const char *srcs[MG_MAX_RANKS];
   char *dsts[MG_MAX_RANKS];
@@ -121,15 +126,17 @@ __device__ __forceinline__ void stage_reduce(const Group &g, const DirectArgs &a
     if (!a.self_source && ((a.contrib >> tid) & 1u))
       st_release_sys((uint64_t *)(a.ws[tid] + Layout::ack_off(0, ch, me)), g0 + f);
   }
+  return true;
 }
 
 template <typename T>
-__device__ __forceinline__ void stage_receive(const Group &g, const DirectArgs &a, int ch, int t, uint64_t g1) {
+__device__ __forceinline__ bool stage_receive(const Group &g, const DirectArgs &a, int ch, int t, uint64_t g1) {
   const int me = a.rank, n = a.nranks, tid = g.tid, f = a.slots_per_step;
   const char *mine = a.ws[me];
+  bool stop = false;
   if (tid < n && tid != me && ((a.owners >> tid) & 1u))
-    wait_at_least((const uint64_t *)(mine + Layout::data_off(1, ch, tid)), g1 + f, a.timeout_ns);
-  g.sync();
+    stop = !wait_at_least((const uint64_t *)(mine + Layout::data_off(1, ch, tid)), g1 + f, a);
+  if (g.sync_or(stop)) return false;
   for (int j = 0; j < n; ++j) {
     if (j == me || !((a.owners >> j) & 1u)) continue;
     Piece p = piece_of(a, j, ch, t);
@@ -140,6 +147,7 @@ __device__ __forceinline__ void stage_receive(const Group &g, const DirectArgs &
   g.sync();
   if (tid < n && tid != me && ((a.owners >> tid) & 1u))
     st_release_sys((uint64_t *)(a.ws[tid] + Layout::ack_off(1, ch, me)), g1 + f);
+  return true;
 }
 
 // Two ways to run a channel's steps:
@@ -154,6 +162,8 @@ __device__ __forceinline__ void stage_receive(const Group &g, const DirectArgs &
 //   not pushed yet (one-shot Allreduce and Reduce, in-place Reduce_scatter_block write where they
 //   read); those calls (a.inplace_hazard) stay skewed. Two-shot forms write their own shard, which
 //   contribute never reads, and receive other shards only after their owners got this rank's part.
+// A stage whose wait stopped ends its group's loop (the other groups stop at their next wait's check,
+// protocol.cuh); a block with a stopped group records the fault and releases nothing.
 template <typename T_, typename Op>
 __global__ void __launch_bounds__(kThreads, 1) direct_kernel(const __grid_constant__ DirectArgs a) {
   const int ch = blockIdx.x, me = a.rank, n = a.nranks, tid = threadIdx.x;
@@ -171,16 +181,18 @@ __global__ void __launch_bounds__(kThreads, 1) direct_kernel(const __grid_consta
   const int nroles = (int)i_contrib + (int)i_own + (int)i_gather;
   const bool split = a.split_steps > 0 && T >= a.split_steps && nroles > 1 &&
                      !(a.inplace_hazard && i_contrib && i_own);
+  bool dead = __syncthreads_or(call_enter(state, ch == 0));
 
-  if (!split) {
+  if (!dead && !split) {
     const Group all{tid, (int)blockDim.x, 0};
-    for (int s = 0; s < T + 2; ++s) {
-      if (i_contrib && s < T) stage_contribute<T_>(all, a, ch, s, b0 + (uint64_t)f * s);
-      if (i_own && s >= 1 && s - 1 < T)
-        stage_reduce<T_, Op>(all, a, ch, s - 1, b0 + (uint64_t)f * (s - 1), b1 + (uint64_t)f * (s - 1));
-      if (i_gather && s >= 2 && s - 2 < T) stage_receive<T_>(all, a, ch, s - 2, b1 + (uint64_t)f * (s - 2));
+    for (int s = 0; s < T + 2 && !dead; ++s) {
+      if (i_contrib && s < T) dead = !stage_contribute<T_>(all, a, ch, s, b0 + (uint64_t)f * s);
+      if (!dead && i_own && s >= 1 && s - 1 < T)
+        dead = !stage_reduce<T_, Op>(all, a, ch, s - 1, b0 + (uint64_t)f * (s - 1), b1 + (uint64_t)f * (s - 1));
+      if (!dead && i_gather && s >= 2 && s - 2 < T)
+        dead = !stage_receive<T_>(all, a, ch, s - 2, b1 + (uint64_t)f * (s - 2));
     }
-  } else {
+  } else if (!dead) {
     // Warps per stage: an equal share, the remainder first to reduce (it loads every source and
     // stores to every gatherer), then to contribute.
     const int W = (int)blockDim.x / 32, w = tid / 32;
@@ -190,18 +202,23 @@ __global__ void __launch_bounds__(kThreads, 1) direct_kernel(const __grid_consta
     const int n_receive = i_gather ? W - n_reduce - n_contrib : 0;
     if (w < n_reduce) {
       const Group g{tid, n_reduce * 32, 1};
-      for (int t = 0; t < T; ++t) stage_reduce<T_, Op>(g, a, ch, t, b0 + (uint64_t)f * t, b1 + (uint64_t)f * t);
+      for (int t = 0; t < T && !dead; ++t)
+        dead = !stage_reduce<T_, Op>(g, a, ch, t, b0 + (uint64_t)f * t, b1 + (uint64_t)f * t);
     } else if (w < n_reduce + n_contrib) {
       const Group g{tid - n_reduce * 32, n_contrib * 32, 2};
-      for (int t = 0; t < T; ++t) stage_contribute<T_>(g, a, ch, t, b0 + (uint64_t)f * t);
+      for (int t = 0; t < T && !dead; ++t) dead = !stage_contribute<T_>(g, a, ch, t, b0 + (uint64_t)f * t);
     } else if (w < n_reduce + n_contrib + n_receive) {
       const Group g{tid - (n_reduce + n_contrib) * 32, n_receive * 32, 3};
-      for (int t = 0; t < T; ++t) stage_receive<T_>(g, a, ch, t, b1 + (uint64_t)f * t);
+      for (int t = 0; t < T && !dead; ++t) dead = !stage_receive<T_>(g, a, ch, t, b1 + (uint64_t)f * t);
     }
   }
 
-  // Release the lanes this call used and move their bases past it (end_lane).
-  __syncthreads();
+  // Release the lanes this call used and move their bases past it (end_lane); a faulted call
+  // releases nothing (no peer may take its slots as free) and tells the host.
+  if (__syncthreads_or(dead)) {
+    if (tid == 0) record_fault(state, a.watch);
+    return;
+  }
   if (!a.self_source) end_lane(a.ws, state, 0, ch, me, n, b0 + (uint64_t)f * T);
   if (a.gather) end_lane(a.ws, state, 1, ch, me, n, b1 + (uint64_t)f * T);
 }

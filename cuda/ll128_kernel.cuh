@@ -57,7 +57,7 @@ struct LL128Args {
   int rank, nranks, mode, root;
   size_t block_bytes;  // bytes of block j (RS, AG), of the whole message (one-shot), of a shard (two-shot, scatter)
   size_t total_bytes;  // two-shot, scatter: the whole message; shard k holds min(block, total - k * block) bytes
-  uint64_t timeout_ns;
+  Watch watch;
   int split_phase0;  // two-shot: phase 0's sending and receiving on separate warps (launch_ll128)
 };
 
@@ -123,9 +123,10 @@ __device__ __forceinline__ uint4 payload(uint64_t lo, uint64_t hi, bool flag_par
 // Loads this thread's part of line `line` from every peer k (in `want`) of area (parity, phase, k)
 // in my workspace, reloading the warp's lines until every flag is this call's. All lanes of the warp
 // call it together (the retry is a warp vote); `want` may differ per lane (lines past a block's end).
+// Returns false when the wait stopped (spin_check), in every lane alike: lane 0 decides.
 struct Received { uint64_t lo[MG_MAX_RANKS], hi[MG_MAX_RANKS]; };
 
-__device__ __forceinline__ void receive_lines(const LL128Args &a, int parity, int phase, size_t line,
+__device__ __forceinline__ bool receive_lines(const LL128Args &a, int parity, int phase, size_t line,
                                               uint32_t want, bool flag_part, uint64_t flag, int part,
                                               Received &r) {
   // Peer k's area follows peer k - 1's (Layout::ll128_off): one base and one stride per call.
@@ -140,17 +141,22 @@ __device__ __forceinline__ void receive_lines(const LL128Args &a, int parity, in
 #pragma unroll
     for (int k = 0; k < MG_MAX_RANKS; ++k)
       if (((want >> k) & 1u) && flag_part && r.hi[k] != flag) bad = true;
-    if (!__any_sync(0xffffffffu, bad)) return;
+    if (!__any_sync(0xffffffffu, bad)) return true;
+    // Before the reload, while r holds nothing needed: the check then costs no registers.
+    if ((spins & 1023u) == 0) {  // the same spins in every lane
+      const uint32_t stop = (threadIdx.x & 31u) == 0 ? spin_check(spins, start, a) : 0u;
+      if (__shfl_sync(0xffffffffu, stop, 0)) return false;
+    }
 #pragma unroll
     for (int k = 0; k < MG_MAX_RANKS; ++k)
       if ((want >> k) & 1u) line_load(from + k * area, r.lo[k], r.hi[k]);
-    spin_deadline(spins, start, a.timeout_ns);
   }
 }
 
 // Bcast, one-shot or scatter (see the forms above). Non-root k is the idx-th non-root (idx = k
-// without the root) and owns shard idx: bytes [idx * B, min((idx + 1) * B, total)).
-__device__ __forceinline__ void ll128_bcast(const LL128Args &a, int parity, uint64_t flag, size_t warp, size_t nwarps) {
+// without the root) and owns shard idx: bytes [idx * B, min((idx + 1) * B, total)). False: a wait
+// stopped (nothing is forwarded after it).
+__device__ __forceinline__ bool ll128_bcast(const LL128Args &a, int parity, uint64_t flag, size_t warp, size_t nwarps) {
   const int me = a.rank, n = a.nranks, root = a.root, lane = threadIdx.x & 31, part = lane & 7;
   const bool flag_part = part == 7;
   const int len = flag_part ? 8 : 16;
@@ -178,7 +184,7 @@ __device__ __forceinline__ void ll128_bcast(const LL128Args &a, int parity, uint
         if (line < ll128_lines(bj)) line_store(a.ws[j] + at, read_part(a.send + idx(j) * B, off, len, bj), flag_part, flag);
       }
     }
-    return;
+    return true;
   }
   // Phase 0, receiving my shard (the whole message, one-shot); forwarding it when scattering.
   const size_t mine = shard_len(me);
@@ -187,7 +193,7 @@ __device__ __forceinline__ void ll128_bcast(const LL128Args &a, int parity, uint
     const size_t line = l0 + (lane >> 3), off = line * kLineData + (size_t)part * 16;
     const bool valid = line < ll128_lines(mine);
     Received r;
-    receive_lines(a, parity, 0, line, valid ? 1u << root : 0u, flag_part, flag, part, r);
+    if (!receive_lines(a, parity, 0, line, valid ? 1u << root : 0u, flag_part, flag, part, r)) return false;
     if (!valid) continue;
     uint64_t lo = 0, hi = 0;  // r.lo[root] without a dynamic index (which would put r in local memory)
 #pragma unroll
@@ -201,7 +207,7 @@ __device__ __forceinline__ void ll128_bcast(const LL128Args &a, int parity, uint
         if (j != me && j != root) line_store(a.ws[j] + at, v, flag_part, flag);
     }
   }
-  if (!scatter) return;
+  if (!scatter) return true;
   // Phase 1, receiving the other non-roots' shards.
   for (size_t l0 = warp * 4; l0 < nlines; l0 += nwarps * 4) {
     const size_t line = l0 + (lane >> 3), off = line * kLineData + (size_t)part * 16;
@@ -209,11 +215,12 @@ __device__ __forceinline__ void ll128_bcast(const LL128Args &a, int parity, uint
     for (int k = 0; k < n; ++k)
       if (k != me && k != root && line < ll128_lines(shard_len(k))) want |= 1u << k;
     Received r;
-    receive_lines(a, parity, 1, line, want, flag_part, flag, part, r);
+    if (!receive_lines(a, parity, 1, line, want, flag_part, flag, part, r)) return false;
 #pragma unroll
     for (int k = 0; k < MG_MAX_RANKS; ++k)
       if ((want >> k) & 1u) write_part(a.recv + idx(k) * B, off, len, shard_len(k), payload(r.lo[k], r.hi[k], flag_part));
   }
+  return true;
 }
 
 __host__ __device__ inline bool ll128_is_bcast(int mode) { return mode == kLL128Bcast || mode == kLL128BcastScatter; }
@@ -223,9 +230,10 @@ __host__ __device__ inline bool ll128_is_bcast(int mode) { return mode == kLL128
 // protocol, and a rank whose call ran in the launched kernel below (its whole grid) meets one whose
 // call ran in the resident kernel (some of its blocks, resident_kernel.cuh). The caller has begun
 // sequence number seq and passed ll_reuse_guard; it publishes seq after. `reduce` combines the
-// ranks' parts of a line (StaticReduce, dtypes.cuh).
+// ranks' parts of a line (StaticReduce, dtypes.cuh). Returns false, for the whole warp, when a wait
+// stopped: the warp then stores nothing more.
 template <typename Reduce>
-__device__ __forceinline__ void ll128_exchange(const LL128Args &a, uint32_t seq, const Reduce &reduce,
+__device__ __forceinline__ bool ll128_exchange(const LL128Args &a, uint32_t seq, const Reduce &reduce,
                                                uint32_t block, uint32_t nblocks) {
   const int me = a.rank, n = a.nranks, lane = threadIdx.x & 31, part = lane & 7;
   const bool flag_part = part == 7;
@@ -238,9 +246,9 @@ __device__ __forceinline__ void ll128_exchange(const LL128Args &a, uint32_t seq,
   if (ll128_is_bcast(a.mode)) {
     if constexpr (Reduce::kCopies) {
       ll_announce_start(a.ws, me, n, seq);
-      ll128_bcast(a, parity, flag, warp, nwarps);
+      return ll128_bcast(a, parity, flag, warp, nwarps);
     }
-    return;
+    return true;
   }
 
   const bool two = a.mode == kLL128AllreduceTwoShot;
@@ -295,7 +303,7 @@ __device__ __forceinline__ void ll128_exchange(const LL128Args &a, uint32_t seq,
     const size_t line = l0 + (lane >> 3), off = line * kLineData + (size_t)part * 16;
     Received r;
     if (a.mode == kLL128Allgather) {
-      receive_lines(a, parity, 0, line, line < nlines ? peers : 0u, flag_part, flag, part, r);
+      if (!receive_lines(a, parity, 0, line, line < nlines ? peers : 0u, flag_part, flag, part, r)) return false;
       if (line >= nlines) continue;
 #pragma unroll
       for (int k = 0; k < MG_MAX_RANKS; ++k)
@@ -305,7 +313,7 @@ __device__ __forceinline__ void ll128_exchange(const LL128Args &a, uint32_t seq,
     const bool valid = line < ll128_lines(mine_len);
     // My own part is read before the wait, so its load overlaps the peers' lines arriving.
     const uint4 own = read_part(a.send + (scatter ? (size_t)me * B : 0), off, len, valid ? mine_len : 0);
-    receive_lines(a, parity, 0, line, valid ? peers : 0u, flag_part, flag, part, r);
+    if (!receive_lines(a, parity, 0, line, valid ? peers : 0u, flag_part, flag, part, r)) return false;
     if (!valid) continue;
     const uint4 v = reduce(n, [&](int k) { return k == me ? own : payload(r.lo[k], r.hi[k], flag_part); });
     if (a.recv) write_part(a.recv + (two ? (size_t)me * B : 0), off, len, mine_len, v);
@@ -326,22 +334,24 @@ __device__ __forceinline__ void ll128_exchange(const LL128Args &a, uint32_t seq,
       for (int k = 0; k < n; ++k)
         if (k != me && line < ll128_lines(block_len(k))) want |= 1u << k;
       Received r;
-      receive_lines(a, parity, 1, line, want, flag_part, flag, part, r);
+      if (!receive_lines(a, parity, 1, line, want, flag_part, flag, part, r)) return false;
 #pragma unroll
       for (int k = 0; k < MG_MAX_RANKS; ++k)
         if (((want >> k) & 1u) && a.recv)
           write_part(a.recv + (size_t)k * B, off, len, block_len(k), payload(r.lo[k], r.hi[k], flag_part));
     }
   }
+  return true;
 }
 
 template <typename T, typename Op>
 __global__ void __launch_bounds__(kThreads, 1) ll128_kernel(const __grid_constant__ LL128Args a) {
   TeamState *state = team_state(a.ws[a.rank]);
   const uint32_t seq = ll_sequence_begin(state);
-  ll_reuse_guard(state, a.rank, a.nranks, seq, a.timeout_ns);
-  ll128_exchange(a, seq, StaticReduce<T, Op>{}, blockIdx.x, gridDim.x);
-  ll_sequence_publish(state, seq, gridDim.x, ll128_is_bcast(a.mode));
+  // A warp stops as a whole (receive_lines votes across it).
+  bool dead = __any_sync(0xffffffffu, ll_reuse_guard(state, a, seq, call_enter(state, blockIdx.x == 0)));
+  if (!dead) dead = !ll128_exchange(a, seq, StaticReduce<T, Op>{}, blockIdx.x, gridDim.x);
+  ll_sequence_publish(state, a.watch, seq, gridDim.x, dead, ll128_is_bcast(a.mode));
 }
 
 }  // namespace mg

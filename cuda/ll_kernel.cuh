@@ -28,7 +28,7 @@ struct LLArgs {
   Layout layout;
   int rank, nranks, mode;
   size_t piece_bytes;  // bytes one rank sends to one peer
-  uint64_t timeout_ns;
+  Watch watch;
 };
 
 // 16 bytes of a piece that may be unaligned or end early (zero padding past the end).
@@ -57,15 +57,18 @@ __device__ __forceinline__ void ll_store(char *dst, uint4 v, uint32_t f) {
 }
 
 // Each 8-byte half of a 16-byte load is atomic and carries its own flag, so a torn read is seen
-// as "not yet" and retried.
-__device__ __forceinline__ uint4 ll_load(const char *src, uint32_t f, uint64_t timeout_ns) {
+// as "not yet" and retried. A wait that stops (spin_check) sets `dead` and returns zeros.
+__device__ __forceinline__ uint4 ll_load(const char *src, uint32_t f, const LLArgs &la, bool &dead) {
   uint4 a, b;
   uint64_t start = 0;
   for (unsigned spins = 0;; ++spins) {
     asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(a.x), "=r"(a.y), "=r"(a.z), "=r"(a.w) : "l"(src) : "memory");
     asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(b.x), "=r"(b.y), "=r"(b.z), "=r"(b.w) : "l"(src + 16) : "memory");
     if (a.y == f && a.w == f && b.y == f && b.w == f) break;
-    spin_deadline(spins, start, timeout_ns);
+    if (spin_check(spins, start, la)) {
+      dead = true;
+      return make_uint4(0, 0, 0, 0);
+    }
   }
   return make_uint4(a.x, a.z, b.x, b.z);
 }
@@ -73,14 +76,16 @@ __device__ __forceinline__ uint4 ll_load(const char *src, uint32_t f, uint64_t t
 // One call's exchange, by thread `gid` of `gstride` threads: every thread takes 16-byte vectors
 // gid, gid + gstride, ... of the piece, so any grid runs the same protocol, and a rank whose call ran
 // in the launched kernel below meets one whose call ran in the resident kernel (resident_kernel.cuh).
-// `reduce` combines the ranks' vectors (StaticReduce, dtypes.cuh).
+// `reduce` combines the ranks' vectors (StaticReduce, dtypes.cuh). Returns false when a wait stopped:
+// the thread then stores nothing more (a vector it could not complete, or later ones).
 template <typename Reduce>
-__device__ __forceinline__ void ll_exchange(const LLArgs &a, uint32_t seq, size_t gid, size_t gstride,
+__device__ __forceinline__ bool ll_exchange(const LLArgs &a, uint32_t seq, size_t gid, size_t gstride,
                                             const Reduce &reduce) {
   const int me = a.rank, n = a.nranks;
   const size_t nb = a.piece_bytes, nvec = (nb + 15) / 16;
   char *mine = a.ws[me];
   const int parity = (int)(seq & 1u);
+  bool dead = false;
 
   for (size_t v = gid; v < nvec; v += gstride) {
     const size_t off = v * 16;
@@ -92,28 +97,34 @@ __device__ __forceinline__ void ll_exchange(const LLArgs &a, uint32_t seq, size_
     }
     if (a.mode == kLLAllgather) {
       for (int k = 0; k < n; ++k) {
-        uint4 x = k == me ? load_piece16(a.send, off, nb) : ll_load(mine + a.layout.ll_off(parity, k) + v * 32, seq, a.timeout_ns);
+        uint4 x = k == me ? load_piece16(a.send, off, nb) : ll_load(mine + a.layout.ll_off(parity, k) + v * 32, seq, a, dead);
+        if (dead) return false;
         if (!(k == me && a.send == a.recv + (size_t)me * nb)) store_piece16(a.recv + (size_t)k * nb, off, nb, x);
       }
       continue;
     }
-    // The reduction in rank order, of my vector and each peer's as it arrives.
+    // The reduction in rank order, of my vector and each peer's as it arrives (after a stopped wait,
+    // no more waiting: zeros, and the result is dropped).
     const uint4 out = reduce(n, [&](int k) {
       return k == me ? load_piece16(a.send + (a.mode == kLLReduceScatter ? (size_t)me * nb : 0), off, nb)
-                     : ll_load(mine + a.layout.ll_off(parity, k) + v * 32, seq, a.timeout_ns);
+             : dead  ? make_uint4(0, 0, 0, 0)
+                     : ll_load(mine + a.layout.ll_off(parity, k) + v * 32, seq, a, dead);
     });
+    if (dead) return false;
     if (a.recv) store_piece16(a.recv, off, nb, out);  // null: a Reduce off its root
   }
+  return true;
 }
 
 template <typename T, typename Op>
 __global__ void __launch_bounds__(kThreads, 1) ll_kernel(const __grid_constant__ LLArgs a) {
   TeamState *state = team_state(a.ws[a.rank]);
   const uint32_t seq = ll_sequence_begin(state);
-  ll_reuse_guard(state, a.rank, a.nranks, seq, a.timeout_ns);
-  ll_exchange(a, seq, (size_t)blockIdx.x * blockDim.x + threadIdx.x, (size_t)gridDim.x * blockDim.x,
-              StaticReduce<T, Op>{});
-  ll_sequence_publish(state, seq, gridDim.x);
+  bool dead = ll_reuse_guard(state, a, seq, call_enter(state, blockIdx.x == 0));
+  if (!dead)
+    dead = !ll_exchange(a, seq, (size_t)blockIdx.x * blockDim.x + threadIdx.x, (size_t)gridDim.x * blockDim.x,
+                        StaticReduce<T, Op>{});
+  ll_sequence_publish(state, a.watch, seq, gridDim.x, dead);
 }
 
 }  // namespace mg

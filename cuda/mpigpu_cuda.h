@@ -98,7 +98,12 @@ enum mg_err {
   MG_ERR_NOMEM = -4,
   MG_ERR_BUSY = -5,        /* every request slot is in use */
   MG_ERR_MPI = -6,         /* an MPI function called through mg_mpi_api failed */
-  MG_ERR_THREAD = -7       /* the completion watcher thread could not start */
+  MG_ERR_THREAD = -7,      /* the completion watcher thread could not start */
+  /* Faults (the call's kernel stopped and returned; the process and its other teams are unharmed):
+   * the first cause, whether this rank's wait or host gave up or a peer's did (mg_team_fault) */
+  MG_ERR_TIMEOUT = -8,     /* a kernel waited longer than timeout_s for a peer */
+  MG_ERR_ABORTED = -9,     /* mg_team_abort stopped the call */
+  MG_ERR_BROKEN = -10      /* an earlier call of the team faulted or it was aborted: no call runs on it */
 };
 
 const char *mg_error_string(int err);
@@ -141,7 +146,7 @@ typedef struct mg_team_config {
   int max_channels;    /* channels the workspace is laid out for */
   int split_steps;     /* direct kernel: from this many steps per channel, stages on separate warps (0: never) */
   size_t ll128_bytes;  /* largest per-peer piece of the 128-byte-line protocol (sizes its areas; 0: no LL128) */
-  double timeout_s;    /* a kernel waiting longer than this on a peer traps */
+  double timeout_s;    /* a kernel waiting longer than this for a peer stops: the call ends with MG_ERR_TIMEOUT */
   double resident_us;  /* blocking LL and LL128 calls run in a kernel that stays running between them
                           (resident_kernel.cuh): after each call twice the recent gaps between calls, at
                           most this long; a call after a longer gap launches (resident.cu); 0: every
@@ -155,6 +160,21 @@ int mg_team_export(mg_team *team, void *handle /* MG_IPC_HANDLE_BYTES */);
 int mg_team_open_peer(mg_team *team, int peer, const void *handle);
 int mg_team_destroy(mg_team *team);
 size_t mg_team_workspace_bytes(const mg_team *team);
+
+/* ---- faults (fault.cu) ----
+ * A kernel waiting for a peer stops when timeout_s passes, when mg_team_abort is called, or when a
+ * peer's kernel stopped first; the call still ends on every rank, and returns (or completes its
+ * request with) MG_ERR_TIMEOUT or MG_ERR_ABORTED. The team is then broken: every later call returns
+ * MG_ERR_BROKEN at once, and mg_team_destroy works as usual. */
+/* Stops every kernel of the team, running or queued, here and at the peers (whose calls end too);
+ * from any thread (not during mg_team_destroy); returns at once. */
+int mg_team_abort(mg_team *team);
+/* The team's fault: code 0, or MG_ERR_TIMEOUT / MG_ERR_ABORTED, and the rank whose kernel or host
+ * gave up first (-1: none). Also sees a fault a peer marked while this rank ran no call (a copy from
+ * the device and a wait: not for a collective's path). */
+int mg_team_fault(mg_team *team, int *code, int *origin);
+/* After a fault: the peers (bit k: rank k) that never began the call that faulted here. */
+int mg_team_missing_peers(mg_team *team, uint32_t *mask);
 /* Since the team was created: blocking calls the resident kernel ran, instances of it launched, and
  * calls that could have run resident but launched because they came alone (after a gap longer than
  * resident_us since the team's last such call). */
@@ -189,6 +209,10 @@ int mg_collective(mg_team *team, const mg_call *call, uintptr_t stream, int asyn
  * the team's resident kernel, with no launch; any other is enqueued on stream as by mg_collective and
  * the stream synchronized. */
 int mg_collective_wait(mg_team *team, const mg_call *call, uintptr_t stream);
+/* mg_collective (async = 1) and mg_completion_start in one: the request completes with the call's
+ * fault (MG_ERR_TIMEOUT, MG_ERR_ABORTED) if its kernel stopped. The team's device is current. */
+int mg_collective_request(mg_team *team, const mg_call *call, uintptr_t stream, void *request, int watch,
+                          uint64_t *ticket);
 
 /* ---- user buffers over CUDA IPC, for point-to-point (ipc_buffers.cu) ---- */
 /* The allocation holding ptr: its base, size, process-wide unique id, and whether cudaIpcGetMemHandle
@@ -221,9 +245,11 @@ int mg_completion_init(const mg_mpi_api *api);
  * event has passed; writes the MPI_Request (request_bytes) to *request and a ticket for wait/test.
  * watch = 1: a watcher thread completes it too (needs MPI_THREAD_MULTIPLE), for waits through MPI. */
 int mg_completion_start(uintptr_t stream, int device, void *request, int watch, uint64_t *ticket);
-/* Blocks until the ticket's work is done and its request completed (by this call or the watcher). */
+/* Blocks until the ticket's work is done and its request completed (by this call or the watcher);
+ * returns the completion's code (a CUDA error, a fault's MG_ERR_*, or 0; 0 also once MPI has freed
+ * the request). */
 int mg_completion_wait(uint64_t ticket);
-/* done = 1 when the work is done (its request then completed); never blocks. */
+/* done = 1 when the work is done (its request then completed, with the code returned); never blocks. */
 int mg_completion_test(uint64_t ticket, int *done);
 /* Stops the watcher thread (before MPI_Finalize). */
 void mg_completion_shutdown(void);

@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include "mpigpu_cuda.h"
 #include "dtypes.cuh"
+#include "fault.cuh"
 
 namespace mg {
 
@@ -29,13 +30,17 @@ constexpr size_t kStateOffset = kFlagBytes;  // TeamState follows the counters
 constexpr size_t kSlotsOffset = 65536;  // slots start here, 64 KiB aligned, after the counters
 
 // Per-rank sequence state, in the rank's own workspace. Only its own kernels touch it, except
-// ll_started, which each peer writes (the LL-family Bcast's acks, see ll_reuse_guard).
+// ll_started, which each peer writes (the LL-family Bcast's acks, see ll_reuse_guard), and broken,
+// which peers and the host write (the fault model, see stop_word).
 struct TeamState {
   uint64_t base[kLanes][MG_MAX_CHANNELS];  // where the next call's step numbers start (a call of wide
                                            // steps may start further on: fused_step_base)
   uint32_t ll_seq;                         // low-latency calls completed (the last call's flag value)
   uint32_t ll_arrived;                     // blocks of the running LL call that are done
   uint32_t ll_bcast_seq;                   // sequence number of the last LL-family Bcast (0: none)
+  uint32_t broken;                         // nonzero: a call of the team faulted (fault.cuh's word); no
+                                           // call runs after it
+  uint32_t entered;                        // calls this rank's kernels began on an unbroken team
   uint32_t ll_started[MG_MAX_RANKS];       // written by peer k when it starts an LL-family Bcast: the
                                            // number of the last call k had finished by then
   uint64_t resident_call[8];               // the resident kernel's call, relayed by its first block to
@@ -116,37 +121,8 @@ __host__ __device__ __forceinline__ Piece piece_at(const Args &a, size_t idx, in
   return Piece{idx * a.in_stride + lo, idx * a.out_stride + lo, hi > lo ? hi - lo : 0};
 }
 
-// Sequence numbers of the protocols with flags in the data (LL, LL128), shared by both: every block
-// of the call reads the last call's number at its start; the last of its `nblocks` blocks out
-// publishes this call's, when every one has read the old one (all blocks of a call are resident at
-// once). A launched call's blocks are its grid; the resident kernel runs a call on the first
-// `nblocks` blocks of its grid (resident_call.cuh) and also has the last block tell the host: `call`
-// into `host_done` (mapped host memory), after a system-scope fence, so the host that reads it may use
-// the call's output.
-__device__ __forceinline__ uint32_t ll_sequence_begin(TeamState *state) {
-  return *(volatile uint32_t *)&state->ll_seq + 1u;
-}
-
-__device__ __forceinline__ void ll_sequence_publish(TeamState *state, uint32_t seq, uint32_t nblocks,
-                                                    bool bcast = false, uint32_t *host_done = nullptr,
-                                                    uint32_t call = 0) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    if (atomicAdd(&state->ll_arrived, 1u) == nblocks - 1) {
-      state->ll_arrived = 0;
-      if (bcast) *(volatile uint32_t *)&state->ll_bcast_seq = seq;
-      *(volatile uint32_t *)&state->ll_seq = seq;
-      if (host_done) {
-        __threadfence_system();
-        *(volatile uint32_t *)host_done = call;
-      }
-    }
-  }
-}
-
 // Acquire loads and release stores at system scope, of the 64-bit step counters and of TeamState's
-// 32-bit per-peer call numbers (ll_started).
+// 32-bit per-peer words (ll_started, broken).
 template <typename U> __device__ __forceinline__ U ld_acquire_sys(const U *p) {
   static_assert(sizeof(U) == 8 || sizeof(U) == 4, "64- or 32-bit counters");
   U v;
@@ -167,13 +143,101 @@ __device__ __forceinline__ uint64_t global_timer_ns() {
   return t;
 }
 
-// Called after each failed poll of a spin (spins counts them from 0): reads the clock on the first
-// and every 1024th, and traps once timeout_ns has passed. A peer that never arrives would hang the
-// job silently; the trap makes the host see a launch failure and raise with the call and rank.
-__device__ __forceinline__ void spin_deadline(unsigned spins, uint64_t &start, uint64_t timeout_ns) {
-  if ((spins & 1023u) == 0) {
-    if (spins == 0) start = global_timer_ns();
-    else if (global_timer_ns() - start > timeout_ns) __trap();
+// Faults. A wait for a peer stops, instead of spinning forever, when its deadline passes
+// (MPIGPU_TIMEOUT_S), when the host asks to abort (FaultBox::abort: mg_team_abort) or when the team is
+// broken (TeamState::broken: a wait of this rank or of a peer stopped first). No trap: a trap is a
+// sticky error that fails every later CUDA call of the process, other teams' and the user's included.
+// A wait that stopped poisons its call: the threads that share a barrier with it learn so at that
+// barrier (a vote, Group::sync_or) and skip the rest of the call, and every other wait of the call
+// sees the broken word at its next check. A poisoned thread stores nothing more into peers' memory
+// and publishes no counter, flag or ack, so whatever a peer receives is data of the call, and a peer
+// that arrives late finds its team broken (call_enter) and stops too. Each block still reaches its
+// barriers and ends: the call ends on every rank, with the fault recorded for the host (record_fault).
+
+// Why a wait begun at `start` must stop (fault.cuh's word), or 0. A cause of its own (deadline,
+// abort) marks the team broken here and in every peer's TeamState, so their waits stop too; the
+// first cause stays. Not inlined: it runs once per 1024 polls, and inlined it cost more registers
+// (docs/kernel-registers.md).
+static __device__ __noinline__ uint32_t stop_word(uint64_t start, char *const *ws, int me, int n, const Watch &w) {
+  TeamState *st = team_state(ws[me]);
+  const uint32_t broken = *(volatile uint32_t *)&st->broken;
+  if (broken) return broken;
+  uint32_t word;
+  if (*(volatile uint32_t *)&w.box->abort) word = fault_word(kCauseAbort, me);
+  else if (global_timer_ns() - start > w.timeout_ns) word = fault_word(kCauseTimeout, me);
+  else return 0;
+  const uint32_t first = atomicCAS(&st->broken, 0u, word);
+  if (first) return first;
+  for (int k = 0; k < n; ++k) {
+    if (k == me) continue;
+    uint32_t *p = &team_state(ws[k])->broken;
+    if (ld_acquire_sys(p) == 0u) st_release_sys(p, word);
+  }
+  return word;
+}
+
+// Called after each failed poll of a wait (spins counts them from 0): reads the clock on the first
+// and asks stop_word on every 1024th, as the deadline check always did, so a wait whose first poll
+// succeeds costs nothing more. A (the kernel's arguments) gives the workspaces, the rank and `watch`.
+template <typename A>
+__device__ __forceinline__ uint32_t spin_check(unsigned spins, uint64_t &start, const A &a) {
+  if ((spins & 1023u) != 0) return 0;
+  if (spins == 0) {
+    start = global_timer_ns();
+    return 0;
+  }
+  return stop_word(start, a.ws, a.rank, a.nranks, a.watch);
+}
+
+// A call's start, by every thread: true when the team is broken already (the call then stops at
+// once). Otherwise block 0 counts the call as entered: after a fault the host compares the ranks'
+// counts to name the peers that never began the call (mg_team_missing_peers).
+__device__ __forceinline__ bool call_enter(TeamState *state, bool counts) {
+  const uint32_t broken = *(volatile uint32_t *)&state->broken;
+  if (counts && threadIdx.x == 0 && broken == 0u) *(volatile uint32_t *)&state->entered = state->entered + 1u;
+  return broken != 0u;
+}
+
+// One thread of each block whose call stopped: the fault word into the host's records, the team's
+// (the first stays) and the request's, made visible before the kernel or the resident call ends.
+static __device__ __noinline__ void record_fault(const TeamState *state, const Watch &w) {
+  const uint32_t word = *(const volatile uint32_t *)&state->broken;
+  volatile uint32_t *team = &w.box->fault;
+  if (*team == 0u) *team = word;
+  if (w.status) *(volatile uint32_t *)w.status = word;
+  __threadfence_system();
+}
+
+// Sequence numbers of the protocols with flags in the data (LL, LL128), shared by both: every block
+// of the call reads the last call's number at its start; the last of its `nblocks` blocks out
+// publishes this call's, when every one has read the old one (all blocks of a call are resident at
+// once). A launched call's blocks are its grid; the resident kernel runs a call on the first
+// `nblocks` blocks of its grid (resident_call.cuh) and also has the last block tell the host: `call`
+// into `host_done` (mapped host memory), after a system-scope fence, so the host that reads it may use
+// the call's output.
+__device__ __forceinline__ uint32_t ll_sequence_begin(TeamState *state) {
+  return *(volatile uint32_t *)&state->ll_seq + 1u;
+}
+
+// `dead`: this thread's part of the call stopped (or never began, on a broken team); its block
+// records the fault before it counts as arrived. The number is published and `done` written either
+// way: no call runs on a broken team, and the resident kernel's host waits for `done`.
+__device__ __forceinline__ void ll_sequence_publish(TeamState *state, const Watch &w, uint32_t seq, uint32_t nblocks,
+                                                    bool dead, bool bcast = false, uint32_t *host_done = nullptr,
+                                                    uint32_t call = 0) {
+  const bool poisoned = __syncthreads_or(dead);
+  if (threadIdx.x == 0) {
+    if (poisoned) record_fault(state, w);
+    __threadfence();
+    if (atomicAdd(&state->ll_arrived, 1u) == nblocks - 1) {
+      state->ll_arrived = 0;
+      if (bcast) *(volatile uint32_t *)&state->ll_bcast_seq = seq;
+      *(volatile uint32_t *)&state->ll_seq = seq;
+      if (host_done) {
+        __threadfence_system();
+        *(volatile uint32_t *)host_done = call;
+      }
+    }
   }
 }
 
@@ -193,21 +257,32 @@ __device__ __forceinline__ void ll_announce_start(char *const *ws, int me, int n
   }
 }
 
-__device__ __forceinline__ void ll_reuse_guard(TeamState *state, int me, int n, uint32_t seq, uint64_t timeout_ns) {
-  if (*(volatile uint32_t *)&state->ll_bcast_seq != seq - 1u || seq == 1u) return;  // uniform per block
-  if ((int)threadIdx.x < n && (int)threadIdx.x != me) {
+// Returns `dead` (the thread's, see ll_sequence_publish); where the guard waits, for the whole block:
+// a wait that stopped poisons every thread of the block, whose stores could overwrite areas a peer
+// still reads.
+template <typename A>
+__device__ __forceinline__ bool ll_reuse_guard(TeamState *state, const A &a, uint32_t seq, bool dead) {
+  if (*(volatile uint32_t *)&state->ll_bcast_seq != seq - 1u || seq == 1u) return dead;  // uniform per block
+  if (!dead && (int)threadIdx.x < a.nranks && (int)threadIdx.x != a.rank) {
     const uint32_t want = seq - 2u;
     const uint32_t *p = &state->ll_started[threadIdx.x];
     uint64_t start = 0;
-    for (unsigned spins = 0; (int32_t)(ld_acquire_sys(p) - want) < 0; ++spins) spin_deadline(spins, start, timeout_ns);
+    for (unsigned spins = 0; (int32_t)(ld_acquire_sys(p) - want) < 0; ++spins)
+      if (spin_check(spins, start, a)) {
+        dead = true;
+        break;
+      }
   }
-  __syncthreads();
+  return __syncthreads_or(dead);
 }
 
-// Spin until *p >= want (trapping after timeout_ns, spin_deadline).
-__device__ __forceinline__ void wait_at_least(const uint64_t *p, uint64_t want, uint64_t timeout_ns) {
+// Spin until *p >= want: true, or false when the wait stopped (spin_check).
+template <typename A>
+__device__ __forceinline__ bool wait_at_least(const uint64_t *p, uint64_t want, const A &a) {
   uint64_t start = 0;
-  for (unsigned spins = 0; ld_acquire_sys(p) < want; ++spins) spin_deadline(spins, start, timeout_ns);
+  for (unsigned spins = 0; ld_acquire_sys(p) < want; ++spins)
+    if (spin_check(spins, start, a)) return false;
+  return true;
 }
 
 // The end of a call on lane `lane` of channel ch, with every thread of the block, after a block
@@ -247,6 +322,17 @@ struct Group {
   __device__ __forceinline__ void sync() const {
     if (barrier == 0) __syncthreads();
     else asm volatile("bar.sync %0, %1;" ::"r"(barrier), "r"(nthreads) : "memory");
+  }
+  // sync() that also tells whether v holds in any thread of the group: the vote by which a wait that
+  // stopped poisons the group's call (see the fault notes above).
+  __device__ __forceinline__ bool sync_or(bool v) const {
+    if (barrier == 0) return __syncthreads_or(v);
+    uint32_t any;
+    asm volatile(
+        "{\n\t.reg .pred p, q;\n\tsetp.ne.u32 p, %1, 0;\n\tbar.red.or.pred q, %2, %3, p;\n\t"
+        "selp.u32 %0, 1, 0, q;\n\t}"
+        : "=r"(any) : "r"((uint32_t)v), "r"(barrier), "r"(nthreads) : "memory");
+    return any != 0;
   }
 };
 

@@ -67,7 +67,7 @@ static int launch_instance(mg_team *t) {
   a.team.layout = t->layout;
   a.team.rank = t->cfg.rank;
   a.team.nranks = t->cfg.nranks;
-  a.team.timeout_ns = t->timeout_ns;
+  a.team.watch = mg::Watch{t->timeout_ns, t->fault_dev, nullptr};
   a.box = r.box_dev;
   a.start = r.call;
   a.epoch = ++r.epoch;
@@ -140,7 +140,8 @@ int resident_run(mg_team *t, const mg::ResidentCall &c) {
     if (load(&r.box->done) == call) break;
     bool ended = load(&r.box->exited) == r.epoch;
     if (!ended && (spins & 0x3fffu) == 0) {
-      // A kernel that trapped (a peer timed out) writes nothing: its stream reports the error.
+      // A kernel that failed (a CUDA error) writes nothing: its stream reports the error. One whose
+      // call stopped (a fault) writes `done`, like any other.
       cudaError_t q = cudaStreamQuery(r.stream);
       if (q != cudaErrorNotReady && q != cudaSuccess) return rc(q);
       cudaGetLastError();

@@ -49,7 +49,7 @@
 namespace mg {
 
 struct ResidentArgs {
-  LLArgs team;        // the team's fields (workspaces, layout, rank, timeout); a call brings the rest
+  LLArgs team;        // the team's fields (workspaces, layout, rank, watch); a call brings the rest
   ResidentBox *box;   // device address of the mapped mailbox
   uint32_t start;     // number of the last call completed before this instance: it takes start + 1 first
   uint32_t epoch;     // instances launched on this team, this one included
@@ -165,21 +165,27 @@ __global__ void __launch_bounds__(kThreads, 1) resident_kernel(const __grid_cons
         b.root = (int)c.root;
         b.block_bytes = c.bytes;
         b.total_bytes = c.total;
-        b.timeout_ns = r.team.timeout_ns;
+        b.watch = r.team.watch;
         b.split_phase0 = (int)c.split;
       }
     }
     __syncthreads();
     const uint32_t seq = ll_sequence_begin(state);
-    ll_reuse_guard(state, r.team.rank, r.team.nranks, seq, r.team.timeout_ns);
+    // A call that stops (protocol.cuh: faults) still ends here and writes `done`; the host then stops
+    // the instance (resident.cu).
+    bool dead = ll_reuse_guard(state, r.team, seq, call_enter(state, blockIdx.x == 0));
     const RuntimeReduce reduce{(int)c.dtype, (int)c.op};  // unused by the copies
     if (ll) {
-      ll_exchange(a.ll, seq, (size_t)blockIdx.x * blockDim.x + threadIdx.x, (size_t)nblocks * blockDim.x, reduce);
+      if (!dead)
+        dead = !ll_exchange(a.ll, seq, (size_t)blockIdx.x * blockDim.x + threadIdx.x, (size_t)nblocks * blockDim.x,
+                            reduce);
     } else {
-      ll128_exchange(a.ll128, seq, reduce, blockIdx.x, nblocks);
+      dead = __any_sync(0xffffffffu, dead);  // LL128 warps stop as a whole
+      if (!dead) dead = !ll128_exchange(a.ll128, seq, reduce, blockIdx.x, nblocks);
     }
     // Its first __syncthreads also keeps `words` and `a` from being rewritten while a thread reads them.
-    ll_sequence_publish(state, seq, nblocks, !ll && ll128_is_bcast((int)c.mode), &r.box->done, call);
+    ll_sequence_publish(state, r.team.watch, seq, nblocks, dead, !ll && ll128_is_bcast((int)c.mode), &r.box->done,
+                        call);
   }
 }
 

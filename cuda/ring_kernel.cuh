@@ -45,7 +45,7 @@ struct RingArgs {
   size_t span;                   // elements per channel of a shard (a multiple of the vector width)
   size_t chunk;                  // elements per step (a multiple of the vector width; fits a slot as a partial)
   int nsteps;                    // pieces per channel
-  uint64_t timeout_ns;
+  Watch watch;
 };
 
 // Loads / stores of one vector group (16 bytes of T, V elements) in another element type Q
@@ -116,26 +116,33 @@ __device__ __forceinline__ void ring_combine(const Group &grp, const PIn *part, 
   }
 }
 
-// Where a ring step runs: a group of warps, the lane of its connections, and its ring neighbours.
+// Where a ring step runs: a group of warps, the lane of its connections, and its ring neighbours;
+// `dead` once a wait of the group stopped (the group's later steps then do nothing).
 struct RingLane {
   Group g;
   int lane, ch, prev, next;
+  bool dead;
 };
 
 // One step of a channel's lane: receive prev's step gr (when `recv`), combine it with this rank's
 // input (when `own`), write it to the output (when `out`) and store it as step gs into next's slot
 // (when `send`). The group's thread 0 polls and posts the data counters, its thread 32 the acks, so
-// the two remote stores of a step's end go out at once.
+// the two remote stores of a step's end go out at once. A wait that stopped makes the group dead.
 template <typename T, typename Op, typename PIn, typename POut>
-__device__ __forceinline__ void ring_step(const RingArgs &a, const RingLane &l, bool recv, uint64_t gr,
+__device__ __forceinline__ void ring_step(const RingArgs &a, RingLane &l, bool recv, uint64_t gr,
                                           const T *own, T *out, bool send, uint64_t gs, size_t n) {
+  if (l.dead) return;
   const int tid = l.g.tid, me = a.rank, D = a.layout.nslots;
   char *mine = a.ws[me];
+  bool stop = false;
   if (recv && tid == 0)
-    wait_at_least((const uint64_t *)(mine + Layout::data_off(l.lane, l.ch, l.prev)), gr + 1, a.timeout_ns);
+    stop = !wait_at_least((const uint64_t *)(mine + Layout::data_off(l.lane, l.ch, l.prev)), gr + 1, a);
   if (send && tid == 32 && gs + 1 > (uint64_t)D)
-    wait_at_least((const uint64_t *)(mine + Layout::ack_off(l.lane, l.ch, l.next)), gs + 1 - D, a.timeout_ns);
-  l.g.sync();
+    stop = !wait_at_least((const uint64_t *)(mine + Layout::ack_off(l.lane, l.ch, l.next)), gs + 1 - D, a);
+  if (l.g.sync_or(stop)) {
+    l.dead = true;
+    return;
+  }
   const PIn *part = recv ? reinterpret_cast<const PIn *>(mine + a.layout.slot_off(l.lane, l.ch, l.prev, gr)) : nullptr;
   POut *dst = send ? reinterpret_cast<POut *>(a.ws[l.next] + a.layout.slot_off(l.lane, l.ch, me, gs)) : nullptr;
   if (n) ring_combine<T, Op, PIn, POut>(l.g, part, own, out, dst, n);
@@ -152,14 +159,14 @@ __host__ __device__ inline int ring_steps_per_piece(int mode, int n) {
 // Pieces of one lane, in order: t = first, first + 2, ... (the other lane takes the others).
 // gs / gr: the lane's next send and receive step.
 template <typename T, typename Op>
-__device__ __forceinline__ void ring_lane_pieces(const RingArgs &a, const RingLane &l, int first, uint64_t gs,
+__device__ __forceinline__ void ring_lane_pieces(const RingArgs &a, RingLane &l, int first, uint64_t gs,
                                                  uint64_t gr) {
   using P = typename PartOf<T>::type;
   const int me = a.rank, n = a.nranks, ch = l.ch;
   const T *in = reinterpret_cast<const T *>(a.send);
   T *out = reinterpret_cast<T *>(a.recv);
   const int pos = (me - a.root + n) % n;  // place in a chain (Bcast from the root, Reduce to it)
-  for (int t = first; t < a.nsteps; t += 2) {
+  for (int t = first; t < a.nsteps && !l.dead; t += 2) {
     if constexpr (!std::is_same<Op, OpCopy>::value) {
       if (a.mode == kRingAllreduce || a.mode == kRingReduceScatter) {
         const bool ar = a.mode == kRingAllreduce;
@@ -232,12 +239,16 @@ __global__ void __launch_bounds__(kThreads, 1) ring_kernel(const __grid_constant
   const int lane = tid / (kThreads / kLanes);
   TeamState *state = team_state(a.ws[me]);
   const uint64_t base[kLanes] = {state->base[0][ch], state->base[1][ch]};
-  const RingLane l{Group{tid % (kThreads / kLanes), kThreads / kLanes, 1 + lane}, lane, ch, (me + n - 1) % n,
-                   (me + 1) % n};
+  RingLane l{Group{tid % (kThreads / kLanes), kThreads / kLanes, 1 + lane}, lane, ch, (me + n - 1) % n,
+             (me + 1) % n, __syncthreads_or(call_enter(state, ch == 0)) != 0};
   ring_lane_pieces<T, Op>(a, l, lane, base[lane], base[lane]);
 
-  // Release the lanes used and move their bases past this call (end_lane).
-  __syncthreads();
+  // Release the lanes used and move their bases past this call (end_lane); a faulted call releases
+  // nothing (no peer may take its slots as free) and tells the host.
+  if (__syncthreads_or(l.dead)) {
+    if (tid == 0) record_fault(state, a.watch);
+    return;
+  }
 #pragma unroll
   for (int k = 0; k < kLanes; ++k) {
     const int pieces = ring_lane_pieces_count(a.nsteps, k);

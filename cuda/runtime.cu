@@ -17,6 +17,9 @@ const char *mg_error_string(int err) {
     case MG_ERR_BUSY: return "too many GPU requests outstanding (complete some with Wait or Test)";
     case MG_ERR_MPI: return "MPI_Grequest_start failed";
     case MG_ERR_THREAD: return "the request completion thread could not start";
+    case MG_ERR_TIMEOUT: return "a peer did not arrive within MPIGPU_TIMEOUT_S (the kernel stopped waiting)";
+    case MG_ERR_ABORTED: return "the device team was aborted";
+    case MG_ERR_BROKEN: return "the device team is broken by an earlier fault or abort";
     default: return err > 0 ? cudaGetErrorString((cudaError_t)err) : "unknown mpigpu error";
   }
 }

@@ -29,6 +29,14 @@ struct mg_team {
   char *ws[MG_MAX_RANKS];      // workspaces as mapped here; ws[rank] is this rank's own allocation
   int opened[MG_MAX_RANKS];
   uint64_t timeout_ns;
+  // The fault model (fault.cuh, fault.cu): the team's fault box in mapped pinned memory, a stream for
+  // the host's own copies of fault state, whether mg_team_abort ran (atomic), and the fault word of
+  // the request whose call is being enqueued (mg_collective_request; null otherwise).
+  mg::FaultBox *fault;
+  mg::FaultBox *fault_dev;
+  cudaStream_t side;
+  int aborting;
+  uint32_t *status;
   // Ordering across streams: calls of one team share its workspace, so a call must not start before
   // the previous one ended. A blocking call ends before the next begins; after a non-blocking one
   // (`inflight`), a call on another stream first waits for `done`, recorded after the last launch.
@@ -37,6 +45,16 @@ struct mg_team {
   int inflight;
   mg_resident res;
 };
+
+// Whether a call of the team faulted or the team was aborted (one read of pinned host memory): no
+// call runs on it after that.
+static inline bool team_broken(const mg_team *t) {
+  return (*(const volatile uint32_t *)&t->fault->fault | *(const volatile uint32_t *)&t->fault->abort) != 0;
+}
+
+// fault.cu
+int fault_open(mg_team *t);   // with the team's device current
+void fault_close(mg_team *t);  // after the team's kernels have ended
 
 // resident.cu
 int resident_open(mg_team *t);   // with the team's device current

@@ -26,7 +26,11 @@ static int team_alloc(mg_team *t) {
     cudaFree(p);
     return e;
   }
-  e = resident_open(t);
+  e = fault_open(t);
+  if (!e) {
+    e = resident_open(t);
+    if (e) fault_close(t);
+  }
   if (e) {
     cudaEventDestroy(t->done);
     cudaFree(p);
@@ -101,12 +105,16 @@ int mg_team_destroy(mg_team *t) {
   int first = 0;
   int prev = -1;
   if (cudaGetDevice(&prev) == cudaSuccess && prev != t->cfg.device) cudaSetDevice(t->cfg.device);
+  // A kernel of a broken team that still waits (a call enqueued after the fault) stops at its next
+  // check instead of at its deadline: cudaFree below waits for it.
+  if (t->fault && team_broken(t)) *(volatile uint32_t *)&t->fault->abort = 1u;
   first = resident_close(t);  // before cudaFree, which would wait for a running instance
   for (int r = 0; r < t->cfg.nranks; ++r) {
     if (!t->opened[r]) continue;
     int e = r == t->cfg.rank ? rc(cudaFree(t->ws[r])) : rc(cudaIpcCloseMemHandle(t->ws[r]));
     if (e && !first) first = e;
   }
+  fault_close(t);  // after cudaFree, which waited for every kernel that may write the box
   if (t->done) cudaEventDestroy(t->done);
   if (prev >= 0 && prev != t->cfg.device) cudaSetDevice(prev);
   free(t);

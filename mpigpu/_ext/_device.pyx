@@ -9,7 +9,7 @@ from ._intake import DTYPE_ALIGNMENTS, DTYPE_SIZES, TYPESTR_CODES
 include "_geometry.pxi"
 
 from cpython.buffer cimport PyBUF_WRITABLE, PyBUF_FORMAT, PyBUF_ND
-from libc.stdint cimport intptr_t, uint64_t, uintptr_t
+from libc.stdint cimport intptr_t, uint32_t, uint64_t, uintptr_t
 from cpython.pyport cimport PY_SSIZE_T_MAX
 from libc.string cimport memcpy
 
@@ -18,6 +18,11 @@ cdef extern from "mpigpu_cuda.h" nogil:
         MG_MAX_RANKS
         MG_MAX_CHANNELS
         MG_IPC_HANDLE_BYTES
+    enum:
+        MG_ERR_TEAM
+        MG_ERR_TIMEOUT
+        MG_ERR_ABORTED
+        MG_ERR_BROKEN
     const char *mg_error_string(int err)
     int mg_device_count(int *count)
     int mg_get_device(int *device)
@@ -64,6 +69,9 @@ cdef extern from "mpigpu_cuda.h" nogil:
     int mg_team_destroy(mg_team *team)
     size_t mg_team_workspace_bytes(const mg_team *team)
     void mg_team_resident_stats(const mg_team *team, uint64_t *calls, uint64_t *launches, uint64_t *alone)
+    int mg_team_abort(mg_team *team)
+    int mg_team_fault(mg_team *team, int *code, int *origin)
+    int mg_team_missing_peers(mg_team *team, uint32_t *mask)
 
     ctypedef struct mg_call:
         int coll, algo, dtype, op
@@ -75,6 +83,8 @@ cdef extern from "mpigpu_cuda.h" nogil:
     int mg_select(const mg_team *team, mg_call *call)
     int mg_collective(mg_team *team, const mg_call *call, uintptr_t stream, int async_)
     int mg_collective_wait(mg_team *team, const mg_call *call, uintptr_t stream)
+    int mg_collective_request(mg_team *team, const mg_call *call, uintptr_t stream, void *request, int watch,
+                              uint64_t *ticket)
 
     int mg_ipc_describe(uintptr_t ptr, uintptr_t *base, size_t *size, uint64_t *buffer_id, int *ipc_capable)
     int mg_ipc_export(uintptr_t base, void *handle)
@@ -96,6 +106,12 @@ cdef extern from "mpigpu_cuda.h" nogil:
 
 MAX_RANKS = MG_MAX_RANKS
 MAX_CHANNELS = MG_MAX_CHANNELS
+# The codes of a fault (DeviceError.code, Team.fault): a peer that never arrived within the timeout,
+# an abort (Team.abort, here or at a peer), and any call on a team that an earlier fault broke.
+ERR_TIMEOUT = MG_ERR_TIMEOUT
+ERR_ABORTED = MG_ERR_ABORTED
+ERR_BROKEN = MG_ERR_BROKEN
+FAULT_CODES = frozenset((ERR_TIMEOUT, ERR_ABORTED, ERR_BROKEN))
 # memory types of pointer_info(): the values of cudaMemoryType
 cdef enum:
     _MEM_UNREGISTERED = 0
@@ -106,10 +122,16 @@ MEM_UNREGISTERED, MEM_HOST, MEM_DEVICE, MEM_MANAGED = _MEM_UNREGISTERED, _MEM_HO
 
 
 class DeviceError(RuntimeError):
-    """A CUDA runtime or engine error; `code` is the cudaError_t (> 0) or MG_ERR_* (< 0) value."""
+    """A CUDA runtime or engine error; `code` is the cudaError_t (> 0) or MG_ERR_* (< 0) value, one of
+    FAULT_CODES when a call's kernel stopped (the process stays usable; the team is broken)."""
     def __init__(self, int code, str what):
         self.code = code
         super().__init__(f'{what}: {mg_error_string(code).decode()} (code {code})')
+
+    @property
+    def fault(self):
+        """True for a fault of a device team (FAULT_CODES), not a CUDA error."""
+        return self.code in FAULT_CODES
 
 
 cdef inline int check(int code, str what) except -1:
@@ -338,6 +360,40 @@ cdef class Team:
             mg_team_resident_stats(self.t, &calls, &launches, &alone)
         return calls, launches, alone
 
+    def abort(self):
+        """Stops the team's kernels, running or queued, here and at the peers, whose calls end too;
+        their calls and requests end with ERR_ABORTED and the team refuses later calls (ERR_BROKEN).
+        From any thread, while another waits in a call; returns at once. Does nothing on a released
+        team. (The GIL is kept: close() cannot free the team meanwhile.)"""
+        if self.t != NULL:
+            check(mg_team_abort(self.t), 'team abort')
+
+    @property
+    def fault(self):
+        """0, or the team's fault: ERR_TIMEOUT or ERR_ABORTED (the first cause, at this rank or at
+        fault_origin); 0 on a released team. Not for a hot path: with no fault recorded here it
+        reads the team's state from the device, where a peer may have marked it broken."""
+        cdef int code = 0, origin = -1
+        if self.t != NULL:
+            check(mg_team_fault(self.t, &code, &origin), 'team fault query')
+        return code
+
+    @property
+    def fault_origin(self):
+        """The rank whose kernel (or abort) gave up first, or -1 without a fault."""
+        cdef int code = 0, origin = -1
+        if self.t != NULL:
+            check(mg_team_fault(self.t, &code, &origin), 'team fault query')
+        return origin
+
+    def missing_peers(self):
+        """After a fault: the ranks that never began the call that faulted here (sorted)."""
+        cdef uint32_t mask = 0
+        if self.t == NULL:
+            raise DeviceError(MG_ERR_TEAM, 'missing peers of a released team')
+        check(mg_team_missing_peers(self.t, &mask), 'missing peers')
+        return [k for k in range(self.nranks) if (mask >> k) & 1]
+
     def export_handle(self):
         cdef char h[MG_IPC_HANDLE_BYTES]
         check(mg_team_export(self.t, h), 'cudaIpcGetMemHandle')
@@ -374,7 +430,7 @@ cdef class Team:
         cdef mg_call c
         cdef int e
         if self.t == NULL:
-            raise DeviceError(-3, 'collective on a released team')
+            raise DeviceError(MG_ERR_TEAM, 'collective on a released team')
         c.coll = coll
         c.algo = algo
         c.dtype = dtype
@@ -388,7 +444,7 @@ cdef class Team:
         if sync:
             with nogil:
                 e = mg_collective_wait(self.t, &c, stream)
-            check(e, 'collective (launch failed, kernel failed or a peer timed out)')
+            check(e, 'collective')
         else:
             check(mg_collective(self.t, &c, stream, 1), 'collective launch')
 
@@ -396,9 +452,25 @@ cdef class Team:
                                size_t count, int root, int nchannels, uintptr_t stream, uintptr_t request,
                                bint watch) except? 0:
         """Enqueues one collective on `stream` and starts the generalized request that completes
-        after it (writing the handle at address `request`); returns the request's ticket."""
-        self.run(coll, algo, dtype, op, send, recv, count, root, nchannels, stream, False)
-        return request_start(stream, self.device, request, watch)
+        after it (writing the handle at address `request`); returns the request's ticket. The device
+        is current. If the call's kernel stops (a fault), the request completes with the fault's code
+        (request_wait and request_test raise it) and MPI_ERR_OTHER."""
+        cdef mg_call c
+        cdef uint64_t ticket = 0
+        if self.t == NULL:
+            raise DeviceError(MG_ERR_TEAM, 'collective on a released team')
+        c.coll = coll
+        c.algo = algo
+        c.dtype = dtype
+        c.op = op
+        c.send = send
+        c.recv = recv
+        c.count = count
+        c.root = root
+        c.nchannels = nchannels
+        c.chunk_bytes = 0
+        check(mg_collective_request(self.t, &c, stream, <void *>request, watch, &ticket), 'collective request')
+        return ticket
 
 
 # ---- user buffers over CUDA IPC (cuda/ipc_buffers.cu) --------------------------------------------
@@ -463,17 +535,18 @@ cpdef uint64_t request_start(uintptr_t stream, int device, uintptr_t request, bi
 
 
 cpdef request_wait(uint64_t ticket):
-    """Blocks (GIL released) until the ticket's GPU work is done and its request completed."""
+    """Blocks (GIL released) until the ticket's GPU work is done and its request completed; raises
+    DeviceError with the completion's code when the work failed (a CUDA error or a fault)."""
     cdef int e
     with nogil:
         e = mg_completion_wait(ticket)
-    check(e, 'GPU work of a request (kernel failed or a peer timed out)')
+    check(e, 'GPU work of a request')
 
 
 cpdef bint request_test(uint64_t ticket) except -1:
-    """True when the ticket's GPU work is done (its request is then complete)."""
+    """True when the ticket's GPU work is done (its request is then complete); raises as request_wait."""
     cdef int done = 0
-    check(mg_completion_test(ticket, &done), 'GPU work of a request (kernel failed or a peer timed out)')
+    check(mg_completion_test(ticket, &done), 'GPU work of a request')
     return done
 
 

@@ -190,6 +190,9 @@ static int launch_ll128(mg_team *t, const mg_call *c, const mg::KernelChoice &k,
   if (!k.ll128) return MG_ERR_UNSUPPORTED;
   mg::LL128Args a;
   plan_ll128(t, c, k, &a);
+  // An LL128 block takes a whole SM (its registers: docs/kernel-registers.md): a grid wider than the
+  // SMs a waiting resident instance leaves free would run its last blocks only once that returns.
+  if (c->nchannels > t->sm_count - t->cfg.resident_blocks) resident_stop(t);
   return launch_kernel((const void *)k.ll128, c->nchannels, &a, stream);
 }
 

@@ -29,6 +29,7 @@ struct mg_team {
   char *ws[MG_MAX_RANKS];      // workspaces as mapped here; ws[rank] is this rank's own allocation
   int opened[MG_MAX_RANKS];
   uint64_t timeout_ns;
+  int sm_count;                // the GPU's SMs (a launched grid beside a waiting resident instance)
   // The fault model (fault.cuh, fault.cu): the team's fault box in mapped pinned memory, a stream for
   // the host's own copies of fault state, whether mg_team_abort ran (atomic), and the fault word of
   // the request whose call is being enqueued (mg_collective_request; null otherwise).

@@ -59,7 +59,11 @@ int mg_team_create(const mg_team_config *cfg, mg_team **out) {
   t->layout.max_channels = cfg->max_channels;
   t->layout.ll128_bytes = cfg->ll128_bytes;
   t->timeout_ns = (uint64_t)(cfg->timeout_s * 1e9);
-  int e;
+  int e = rc(cudaDeviceGetAttribute(&t->sm_count, cudaDevAttrMultiProcessorCount, cfg->device));
+  if (e) {
+    free(t);
+    return e;
+  }
   auto body = [&]() -> int { return team_alloc(t); };
   {
     int prev = -1;

@@ -20,6 +20,7 @@ __version__ = '0.1.0'
 
 COMM_WORLD = Intracomm(_MPI.COMM_WORLD)
 COMM_SELF = Intracomm(_MPI.COMM_SELF)
+COMM_WORLD._mg_constant = COMM_SELF._mg_constant = True
 
 __all__ = ['COMM_SELF', 'COMM_WORLD', 'Cartcomm', 'Distgraphcomm', 'Error', 'Graphcomm', 'Intercomm', 'Intracomm',
            'Startall', 'Topocomm', 'config', 'gpu_available']

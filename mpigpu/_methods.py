@@ -121,7 +121,7 @@ def _handler(owner, name, base, params, bufs, state_of):
     kind = _kind(name, owner)
     reduces = 'op' in params or name in ('Accumulate', 'Raccumulate', 'Get_accumulate', 'Rget_accumulate',
                                          'Reduce_local')
-    receive = kind in ('start', 'persistent') and ('recv' in name.lower() or 'read' in name.lower())
+    receive = kind == 'start' and ('recv' in name.lower() or 'read' in name.lower())
 
     def device_call(self, args):
         st = state_of(self)
@@ -142,7 +142,7 @@ def _handler(owner, name, base, params, bufs, state_of):
         if kind == 'start':
             return mirrored.start(st, name, call, items, reduces, receive)
         if kind == 'persistent':
-            return mirrored.Persistent.create(st, name, call, items, reduces, receive)
+            return mirrored.Persistent.create(st, name, call, items, reduces)
         if kind == 'partitioned':
             return mirrored.Partitioned.create(st, name, call, args[0], args[params.index('partitions')],
                                                name == 'Psend_init')

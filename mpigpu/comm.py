@@ -152,10 +152,23 @@ class _Comm:
         return objects.message(self, *p2p.matched_probe(self, source, tag, status, False))
 
     # ---- release and mpigpu extras -----------------------------------------------------------------
+    _mg_constant = False  # True for mpigpu's COMM_WORLD and COMM_SELF: constants, as mpi4py's are
+
     def Free(self):
         """Releases the device team, workspace and staging buffers, then frees the communicator."""
-        _state.release(self)
+        if not self._mg_constant:
+            _state.release(self)
         MPI.Comm.Free(self)
+
+    def free(self):
+        # mpi4py's safe free leaves its module constants alone; so does ours with its own
+        if not self._mg_constant:
+            _state.release(self)
+            MPI.Comm.free(self)
+
+    @classmethod
+    def fromhandle(cls, handle):
+        return cls(MPI.Comm.fromhandle.__func__(_plain_class(cls), handle))
 
     def engine_status(self):
         """'on', 'off: <why>', or 'not set up yet': whether GPU collectives use the device engine."""

@@ -20,6 +20,27 @@ from ._state import local_state, state_of
 from .errors import BufferArgumentError, Error
 
 
+class _Constant:
+    """mpigpu's objects standing for mpi4py's module constants (MPI.INT, MPI.SUM in python -m mpigpu):
+    their safe free leaves them alone, as mpi4py's does its own; fromhandle makes mpigpu's class."""
+    _mg_constant = False
+
+    def free(self):
+        if not self._mg_constant:
+            super().free()
+
+    @classmethod
+    def fromhandle(cls, handle):
+        plain = next(k for k in cls.__mro__ if k.__module__.startswith('mpi4py'))
+        return cls(plain.fromhandle.__func__(plain, handle))
+
+
+def constant(obj):
+    """Marks one of mpigpu's objects as standing for an mpi4py constant; returns it."""
+    obj._mg_constant = True
+    return obj
+
+
 def _null(obj, null):
     """Sets `obj`'s handle to that of `null` (a consumed message) without freeing anything."""
     ctypes.memmove(MPI._addressof(obj), MPI._addressof(null), MPI._sizeof(type(null)))
@@ -34,7 +55,7 @@ class Message(MPI.Message):
 
     def Recv(self, buf, status=None):
         if self._kept is None and (buf is None or not is_device(buf)):
-            return MPI.Message.Recv(self, buf, status)
+            return super().Recv(buf, status)
         st = self._state or local_state()
         kept, self._kept = self._kept, None
         p2p.matched_recv(st, 'Message.Recv', self if kept is None else None, kept, buf, status)
@@ -47,9 +68,9 @@ class Message(MPI.Message):
             return requests.completed(status)
         if buf is not None and is_device(buf):
             st = self._state or local_state()
-            return mirrored.start(st, 'Message.Irecv', lambda b: MPI.Message.Irecv(self, b),
+            return mirrored.start(st, 'Message.Irecv', lambda b: super(Message, self).Irecv(b),
                                   [(buf, OUT)], receive=True)
-        return MPI.Message.Irecv(self, buf)
+        return super().Irecv(buf)
 
 
 def message(comm, msg, kept):
@@ -63,7 +84,7 @@ def message(comm, msg, kept):
     return m
 
 
-class Datatype(MPI.Datatype):
+class Datatype(_Constant, MPI.Datatype):
     """An `mpi4py.MPI.Datatype` whose Pack and Unpack take device buffers: packed on the GPU where both
     buffers are on one, through host mirrors otherwise (and for Pack_external's representation)."""
 
@@ -91,15 +112,18 @@ class Datatype(MPI.Datatype):
         return _pickle.by_name(self, _DATATYPE_NAMES) or super().__reduce__()
 
 
-class Op(MPI.Op):
+class Op(_Constant, MPI.Op):
     """An `mpi4py.MPI.Op` whose Reduce_local takes device buffers."""
 
     def __reduce__(self):
         return _pickle.by_name(self, _OP_NAMES) or super().__reduce__()
 
 
-class File(MPI.File):
+class File(_Constant, MPI.File):
     """An `mpi4py.MPI.File` whose reads and writes take device buffers."""
+
+    def __reduce__(self):
+        return _pickle.by_name(self, _FILE_NAMES) or super().__reduce__()
 
 
 # RMA operations whose origin buffers MPI may use until the epoch's synchronization, and how: IN
@@ -113,10 +137,13 @@ _COMPLETES_ALL = ('Fence', 'Complete', 'Unlock_all', 'Flush_all', 'Flush_local_a
 _COMPLETES_TARGET = ('Unlock', 'Flush', 'Flush_local')
 
 
-class Win(MPI.Win):
+class Win(_Constant, MPI.Win):
     """An `mpi4py.MPI.Win` whose RMA operations take device origin buffers: each keeps its host
     mirror until the synchronization that completes it (Fence, Complete, Unlock, Flush ...), where
     results are copied back. Window memory must be host memory (MPI.Win.Allocate gives such)."""
+
+    def __reduce__(self):
+        return _pickle.by_name(self, _WIN_NAMES) or super().__reduce__()
 
     @classmethod
     def Create(cls, memory, disp_unit=1, info=MPI.INFO_NULL, comm=MPI.COMM_SELF):
@@ -202,3 +229,5 @@ for _cls in (Message, Datatype, Op, File, Win):
 # The names of mpi4py's predefined datatypes and ops (pickled by name).
 _DATATYPE_NAMES = tuple(n for n in dir(MPI) if type(getattr(MPI, n)) is MPI.Datatype)
 _OP_NAMES = tuple(n for n in dir(MPI) if type(getattr(MPI, n)) is MPI.Op)
+_WIN_NAMES = tuple(n for n in dir(MPI) if type(getattr(MPI, n)) is MPI.Win)
+_FILE_NAMES = tuple(n for n in dir(MPI) if type(getattr(MPI, n)) is MPI.File)

@@ -20,7 +20,8 @@ def test_predefined_objects_are_mpigpus_on_the_same_handles():
     assert MPI.COMM_SELF is mpigpu.COMM_SELF and MPI.COMM_WORLD == mpi4py_MPI.COMM_WORLD
     assert isinstance(MPI.FLOAT, objects.Datatype) and MPI.FLOAT == mpi4py_MPI.FLOAT
     assert isinstance(MPI.SUM, objects.Op) and MPI.SUM == mpi4py_MPI.SUM
-    assert MPI.Win is objects.Win and MPI.File is objects.File and MPI.Message is objects.Message
+    assert MPI.Win is objects.Win and MPI.File is objects.File and MPI.Op is objects.Op
+    assert MPI.Message is mpi4py_MPI.Message and isinstance(MPI.WIN_NULL, objects.Win)
     assert MPI.DATATYPE_NULL is mpi4py_MPI.DATATYPE_NULL
 
 
@@ -35,5 +36,5 @@ def test_what_is_made_from_them_is_mpigpus():
 
 
 def test_predefined_objects_pickle_by_name():
-    for obj in (MPI.COMM_WORLD, MPI.COMM_SELF, MPI.FLOAT, MPI.SUM):
+    for obj in (MPI.COMM_WORLD, MPI.COMM_SELF, MPI.FLOAT, MPI.SUM, MPI.WIN_NULL, MPI.FILE_NULL):
         assert pickle.loads(pickle.dumps(obj)) is obj

@@ -13,8 +13,9 @@ them. Every mirror is copied in (outputs too), so the parts MPI does not write s
 - start: non-blocking methods: mpi4py's method starts on mirrors from a pool, and the request it returns
   completes (through mpigpu's generalized requests) once MPI is done and the outputs are back.
 - Persistent, Partitioned: persistent and partitioned requests (`*_init`, `Psend_init`,
-  `Precv_init`): the host request lives on mirrors held as long as it; each Start copies the inputs
-  in, each completion copies the outputs back; Pready and Parrived move one partition.
+  `Precv_init`): mpi4py's request on mirrors held as long as it; each Start copies the inputs in and
+  points this request at a generalized request completed once the round is done and its outputs are
+  back; Pready and Parrived move one partition.
 No collective setup happens here.
 """
 import threading
@@ -196,10 +197,13 @@ def split_collective(st, owner, name, call, items, begin):
 class Persistent(requests.Startable, requests.Finishing, MPI.Prequest):
     """A persistent request (`Send_init`, `Gatherv_init`, ...) on device buffers: mpi4py's persistent
     request on pinned mirrors held as long as this one. Start copies the inputs in and starts it; the
-    round completes, through a generalized request, once MPI is done and the outputs are back."""
+    round completes, through a generalized request, once MPI is done and the outputs are back, so
+    mpi4py's class-level Waitall & co. complete it with its results in place. Start it with its own
+    Start or mpigpu.Startall (mpi4py's Prequest.Startall knows MPI's persistent requests only, and
+    raises for this one rather than run it on stale inputs)."""
 
     @classmethod
-    def create(cls, st, name, init, items, reduces=False, receive=False):
+    def create(cls, st, name, init, items, reduces=False):
         _cuda.require(name, st.rank)
         with _cuda.errors_as(name, st.rank):
             hosts, mirrors = mirror_all(st, name, items, reduces, pooled=True)
@@ -210,7 +214,7 @@ class Persistent(requests.Startable, requests.Finishing, MPI.Prequest):
                 m.release()
             raise
         req = cls()
-        req._st, req._name, req._mirrors, req._host, req._receive = st, name, mirrors, host, receive
+        req._st, req._name, req._mirrors, req._host = st, name, mirrors, host
         req._work = None
         return req
 
@@ -236,7 +240,7 @@ class Persistent(requests.Startable, requests.Finishing, MPI.Prequest):
             with _cuda.errors_as(name, st.rank):
                 for m in self._mirrors:
                     m.copy_out(st)
-        self._work = requests.Work(None, inner=self._host, on_done=done, receive=self._receive)
+        self._work = requests.Work(None, inner=self._host, on_done=done, receive=True)
         requests.set_handle(self, requests.start(self._work))
 
     def Free(self):
@@ -257,7 +261,7 @@ class Partitioned(Persistent):
 
     @classmethod
     def create(cls, st, name, init, value, partitions, sends):
-        req = super().create(st, name, init, [(value, IN if sends else OUT)], receive=not sends)
+        req = super().create(st, name, init, [(value, IN if sends else OUT)])
         req._partitions, req._sends = partitions, sends
         return req
 

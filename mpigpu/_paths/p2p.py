@@ -26,6 +26,10 @@ from .mirrored import IN, host_view, split_spec
 from .pinned import Stager, give, take
 
 
+# mpi4py's own (python -m mpigpu puts mpigpu's Message class where mpi4py.MPI.Message was)
+_message_recv = MPI.Message.Recv
+
+
 class P2pState:
     """What point-to-point keeps per communicator: messages Probe took out of MPI, and the reply
     tags of GPU-to-GPU sends (its state: `CommState.owned(P2pState)`)."""
@@ -443,8 +447,8 @@ def matched_recv(st, name, msg, kept, buf, status):
                 work.query(status)
             return None
         if is_device(buf):
-            return mirrored.run(st, name, lambda b: MPI.Message.Recv(msg, b, status), [(buf, mirrored.OUT)])
-        return MPI.Message.Recv(msg, buf, status)
+            return mirrored.run(st, name, lambda b: _message_recv(msg, b, status), [(buf, mirrored.OUT)])
+        return _message_recv(msg, buf, status)
     return _guarded(st, name, go)
 
 

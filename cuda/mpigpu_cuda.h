@@ -129,6 +129,16 @@ int mg_event_sync(uintptr_t event);
 int mg_stream_wait_event(uintptr_t stream, uintptr_t event);
 int mg_memcpy_async(uintptr_t dst, uintptr_t src, size_t bytes, uintptr_t stream);
 
+/* ---- the host's side of a stream (host_wait.cu) ---- */
+/* Enqueues on stream a wait until the 32-bit word at words[0] (pinned host memory) reaches value (a
+ * wrapping sequence); after timeout_s (0: never) the wait ends and value is written to words[1]. */
+int mg_stream_wait_host(uintptr_t stream, uintptr_t words, uint32_t value, double timeout_s);
+/* capturing = 1 while stream is being captured into a CUDA graph. */
+int mg_stream_capturing(uintptr_t stream, int *capturing);
+/* Device memory (cudaMalloc) for the hierarchical path's scratch, and its release. */
+int mg_device_alloc(size_t bytes, uintptr_t *ptr);
+int mg_device_free(uintptr_t ptr);
+
 /* ---- device team (transport_ipc.cu) ---- */
 typedef struct mg_team mg_team;
 

@@ -42,6 +42,10 @@ cdef extern from "mpigpu_cuda.h" nogil:
     int mg_event_sync(uintptr_t event)
     int mg_stream_wait_event(uintptr_t stream, uintptr_t event)
     int mg_memcpy_async(uintptr_t dst, uintptr_t src, size_t bytes, uintptr_t stream)
+    int mg_stream_wait_host(uintptr_t stream, uintptr_t words, unsigned int value, double timeout_s)
+    int mg_stream_capturing(uintptr_t stream, int *capturing)
+    int mg_device_alloc(size_t bytes, uintptr_t *ptr)
+    int mg_device_free(uintptr_t ptr)
 
     ctypedef struct mg_team:
         pass
@@ -213,6 +217,36 @@ cpdef stream_wait_event(uintptr_t stream, uintptr_t ev):
 
 cpdef memcpy_async(uintptr_t dst, uintptr_t src, size_t nbytes, uintptr_t stream):
     check(mg_memcpy_async(dst, src, nbytes, stream), 'cudaMemcpyAsync')
+
+
+def stream_wait_host(uintptr_t stream, uintptr_t words, unsigned int value, double timeout_s):
+    """Enqueues on `stream` a wait until the 32-bit word at `words` (pinned host memory) reaches
+    `value`; after `timeout_s` (0: never) the wait ends and `value` is written to the next word."""
+    check(mg_stream_wait_host(stream, words, value, timeout_s), 'stream wait for the host')
+
+
+def stream_capturing(uintptr_t stream):
+    """True while `stream` is being captured into a CUDA graph."""
+    cdef int capturing = 0
+    check(mg_stream_capturing(stream, &capturing), 'cudaStreamIsCapturing')
+    return bool(capturing)
+
+
+cdef class DeviceMemory:
+    """Device memory (cudaMalloc) of `nbytes`, freed with the object."""
+    cdef readonly uintptr_t ptr
+    cdef readonly Py_ssize_t nbytes
+
+    def __cinit__(self, Py_ssize_t nbytes):
+        cdef uintptr_t p = 0
+        check(mg_device_alloc(<size_t>max(nbytes, 1), &p), 'cudaMalloc')
+        self.ptr = p
+        self.nbytes = nbytes
+
+    def __dealloc__(self):
+        if self.ptr:
+            mg_device_free(self.ptr)
+            self.ptr = 0
 
 
 def supports(int dtype, int op):

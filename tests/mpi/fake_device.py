@@ -3,6 +3,9 @@ and events are no-ops. install() makes it mpigpu's CUDA layer; FakeCAI exports h
 were CUDA arrays (CUDA Array Interface v3) and registers their memory as "device memory", which is
 what the fake layer's pointer queries then report (every other pointer is host memory)."""
 import ctypes
+import itertools
+import threading
+import time
 import types
 import weakref
 
@@ -45,11 +48,49 @@ class DeviceError(RuntimeError):
     pass
 
 
+class DeviceMemory:
+    """Device memory stand-in: host memory the fake layer reports as device memory."""
+
+    def __init__(self, nbytes):
+        self._mem = bytearray(max(nbytes, 1))
+        self.nbytes = nbytes
+        self.ptr = ctypes.addressof(ctypes.c_char.from_buffer(self._mem))
+        register(self.ptr, max(nbytes, 1), self)
+
+
+# Streams are numbers (each a new one: a stream= call's stream is not the path's own); a wait for the
+# host (stream_wait_host) holds the stream's synchronization until the host has written the word.
+_streams = itertools.count(100)
+_host_waits = []
+_waits_lock = threading.Lock()
+
+
+def _stream_wait_host(stream, words, value, timeout_s):
+    with _waits_lock:
+        _host_waits.append((stream, words, value))
+
+
+def _word(ptr):
+    return ctypes.c_uint32.from_address(ptr).value
+
+
+def _stream_sync(stream):
+    with _waits_lock:
+        mine = [w for w in _host_waits if w[0] == stream]
+    for w in mine:
+        while ((_word(w[1]) - w[2]) & 0xFFFFFFFF) >= 0x80000000:
+            time.sleep(1e-4)
+        with _waits_lock:
+            _host_waits.remove(w)
+
+
 fake = types.SimpleNamespace(
     DeviceError=DeviceError,
-    stream_create=lambda: 1, stream_destroy=lambda s: None, event_create=lambda: 1,
+    stream_create=lambda: next(_streams), stream_destroy=lambda s: None, event_create=lambda: 1,
     event_destroy=lambda e: None, event_record=lambda e, s: None, event_sync=lambda e: None,
-    stream_wait_event=lambda s, e: None, stream_sync=lambda s: None,
+    stream_wait_event=lambda s, e: None, stream_sync=_stream_sync,
+    stream_wait_host=_stream_wait_host, stream_capturing=lambda s: False, DeviceMemory=DeviceMemory,
+    MAX_RANKS=8,
     memcpy_async=lambda dst, src, nb, s: ctypes.memmove(dst, src, nb) if nb else None,
     get_device=lambda: 0, set_device=lambda d: None, PinnedBuffer=_pinned, device_count=lambda: 1,
     pointer_info=_pointer_info, is_device_memory=is_device_memory, pci_bus_id=lambda d: '0000:00:00.0',

@@ -139,6 +139,12 @@ int mg_stream_capturing(uintptr_t stream, int *capturing);
 int mg_device_alloc(size_t bytes, uintptr_t *ptr);
 int mg_device_free(uintptr_t ptr);
 
+/* ---- reduction of rows (reduce_rows.cu) ---- */
+/* dst[i] = src row 0 [i] op row 1 [i] op ... (nrows rows of count elements, row_bytes apart, in row order),
+ * enqueued on stream; dst and src in device memory or pinned host memory. */
+int mg_reduce_rows(int dtype, int op, uintptr_t dst, uintptr_t src, size_t row_bytes, int nrows, size_t count,
+                   uintptr_t stream);
+
 /* ---- device team (transport_ipc.cu) ---- */
 typedef struct mg_team mg_team;
 

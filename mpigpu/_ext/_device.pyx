@@ -46,6 +46,8 @@ cdef extern from "mpigpu_cuda.h" nogil:
     int mg_stream_capturing(uintptr_t stream, int *capturing)
     int mg_device_alloc(size_t bytes, uintptr_t *ptr)
     int mg_device_free(uintptr_t ptr)
+    int mg_reduce_rows(int dtype, int op, uintptr_t dst, uintptr_t src, size_t row_bytes, int nrows, size_t count,
+                       uintptr_t stream)
 
     ctypedef struct mg_team:
         pass
@@ -230,6 +232,13 @@ def stream_capturing(uintptr_t stream):
     cdef int capturing = 0
     check(mg_stream_capturing(stream, &capturing), 'cudaStreamIsCapturing')
     return bool(capturing)
+
+
+def reduce_rows(int dtype, int op, uintptr_t dst, uintptr_t src, size_t row_bytes, int nrows, size_t count,
+                uintptr_t stream):
+    """Enqueues on `stream`: dst = the nrows rows at src (row_bytes apart, count elements each) reduced in
+    row order; device or pinned host memory."""
+    check(mg_reduce_rows(dtype, op, dst, src, row_bytes, nrows, count, stream), 'reduce rows')
 
 
 cdef class DeviceMemory:

@@ -43,7 +43,7 @@ def runs(st, c):
 def form_of(hs, c):
     """(form, chunks) of a call: the cost model's choice, or MPIGPU_ALGO's."""
     return hier_model.choose(c.coll, c.count * c.itemsize, hs.shape, _FORCED.get(config.algo, ''),
-                             config.hier_chunk_bytes)
+                             config.hier_chunk_bytes, c.itemsize)
 
 
 def _check_capture(hs, c, stream):
@@ -85,6 +85,7 @@ def collective(hs, c, dep):
     """Runs Call `c` to completion on this thread, after event `dep`."""
     form, chunks = form_of(hs, c)
     hs.last_form = form
+    hs.net.reduce_on_gpu(c)
     hs.begin(dep)
     with _cuda.errors_as(c.name, hs.st.rank):
         _FORMS[c.coll](hs, c, form, chunks)
@@ -447,7 +448,7 @@ def _reduce_scatter_rail(hs, c):
     src = c.recv_ptr if c.inplace else c.send_ptr
     scratch = hs.scratch(N * bb)
     pbuf, parr = hs.pinned('rs', N * bb)
-    rows = hs.net.scratch('rs-rows', N * bb)
+    rows = hs.net.scratch('rs-rows', N * bb)  # node m's partial of this rank's block in row m
     recvs = [rail.Irecv([rows[m * bb:(m + 1) * bb], bb, MPI.BYTE], m, _RS_TAG) for m in range(N) if m != n]
     sends = []
     order = [(n + 1 + i) % N for i in range(N)]  # nodes start with different regions; this node's last
@@ -468,9 +469,9 @@ def _reduce_scatter_rail(hs, c):
         if m != n:
             sends.append(rail.Isend([parr[m * bb:(m + 1) * bb], bb, MPI.BYTE], m, _RS_TAG))
     MPI.Request.Waitall(recvs + sends)
-    mine = parr[n * bb:(n + 1) * bb]
+    rows[n * bb:(n + 1) * bb] = parr[n * bb:(n + 1) * bb]
     out, oarr = hs.pinned('rs-out', bb)
-    hs.net.reduce_rows(c, [mine if m == n else rows[m * bb:(m + 1) * bb] for m in range(N)], oarr[:bb])
+    hs.net.reduce_rows(c, rows, N, oarr[:bb])
     dm.memcpy_async(c.recv_ptr, out.ptr, bb, hs.sg.h2d)
     hs.finish()
 

@@ -133,13 +133,12 @@ def _chunk_counts(per_rank, chunk_bytes):
 
 
 # ---- the forms ------------------------------------------------------------------------------------
-def _forms(coll, nbytes, s, chunks):
+def _forms(coll, nbytes, s, chunks, itemsize):
     """{form: (seconds, chunks)} of the forms that apply; nbytes as mpigpu-perf counts a row's bytes
     (Reduce_scatter_block: each rank's block; Allgather: each rank's contribution)."""
     n, big = s.nodes, max(s.sizes)
     L = s.sizes[0] if s.even else big
     serial = 'staged' in s.kinds
-    reduces = coll in (Coll.ALLREDUCE, Coll.REDUCE, Coll.REDUCE_SCATTER_BLOCK)
     out = {}
     step = STEP_US * 1e-6
 
@@ -147,20 +146,29 @@ def _forms(coll, nbytes, s, chunks):
         return min(((_pipelined(stages_of(per_rank / c), c, serial), c)
                     for c in _chunk_counts(per_rank, chunks)), key=lambda tc: tc[0])
 
+    def leader_only(nb):  # the leader form of a rooted or all-reduce/bcast of nb bytes
+        if coll == Coll.BCAST:
+            return best(nb, lambda m: [_node(s, m), _copy(s, m, False), net_bcast(s, n, m) + step,
+                                       _copy(s, m, False), _node(s, m)])
+        net = net_allreduce if coll == Coll.ALLREDUCE else net_reduce
+        return best(nb, lambda m: [_node(s, 2 * (big - 1) / big * m) + _node(s, m), _copy(s, m, True),
+                                   net(s, n, m) + step, _copy(s, m, True)])
+
+    count = nbytes // max(itemsize, 1)
+    body, tail = count // L * L * itemsize, count % L * itemsize  # a rail form's shards, and the rest
     if coll in (Coll.ALLREDUCE, Coll.REDUCE):
         net = net_allreduce if coll == Coll.ALLREDUCE else net_reduce
-        if s.even:  # node reduce-scatter, rail (all-)reduce of the shard, node all-gather (on the root's node)
-            out['rail'] = best(nbytes / L, lambda m: [2 * _node(s, (L - 1) * m), _copy(s, m, True),
-                                                      net(s, n, m) + step, _copy(s, m, True)])
-        out['leader'] = best(nbytes, lambda m: [_node(s, 2 * (big - 1) / big * m) + _node(s, m),
-                                                _copy(s, m, True), net(s, n, m) + step, _copy(s, m, True)])
+        if s.even and body:  # node reduce-scatter, rail (all-)reduce of the shard, node all-gather
+            t, c = best(body / L, lambda m: [2 * _node(s, (L - 1) * m), _copy(s, m, True),
+                                             net(s, n, m) + step, _copy(s, m, True)])
+            out['rail'] = (t + (leader_only(tail)[0] if tail else 0.0), c)
+        out['leader'] = leader_only(nbytes)
     elif coll == Coll.BCAST:
-        if s.even and L > 1:  # root's node bcast, rails carry 1/L each, node all-gathers
-            out['rail'] = best(nbytes / L, lambda m: [_node(s, L * m), _copy(s, m, False),
-                                                      net_bcast(s, n, m) + step, _copy(s, m, False),
-                                                      _node(s, (L - 1) * m)])
-        out['leader'] = best(nbytes, lambda m: [_node(s, m), _copy(s, m, False), net_bcast(s, n, m) + step,
-                                                _copy(s, m, False), _node(s, m)])
+        if s.even and L > 1 and body:  # root's node bcast, rails carry 1/L each, node all-gathers
+            t, c = best(body / L, lambda m: [_node(s, L * m), _copy(s, m, False), net_bcast(s, n, m) + step,
+                                             _copy(s, m, False), _node(s, (L - 1) * m)])
+            out['rail'] = (t + (leader_only(tail)[0] if tail else 0.0), c)
+        out['leader'] = leader_only(nbytes)
     elif coll == Coll.ALLGATHER and s.consecutive:
         p = sum(s.sizes)
         own = _node(s, (big - 1) * nbytes)
@@ -187,18 +195,24 @@ def _forms(coll, nbytes, s, chunks):
     return out
 
 
-def predict(coll, nbytes, shape, chunk_bytes=0):
+# The rail form is chosen only when the model says it is faster by more than this fraction: where both
+# are latency-bound they take the same steps, and the leader form keeps the other GPUs' hosts idle.
+RAIL_MARGIN = 0.02
+
+
+def predict(coll, nbytes, shape, chunk_bytes=0, itemsize=4):
     """{form: (seconds, chunks)} for every form of `coll` that applies to `shape`."""
-    return _forms(coll, nbytes, shape, chunk_bytes)
+    return _forms(coll, nbytes, shape, chunk_bytes, itemsize)
 
 
-def choose(coll, nbytes, shape, forced='', chunk_bytes=0):
+def choose(coll, nbytes, shape, forced='', chunk_bytes=0, itemsize=4):
     """(form, chunks) of the call: the fastest form, or `forced` ('rail', 'leader') where it applies."""
-    forms = _forms(coll, nbytes, shape, chunk_bytes)
+    forms = _forms(coll, nbytes, shape, chunk_bytes, itemsize)
     if forced in forms:
         return forced, forms[forced][1]
-    form = min(forms, key=lambda f: (forms[f][0], f != 'rail'))
-    return form, forms[form][1]
+    if 'rail' in forms and forms['rail'][0] * (1 + RAIL_MARGIN) < forms['leader'][0]:
+        return 'rail', forms['rail'][1]
+    return 'leader', forms['leader'][1]
 
 
 def flat(coll, nbytes, nodes, per_node, latency_us, gbps):

@@ -3,16 +3,19 @@ communicators, for buffers in host memory (pinned chunks staged from the GPU) or
 phases, device memory when MPI is CUDA-aware.
 
 Reductions across nodes are mpigpu's own, the same for every element type: the rail's reduce-scatter
-is an Alltoallv of raw bytes, each rank reduces the pieces it received in node order (node 0's
-first) on the host, accumulating 16-bit floats in float32 as the staged path's host_reduce does, and an
-Allgatherv of raw bytes completes an all-reduce. Every element is reduced once, by one rank, in one
-fixed order, so the result is bitwise the same on every rank and from run to run, for every type and
-op of the contract (float16 and bfloat16 too, which host MPI cannot reduce). Small messages take the
-one-step form (Allgather, then every rank reduces everything in the same order): the same bits.
+is an Alltoallv of raw bytes into pinned memory, each rank reduces the pieces it received in node
+order (node 0's first), accumulating 16-bit floats in float32, and an Allgatherv of raw bytes
+completes an all-reduce. The reduction runs on the GPU for calls of at least GPU_REDUCE_BYTES (a kernel
+reads the rows from pinned memory and writes the result there: no copy, cuda/reduce_rows.cu), on the
+host below (NumPy, the staged path's host_reduce: no launch). Every element is reduced once, by one
+rank, in one fixed order, so the result is bitwise the same on every rank and from run to run, for
+every type and op of the contract (float16 and bfloat16 too, which host MPI cannot reduce). Small
+messages take the one-step form (Allgather, then every rank reduces everything in the same order):
+the same bits.
 """
-import numpy as np
 from mpi4py import MPI
 
+from .. import _cuda
 from .._codes import Coll
 from .._types import numpy_dtype
 from .staged import host_reduce
@@ -20,7 +23,10 @@ from .staged import host_reduce
 # A reduction whose pieces from all nodes together are at most this many bytes is gathered whole
 # (one collective, log2(nodes) latency terms) instead of reduce-scattered (two).
 SMALL_BYTES = 64 * 1024
-_TAG = 17  # rail point-to-point of the Reduce_scatter_block and rooted hop of the leader forms
+# Calls of at least this many bytes reduce what arrives on the GPU; smaller ones on the host. Both give
+# the same bits for every pair but complex PROD (whose products the GPU may fuse), so the choice is
+# made per call, by its size, the same in every form.
+GPU_REDUCE_BYTES = 1 << 20
 
 
 def pieces(count, n):
@@ -34,24 +40,37 @@ def device_buffer(ptr, nbytes):
 
 
 class Net:
-    """The host side of one communicator's network phases: reductions in node order, host scratch."""
+    """The host side of one communicator's network phases: reductions in node order on the GPU
+    (`stream`) or the host, in pinned scratch (`pinned(key, nbytes)` -> (buffer, uint8 array))."""
 
-    def __init__(self):
-        self._scratch = {}
+    def __init__(self, pinned, stream):
+        self.pinned, self.stream = pinned, stream
+        self.gpu = False  # this call reduces on the GPU (set per call: reduce_on_gpu)
 
     def scratch(self, key, nbytes):
-        """A host scratch array of at least nbytes (grown, never shrunk)."""
-        a = self._scratch.get(key)
-        if a is None or a.nbytes < nbytes:
-            a = self._scratch[key] = np.empty(max(nbytes, 64), np.uint8)
-        return a
+        """Pinned scratch of at least nbytes as a uint8 array (grown, never shrunk)."""
+        return self.pinned('net-' + key, nbytes)[1]
+
+    def reduce_on_gpu(self, c):
+        """Chooses where this call reduces (its size alone decides)."""
+        self.gpu = c.count * c.itemsize >= GPU_REDUCE_BYTES
 
     # ---- reductions -------------------------------------------------------------------------------
-    def _reduce_rows(self, c, rows, out):
-        """out (uint8) = rows (list of uint8 arrays, node order) reduced with c's op, in that order."""
+    def reduce_rows(self, c, rows, nrows, out):
+        """out (uint8) = the nrows rows laid one after another in `rows` (pinned, uint8) reduced with c's
+        op in row order."""
+        nb = out.nbytes
+        if not nb:
+            return
+        if self.gpu:
+            dm = _cuda.device
+            dm.reduce_rows(c.dtype, c.op_code, out.ctypes.data, rows.ctypes.data, nb, nrows, nb // c.itemsize,
+                           self.stream)
+            dm.stream_sync(self.stream)
+            return
         npt = numpy_dtype(c.dtype)
-        typed = [r.view(npt) for r in rows]
-        out.view(npt)[:] = host_reduce(typed, c.dtype, c.op_code)
+        out.view(npt)[:] = host_reduce([rows[k * nb:(k + 1) * nb].view(npt) for k in range(nrows)], c.dtype,
+                                       c.op_code)
 
     def allreduce(self, comm, c, src, dst, count):
         """dst = the reduction of every rank's src (uint8 views of count elements; may be the same)."""
@@ -64,7 +83,7 @@ class Net:
         if nb * n <= SMALL_BYTES:
             rows = self.scratch('rows', nb * n)
             comm.Allgather([src, nb, MPI.BYTE], [rows, nb, MPI.BYTE])
-            self._reduce_rows(c, [rows[k * nb:(k + 1) * nb] for k in range(n)], dst[:nb])
+            self.reduce_rows(c, rows, n, dst[:nb])
             return
         parts = pieces(count, n)
         me = comm.Get_rank()
@@ -84,7 +103,7 @@ class Net:
         comm.Alltoallv([src, (counts, displs), MPI.BYTE],
                        [rows, ([piece] * n, [k * piece for k in range(n)]), MPI.BYTE])
         out = self.scratch('piece', piece)[:piece]
-        self._reduce_rows(c, [rows[k * piece:(k + 1) * piece] for k in range(n)], out)
+        self.reduce_rows(c, rows, n, out)
         return out
 
     def reduce(self, comm, c, src, dst, count, root):
@@ -99,7 +118,7 @@ class Net:
             rows = self.scratch('rows', nb * n)
             comm.Gather([src, nb, MPI.BYTE], [rows, nb, MPI.BYTE] if me == root else None, root)
             if me == root:
-                self._reduce_rows(c, [rows[k * nb:(k + 1) * nb] for k in range(n)], dst[:nb])
+                self.reduce_rows(c, rows, n, dst[:nb])
             return
         parts = pieces(count, n)
         mine = self._reduce_scatter(comm, c, src, parts)
@@ -111,12 +130,8 @@ class Net:
     def reduce_regions(self, comm, c, src, counts):
         """This rank's region of the reduction of every rank's src, split into regions of counts[k]
         elements (region k for rank k): a host array (Reduce_scatter over uneven blocks)."""
-        starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(int)
-        return self._reduce_scatter(comm, c, src, list(zip((int(s) for s in starts), counts)))
-
-    def reduce_rows(self, c, rows, out):
-        """out = rows reduced in the order given (rows: uint8 arrays of the same size)."""
-        self._reduce_rows(c, rows, out)
+        starts = [sum(counts[:k]) for k in range(len(counts))]
+        return self._reduce_scatter(comm, c, src, list(zip(starts, counts)))
 
     # ---- copies -------------------------------------------------------------------------------------
     @staticmethod

@@ -57,14 +57,15 @@ class HierState:
         self.cuda_aware = _host_mpi.cuda_aware()
         self.shape = hier_model.Shape(tuple(topo.sizes), topo.consecutive, self.node_kinds, self.cuda_aware,
                                       self.latency_us, self.gbps)
-        self.net = Net()
         self._scratch = None
         _cuda.with_device(self.device, self._make)
+        self.net = Net(self.pinned, self.reduce_stream)
         log.debug('rank %d: hierarchical path: %s', st.rank, self.describe())
 
     def _make(self):
         dm = _cuda.device
         self.stream = dm.stream_create()     # node phases
+        self.reduce_stream = dm.stream_create()  # reductions of what arrives from the network
         self.sg = Stager(None).on(self.device)  # its d2h and h2d copy streams, pinned chunks
         self.ev_dep = dm.event_create()
         self.ev_node = [dm.event_create() for _ in range(SLOTS)]
@@ -133,7 +134,7 @@ class HierState:
         dm = _cuda.device
 
         def free():
-            for s in (self.stream,):
+            for s in (self.stream, self.reduce_stream):
                 dm.stream_destroy(s)
             for ev in [self.ev_dep] + self.ev_node + self.ev_d2h + self.ev_h2d:
                 dm.event_destroy(ev)

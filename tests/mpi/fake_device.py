@@ -84,12 +84,26 @@ def _stream_sync(stream):
             _host_waits.remove(w)
 
 
+def _reduce_rows(dtype, op, dst, src, row_bytes, nrows, count, stream):
+    """The GPU reduction of rows, done on the host (the staged path's host_reduce, same order)."""
+    import numpy as np
+    from mpigpu._paths.staged import host_reduce
+    from mpigpu._types import numpy_dtype
+    npt = numpy_dtype(dtype)
+    nb = count * npt.itemsize
+    rows = [np.ctypeslib.as_array((ctypes.c_uint8 * nb).from_address(src + k * row_bytes)).view(npt)
+            for k in range(nrows)]
+    out = np.ctypeslib.as_array((ctypes.c_uint8 * nb).from_address(dst)).view(npt)
+    out[:] = host_reduce(rows, dtype, op)
+
+
 fake = types.SimpleNamespace(
     DeviceError=DeviceError,
     stream_create=lambda: next(_streams), stream_destroy=lambda s: None, event_create=lambda: 1,
     event_destroy=lambda e: None, event_record=lambda e, s: None, event_sync=lambda e: None,
     stream_wait_event=lambda s, e: None, stream_sync=_stream_sync,
     stream_wait_host=_stream_wait_host, stream_capturing=lambda s: False, DeviceMemory=DeviceMemory,
+    reduce_rows=_reduce_rows,
     MAX_RANKS=8,
     memcpy_async=lambda dst, src, nb, s: ctypes.memmove(dst, src, nb) if nb else None,
     get_device=lambda: 0, set_device=lambda d: None, PinnedBuffer=_pinned, device_count=lambda: 1,

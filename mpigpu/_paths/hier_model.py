@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass
 
 from .._codes import Coll
+from .hier_net import GPU_REDUCE_BYTES, SMALL_BYTES
 
 # The node (4x H200 SXM host, docs/benchmarks.md and /work/shared/baselines.md):
 NODE_US = 12.0           # one node-phase kernel, launched without waiting, through to its event
@@ -24,8 +25,8 @@ STAGED_NODE_GBPS = 2.0
 COPY_US = 10.0           # one copy between the GPU and pinned memory, issued and waited for
 PCIE_GBPS = 50.0         # pinned host <-> device, one direction
 HOST_REDUCE_GBPS = 4.0   # NumPy reducing rows in host memory, per byte of the rows
+GPU_REDUCE_US = 12.0     # the GPU reducing rows in pinned memory (read over PCIe): launch and wait
 STEP_US = 30.0           # the host's own work per pipeline step (Python: events, MPI calls)
-SMALL_BYTES = 64 * 1024  # hier_net.SMALL_BYTES: gathered-whole reductions up to this many bytes
 MIN_CHUNK = 256 * 1024   # pipeline chunks per rank at least this large (fewer steps cost less host time)
 MAX_CHUNKS = 64
 
@@ -64,30 +65,41 @@ def _b(s, x):
     return x / (s.gbps * 1e9)
 
 
-def net_allreduce(s, n, x):
+def _reduce(rows_bytes, gpu):
+    """Reducing rows of rows_bytes in all: on the GPU (reading pinned memory over PCIe) or the host."""
+    if gpu:
+        return GPU_REDUCE_US * 1e-6 + rows_bytes / (PCIE_GBPS * 1e9)
+    return rows_bytes / (HOST_REDUCE_GBPS * 1e9)
+
+
+def net_allreduce(s, n, x, gpu=False):
     if n <= 1:
         return 0.0
     if x * n <= SMALL_BYTES:  # Allgather, then every rank reduces all n rows
-        return _lg(n) * _a(s) + (n - 1) * _b(s, x) + n * x / (HOST_REDUCE_GBPS * 1e9)
-    rs = (n - 1) * _a(s) + (n - 1) / n * _b(s, x) + x / (HOST_REDUCE_GBPS * 1e9)  # Alltoallv, reduce
+        return _lg(n) * _a(s) + (n - 1) * _b(s, x) + _reduce(n * x, gpu)
+    rs = (n - 1) * _a(s) + (n - 1) / n * _b(s, x) + _reduce(x, gpu)  # Alltoallv, reduce
     return rs + _lg(n) * _a(s) + (n - 1) / n * _b(s, x)  # Allgatherv
 
 
-def net_reduce(s, n, x):
+def net_reduce(s, n, x, gpu=False):
     if n <= 1:
         return 0.0
     if x * n <= SMALL_BYTES:
-        return _lg(n) * _a(s) + (n - 1) * _b(s, x) + n * x / (HOST_REDUCE_GBPS * 1e9)
-    return ((n - 1) * _a(s) + (n - 1) / n * _b(s, x) + x / (HOST_REDUCE_GBPS * 1e9)
+        return _lg(n) * _a(s) + (n - 1) * _b(s, x) + _reduce(n * x, gpu)
+    return ((n - 1) * _a(s) + (n - 1) / n * _b(s, x) + _reduce(x, gpu)
             + _lg(n) * _a(s) + (n - 1) / n * _b(s, x))
 
 
 def net_bcast(s, n, x):
+    """MPI's Bcast (MPICH's choices): a binomial tree for short messages or 2 ranks, scatter then a
+    recursive-doubling allgather up to 512 KiB, scatter then a ring allgather above."""
     if n <= 1:
         return 0.0
-    if x <= SMALL_BYTES or n == 2:  # a binomial tree
+    if x <= 12 * 1024 or n == 2:
         return _lg(n) * (_a(s) + _b(s, x))
-    return (_lg(n) + n - 1) * _a(s) + 2 * (n - 1) / n * _b(s, x)  # scatter, then allgather
+    if x <= 512 * 1024:
+        return 2 * _lg(n) * _a(s) + 2 * (n - 1) / n * _b(s, x)
+    return (_lg(n) + n - 1) * _a(s) + 2 * (n - 1) / n * _b(s, x)
 
 
 def net_allgather(s, n, total):
@@ -152,15 +164,16 @@ def _forms(coll, nbytes, s, chunks, itemsize):
                                        _copy(s, m, False), _node(s, m)])
         net = net_allreduce if coll == Coll.ALLREDUCE else net_reduce
         return best(nb, lambda m: [_node(s, 2 * (big - 1) / big * m) + _node(s, m), _copy(s, m, True),
-                                   net(s, n, m) + step, _copy(s, m, True)])
+                                   net(s, n, m, gpu) + step, _copy(s, m, True)])
 
+    gpu = nbytes >= GPU_REDUCE_BYTES  # where the call reduces what arrives (hier_net.Net.reduce_on_gpu)
     count = nbytes // max(itemsize, 1)
     body, tail = count // L * L * itemsize, count % L * itemsize  # a rail form's shards, and the rest
     if coll in (Coll.ALLREDUCE, Coll.REDUCE):
         net = net_allreduce if coll == Coll.ALLREDUCE else net_reduce
         if s.even and body:  # node reduce-scatter, rail (all-)reduce of the shard, node all-gather
             t, c = best(body / L, lambda m: [2 * _node(s, (L - 1) * m), _copy(s, m, True),
-                                             net(s, n, m) + step, _copy(s, m, True)])
+                                             net(s, n, m, gpu) + step, _copy(s, m, True)])
             out['rail'] = (t + (leader_only(tail)[0] if tail else 0.0), c)
         out['leader'] = leader_only(nbytes)
     elif coll == Coll.BCAST:
@@ -185,11 +198,11 @@ def _forms(coll, nbytes, s, chunks, itemsize):
     elif coll == Coll.REDUCE_SCATTER_BLOCK and s.consecutive:
         p = sum(s.sizes)
         if s.even:  # a node reduce-scatter per node's region, pieces exchanged over the rail, reduced
-            host = (n - 1) * _a(s) + (n - 1) * _b(s, nbytes) + n * nbytes / (HOST_REDUCE_GBPS * 1e9) + step
+            host = (n - 1) * _a(s) + (n - 1) * _b(s, nbytes) + _reduce(n * nbytes, gpu) + step
             out['rail'] = (n * _node(s, (L - 1) * nbytes) + _copy(s, n * nbytes, True) + host
                            + _copy(s, nbytes, True), 1)
         seconds, c = best(p * nbytes, lambda m: [_node(s, 2 * (big - 1) / big * m), _copy(s, m, True)])
-        host = ((n - 1) * _a(s) + (n - 1) / n * _b(s, p * nbytes) + p * nbytes / (HOST_REDUCE_GBPS * 1e9)
+        host = ((n - 1) * _a(s) + (n - 1) / n * _b(s, p * nbytes) + _reduce(p * nbytes, gpu)
                 + STAGED_NODE_US * 1e-6 + big * nbytes / (STAGED_NODE_GBPS * 1e9) + step)
         out['leader'] = (seconds + host + _copy(s, nbytes, True), c)
     return out
@@ -219,8 +232,18 @@ def flat(coll, nbytes, nodes, per_node, latency_us, gbps):
     """For the tables: one ring over every GPU, each ring step as slow as the network's (seconds)."""
     p = nodes * per_node
     a, b = latency_us * 1e-6, gbps * 1e9
-    if coll == Coll.ALLREDUCE:
+    if coll in (Coll.ALLREDUCE, Coll.REDUCE):  # (a Reduce as a ring reduce-scatter and gather)
         return 2 * (p - 1) * a + 2 * (p - 1) / p * nbytes / b
     if coll == Coll.BCAST:
         return (p - 1) * a + nbytes / b
     return (p - 1) * a + (p - 1) * nbytes / b  # Reduce_scatter_block / Allgather: nbytes per rank
+
+
+def tree(coll, nbytes, nodes, per_node, latency_us, gbps):
+    """For the tables: a pipelined binomial tree among the leaders (node reduce, reduce up the tree and
+    broadcast down it, node bcast), which mpigpu does not implement: 2 log2(nodes) latency terms, the
+    whole message through one GPU's network path twice (seconds; Allreduce and Bcast)."""
+    a, b = latency_us * 1e-6, gbps * 1e9
+    node = 2 * (NODE_US * 1e-6 + nbytes / (NVLINK_GBPS * 1e9))
+    trips = 2 if coll == Coll.ALLREDUCE else 1
+    return node + trips * (_lg(nodes) * a + nbytes / b)

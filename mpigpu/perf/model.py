@@ -30,6 +30,8 @@ def row(coll, nbytes, nodes, gpus, latency_us, gbps):
     shape = hier_model.Shape((gpus,) * nodes, True, ('engine',) * nodes, False, latency_us, gbps)
     forms = {f: t for f, (t, _c) in hier_model.predict(coll, per_rank, shape).items()}
     forms['flat'] = hier_model.flat(coll, per_rank, nodes, gpus, latency_us, gbps)
+    if coll in (Coll.ALLREDUCE, Coll.BCAST):
+        forms['tree'] = hier_model.tree(coll, per_rank, nodes, gpus, latency_us, gbps)
     factor = bus_factor(Coll(coll).name.lower(), p)
     out = {f: (t * 1e6, nbytes / t / 1e9 * factor) for f, t in forms.items()}
     return out, hier_model.choose(coll, per_rank, shape)[0]
@@ -51,11 +53,12 @@ def scaling_table(coll, gpus, latency_us, gbps, sizes=SIZES, nodes=NODES):
 
 def forms_table(coll, gpus, latency_us, gbps, nbytes, nodes=NODES):
     """Markdown: every form's time at one size, by node count."""
-    lines = ['| nodes | rail us | leader us | flat us | chosen |', '|---|---|---|---|---|']
+    lines = ['| nodes | rail us | leader us | flat us | tree us (not implemented) | chosen |',
+             '|---|---|---|---|---|---|']
     for n in nodes:
         forms, chosen = row(coll, nbytes, n, gpus, latency_us, gbps)
         cell = lambda f: f'{forms[f][0]:,.0f}' if f in forms else '-'  # noqa: E731
-        lines.append(f'| {n} | {cell("rail")} | {cell("leader")} | {cell("flat")} | {chosen} |')
+        lines.append(f'| {n} | {cell("rail")} | {cell("leader")} | {cell("flat")} | {cell("tree")} | {chosen} |')
     return '\n'.join(lines)
 
 
@@ -88,6 +91,13 @@ def main(argv=None):
                 print(f'\n### {Coll(coll).mpi_name}, {gpus} GPUs per node, {gbps:g} GB/s per GPU, '
                       f'{a.latency_us:g} us\n')
                 print(scaling_table(coll, gpus, a.latency_us, gbps))
+    for coll, nbytes in ((Coll.ALLREDUCE, 64 << 10), (Coll.ALLREDUCE, 1 << 30), (Coll.BCAST, 1 << 20)):
+        print(f'\n### Every form: {Coll(coll).mpi_name} of {_size(nbytes)}, 8 GPUs per node, 25 GB/s, '
+              f'{a.latency_us:g} us\n')
+        print(forms_table(coll, 8, a.latency_us, 25.0, nbytes))
+    for coll in (Coll.REDUCE_SCATTER_BLOCK, Coll.ALLGATHER, Coll.REDUCE):
+        print(f'\n### {Coll(coll).mpi_name}, 8 GPUs per node, 25 GB/s per GPU, {a.latency_us:g} us\n')
+        print(scaling_table(coll, 8, a.latency_us, 25.0, sizes=(1 << 20, 1 << 30), nodes=(2, 16, 128, 1024)))
     return 0
 
 

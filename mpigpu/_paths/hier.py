@@ -41,9 +41,19 @@ def runs(st, c):
 
 
 def form_of(hs, c):
-    """(form, chunks) of a call: the cost model's choice, or MPIGPU_ALGO's."""
-    return hier_model.choose(c.coll, c.count * c.itemsize, hs.shape, _FORCED.get(config.algo, ''),
-                             config.hier_chunk_bytes, c.itemsize)
+    """(form, chunks) of a call: the cost model's choice, or MPIGPU_ALGO's (remembered per call shape:
+    the model costs tens of microseconds of Python)."""
+    key = (c.coll, c.count, c.itemsize, config.algo, config.hier_chunk_bytes)
+    got = hs.forms.get(key)
+    if got is None:
+        if len(hs.forms) >= _FORMS_KEPT:
+            hs.forms.clear()
+        got = hs.forms[key] = hier_model.choose(c.coll, c.count * c.itemsize, hs.shape,
+                                                _FORCED.get(config.algo, ''), config.hier_chunk_bytes, c.itemsize)
+    return got
+
+
+_FORMS_KEPT = 512
 
 
 def _check_capture(hs, c, stream):

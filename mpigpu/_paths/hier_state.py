@@ -40,6 +40,7 @@ class HierState:
         self.multi_node = False
         self.progress = None     # the progress thread (mpigpu/_paths/hier_async.py), made on first use
         self.last_form = None    # the form the last call ran ('rail' / 'leader'), for mpigpu-perf
+        self.forms = {}          # the model's choice by call shape (hier.form_of)
         topo = Topology(st.comm)
         if topo.nnodes == 1:
             topo.close()

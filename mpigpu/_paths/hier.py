@@ -19,8 +19,8 @@ from .._codes import Coll
 from .._config import config
 from ..errors import Error
 from . import hier_async, hier_model, requests
-from .hier_net import REDUCING, device_buffer, pieces
-from .hier_state import SLOTS, HierState, pipeline
+from .hier_net import REDUCING, SMALL_BYTES, device_buffer, pieces
+from .hier_state import SLOTS, HierState, pipeline, slot_size
 
 _FORCED = {'hier-rail': 'rail', 'hier-leader': 'leader'}
 
@@ -66,17 +66,20 @@ def _check_capture(hs, c, stream):
 
 def run(st, c, stream, sync):
     """Runs Call `c` after the work queued on `stream`: done on return (sync), or (stream=) queued for
-    the progress thread with `stream` held until it is done."""
+    the progress thread with `stream` held until it is done. Where the node phases are staged through
+    host MPI, a stream= call completes before it returns, as on the staged path (those phases allocate
+    as they go, which must not happen while a stream waits for the progress thread)."""
     hs = st.owned(HierState)
     hier_async.check(hs, c.name, st.rank)
     _check_capture(hs, c, stream)
-    if not sync and hier_async.threads():
-        hier_async.on_stream(hs, stream, lambda dep: collective(hs, c, dep))
+    shape = prepare(hs, c)
+    if not sync and stream_waits(hs):
+        hier_async.on_stream(hs, stream, lambda dep: collective(hs, c, dep, shape))
         return
 
     def body():
         _cuda.device.event_record(hs.ev_dep, stream)
-        collective(hs, c, hs.ev_dep)
+        collective(hs, c, hs.ev_dep, shape)
     hier_async.blocking(hs, body)
 
 
@@ -88,17 +91,77 @@ def request(st, c, stream):
     if not hier_async.threads():
         run(st, c, stream, True)
         return requests.completed()
-    return hier_async.request(hs, stream, lambda dep: collective(hs, c, dep))
+    shape = prepare(hs, c)
+    return hier_async.request(hs, stream, lambda dep: collective(hs, c, dep, shape))
 
 
-def collective(hs, c, dep):
-    """Runs Call `c` to completion on this thread, after event `dep`."""
+def stream_waits(hs):
+    """True when a stream= call returns at once, its stream held until the progress thread has run it."""
+    return hier_async.threads() and hs.node.kind != 'staged'
+
+
+def prepare(hs, c):
+    """(form, chunks) of Call `c`, with the buffers it needs reserved (on the caller's thread)."""
     form, chunks = form_of(hs, c)
+    hs.reserve(needs(hs, c, form, chunks))
+    return form, chunks
+
+
+def collective(hs, c, dep, shape):
+    """Runs Call `c` in its prepared (form, chunks) to completion on this thread, after event `dep`."""
+    form, chunks = shape
     hs.last_form = form
     hs.net.reduce_on_gpu(c)
     hs.begin(dep)
     with _cuda.errors_as(c.name, hs.st.rank):
         _FORMS[c.coll](hs, c, form, chunks)
+
+
+def needs(hs, c, form, nchunks):
+    """The pinned buffers and device scratch (bytes by key, HierState.reserve) that Call `c` in `form`
+    uses: each form below takes only these."""
+    topo, its, rank = hs.topo, c.itemsize, hs.st.rank
+    L, N, P, leader = topo.nlocal, topo.nnodes, hs.st.size, topo.local == 0
+    out = {}
+
+    def at_least(key, nb):
+        if nb > out.get(key, 0):
+            out[key] = nb
+
+    def chunks_of(elems, reduces, n):  # pipeline slots, and the network reduction's scratch (hier_net)
+        at_least('in', SLOTS * slot_size(elems * its))
+        at_least('out', SLOTS * slot_size(elems * its))
+        if reduces:
+            at_least('net-rows', max(SMALL_BYTES, (elems + n) * its))
+            at_least('net-piece', (elems // n + 1) * its)
+    if c.coll in (Coll.ALLREDUCE, Coll.BCAST, Coll.REDUCE):
+        reduces, rooted = c.coll != Coll.BCAST, c.coll == Coll.REDUCE
+        body = c.count // L * L if form == 'rail' and (c.coll != Coll.BCAST or L > 1) else 0
+        if body:
+            largest = _largest(_split(body // L, nchunks))
+            chunks_of(largest, reduces, N)
+            if rooted and rank != c.root:
+                at_least('scratch', SLOTS * largest * L * its)
+        if body < c.count:
+            largest = _largest(_split(c.count - body, nchunks if not body else 1))
+            chunks_of(largest, reduces, N)
+            if rooted and leader and rank != c.root:
+                at_least('scratch', SLOTS * largest * its)
+    elif c.coll == Coll.ALLGATHER:
+        at_least('ag', (N if form == 'rail' else P) * c.count * its)
+    else:
+        bb = c.count * its
+        at_least('rs-out', bb)
+        if form == 'rail':
+            for key in ('scratch', 'rs', 'net-rs-rows'):
+                at_least(key, N * bb)
+        elif leader:
+            at_least('rs-full', P * bb)
+            if not c.inplace:
+                at_least('scratch', P * bb)
+            at_least('net-rows', N * topo.nlocal * bb)
+            at_least('net-piece', topo.nlocal * bb)
+    return out
 
 
 # ---- helpers -------------------------------------------------------------------------------------

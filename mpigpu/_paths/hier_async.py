@@ -91,6 +91,7 @@ class Progress:
             finally:
                 with self.cond:
                     self.active -= 1
+                    self.cond.notify_all()
                 job.done.set()
                 if job.after is not None:
                     try:
@@ -101,6 +102,12 @@ class Progress:
     def idle(self):
         with self.cond:
             return self.active == 0
+
+    def drain(self):
+        """Waits until every queued call is done (and its stream released)."""
+        with self.cond:
+            while self.active:
+                self.cond.wait()
 
     def event(self):
         dm = _cuda.device

@@ -48,7 +48,7 @@ class Net:
         self.gpu = False  # this call reduces on the GPU (set per call: reduce_on_gpu)
 
     def scratch(self, key, nbytes):
-        """Pinned scratch of at least nbytes as a uint8 array (grown, never shrunk)."""
+        """Reserved pinned scratch `key` of at least nbytes, as a uint8 array (hier.needs reserves them)."""
         return self.pinned('net-' + key, nbytes)[1]
 
     def reduce_on_gpu(self, c):

@@ -6,6 +6,8 @@ and the pipeline that overlaps node phases, copies and network phases chunk by c
 """
 import logging
 
+import numpy as np
+
 from .. import _cuda, _host_mpi
 from .._state import CommState
 from .._topology import Topology, measure_network
@@ -15,6 +17,12 @@ from .hier_node import NodePhases
 from .pinned import SLOTS, Stager
 
 log = logging.getLogger('mpigpu')
+
+
+def slot_size(slot_bytes):
+    """The bytes of one pipeline slot holding slot_bytes: whole 16-byte lines, at least 4 KiB (so a
+    rail form's tail of fewer than L elements fits the slots of its body)."""
+    return max(4096, -(-slot_bytes // 16) * 16)
 
 
 class Slots:
@@ -87,24 +95,50 @@ class HierState:
             return ''
         return f'hierarchical: {self.describe()}; node engine: {self.node.describe()}'
 
-    # ---- resources ---------------------------------------------------------------------------------
+    # ---- resources ----------------------------------------------------------------------------------
+    # Pinned buffers and the device scratch are grown by `reserve`, before a call runs, on the caller's
+    # thread with nothing of this communicator queued: freeing or allocating memory can wait for the
+    # whole GPU, and a stream= call's stream waits for the progress thread, so the thread itself never
+    # allocates (the accessors below only hand out what was reserved).
+    def reserve(self, needs):
+        """Grows the buffers to `needs`: {pinned key: bytes, 'scratch': device bytes}."""
+        short = {k: nb for k, nb in needs.items()
+                 if nb > (self._scratch.nbytes if k == 'scratch' and self._scratch is not None else
+                          0 if k == 'scratch' else self._pinned_size(k))}
+        if not short:
+            return
+        if self.progress is not None:
+            self.progress.drain()
+        for k, nb in short.items():
+            if k == 'scratch':
+                size = max(nb, 1 << 16, 0 if self._scratch is None else self._scratch.nbytes * 3 // 2)
+                self._scratch = None
+                self._scratch = _cuda.device.DeviceMemory(size)
+            else:
+                self.sg.host(k, nb)
+
+    def _pinned_size(self, key):
+        buf = self.sg.pinned.get(key)
+        return 0 if buf is None else buf.nbytes
+
     def slots(self, key, slot_bytes):
-        """Slots for pipeline buffer `key` ('in', 'out') of slot_bytes each."""
-        slot = max(16, -(-slot_bytes // 16) * 16)
-        buf, arr = self.sg.host(key, SLOTS * slot)
+        """Slots for pipeline buffer `key` ('in', 'out') of slot_bytes each (reserved: slot_size)."""
+        slot = slot_size(slot_bytes)
+        buf, arr = self.pinned(key, SLOTS * slot)
         return Slots(buf, arr, slot)
 
     def pinned(self, key, nbytes):
-        """A pinned buffer and its uint8 array, grown only."""
-        return self.sg.host(key, nbytes)
+        """Reserved pinned buffer `key` of at least nbytes, and its uint8 array."""
+        buf = self.sg.pinned.get(key)
+        if buf is None or buf.nbytes < nbytes:
+            raise RuntimeError(f'hierarchical path: pinned buffer {key!r} of {nbytes} bytes not reserved')
+        return buf, np.frombuffer(buf, dtype=np.uint8, count=buf.nbytes)
 
     def scratch(self, nbytes):
-        """Device scratch of at least nbytes (grown only, geometrically)."""
-        if self._scratch is None or self._scratch.nbytes < nbytes:
-            size = max(nbytes, 1 << 16, 0 if self._scratch is None else self._scratch.nbytes * 3 // 2)
-            self._scratch = None
-            self._scratch = _cuda.device.DeviceMemory(size)
-        return self._scratch.ptr
+        """The reserved device scratch (at least nbytes)."""
+        if nbytes and (self._scratch is None or self._scratch.nbytes < nbytes):
+            raise RuntimeError(f'hierarchical path: device scratch of {nbytes} bytes not reserved')
+        return self._scratch.ptr if self._scratch is not None else 0
 
     def begin(self, dep):
         """Orders the path's streams after event `dep` (the producer's stream when the call came)."""

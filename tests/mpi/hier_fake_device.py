@@ -217,6 +217,14 @@ for form in FORMS:
 for mode in ('nonblocking', 'persistent', 'stream'):
     for form in ('hier-rail', 'hier-leader'):
         run_all(mode, form, 333, np.float32)
+# stream= calls on the progress thread, the caller's stream held by a wait for the host (the fake
+# layer's staged node phases would otherwise complete them before they return)
+inline = hier.stream_waits
+hier.stream_waits = lambda hs: True
+for form in FORMS:
+    run_all('stream', form, 333, np.float32)
+    run_all('stream', form, 7, np.int32)
+hier.stream_waits = inline
 hier_net.GPU_REDUCE_BYTES = 0  # the reductions through the CUDA layer's reduce_rows (host code here)
 for form in FORMS:
     run_all('blocking', form, 333, np.int32)

@@ -46,6 +46,11 @@ int mg_stream_wait_host(uintptr_t stream, uintptr_t words, uint32_t value, doubl
   return rc(cudaGetLastError());
 }
 
+int mg_wait_host_load(void) {
+  cudaFuncAttributes attr;
+  return rc(cudaFuncGetAttributes(&attr, (const void *)wait_host_word));
+}
+
 int mg_stream_capturing(uintptr_t stream, int *capturing) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   int e = rc(cudaStreamIsCapturing((cudaStream_t)stream, &status));

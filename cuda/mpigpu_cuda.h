@@ -135,6 +135,9 @@ int mg_memcpy_async(uintptr_t dst, uintptr_t src, size_t bytes, uintptr_t stream
 int mg_stream_wait_host(uintptr_t stream, uintptr_t words, uint32_t value, double timeout_s);
 /* capturing = 1 while stream is being captured into a CUDA graph. */
 int mg_stream_capturing(uintptr_t stream, int *capturing);
+/* Loads every kernel the hierarchical path may launch while a stream waits for the host (kernel_load.cu:
+ * a lazily loaded kernel's first launch may synchronize the context, which would wait for that stream). */
+int mg_load_kernels(void);
 /* Device memory (cudaMalloc) for the hierarchical path's scratch, and its release. */
 int mg_device_alloc(size_t bytes, uintptr_t *ptr);
 int mg_device_free(uintptr_t ptr);

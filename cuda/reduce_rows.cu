@@ -48,3 +48,16 @@ extern "C" int mg_reduce_rows(int dtype, int op, uintptr_t dst, uintptr_t src, s
   });
   return known ? err : MG_ERR_UNSUPPORTED;
 }
+
+extern "C" int mg_reduce_rows_load(void) {
+  int err = 0;
+  for (int dtype = 0; dtype < MG_NDTYPES; ++dtype)
+    for (int op = 0; op < MG_NOPS && !err; ++op)
+      mg::visit_reduce(dtype, op, [&](auto t, auto o, int) {
+        using T = typename decltype(t)::type;
+        using Op = typename decltype(o)::type;
+        cudaFuncAttributes attr;
+        if (!err) err = rc(cudaFuncGetAttributes(&attr, (const void *)reduce_rows_kernel<T, Op>));
+      });
+  return err;
+}

@@ -44,6 +44,7 @@ cdef extern from "mpigpu_cuda.h" nogil:
     int mg_memcpy_async(uintptr_t dst, uintptr_t src, size_t bytes, uintptr_t stream)
     int mg_stream_wait_host(uintptr_t stream, uintptr_t words, unsigned int value, double timeout_s)
     int mg_stream_capturing(uintptr_t stream, int *capturing)
+    int mg_load_kernels()
     int mg_device_alloc(size_t bytes, uintptr_t *ptr)
     int mg_device_free(uintptr_t ptr)
     int mg_reduce_rows(int dtype, int op, uintptr_t dst, uintptr_t src, size_t row_bytes, int nrows, size_t count,
@@ -225,6 +226,12 @@ def stream_wait_host(uintptr_t stream, uintptr_t words, unsigned int value, doub
     """Enqueues on `stream` a wait until the 32-bit word at `words` (pinned host memory) reaches
     `value`; after `timeout_s` (0: never) the wait ends and `value` is written to the next word."""
     check(mg_stream_wait_host(stream, words, value, timeout_s), 'stream wait for the host')
+
+
+def load_kernels():
+    """Loads every kernel the hierarchical path may launch while a stream waits for the host (the
+    current device; lazy loading could otherwise synchronize the context at a first launch)."""
+    check(mg_load_kernels(), 'loading kernels')
 
 
 def stream_capturing(uintptr_t stream):

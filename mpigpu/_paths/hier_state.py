@@ -73,6 +73,7 @@ class HierState:
 
     def _make(self):
         dm = _cuda.device
+        dm.load_kernels()  # before any stream waits for the progress thread (cuda/kernel_load.cu)
         self.stream = dm.stream_create()     # node phases
         self.reduce_stream = dm.stream_create()  # reductions of what arrives from the network
         self.sg = Stager(None).on(self.device)  # its d2h and h2d copy streams, pinned chunks

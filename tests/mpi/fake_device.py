@@ -103,7 +103,7 @@ fake = types.SimpleNamespace(
     event_destroy=lambda e: None, event_record=lambda e, s: None, event_sync=lambda e: None,
     stream_wait_event=lambda s, e: None, stream_sync=_stream_sync,
     stream_wait_host=_stream_wait_host, stream_capturing=lambda s: False, DeviceMemory=DeviceMemory,
-    reduce_rows=_reduce_rows,
+    reduce_rows=_reduce_rows, load_kernels=lambda: None,
     MAX_RANKS=8,
     memcpy_async=lambda dst, src, nb, s: ctypes.memmove(dst, src, nb) if nb else None,
     get_device=lambda: 0, set_device=lambda d: None, PinnedBuffer=_pinned, device_count=lambda: 1,

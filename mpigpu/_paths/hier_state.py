@@ -11,12 +11,13 @@ import numpy as np
 from .. import _cuda, _host_mpi
 from .._state import CommState
 from .._topology import Topology, measure_network
-from . import hier_model
+from . import hier_async, hier_model
 from .hier_net import Net
 from .hier_node import NodePhases
 from .pinned import SLOTS, Stager
 
 log = logging.getLogger('mpigpu')
+_CLOSE_WAIT_S = 60.0  # at release, how long queued calls may take to finish (a dead peer: not forever)
 
 
 def slot_size(slot_bytes):
@@ -46,7 +47,7 @@ class HierState:
     def __init__(self, st):
         self.st = st
         self.multi_node = False
-        self.progress = None     # the progress thread (mpigpu/_paths/hier_async.py), made on first use
+        self.async_error = None  # a failed stream= call's error, raised by the next call (hier_async)
         self.last_form = None    # the form the last call ran ('rail' / 'leader'), for mpigpu-perf
         self.forms = {}          # the model's choice by call shape (hier.form_of)
         topo = Topology(st.comm)
@@ -108,8 +109,9 @@ class HierState:
                           0 if k == 'scratch' else self._pinned_size(k))}
         if not short:
             return
-        if self.progress is not None:
-            self.progress.drain()
+        progress = hier_async.running()
+        if progress is not None:
+            progress.drain()
         for k, nb in short.items():
             if k == 'scratch':
                 size = max(nb, 1 << 16, 0 if self._scratch is None else self._scratch.nbytes * 3 // 2)
@@ -164,9 +166,9 @@ class HierState:
         if not self.multi_node:
             return
         self.multi_node = False
-        if self.progress is not None:
-            self.progress.stop()
-            self.progress = None
+        progress = hier_async.running()
+        if progress is not None:  # no call of this communicator may still run
+            progress.drain(_CLOSE_WAIT_S)
         dm = _cuda.device
 
         def free():

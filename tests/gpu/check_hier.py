@@ -269,11 +269,16 @@ for mode in ('stream', 'nonblocking', 'persistent'):
 
 section('stream= ordering: producer and consumer kernels on the stream, no host synchronization')
 s = cp.cuda.Stream(non_blocking=True)
+with s:  # CuPy's kernels loaded first: a first load while a stream waits for the host may wait for it
+    warm = cp.full(8, 1.0, cp.float32) * 2
+    cp.asnumpy(warm)
+s.synchronize()
 with s:
+    b = cp.empty(200001, cp.float32)  # allocated before: an allocation may wait for the whole GPU
     for it in range(5):
         a = cp.full(200001, float(RANK + it), cp.float32)  # written by a kernel queued on s
         world.Allreduce(MPI.IN_PLACE, a, stream=s.ptr)
-        b = a * 2  # reads the result on s
+        cp.multiply(a, 2, out=b)  # reads the result on s
         got = cp.asnumpy(b)
         want = np.full(200001, 2 * sum(k + it for k in range(SIZE)), np.float32)
         check(f'stream= ordering {it}', got, want.astype(np.float64), 'float32')

@@ -17,6 +17,11 @@ def test_simulated_nodes(n, k, sizes):
     assert f'as {k} simulated nodes ({sizes}): ' in out and 'checks ok' in out
 
 
+def test_without_thread_multiple_calls_complete_before_returning():
+    out = run_ranks(4, 'hier_fake_device.py', env={'MPIGPU_SIMULATE_NODES': '2', 'MPI4PY_RC_THREAD_LEVEL': 'single'})
+    assert 'as 2 simulated nodes (2+2): ' in out and 'checks ok' in out
+
+
 @pytest.mark.parametrize('size,k,nodes', [(5, 2, [0, 0, 0, 1, 1]), (6, 3, [0, 0, 1, 1, 2, 2]),
                                           (4, 3, [0, 0, 1, 2]), (7, 3, [0, 0, 0, 1, 1, 2, 2]), (3, 5, [0, 1, 2]),
                                           (4, 1, [0, 0, 0, 0])])

@@ -122,7 +122,8 @@ int mg_pointer_kind(uintptr_t ptr, int *kind, int *device);
 int mg_pci_bus_id(int device, char *buf, int len);
 int mg_device_by_pci_bus_id(const char *bus_id, int *device);
 int mg_can_access_peer(int device, int peer, int *can);
-int mg_device_alloc(size_t bytes, uintptr_t *ptr); /* on the current device (staging of packed datatypes) */
+int mg_device_alloc(size_t bytes, uintptr_t *ptr); /* on the current device (scratch of packed datatypes
+                                                      and of the hierarchical path) */
 int mg_device_free(uintptr_t ptr);
 int mg_host_alloc(size_t bytes, uintptr_t *ptr); /* pinned, portable */
 int mg_host_free(uintptr_t ptr);
@@ -135,6 +136,22 @@ int mg_event_record(uintptr_t event, uintptr_t stream);
 int mg_event_sync(uintptr_t event);
 int mg_stream_wait_event(uintptr_t stream, uintptr_t event);
 int mg_memcpy_async(uintptr_t dst, uintptr_t src, size_t bytes, uintptr_t stream);
+
+/* ---- the host's side of a stream (host_wait.cu) ---- */
+/* Enqueues on stream a wait until the 32-bit word at words[0] (pinned host memory) reaches value (a
+ * wrapping sequence); after timeout_s (0: never) the wait ends and value is written to words[1]. */
+int mg_stream_wait_host(uintptr_t stream, uintptr_t words, uint32_t value, double timeout_s);
+/* capturing = 1 while stream is being captured into a CUDA graph. */
+int mg_stream_capturing(uintptr_t stream, int *capturing);
+/* Loads every kernel the hierarchical path may launch while a stream waits for the host (kernel_load.cu:
+ * a lazily loaded kernel's first launch may synchronize the context, which would wait for that stream). */
+int mg_load_kernels(void);
+
+/* ---- reduction of rows (reduce_rows.cu) ---- */
+/* dst[i] = src row 0 [i] op row 1 [i] op ... (nrows rows of count elements, row_bytes apart, in row order),
+ * enqueued on stream; dst and src in device memory or pinned host memory. */
+int mg_reduce_rows(int dtype, int op, uintptr_t dst, uintptr_t src, size_t row_bytes, int nrows, size_t count,
+                   uintptr_t stream);
 
 /* ---- device team (transport_ipc.cu) ---- */
 typedef struct mg_team mg_team;

@@ -68,11 +68,11 @@ int mg_can_access_peer(int device, int peer, int *can) { return rc(cudaDeviceCan
 
 int mg_device_alloc(size_t bytes, uintptr_t *ptr) {
   void *p = nullptr;
-  int e = rc(cudaMalloc(&p, bytes));
+  int e = rc(cudaMalloc(&p, bytes ? bytes : 1));
   *ptr = (uintptr_t)p;
   return e;
 }
-int mg_device_free(uintptr_t ptr) { return rc(cudaFree((void *)ptr)); }
+int mg_device_free(uintptr_t ptr) { return ptr ? rc(cudaFree((void *)ptr)) : 0; }
 int mg_host_alloc(size_t bytes, uintptr_t *ptr) {
   void *p = nullptr;
   int e = rc(cudaHostAlloc(&p, bytes, cudaHostAllocPortable));

@@ -4,8 +4,11 @@ import os
 
 from ._codes import Algo
 
-# MPIGPU_ALGO: the engine's algorithms by knob name, and the paths a call can be sent down instead.
-PATHS = ('staged',)
+# MPIGPU_ALGO: the engine's algorithms by knob name, and the paths a call can be sent down instead:
+# 'staged' (host MPI for the whole buffer), 'hier' (across nodes: the hierarchical path, the cost model
+# choosing its form), 'hier-rail' and 'hier-leader' (that path with its form forced, docs/tuning.md).
+HIER_PATHS = ('hier', 'hier-rail', 'hier-leader')
+PATHS = ('staged',) + HIER_PATHS
 ALGOS = tuple(a.knob for a in Algo) + PATHS
 
 
@@ -47,6 +50,18 @@ def _flag(name):
     return _choice(name, '0', {'1': ('1', 'yes', 'true', 'on'), '0': ('0', 'no', 'false', 'off')}) == '1'
 
 
+def _launcher_local():
+    for rank, size in (('MPI_LOCALRANKID', 'MPI_LOCALNRANKS'),
+                       ('OMPI_COMM_WORLD_LOCAL_RANK', 'OMPI_COMM_WORLD_LOCAL_SIZE')):
+        try:
+            r, n = int(os.environ[rank]), int(os.environ[size])
+        except (KeyError, ValueError):
+            continue
+        if 0 <= r < n:
+            return r, n
+    return None
+
+
 class Config:
     """Snapshot of the knobs; `mpigpu.config` is the one the library uses."""
 
@@ -81,6 +96,19 @@ class Config:
             'auto': ('auto',), '1': ('1', 'yes', 'true', 'on'), '0': ('0', 'no', 'false', 'off')})
         # Testing: ranks that share a GPU still form a device team (time-sliced; docs/tuning.md).
         self.shared_gpu = _flag('MPIGPU_SHARED_GPU')
+        # Testing: each host's ranks of a communicator cut into this many simulated nodes of consecutive
+        # ranks (0 or 1: off); no device team spans two of them, and their traffic goes through host MPI.
+        self.simulate_nodes = _int('MPIGPU_SIMULATE_NODES', 0, 0, 1 << 20)
+        # This process's place among its host's processes of the job, as the launcher says (MPICH's
+        # Hydra, Open MPI): the simulated nodes are then cut from the job's processes, so that every
+        # communicator sees the same nodes; None: each communicator's ranks on a host are cut.
+        self.launcher_local = _launcher_local()
+        # Hierarchical path: the network's latency (us) and bandwidth per GPU (GB/s) for its cost model;
+        # 0: measured once per communicator at setup, on the leaders' communicator.
+        self.net_latency_us = _float('MPIGPU_NET_LATENCY_US', 0.0, 0.0, 1e7)
+        self.net_gbps = _float('MPIGPU_NET_GBPS', 0.0, 0.0, 1e6)
+        # Hierarchical path: bytes of one pipeline chunk per rank (0: the cost model chooses).
+        self.hier_chunk_bytes = _int('MPIGPU_HIER_CHUNK_BYTES', 0, 0, 1 << 34)
         # Debug log of engine decisions (why a call is staged) on the 'mpigpu' logger.
         self.debug = _flag('MPIGPU_DEBUG')
 

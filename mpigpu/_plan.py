@@ -4,7 +4,8 @@ its GPU and launch stream resolved, then run to completion (blocking), enqueued 
 every form shares this setup; the Cython fast path (mpigpu/_paths/engine.py) skips it for the common
 blocking call once the communicator's team is up.
 
-Paths: the device engine when the communicator's team is up and implements the type and op; host MPI
+Paths: the device engine when the communicator's team is up and implements the type and op; the
+hierarchical path when its ranks span several nodes (node teams joined through host MPI); host MPI
 with the device pointers when that MPI is CUDA-aware; the staged path otherwise; the mirrored path
 for buffers only mpi4py can read (a non-contiguous datatype, an element type mpigpu does not know).
 """
@@ -17,7 +18,7 @@ from ._state import state_of
 from ._types import NATIVE
 from .errors import Error
 from ._codes import Coll
-from ._paths import engine, mirrored, requests, staged
+from ._paths import engine, hier, mirrored, requests, staged
 
 
 def _device_of(st, c):
@@ -78,7 +79,7 @@ def _host_args(coll, sendbuf, recvbuf, op, root):
 
 class Plan:
     """One collective call on device buffers, ready to run (MPI_Allreduce and MPI_Allreduce_init alike)."""
-    __slots__ = ('comm', 'st', 'c', 'stream', 'engine_args', 'device', 'args', 'buffers')
+    __slots__ = ('comm', 'st', 'c', 'stream', 'engine_args', 'hier', 'device', 'args', 'buffers')
 
     def __init__(self, comm, name, coll, sendbuf, recvbuf, op, root, stream=None):
         """`stream`: a stream= call's stream, which DLPack producers are asked to order their work before
@@ -87,6 +88,7 @@ class Plan:
         st = self.st = state_of(comm)
         self.args, self.buffers = _host_args(coll, sendbuf, recvbuf, op, root)
         self.engine_args = self.device = None
+        self.hier = False
         stream_for = _cuda.consumer_stream if stream is None else (lambda device: stream)
         try:
             # Everything this rank can check, before the team setup that its first call starts: a
@@ -108,6 +110,9 @@ class Plan:
         self.device = st.device
         if engine.runs(st, c):
             self.engine_args = engine.launch_args(c, self.stream)
+        else:  # several nodes: the hierarchical path (its first call sets it up, collectively)
+            with _cuda.errors_as(name, st.rank):
+                self.hier = hier.runs(st, c)
 
     def _mpi4py(self, prefix=''):
         """mpi4py's method of this collective (prefix 'I': its non-blocking form)."""
@@ -149,6 +154,8 @@ class Plan:
     def _run(self, sync):
         if self.engine_args is not None:
             self.st.team.run(*self.engine_args, sync)
+        elif self.hier:
+            hier.run(self.st, self.c, self.stream, sync)
         else:
             self._host_path()
 
@@ -156,6 +163,8 @@ class Plan:
         if self.engine_args is not None:
             self.st.team.run(*self.engine_args, False)
             return requests.gpu_request(self.device, self.stream)
+        if self.hier:
+            return hier.request(self.st, self.c, self.stream)
         self._host_path()
         return requests.completed()
 
@@ -180,6 +189,10 @@ class Plan:
             return 0
         if c.count == 0:
             requests.set_handle(req, requests.completed())
+            return 0
+        if self.hier:
+            with _cuda.errors_as(c.name, st.rank):
+                requests.set_handle(req, _cuda.with_device(self.device, hier.request, st, c, self.stream))
             return 0
         if st.team is None and self.engine_args is not None:
             raise Error(c.name, 'persistent request used after its communicator was freed', rank=st.rank,

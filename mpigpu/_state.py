@@ -74,7 +74,12 @@ class CommState:
                     pass
             _cuda.with_device(self.device, team.close)
         for obj in self._owned.values():
-            obj.close()
+            # a path whose state is shared with other ranks (the hierarchical path's node teams) waits
+            # for them first when they all release
+            if collective and hasattr(obj, 'close_collective'):
+                obj.close_collective()
+            else:
+                obj.close()
         self._owned.clear()
         if self.dep_event is not None:
             _cuda.device.event_destroy(self.dep_event)
@@ -173,8 +178,15 @@ def _release_all():
 
 
 def engine_status(comm):
-    """'on', 'off: why' or 'not set up yet' for a communicator."""
+    """'on', 'hierarchical: ...' (a path's own account: ranks on several nodes), 'off: why' or 'not set
+    up yet' for a communicator."""
     st = state_of(comm)
     if st.reason is None:
         return 'not set up yet (the first GPU collective sets it up)'
-    return 'on' if st.team is not None else f'off: {st.reason}'
+    if st.team is not None:
+        return 'on'
+    for obj in st._owned.values():
+        status = getattr(obj, 'engine_status', None)
+        if status is not None and status():
+            return status()
+    return f'off: {st.reason}'

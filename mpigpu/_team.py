@@ -7,6 +7,7 @@ from mpi4py import MPI
 
 from . import _cuda
 from ._config import config
+from ._topology import node_comm
 
 log = logging.getLogger('mpigpu')
 
@@ -20,7 +21,7 @@ def agree(comm, reason):
 def _why_not(comm, rank, n, dev, bus, buses, shared):
     """'' when these ranks can form a team, else why not (this rank's view)."""
     dm = _cuda.device
-    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    node = node_comm(comm)  # a simulated node under MPIGPU_SIMULATE_NODES
     try:
         local = node.Get_size() == n
     finally:
@@ -28,7 +29,7 @@ def _why_not(comm, rank, n, dev, bus, buses, shared):
     if config.algo == 'staged':
         return 'MPIGPU_ALGO=staged'
     if not local:
-        return 'the ranks span several nodes (the engine is intra-node)'
+        return 'the ranks span several nodes (the engine is intra-node; the hierarchical path joins them)'
     if n > dm.MAX_RANKS:
         return f'{n} ranks; the engine holds at most {dm.MAX_RANKS} per team'
     if shared and not config.shared_gpu:

@@ -126,6 +126,7 @@ def _perf(n, *args, env=None):
     (['allreduce,bcst'], 'unknown collective bcst'),
     (['-d', 'float128'], 'unknown datatype float128'),
     (['--compare', 'nccl,gloo'], 'unknown baseline gloo'),
+    (['--compare', 'nccl,nccl-socket'], 'one NCCL baseline per run'),
     (['-b', '1M', '-e', '1K'], '-b 1048576 is above -e 1024'),
     (['-n', '0'], 'argument -n/--iters: 0 is below 1'),
     (['--frobnicate'], 'unrecognized arguments: --frobnicate'),

@@ -49,6 +49,11 @@ cdef extern from "mpigpu_cuda.h" nogil:
     int mg_event_sync(uintptr_t event)
     int mg_stream_wait_event(uintptr_t stream, uintptr_t event)
     int mg_memcpy_async(uintptr_t dst, uintptr_t src, size_t bytes, uintptr_t stream)
+    int mg_stream_wait_host(uintptr_t stream, uintptr_t words, unsigned int value, double timeout_s)
+    int mg_stream_capturing(uintptr_t stream, int *capturing)
+    int mg_load_kernels()
+    int mg_reduce_rows(int dtype, int op, uintptr_t dst, uintptr_t src, size_t row_bytes, int nrows, size_t count,
+                       uintptr_t stream)
 
     ctypedef struct mg_team:
         pass
@@ -237,6 +242,32 @@ cpdef stream_wait_event(uintptr_t stream, uintptr_t ev):
 
 cpdef memcpy_async(uintptr_t dst, uintptr_t src, size_t nbytes, uintptr_t stream):
     check(mg_memcpy_async(dst, src, nbytes, stream), 'cudaMemcpyAsync')
+
+
+def stream_wait_host(uintptr_t stream, uintptr_t words, unsigned int value, double timeout_s):
+    """Enqueues on `stream` a wait until the 32-bit word at `words` (pinned host memory) reaches
+    `value`; after `timeout_s` (0: never) the wait ends and `value` is written to the next word."""
+    check(mg_stream_wait_host(stream, words, value, timeout_s), 'stream wait for the host')
+
+
+def load_kernels():
+    """Loads every kernel the hierarchical path may launch while a stream waits for the host (the
+    current device; lazy loading could otherwise synchronize the context at a first launch)."""
+    check(mg_load_kernels(), 'loading kernels')
+
+
+def stream_capturing(uintptr_t stream):
+    """True while `stream` is being captured into a CUDA graph."""
+    cdef int capturing = 0
+    check(mg_stream_capturing(stream, &capturing), 'cudaStreamIsCapturing')
+    return bool(capturing)
+
+
+def reduce_rows(int dtype, int op, uintptr_t dst, uintptr_t src, size_t row_bytes, int nrows, size_t count,
+                uintptr_t stream):
+    """Enqueues on `stream`: dst = the nrows rows at src (row_bytes apart, count elements each) reduced in
+    row order; device or pinned host memory."""
+    check(mg_reduce_rows(dtype, op, dst, src, row_bytes, nrows, count, stream), 'reduce rows')
 
 
 def supports(int dtype, int op):

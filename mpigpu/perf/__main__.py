@@ -47,7 +47,10 @@ def _title(n, mem, a, names):
                 f'# x{"mpi4py":<7}= mpi4py\'s time / mpigpu\'s: the overhead mpigpu adds (1.00x: none).\n'
                 f'# Baselines: {", ".join(names)}')
     return (f'# mpigpu-perf: {n} ranks, {mem} buffers, engine algo {mpigpu.config.algo}, '
-            f'{a.timing} timing, baselines: {", ".join(names) or "none"}')
+            f'{a.timing} timing, baselines: {", ".join(names) or "none"}\n'
+            f'# engine: {mpigpu.COMM_WORLD.engine_status()}' + (
+                '\n# [rail] / [leader] after a row: the hierarchical form that ran (docs/architecture.md)'
+                if mpigpu.COMM_WORLD.engine_status().startswith('hierarchical') else ''))
 
 
 def main(argv=None):
@@ -118,6 +121,7 @@ def main(argv=None):
                             row['baselines'][name] = {'error': f'{type(impl).__name__}: {impl}'}
                         else:
                             row['baselines'][name] = measure.one(impl, buffers(False), bop)
+                    row['form'] = baselines.form_of(comm)
                     for res in [row['oop'], row['ip'], *row['baselines'].values()]:
                         if res and 'time_us' in res:
                             res['algbw'] = row_bytes / res['time_us'] / 1e3 if res['time_us'] > 0 else 0.0

@@ -3,6 +3,9 @@
 Each `Impl.make(coll, ...)` returns a function doing one blocking call on prepared buffers, or raises
 `Unavailable` with the reason (the row then shows it instead of numbers; other rows go on).
 """
+import os
+import socket
+
 import numpy as np
 from mpi4py import MPI
 
@@ -199,9 +202,12 @@ class CudaAwareMpiImpl:
 class NcclImpl:
     """NCCL through cupy.cuda.nccl, synchronized after every call as MPI semantics require."""
     name = 'nccl'
+    env = {}  # NCCL's environment for this baseline, set before its communicator (NCCL reads it once)
 
     def __init__(self, comm):
         self.err = None
+        for key, value in self.settings(comm).items():
+            os.environ[key] = value
         try:
             from cupy.cuda import nccl
         except Exception as exc:
@@ -213,6 +219,9 @@ class NcclImpl:
         uid = comm.bcast(uid, root=0)
         self.comm = nccl.NcclCommunicator(comm.Get_size(), uid, comm.Get_rank())
         comm.allgather(None)
+
+    def settings(self, comm):
+        return dict(self.env)
 
     _DT = {'float32': 'NCCL_FLOAT32', 'float64': 'NCCL_FLOAT64', 'float16': 'NCCL_FLOAT16',
            'int32': 'NCCL_INT32', 'int64': 'NCCL_INT64', 'int8': 'NCCL_INT8', 'uint8': 'NCCL_UINT8',
@@ -266,4 +275,89 @@ class NcclImpl:
         return run
 
 
-IMPLS = {impl.name: impl for impl in (NcclImpl, StagedImpl, CudaAwareMpiImpl, Mpi4pyImpl)}
+class NcclSocketImpl(NcclImpl):
+    """NCCL forced onto its socket transport between every pair of GPUs (no peer-to-peer, no shared
+    memory): with simulated nodes, the network NCCL would use between real nodes."""
+    name = 'nccl-socket'
+    env = {'NCCL_P2P_DISABLE': '1', 'NCCL_SHM_DISABLE': '1'}
+
+
+class NcclNodesImpl(NcclImpl):
+    """NCCL told that each simulated node is a host of its own (NCCL_HOSTID): NVLink inside a node,
+    its network transport (sockets) between them, as on real nodes."""
+    name = 'nccl-nodes'
+
+    def settings(self, comm):
+        node, _rail, _local, _nodes = rails(comm)
+        first = node.bcast(comm.Get_rank(), root=0)
+        node.Free()
+        return {'NCCL_HOSTID': f'{socket.gethostname()}-node{first}'}
+
+
+def rails(comm):
+    """(node communicator, rail communicator, local rank, node sizes) of `comm` as mpigpu cuts it
+    (MPIGPU_SIMULATE_NODES included)."""
+    from .._topology import node_comm
+    plain = MPI.Intracomm(comm)
+    node = node_comm(plain)
+    local = node.Get_rank()
+    first = node.bcast(plain.Get_rank(), root=0)
+    table = plain.allgather((first, node.Get_size()))
+    firsts = sorted({f for f, _n in table})
+    sizes = [dict(table)[f] for f in firsts]
+    rail = plain.Split(local, firsts.index(first))
+    return node, rail, local, sizes
+
+
+class NetBoundImpl:
+    """The network's bound for the hierarchical path: host MPI's own collective of the bytes each GPU
+    sends between nodes, on NumPy buffers over the rails (every node the same size: 1/L of the
+    message per rail; otherwise the leaders carry it whole). No GPU, no copy, no node phase."""
+    name = 'net-bound'
+    checks = False  # it moves the network's share of the bytes only: nothing to check
+
+    def __init__(self, comm):
+        node, self.rail, local, sizes = rails(comm)
+        node.Free()
+        self.share = sizes[0] if len(set(sizes)) == 1 else 1
+        self.active = len(set(sizes)) == 1 or local == 0
+        self.nodes = len(sizes)
+
+    def make(self, b, op, stream=False):
+        if stream:
+            raise Unavailable('host MPI has no stream-ordered form')
+        if self.nodes < 2:
+            raise Unavailable('one node: nothing crosses the network (set MPIGPU_SIMULATE_NODES)')
+        if not self.active:
+            return lambda: None
+        rail, mop, c = self.rail, _OPS[op], b.coll
+        dt, per = np.dtype(b.send.dtype.name), max(1, b.count // self.share)
+        if dt == np.float16:  # host MPI reduces no 16-bit floats: as many bytes of float32
+            dt, per = np.dtype(np.float32), max(1, per // 2)
+        send = np.ones(per, dt)
+        recv = np.empty(per, dt)
+        if c == 'allreduce':
+            return lambda: rail.Allreduce(send, recv, mop)
+        if c == 'bcast':
+            return lambda: rail.Bcast(send, 0)
+        if c == 'reduce':
+            return lambda: rail.Reduce(send, recv, mop, 0)
+        block = max(1, b.count * b.send.itemsize // dt.itemsize)  # a rank's block, in bytes as its type's
+        if c == 'allgather':
+            blk, whole = np.ones(block, dt), np.empty(block * self.nodes, dt)
+            return lambda: rail.Allgather(blk, whole)
+        if c == 'reduce_scatter_block':
+            blk, out = np.ones(block * self.nodes, dt), np.empty(block, dt)
+            return lambda: rail.Reduce_scatter_block(blk, out, mop)
+        raise Unavailable(f'no network bound for {c}')
+
+
+IMPLS = {impl.name: impl for impl in (NcclImpl, NcclSocketImpl, NcclNodesImpl, StagedImpl, CudaAwareMpiImpl,
+                                      Mpi4pyImpl, NetBoundImpl)}
+
+def form_of(comm):
+    """The form the hierarchical path gave the last call on `comm` ('rail' / 'leader'), or None."""
+    from .._paths.hier_state import HierState
+    from .._state import state_of
+    hs = state_of(comm)._owned.get(HierState)
+    return hs.last_form if hs is not None and hs.multi_node else None

@@ -86,8 +86,12 @@ def parser(description):
     p.add_argument('--algo', default=None, choices=ALGOS, help='force an engine algorithm (as MPIGPU_ALGO)')
     p.add_argument('--inplace', type=int, choices=(0, 1), default=1, help='also time in-place calls (1) or not (0)')
     p.add_argument('--compare', default='',
-                   help='baselines in the same run: nccl,staged,cuda-aware-mpi (device buffers); on host '
-                        'buffers plain mpi4py is always compared')
+                   help='baselines in the same run: nccl,staged,cuda-aware-mpi (device buffers); across '
+                        '(simulated) nodes also nccl-socket (NCCL on sockets only: NCCL_P2P_DISABLE=1 '
+                        'NCCL_SHM_DISABLE=1), nccl-nodes (NCCL with a host id per node: NVLink inside, '
+                        'sockets between; one NCCL baseline per run) and net-bound (host MPI\'s own '
+                        'collective of the bytes each GPU sends between nodes, NumPy buffers over the '
+                        'rails); on host buffers plain mpi4py is always compared')
     p.add_argument('--timing', choices=('blocking', 'stream'), default='blocking',
                    help='blocking: each call returns with its result (MPI); stream: stream= calls launched '
                         'back to back, one synchronization per row (nccl-tests\' way)')
@@ -114,6 +118,10 @@ def parse(argv, description, baselines):
     a.types = _list(a.datatype, TYPES, 'datatype')
     a.ops = _list(a.op, OPS, 'op')
     a.names = _list(a.compare, tuple(baselines), 'baseline') if a.compare else ()
+    ncclish = [x for x in a.names if x.startswith('nccl')]
+    if len(ncclish) > 1:
+        raise UsageError(f'--compare {",".join(ncclish)}: NCCL reads its environment once per process; '
+                         'compare one NCCL baseline per run')
     if a.plot:
         try:  # the import the plot will need, tried now rather than after the sweep
             import matplotlib  # noqa: F401

@@ -9,6 +9,9 @@ lifetime; device_memory() does the same for any object (the mpi4py suite harness
 suite's fake GPU arrays with it). Where the device-pointer guard (tests/mpi4py_suite/guard.c) is
 preloaded, every registration reaches it too, so it can tell when such a pointer reaches MPI."""
 import ctypes
+import itertools
+import threading
+import time
 import types
 import weakref
 
@@ -152,16 +155,57 @@ def _pack_plan(layout, device):
     return plan
 
 
+# Streams are numbers (each a new one: a stream= call's stream is not the path's own); a wait for the
+# host (stream_wait_host) holds the stream's synchronization until the host has written the word.
+_streams = itertools.count(100)
+_host_waits = []
+_waits_lock = threading.Lock()
+
+
+def _stream_wait_host(stream, words, value, timeout_s):
+    with _waits_lock:
+        _host_waits.append((stream, words, value))
+
+
+def _word(ptr):
+    return ctypes.c_uint32.from_address(ptr).value
+
+
+def _stream_sync(stream):
+    with _waits_lock:
+        mine = [w for w in _host_waits if w[0] == stream]
+    for w in mine:
+        while ((_word(w[1]) - w[2]) & 0xFFFFFFFF) >= 0x80000000:
+            time.sleep(1e-4)
+        with _waits_lock:
+            _host_waits.remove(w)
+
+
+def _reduce_rows(dtype, op, dst, src, row_bytes, nrows, count, stream):
+    """The GPU reduction of rows, done on the host (the staged path's host_reduce, same order)."""
+    import numpy as np
+    from mpigpu._paths.staged import host_reduce
+    from mpigpu._types import numpy_dtype
+    npt = numpy_dtype(dtype)
+    nb = count * npt.itemsize
+    rows = [np.ctypeslib.as_array((ctypes.c_uint8 * nb).from_address(src + k * row_bytes)).view(npt)
+            for k in range(nrows)]
+    out = np.ctypeslib.as_array((ctypes.c_uint8 * nb).from_address(dst)).view(npt)
+    out[:] = host_reduce(rows, dtype, op)
+
+
 fake = types.SimpleNamespace(
     DeviceError=DeviceError,
-    stream_create=lambda: 1, stream_destroy=lambda s: None, event_create=lambda: 1,
+    stream_create=lambda: next(_streams), stream_destroy=lambda s: None, event_create=lambda: 1,
     event_destroy=lambda e: None, event_record=lambda e, s: None, event_sync=lambda e: None,
-    stream_wait_event=lambda s, e: None, stream_sync=lambda s: None,
+    stream_wait_event=lambda s, e: None, stream_sync=_stream_sync,
+    stream_wait_host=_stream_wait_host, stream_capturing=lambda s: False,
+    reduce_rows=_reduce_rows, load_kernels=lambda: None,
     memcpy_async=lambda dst, src, nb, s: ctypes.memmove(dst, src, nb) if nb else None,
     get_device=lambda: 0, set_device=lambda d: None, PinnedBuffer=_pinned, device_count=lambda: 1,
     pointer_info=_pointer_info, is_device_memory=is_device_pointer, pci_bus_id=lambda d: '0000:00:00.0',
     MEM_DEVICE=MEM_DEVICE, MEM_MANAGED=MEM_MANAGED, MEM_HOST=MEM_HOST, MEM_UNREGISTERED=MEM_UNREGISTERED,
-    MAX_RANKS=32, Team=_NoEngine,
+    MAX_RANKS=8, Team=_NoEngine,
     PackPlan=_PackPlan, pack_plan=_pack_plan, DeviceMemory=_DeviceMemory,
 )
 

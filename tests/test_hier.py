@@ -1,0 +1,77 @@
+"""The hierarchical path across (simulated) nodes on CPUs: the composition under mpiexec with the fake CUDA
+layer (tests/mpi/hier_fake_device.py), the cut into simulated nodes, the cost model's choices and the
+knobs."""
+import pytest
+
+from conftest import run_ranks
+from mpigpu import _config
+from mpigpu._codes import Coll
+from mpigpu._paths import hier_model
+from mpigpu._topology import simulated_node
+
+
+@pytest.mark.parametrize('n,k,sizes', [(2, 2, '1+1'), (3, 2, '2+1'), (4, 2, '2+2'), (5, 2, '3+2'), (4, 3, '2+1+1'),
+                                       (6, 3, '2+2+2')])
+def test_simulated_nodes(n, k, sizes):
+    out = run_ranks(n, 'hier_fake_device.py', env={'MPIGPU_SIMULATE_NODES': str(k)})
+    assert f'as {k} simulated nodes ({sizes}): ' in out and 'checks ok' in out
+
+
+def test_without_thread_multiple_calls_complete_before_returning():
+    out = run_ranks(4, 'hier_fake_device.py', env={'MPIGPU_SIMULATE_NODES': '2', 'MPI4PY_RC_THREAD_LEVEL': 'single'})
+    assert 'as 2 simulated nodes (2+2): ' in out and 'checks ok' in out
+
+
+@pytest.mark.parametrize('size,k,nodes', [(5, 2, [0, 0, 0, 1, 1]), (6, 3, [0, 0, 1, 1, 2, 2]),
+                                          (4, 3, [0, 0, 1, 2]), (7, 3, [0, 0, 0, 1, 1, 2, 2]), (3, 5, [0, 1, 2]),
+                                          (4, 1, [0, 0, 0, 0])])
+def test_simulated_node_cut(size, k, nodes):
+    assert [simulated_node(r, size, k) for r in range(size)] == nodes
+
+
+def _shape(sizes, kinds='engine', gbps=25.0, latency=5.0, consecutive=True):
+    return hier_model.Shape(tuple(sizes), consecutive, (kinds,) * len(sizes), False, latency, gbps)
+
+
+def test_model_prefers_rails_for_large_messages_and_leaders_for_small():
+    s = _shape([4, 4])
+    for coll in (Coll.ALLREDUCE, Coll.BCAST, Coll.REDUCE):
+        assert hier_model.choose(coll, 1 << 30, s)[0] == 'rail', coll
+        assert hier_model.choose(coll, 8, s)[0] == 'leader', coll
+
+
+def test_model_uneven_nodes_take_the_leader_form_and_forcing_cannot_change_that():
+    s = _shape([3, 2])
+    for coll in Coll:
+        assert hier_model.choose(coll, 1 << 26, s, forced='rail')[0] == 'leader', coll
+
+
+def test_model_pipelines_large_messages_and_honours_the_chunk_knob():
+    s = _shape([4, 4])
+    form, chunks = hier_model.choose(Coll.ALLREDUCE, 1 << 30, s)
+    assert chunks > 1
+    assert hier_model.choose(Coll.ALLREDUCE, 1 << 20, s, forced='rail', chunk_bytes=1 << 16) == ('rail', 4)
+
+
+def test_model_predictions_grow_with_nodes_and_bytes():
+    for coll in Coll:
+        small = hier_model.predict(coll, 1 << 20, _shape([8] * 2))
+        large = hier_model.predict(coll, 1 << 20, _shape([8] * 64))
+        more = hier_model.predict(coll, 1 << 24, _shape([8] * 2))
+        for form in small:
+            assert large[form][0] > small[form][0] and more[form][0] > small[form][0], (coll, form)
+
+
+def test_knobs(monkeypatch):
+    for k in ('MPIGPU_SIMULATE_NODES', 'MPIGPU_NET_LATENCY_US', 'MPIGPU_NET_GBPS', 'MPIGPU_HIER_CHUNK_BYTES'):
+        monkeypatch.delenv(k, raising=False)
+    c = _config.Config()
+    assert c.simulate_nodes == 0 and c.net_latency_us == 0 and c.net_gbps == 0 and c.hier_chunk_bytes == 0
+    monkeypatch.setenv('MPIGPU_SIMULATE_NODES', '3')
+    monkeypatch.setenv('MPIGPU_NET_GBPS', '25')
+    monkeypatch.setenv('MPIGPU_ALGO', 'hier-leader')
+    c = _config.Config()
+    assert c.simulate_nodes == 3 and c.net_gbps == 25.0 and c.algo == 'hier-leader'
+    monkeypatch.setenv('MPIGPU_SIMULATE_NODES', 'two')
+    with pytest.raises(ValueError, match='MPIGPU_SIMULATE_NODES'):
+        _config.Config()

@@ -13,6 +13,8 @@ from mpi4py import MPI as _MPI
 from ._config import config
 from ._cuda import available as gpu_available
 from ._paths.requests import Startall
+from ._state import abort
+from ._support import query_cuda_support
 from .comm import Cartcomm, Distgraphcomm, Graphcomm, Intercomm, Intracomm, Topocomm
 from .errors import Error
 
@@ -23,4 +25,4 @@ COMM_SELF = Intracomm(_MPI.COMM_SELF)
 COMM_WORLD._mg_constant = COMM_SELF._mg_constant = True
 
 __all__ = ['COMM_SELF', 'COMM_WORLD', 'Cartcomm', 'Distgraphcomm', 'Error', 'Graphcomm', 'Intercomm', 'Intracomm',
-           'Startall', 'Topocomm', 'config', 'gpu_available']
+           'Startall', 'Topocomm', 'abort', 'config', 'gpu_available', 'query_cuda_support']

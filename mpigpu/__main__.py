@@ -10,10 +10,11 @@ options:
   --version    show mpigpu's version and exit
 
 What `python -m mpi4py` takes, run the same way (sys.argv, sys.path, __main__), after mpi4py.MPI's
-predefined communicators, datatypes and ops have been replaced by mpigpu's, so
-`MPI.COMM_WORLD.Allreduce(cupy_x, cupy_y)` takes mpigpu's path; communicators, datatypes, windows and
-files made from them are mpigpu's too. Limit: objects built from raw handles (MPI.Comm.f2py,
-MPI.Intracomm(handle)) are plain mpi4py ones.
+predefined communicators, datatypes and ops and its communicator, Win, File and Op classes have been
+replaced by mpigpu's, so `MPI.COMM_WORLD.Allreduce(cupy_x, cupy_y)` takes mpigpu's path;
+communicators, datatypes, windows and files made from them, or from handles (MPI.Comm.f2py), are
+mpigpu's too. Limit: mpi4py's C API (PyMPIComm_New, used by Cython and C extensions) makes plain
+mpi4py objects.
 
 Exit status: the program's (sys.exit(N) gives N); an exception the program does not catch ends the
 whole job through MPI_Abort with status 1 (KeyboardInterrupt: 130), as with `python -m mpi4py`, so
@@ -28,9 +29,9 @@ _HINT = f'usage: {_PROG} [options] <pyfile> | -m <mod> | -c <cmd> | - [arg] ... 
 
 
 def install():
-    """Put mpigpu under mpi4py: mpi4py.MPI's predefined communicators, datatypes and ops, and its Win,
-    File, Op and Message classes, become mpigpu's (mpigpu/_dropin.py says which), so a program that uses
-    mpi4py.MPI passes GPU arrays through mpigpu."""
+    """Put mpigpu under mpi4py: mpi4py.MPI's predefined communicators, datatypes and ops, its
+    communicator classes and its Win, File and Op classes become mpigpu's (mpigpu/_dropin.py says
+    which), so a program that uses mpi4py.MPI passes GPU arrays through mpigpu."""
     from mpigpu import _dropin
     _dropin.install()
 

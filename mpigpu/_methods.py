@@ -49,8 +49,6 @@ def role(method, param):
 
 # Methods whose device memory host MPI would keep using after they return: refused.
 _REFUSED = {
-    'Attach_buffer': 'the buffer Bsend copies messages into must be host memory (Bsend itself takes '
-                     'device buffers)',
     'Iagree': 'the flag of an agreement must be host memory',
     'Create': 'window memory must be host memory: other ranks read and write it through MPI',
     'Attach': 'window memory must be host memory: other ranks read and write it through MPI',

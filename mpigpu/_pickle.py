@@ -10,9 +10,29 @@ def predefined(name):
     return getattr(importlib.import_module('mpigpu.MPI'), name)
 
 
+def copy_of(cls, name):
+    """A new `cls` object on the handle of the predefined object `name` (what a copy of one pickles as).
+    `cls` is a class, or the name of one of mpi4py's own classes (python -m mpigpu puts mpigpu's under
+    mpi4py's names, so pickle cannot refer to mpi4py's by name: mpigpu/_plain.py keeps them)."""
+    if isinstance(cls, str):
+        cls = getattr(importlib.import_module('mpigpu._plain'), cls)
+    return cls(predefined(name))
+
+
+def _class_ref(cls):
+    return cls.__name__ if cls.__module__ == 'mpi4py.MPI' else cls
+
+
 def by_name(obj, names):
-    """The __reduce__ value of `obj` when it is the predefined object of one of `names`, else None."""
+    """The __reduce__ value of `obj` when it holds the handle of the predefined object of one of `names`,
+    else None: the name itself for that object (aliases such as COMPLEX4 are objects of their own),
+    a copy of it for another object on its handle (as mpi4py pickles them, so identity survives a
+    round trip and copies stay copies)."""
     for name in names:
-        if obj == getattr(MPI, name, None):
+        if obj is getattr(MPI, name, None) or obj is predefined(name):
             return predefined, (name,)
+    for name in names:
+        named = getattr(MPI, name, None)
+        if named is not None and obj == named:
+            return copy_of, (_class_ref(type(obj)), name)
     return None

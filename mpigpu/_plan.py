@@ -11,7 +11,7 @@ for buffers only mpi4py can read (a non-contiguous datatype, an element type mpi
 """
 from mpi4py import MPI
 
-from . import _cuda, _host_mpi
+from . import _cuda, _host_mpi, _plain
 from ._call import build, is_in_place
 from ._ext._intake import is_device
 from ._state import state_of
@@ -93,6 +93,7 @@ class Plan:
         try:
             # Everything this rank can check, before the team setup that its first call starts: a
             # rank that refuses its call tells the others in the setup's first exchange (no one waits).
+            st.check_usable(name)
             _cuda.require(name, st.rank)
             _mixed(st, name, sendbuf, recvbuf)
             c = self.c = build(name, coll, st.size, st.rank, sendbuf, recvbuf, op, root, stream_for)
@@ -117,7 +118,7 @@ class Plan:
     def _mpi4py(self, prefix=''):
         """mpi4py's method of this collective (prefix 'I': its non-blocking form)."""
         name = Coll(self.c.coll).mpi_name
-        return getattr(MPI.Intracomm, prefix + (name[0].lower() + name[1:] if prefix else name))
+        return getattr(_plain.Intracomm, prefix + (name[0].lower() + name[1:] if prefix else name))
 
     def _mirrored(self, start=False):
         """The call on host mirrors of its buffers: mpi4py reads what mpigpu cannot."""
@@ -139,7 +140,7 @@ class Plan:
         if self.c.mirror is not None:
             self._mirrored()
         elif self.c.count:
-            with _cuda.errors_as(self.c.name, self.st.rank):
+            with self.st.errors(self.c.name):
                 _cuda.with_device(self.device, self._run, sync)
 
     def request(self):
@@ -148,7 +149,7 @@ class Plan:
             return self._mirrored(start=True)
         if not self.c.count:
             return requests.completed()
-        with _cuda.errors_as(self.c.name, self.st.rank):
+        with self.st.errors(self.c.name):
             return _cuda.with_device(self.device, self._request)
 
     def _run(self, sync):
@@ -161,8 +162,13 @@ class Plan:
 
     def _request(self):
         if self.engine_args is not None:
-            self.st.team.run(*self.engine_args, False)
-            return requests.gpu_request(self.device, self.stream)
+            st, name = self.st, self.c.name
+            if not requests.c_completion():
+                st.team.run(*self.engine_args, True)
+                return requests.completed()
+            # the request completes with the kernel's fault, if it has one (Team.run_request)
+            return requests.start_gpu(requests.GpuRequest(), lambda addr, watch: st.team.run_request(
+                *self.engine_args, addr, watch), lambda exc: st.failed(name, exc))
         if self.hier:
             return hier.request(self.st, self.c, self.stream)
         self._host_path()
@@ -183,6 +189,7 @@ class Plan:
         """Starts one round into persistent request `req` (points it at the round's generalized
         request); returns the ticket of the GPU work, or 0 when the round already completed."""
         st, c = self.st, self.c
+        st.check_usable(c.name)
         if c.mirror is not None:
             self._mirrored()
             requests.set_handle(req, requests.completed())
@@ -197,7 +204,7 @@ class Plan:
         if st.team is None and self.engine_args is not None:
             raise Error(c.name, 'persistent request used after its communicator was freed', rank=st.rank,
                         error_class=MPI.ERR_REQUEST)
-        with _cuda.errors_as(c.name, st.rank):
+        with st.errors(c.name):
             if self.engine_args is not None and requests.c_completion():
                 run, args = st.team.run_request, self.engine_args
                 if _cuda.device.get_device() == self.device and requests.agent.enabled():

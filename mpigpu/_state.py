@@ -6,11 +6,13 @@ cached in the wrapper's __dict__ for the hot path. `state_of` is the one lookup.
 """
 import atexit
 import logging
+from contextlib import contextmanager
 
 from mpi4py import MPI
 
-from . import _cuda, _team
-from .errors import Error
+from . import _cuda, _deadline, _plain, _team
+from ._config import config
+from .errors import CommunicatorBroken, Error
 
 log = logging.getLogger('mpigpu')
 
@@ -29,6 +31,8 @@ class CommState:
         self.reason = None      # why there is no team (None: not decided yet; '': there is one)
         self.control = None     # private duplicate made with the team: point-to-point replies ride on it
         self.dep_event = None   # orders a second buffer's producer stream before the launch stream
+        self.broken = None      # why device calls on this communicator raise at once (a fault, an abort)
+        self._abandoned = []    # host MPI requests given up on (their buffers must outlive them)
         self._owned = {}        # path state by class (owned): staging buffers, point-to-point matching
 
     def owned(self, cls):
@@ -47,6 +51,9 @@ class CommState:
             except _team.PeerRefused as exc:
                 raise Error(call, f'rank {exc.rank} refused its arguments of this call ({exc.why}); no rank '
                             'ran it', rank=self.rank, error_class=MPI.ERR_OTHER) from None
+            except _deadline.GaveUp as exc:
+                self.abandon(exc.pending, exc.why + ' (at the device team setup)')
+                raise CommunicatorBroken(call, self.broken, rank=self.rank) from None
             self.device = dev
             self.dep_event = _cuda.with_device(dev, _cuda.device.event_create)
         elif dev != self.device:
@@ -56,14 +63,75 @@ class CommState:
     def refuse_setup(self, error):
         """This rank's call failed before the team setup it was to start: take part in the setup's
         first exchange with the reason, so the other ranks raise instead of waiting (then re-raise)."""
-        if self.reason is None and self.device is None:
-            _team.refuse(self.comm, str(error))
+        if self.reason is None and self.device is None and self.broken is None:
+            try:
+                _team.refuse(self.comm, str(error))
+            except _deadline.GaveUp as exc:  # the others never came: they are not waiting for us
+                self.abandon(exc.pending, exc.why)
+
+    # ---- faults: a peer that never arrived, an abort ------------------------------------------------
+    def check_usable(self, call):
+        """Raises at once on a communicator that a fault or an abort has broken."""
+        if self.broken is not None:
+            raise CommunicatorBroken(call, f'the communicator is broken: {self.broken}', rank=self.rank)
+
+    def failed(self, call, exc):
+        """The mpigpu.Error for the CUDA layer's error `exc` in a call on this communicator. A fault of
+        the team (peers that never arrived, an abort, a peer's fault) breaks the communicator: this and
+        every later device call on it raise, naming the ranks that never joined the call."""
+        if not getattr(exc, 'fault', False):
+            return Error(call, str(exc), rank=self.rank, error_class=MPI.ERR_OTHER)
+        dm, team = _cuda.device, self.team
+        why = {dm.ERR_TIMEOUT: f'peers did not arrive within MPIGPU_TIMEOUT_S={config.timeout_s:g} s',
+               dm.ERR_ABORTED: 'the communicator was aborted'}.get(exc.code, 'a peer gave up on a call')
+        fault = team.fault if team is not None else 0
+        if fault and fault != exc.code:  # the first cause, wherever it was seen
+            why = {dm.ERR_TIMEOUT: f'peers did not arrive within MPIGPU_TIMEOUT_S={config.timeout_s:g} s',
+                   dm.ERR_ABORTED: 'the communicator was aborted'}.get(fault, why)
+        missing = team.missing_peers() if team is not None else []
+        if missing:
+            why += f'; rank{"s" if len(missing) > 1 else ""} {", ".join(map(str, missing))} never joined the call'
+        origin = team.fault_origin if team is not None else -1
+        if origin >= 0 and origin != self.rank:
+            why += f' (rank {origin} saw it first)'
+        if self.broken is None:
+            self.broken = why
+        log.debug('rank %d: %s: communicator broken: %s', self.rank, call, why)
+        return CommunicatorBroken(call, why, rank=self.rank)
+
+    @contextmanager
+    def errors(self, call):
+        """Turns the CUDA layer's errors in the block into this communicator's mpigpu.Error (failed)."""
+        try:
+            yield
+        except _cuda.device_error() as exc:
+            raise self.failed(call, exc) from None
+
+    def abandon(self, req, why):
+        """A host MPI collective given up (peers never arrived, an abort): MPI cannot cancel it, so its
+        request and the buffers it may still write (the paths' state) are kept; the communicator is
+        broken."""
+        if self.broken is None:
+            self.broken = why
+        self._abandoned.append(req)
+
+    def abort(self):
+        """Ends every kernel and request of this communicator's device team with an error, from any
+        thread, and breaks the communicator (mpigpu.abort)."""
+        if self.broken is None:
+            self.broken = 'the communicator was aborted'
+        team = self.team
+        if team is not None:
+            team.abort()
 
     def release(self, collective):
         """Frees the team, the paths' state and events. `collective`: all ranks are here too, so a
-        barrier can make sure no peer still uses this rank's workspace."""
+        barrier can make sure no peer still uses this rank's workspace (not after a fault: the ranks
+        that never arrived would strand the others, and the kernels of the team have all ended)."""
         team, self.team = self.team, None
         control, self.control = self.control, None
+        if team is not None and team.fault:
+            collective = False
         if team is not None:
             if collective:
                 try:
@@ -73,6 +141,9 @@ class CommState:
                 except MPI.Exception:
                     pass
             _cuda.with_device(self.device, team.close)
+        if self._abandoned:  # MPI may still write the staging buffers: keep them (a bounded leak)
+            _kept.append((self._abandoned, self._owned))
+            self._owned = {}
         for obj in self._owned.values():
             # a path whose state is shared with other ranks (the hierarchical path's node teams) waits
             # for them first when they all release
@@ -115,6 +186,7 @@ def local_state(obj=None):
 
 # ---- registry: an MPI attribute per communicator, released on Free and at exit ------------------
 _states = []
+_kept = []  # (abandoned requests, path state) of broken communicators, kept for MPI (CommState.release)
 
 
 def _delete_attr(comm, keyval, state):
@@ -130,8 +202,12 @@ _KEYVAL = MPI.Comm.Create_keyval(delete_fn=_delete_attr)
 
 
 def cached(comm):
-    """The state of a wrapper that already has one, else None (the hot path's lookup)."""
-    return comm.__dict__.get(_CACHE)
+    """The state of a wrapper that already has one, else None (the hot path's lookup; mpi4py's own
+    objects, which mpigpu's unbound methods may be called on, have no __dict__)."""
+    try:
+        return comm.__dict__.get(_CACHE)
+    except AttributeError:
+        return None
 
 
 def state_of(comm):
@@ -141,7 +217,7 @@ def state_of(comm):
     if st is None:
         st = comm.Get_attr(_KEYVAL)
         if st is None:
-            st = CommState(_plain(comm))
+            st = CommState(_plain_object(comm))
             comm.Set_attr(_KEYVAL, st)
             _states.append(st)
         if d is not None:
@@ -149,9 +225,9 @@ def state_of(comm):
     return st
 
 
-def _plain(comm):
+def _plain_object(comm):
     """A plain mpi4py communicator object on the same handle as `comm`."""
-    cls = MPI.Intercomm if comm.Is_inter() else MPI.Intracomm
+    cls = _plain.Intercomm if comm.Is_inter() else _plain.Intracomm
     return cls(comm)
 
 
@@ -175,6 +251,12 @@ def _release_all():
         _local.close()
     if _cuda.device is not None:
         _cuda.release_streams()
+
+
+def abort(comm):
+    """mpigpu.abort: ends every device kernel and request of `comm` with an error, from any thread;
+    the communicator is then broken (every later device call on it raises; Free works)."""
+    state_of(comm).abort()
 
 
 def engine_status(comm):

@@ -5,7 +5,7 @@ import logging
 
 from mpi4py import MPI
 
-from . import _cuda
+from . import _cuda, _deadline
 from ._config import config
 from ._topology import node_comm
 
@@ -14,7 +14,7 @@ log = logging.getLogger('mpigpu')
 
 def agree(comm, reason):
     """The first non-empty reason of any rank, on every rank."""
-    reasons = comm.allgather(reason)
+    reasons = _deadline.allgather(comm, reason)
     return next((r for r in reasons if r), '')
 
 
@@ -57,17 +57,18 @@ class PeerRefused(Exception):
 def refuse(comm, why):
     """This rank's side of a team setup that its own call cannot take part in (its arguments were
     refused): the first exchange, so that no peer waits for it; the caller then raises its error."""
-    comm.allgather((None, why))
+    _deadline.allgather(comm, (None, why))
 
 
 def setup(comm, rank, n, dev):
     """Collective: every rank of `comm` takes part, and all agree on the outcome. The first exchange
     also carries each rank's verdict on its own arguments (refuse), so a call that one rank refused
-    raises PeerRefused on the others instead of leaving them waiting.
+    raises PeerRefused on the others instead of leaving them waiting; a peer that never arrives ends
+    it in _deadline.GaveUp after MPIGPU_TIMEOUT_S.
     Returns (team or None, reason ('' with a team), the team's control communicator or None)."""
     dm = _cuda.device
     bus = dm.pci_bus_id(dev)
-    first = comm.allgather((bus, ''))
+    first = _deadline.allgather(comm, (bus, ''))
     for peer, (_bus, why) in enumerate(first):
         if why:
             raise PeerRefused(peer, why)
@@ -75,21 +76,26 @@ def setup(comm, rank, n, dev):
     shared = len(set(buses)) != n
     reason = agree(comm, _why_not(comm, rank, n, dev, bus, buses, shared))
     team = handle = None
-    if not reason:
-        try:
-            team = _cuda.with_device(dev, dm.Team, rank, n, dev, config)
-            handle = team.export_handle()
-        except dm.DeviceError as exc:
-            reason = f'rank {rank}: workspace setup failed: {exc}'
-        reason = agree(comm, reason)
-    if not reason:
-        handles = comm.allgather(handle)
-        try:
-            for peer, h in enumerate(handles):
-                team.open_peer(peer, h)
-        except dm.DeviceError as exc:
-            reason = f'rank {rank}: mapping a peer workspace failed: {exc}'
-        reason = agree(comm, reason)
+    try:
+        if not reason:
+            try:
+                team = _cuda.with_device(dev, dm.Team, rank, n, dev, config)
+                handle = team.export_handle()
+            except dm.DeviceError as exc:
+                reason = f'rank {rank}: workspace setup failed: {exc}'
+            reason = agree(comm, reason)
+        if not reason:
+            handles = _deadline.allgather(comm, handle)
+            try:
+                for peer, h in enumerate(handles):
+                    team.open_peer(peer, h)
+            except dm.DeviceError as exc:
+                reason = f'rank {rank}: mapping a peer workspace failed: {exc}'
+            reason = agree(comm, reason)
+    except _deadline.GaveUp:
+        if team is not None:
+            team.close()
+        raise
     if reason:
         if team is not None:
             team.close()

@@ -9,7 +9,7 @@ from one of these is one of these too.
 """
 from mpi4py import MPI
 
-from . import _methods, _pickle, _state, objects
+from . import _bsend, _methods, _pickle, _plain, _state, objects
 from ._codes import Coll
 from ._ext._intake import any_device, is_device
 from ._paths import p2p, requests
@@ -26,11 +26,11 @@ _SUM = MPI.SUM
 _any_device = any_device  # a collective with a device buffer (else its host buffers go to mpi4py untouched)
 # mpi4py's methods, bound once (the host path's call is then one lookup fewer)
 (_Isend, _Issend, _Irsend, _Ibsend, _Irecv, _Send, _Ssend, _Rsend, _Bsend, _Recv, _Sendrecv) = (
-    MPI.Comm.Isend, MPI.Comm.Issend, MPI.Comm.Irsend, MPI.Comm.Ibsend, MPI.Comm.Irecv, MPI.Comm.Send,
-    MPI.Comm.Ssend, MPI.Comm.Rsend, MPI.Comm.Bsend, MPI.Comm.Recv, MPI.Comm.Sendrecv)
+    _plain.Comm.Isend, _plain.Comm.Issend, _plain.Comm.Irsend, _plain.Comm.Ibsend, _plain.Comm.Irecv, _plain.Comm.Send,
+    _plain.Comm.Ssend, _plain.Comm.Rsend, _plain.Comm.Bsend, _plain.Comm.Recv, _plain.Comm.Sendrecv)
 _Allreduce, _Bcast, _Reduce_scatter_block, _Reduce, _Allgather = (
-    MPI.Intracomm.Allreduce, MPI.Intracomm.Bcast, MPI.Intracomm.Reduce_scatter_block, MPI.Intracomm.Reduce,
-    MPI.Intracomm.Allgather)
+    _plain.Intracomm.Allreduce, _plain.Intracomm.Bcast, _plain.Intracomm.Reduce_scatter_block, _plain.Intracomm.Reduce,
+    _plain.Intracomm.Allgather)
 
 
 def _rank(comm):
@@ -65,6 +65,14 @@ def _ours_in(result):
     return ours(result)
 
 
+def _receives_specially(comm, buf):
+    """A host receive that must take kept messages or look for a GPU sender's header (only on a
+    communicator whose device team is up). A function, not a method: mpi4py.util.pkl5 calls
+    MPI.Comm.Recv with communicators of mpi4py's own classes."""
+    st = _state.cached(comm)
+    return st is not None and st.team is not None and (bool(p2p.kept_messages(st)) or p2p.host_checked(st, buf))
+
+
 class _Comm:
     """What every mpigpu communicator adds to its mpi4py class: point-to-point on device buffers,
     communicators and matched-probe messages of its own kind, Free that releases mpigpu's state."""
@@ -72,32 +80,26 @@ class _Comm:
     # ---- point-to-point (mpigpu/_paths/p2p.py): GPU to GPU over peer mappings, or staged ----------
     def Isend(self, buf, dest, tag=0):
         if is_device(buf):
-            return p2p.isend(self, 'Isend', MPI.Comm.Isend, buf, dest, tag)
+            return p2p.isend(self, 'Isend', _plain.Comm.Isend, buf, dest, tag)
         return _Isend(self, buf, dest, tag)
 
     def Issend(self, buf, dest, tag=0):
         if is_device(buf):
-            return p2p.isend(self, 'Issend', MPI.Comm.Issend, buf, dest, tag)
+            return p2p.isend(self, 'Issend', _plain.Comm.Issend, buf, dest, tag)
         return _Issend(self, buf, dest, tag)
 
     def Irsend(self, buf, dest, tag=0):
         if is_device(buf):
-            return p2p.isend(self, 'Irsend', MPI.Comm.Irsend, buf, dest, tag)
+            return p2p.isend(self, 'Irsend', _plain.Comm.Irsend, buf, dest, tag)
         return _Irsend(self, buf, dest, tag)
 
     def Ibsend(self, buf, dest, tag=0):
         if is_device(buf):
-            return p2p.isend(self, 'Ibsend', MPI.Comm.Ibsend, buf, dest, tag)
+            return p2p.isend(self, 'Ibsend', _plain.Comm.Ibsend, buf, dest, tag)
         return _Ibsend(self, buf, dest, tag)
 
-    def _receives_specially(self, buf):
-        """A host receive that must take kept messages or look for a GPU sender's header (only on a
-        communicator whose device team is up)."""
-        st = _state.cached(self)
-        return st is not None and st.team is not None and (bool(p2p.kept_messages(st)) or p2p.host_checked(st, buf))
-
     def Irecv(self, buf, source=_ANY_SOURCE, tag=_ANY_TAG):
-        if is_device(buf) or self._receives_specially(buf):
+        if is_device(buf) or _receives_specially(self, buf):
             return p2p.irecv(self, buf, source, tag)
         return _Irecv(self, buf, source, tag)
 
@@ -122,13 +124,13 @@ class _Comm:
         return _Bsend(self, buf, dest, tag)
 
     def Recv(self, buf, source=_ANY_SOURCE, tag=_ANY_TAG, status=None):
-        if is_device(buf) or self._receives_specially(buf):
+        if is_device(buf) or _receives_specially(self, buf):
             return p2p.recv(self, buf, source, tag, status)
         return _Recv(self, buf, source, tag, status)
 
     def Sendrecv(self, sendbuf, dest, sendtag=0, recvbuf=None, source=_ANY_SOURCE, recvtag=_ANY_TAG,
                  status=None):
-        if any_device(sendbuf, recvbuf) or self._receives_specially(recvbuf):
+        if any_device(sendbuf, recvbuf) or _receives_specially(self, recvbuf):
             return p2p.sendrecv(self, sendbuf, dest, sendtag, recvbuf, source, recvtag, status)
         return _Sendrecv(self, sendbuf, dest, sendtag, recvbuf, source, recvtag, status)
 
@@ -136,13 +138,13 @@ class _Comm:
         st = _state.cached(self)
         if st is not None and st.control is not None:
             return p2p.probe(self, source, tag, status, True)
-        return MPI.Comm.Probe(self, source, tag, status)
+        return _plain.Comm.Probe(self, source, tag, status)
 
     def Iprobe(self, source=_ANY_SOURCE, tag=_ANY_TAG, status=None):
         st = _state.cached(self)
         if st is not None and st.control is not None:
             return p2p.probe(self, source, tag, status, False)
-        return MPI.Comm.Iprobe(self, source, tag, status)
+        return _plain.Comm.Iprobe(self, source, tag, status)
 
     # Matched probes: the message remembers its communicator (a GPU sender's header may arrive).
     def Mprobe(self, source=_ANY_SOURCE, tag=_ANY_TAG, status=None):
@@ -151,24 +153,57 @@ class _Comm:
     def Improbe(self, source=_ANY_SOURCE, tag=_ANY_TAG, status=None):
         return objects.message(self, *p2p.matched_probe(self, source, tag, status, False))
 
+    def Attach_buffer(self, buf):
+        return _bsend.attach(_plain.Comm.Attach_buffer, 'Comm.Attach_buffer', buf, self)
+
+    def Detach_buffer(self):
+        return _bsend.detach(_plain.Comm.Detach_buffer, self)
+
     # ---- release and mpigpu extras -----------------------------------------------------------------
     _mg_constant = False  # True for mpigpu's COMM_WORLD and COMM_SELF: constants, as mpi4py's are
 
     def Free(self):
         """Releases the device team, workspace and staging buffers, then frees the communicator."""
-        if not self._mg_constant:
+        if not getattr(self, '_mg_constant', False) and self not in _PREDEFINED:
             _state.release(self)
-        MPI.Comm.Free(self)
+        _plain.Comm.Free(self)  # MPI's error for a predefined or null one
 
     def free(self):
-        # mpi4py's safe free leaves its module constants alone; so does ours with its own
-        if not self._mg_constant:
+        # mpi4py's safe free leaves its module constants alone (ours too) and only forgets a handle of
+        # a predefined or null communicator: that state stays with the constant
+        if getattr(self, '_mg_constant', False):  # getattr: pkl5 passes mpi4py's own objects
+            return
+        if self not in _PREDEFINED:
             _state.release(self)
-            MPI.Comm.free(self)
+        _plain.Comm.free(self)
 
+    # mpi4py's class methods that make communicators from handles make its own classes, whatever
+    # class they are called on: these give mpigpu's of the same kind (MPI.Comm.f2py(h) under python -m
+    # mpigpu included)
     @classmethod
     def fromhandle(cls, handle):
-        return cls(MPI.Comm.fromhandle.__func__(_plain_class(cls), handle))
+        return ours(_plain.Comm.fromhandle(handle))
+
+    @classmethod
+    def fromint(cls, arg, /):
+        return ours(_plain.Comm.fromint(arg))
+
+    @classmethod
+    def f2py(cls, arg):
+        return ours(_plain.Comm.f2py(arg))
+
+    @classmethod
+    def Get_parent(cls):
+        return ours(_plain.Comm.Get_parent())
+
+    @classmethod
+    def Join(cls, fd):
+        return ours(_plain.Comm.Join(fd))
+
+    def Revoke(self):
+        # ULFM: a revoked communicator's device work ends as an abort does (then MPI revokes it)
+        _state.abort(self)
+        _plain.Comm.Revoke(self)
 
     def engine_status(self):
         """'on', 'off: <why>', or 'not set up yet': whether GPU collectives use the device engine."""
@@ -179,8 +214,17 @@ class _Comm:
         return _pickle.by_name(self, ('COMM_WORLD', 'COMM_SELF', 'COMM_NULL')) or super().__reduce__()
 
 
-class Intracomm(_Comm, MPI.Intracomm):
-    """An `mpi4py.MPI.Intracomm` (same handle) whose buffer methods accept CUDA device arrays."""
+class Comm(_Comm, MPI.Comm, metaclass=_plain.StandsIn):
+    """An `mpi4py.MPI.Comm` whose point-to-point buffer methods accept CUDA device arrays (what
+    `MPI.Comm(c)` makes under python -m mpigpu)."""
+    stands_for = MPI.Comm
+
+
+class _EngineCollectives:
+    """What an mpigpu intracommunicator adds: the engine's five collectives with MPI semantics and
+    their `stream=`, non-blocking and persistent forms. (A mixin, so that each class's mpi4py base
+    is its only base with a layout: mpi4py's constructors then check topology kinds, and a program's
+    subclass may call MPI.Cartcomm.__new__.)"""
 
     # ---- the engine's collectives with MPI semantics ------------------------------------------------
     # stream=: for device buffers, enqueue on that CUDA stream and return at once, as NCCL does (the
@@ -247,85 +291,91 @@ class Intracomm(_Comm, MPI.Intracomm):
     def Iallreduce(self, sendbuf, recvbuf, op=_SUM):
         if _any_device(sendbuf, recvbuf):
             return Plan(self, 'Iallreduce', _ALLREDUCE, sendbuf, recvbuf, op, 0).request()
-        return MPI.Intracomm.Iallreduce(self, sendbuf, recvbuf, op)
+        return _plain.Intracomm.Iallreduce(self, sendbuf, recvbuf, op)
 
     def Ibcast(self, buf, root=0):
         if buf is not None and is_device(buf):
             return Plan(self, 'Ibcast', _BCAST, None, buf, None, root).request()
-        return MPI.Intracomm.Ibcast(self, buf, root)
+        return _plain.Intracomm.Ibcast(self, buf, root)
 
     def Ireduce_scatter_block(self, sendbuf, recvbuf, op=_SUM):
         if _any_device(sendbuf, recvbuf):
             return Plan(self, 'Ireduce_scatter_block', _REDUCE_SCATTER_BLOCK, sendbuf, recvbuf, op, 0).request()
-        return MPI.Intracomm.Ireduce_scatter_block(self, sendbuf, recvbuf, op)
+        return _plain.Intracomm.Ireduce_scatter_block(self, sendbuf, recvbuf, op)
 
     def Ireduce(self, sendbuf, recvbuf, op=_SUM, root=0):
         rbuf = recvbuf if _rank(self) == root else None
         if _any_device(sendbuf, rbuf):
             return Plan(self, 'Ireduce', _REDUCE, sendbuf, rbuf, op, root).request()
-        return MPI.Intracomm.Ireduce(self, sendbuf, recvbuf, op, root)
+        return _plain.Intracomm.Ireduce(self, sendbuf, recvbuf, op, root)
 
     def Iallgather(self, sendbuf, recvbuf):
         if _any_device(sendbuf, recvbuf):
             return Plan(self, 'Iallgather', _ALLGATHER, sendbuf, recvbuf, None, 0).request()
-        return MPI.Intracomm.Iallgather(self, sendbuf, recvbuf)
+        return _plain.Intracomm.Iallgather(self, sendbuf, recvbuf)
 
     def Allreduce_init(self, sendbuf, recvbuf, op=_SUM, info=MPI.INFO_NULL):
         if _any_device(sendbuf, recvbuf):
             return requests.Persistent.create(Plan(self, 'Allreduce_init', _ALLREDUCE, sendbuf, recvbuf, op, 0))
-        return MPI.Intracomm.Allreduce_init(self, sendbuf, recvbuf, op, info)
+        return _plain.Intracomm.Allreduce_init(self, sendbuf, recvbuf, op, info)
 
     def Bcast_init(self, buf, root=0, info=MPI.INFO_NULL):
         if buf is not None and is_device(buf):
             return requests.Persistent.create(Plan(self, 'Bcast_init', _BCAST, None, buf, None, root))
-        return MPI.Intracomm.Bcast_init(self, buf, root, info)
+        return _plain.Intracomm.Bcast_init(self, buf, root, info)
 
     def Reduce_scatter_block_init(self, sendbuf, recvbuf, op=_SUM, info=MPI.INFO_NULL):
         if _any_device(sendbuf, recvbuf):
             return requests.Persistent.create(
                 Plan(self, 'Reduce_scatter_block_init', _REDUCE_SCATTER_BLOCK, sendbuf, recvbuf, op, 0))
-        return MPI.Intracomm.Reduce_scatter_block_init(self, sendbuf, recvbuf, op, info)
+        return _plain.Intracomm.Reduce_scatter_block_init(self, sendbuf, recvbuf, op, info)
 
     def Reduce_init(self, sendbuf, recvbuf, op=_SUM, root=0, info=MPI.INFO_NULL):
         rbuf = recvbuf if _rank(self) == root else None
         if _any_device(sendbuf, rbuf):
             return requests.Persistent.create(Plan(self, 'Reduce_init', _REDUCE, sendbuf, rbuf, op, root))
-        return MPI.Intracomm.Reduce_init(self, sendbuf, recvbuf, op, root, info)
+        return _plain.Intracomm.Reduce_init(self, sendbuf, recvbuf, op, root, info)
 
     def Allgather_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
         if _any_device(sendbuf, recvbuf):
             return requests.Persistent.create(Plan(self, 'Allgather_init', _ALLGATHER, sendbuf, recvbuf, None, 0))
-        return MPI.Intracomm.Allgather_init(self, sendbuf, recvbuf, info)
+        return _plain.Intracomm.Allgather_init(self, sendbuf, recvbuf, info)
 
 
-class Intercomm(_Comm, MPI.Intercomm):
+class Intracomm(_EngineCollectives, _Comm, MPI.Intracomm, metaclass=_plain.StandsIn):
+    """An `mpi4py.MPI.Intracomm` (same handle) whose buffer methods accept CUDA device arrays."""
+    stands_for = MPI.Intracomm
+
+
+class Intercomm(_Comm, MPI.Intercomm, metaclass=_plain.StandsIn):
     """An `mpi4py.MPI.Intercomm` whose buffer methods accept CUDA device arrays (collectives between the
     two groups take the mirrored path; point-to-point is staged)."""
+    stands_for = MPI.Intercomm
 
 
-class Topocomm(Intracomm, MPI.Topocomm):
+class Topocomm(_EngineCollectives, _Comm, MPI.Topocomm, metaclass=_plain.StandsIn):
     """A topology communicator: its neighbourhood collectives take device arrays (mirrored path)."""
+    stands_for = MPI.Topocomm
 
 
-class Cartcomm(Topocomm, MPI.Cartcomm):
+class Cartcomm(_EngineCollectives, _Comm, MPI.Cartcomm, metaclass=_plain.StandsIn):
     """An `mpi4py.MPI.Cartcomm` whose buffer methods accept CUDA device arrays."""
+    stands_for = MPI.Cartcomm
 
 
-class Graphcomm(Topocomm, MPI.Graphcomm):
+class Graphcomm(_EngineCollectives, _Comm, MPI.Graphcomm, metaclass=_plain.StandsIn):
     """An `mpi4py.MPI.Graphcomm` whose buffer methods accept CUDA device arrays."""
+    stands_for = MPI.Graphcomm
 
 
-class Distgraphcomm(Topocomm, MPI.Distgraphcomm):
+class Distgraphcomm(_EngineCollectives, _Comm, MPI.Distgraphcomm, metaclass=_plain.StandsIn):
     """An `mpi4py.MPI.Distgraphcomm` whose buffer methods accept CUDA device arrays."""
+    stands_for = MPI.Distgraphcomm
 
 
-_OURS = {MPI.Intracomm: Intracomm, MPI.Intercomm: Intercomm, MPI.Topocomm: Topocomm, MPI.Cartcomm: Cartcomm,
+_PREDEFINED = (MPI.COMM_NULL, MPI.COMM_SELF, MPI.COMM_WORLD)  # mpi4py's (compared by handle)
+_OURS = {MPI.Comm: Comm, MPI.Intracomm: Intracomm, MPI.Intercomm: Intercomm, MPI.Topocomm: Topocomm, MPI.Cartcomm: Cartcomm,
          MPI.Graphcomm: Graphcomm, MPI.Distgraphcomm: Distgraphcomm}
-
-
-def _plain_class(cls):
-    """The first mpi4py class in an mpigpu class's hierarchy (MPI.Cartcomm for Cartcomm)."""
-    return next(k for k in cls.__mro__ if k.__module__.startswith('mpi4py'))
 
 
 def _constructor(name, base):
@@ -347,9 +397,8 @@ def _is_classmethod(plain, name):
 _MAKES = ('Dup', 'Dup_with_info', 'Idup', 'Idup_with_info', 'Split', 'Split_type', 'Create', 'Create_group',
           'Create_cart', 'Create_graph', 'Create_dist_graph', 'Create_dist_graph_adjacent', 'Create_intercomm',
           'Merge', 'Accept', 'Connect', 'Spawn', 'Spawn_multiple', 'Sub', 'Shrink', 'Ishrink')
-for _cls in (Intracomm, Intercomm, Topocomm, Cartcomm, Graphcomm, Distgraphcomm):
-    _plain = _plain_class(_cls)
+for _cls in (Comm, Intracomm, Intercomm, Topocomm, Cartcomm, Graphcomm, Distgraphcomm):
     for _name in _MAKES:
-        if hasattr(_plain, _name) and not _is_classmethod(_plain, _name):
-            setattr(_cls, _name, _constructor(_name, getattr(_plain, _name)))
+        if hasattr(_cls.stands_for, _name) and not _is_classmethod(_cls.stands_for, _name):
+            setattr(_cls, _name, _constructor(_name, getattr(_cls.stands_for, _name)))
     _methods.install(_cls, _state.state_of)

@@ -26,6 +26,16 @@ class Error(MPI.Exception):
         return f'mpigpu.Error({self._text!r})'
 
 
+class CommunicatorBroken(Error):
+    """A communicator that a fault (peers that never arrived) or an abort has broken: this call and
+    every later device call on it raise; free it (Free works) and make another. MPI's class:
+    ERR_PROC_FAILED."""
+
+    def __init__(self, call, message, *, arg=None, rank=None, error_class=None):
+        super().__init__(call, message, arg=arg, rank=rank,
+                         error_class=MPI.ERR_PROC_FAILED if error_class is None else error_class)
+
+
 class TypeArgumentError(Error, TypeError):
     """An argument of the wrong type (mpi4py raises TypeError)."""
 

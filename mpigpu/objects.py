@@ -12,7 +12,7 @@ import ctypes
 
 from mpi4py import MPI
 
-from . import _cuda, _methods, _pickle
+from . import _cuda, _methods, _pickle, _plain
 from ._ext._intake import is_device
 from ._paths import mirrored, p2p, packed, requests
 from ._paths.mirrored import IN, INOUT, OUT
@@ -46,31 +46,43 @@ def _null(obj, null):
     ctypes.memmove(MPI._addressof(obj), MPI._addressof(null), MPI._sizeof(type(null)))
 
 
-class Message(MPI.Message):
-    """A matched-probe message (Mprobe, Improbe) that a device buffer can receive. On a communicator
-    whose senders may send GPU-to-GPU headers, a message of a header's size was received at the probe
-    (`_kept`), and the receive copies the payload from the sender's GPU."""
+class Message(MPI.Message, metaclass=_plain.StandsIn):
+    """A matched-probe message (Mprobe, Improbe, Message.Probe, Message.Iprobe) that a device buffer
+    can receive. On a communicator whose senders may send GPU-to-GPU headers, a message of a header's
+    size was received at the probe (`_kept`), and the receive copies the payload from the sender's GPU.
+    Its methods also take mpi4py's own messages (mpi4py.util.pkl5 calls MPI.Message.Recv on them)."""
+    stands_for = MPI.Message
     _state = None
     _kept = None
 
+    @classmethod
+    def Probe(cls, comm, source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG, status=None):
+        return message(comm, *p2p.matched_probe(comm, source, tag, status, True))
+
+    @classmethod
+    def Iprobe(cls, comm, source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG, status=None):
+        return message(comm, *p2p.matched_probe(comm, source, tag, status, False))
+
     def Recv(self, buf, status=None):
-        if self._kept is None and (buf is None or not is_device(buf)):
-            return super().Recv(buf, status)
-        st = self._state or local_state()
-        kept, self._kept = self._kept, None
+        kept = getattr(self, '_kept', None)
+        if kept is None and (buf is None or not is_device(buf)):
+            return _plain.Message.Recv(self, buf, status)
+        st = getattr(self, '_state', None) or local_state()
+        if kept is not None:
+            self._kept = None
         p2p.matched_recv(st, 'Message.Recv', self if kept is None else None, kept, buf, status)
         _null(self, MPI.MESSAGE_NULL)
 
     def Irecv(self, buf):
-        if self._kept is not None:
+        if getattr(self, '_kept', None) is not None:
             status = MPI.Status()
             self.Recv(buf, status)
             return requests.completed(status)
         if buf is not None and is_device(buf):
-            st = self._state or local_state()
-            return mirrored.start(st, 'Message.Irecv', lambda b: super(Message, self).Irecv(b),
+            st = getattr(self, '_state', None) or local_state()
+            return mirrored.start(st, 'Message.Irecv', lambda b: _plain.Message.Irecv(self, b),
                                   [(buf, OUT)], receive=True)
-        return super().Irecv(buf)
+        return _plain.Message.Irecv(self, buf)
 
 
 def message(comm, msg, kept):
@@ -112,15 +124,17 @@ class Datatype(_Constant, MPI.Datatype):
         return _pickle.by_name(self, _DATATYPE_NAMES) or super().__reduce__()
 
 
-class Op(_Constant, MPI.Op):
+class Op(_Constant, MPI.Op, metaclass=_plain.StandsIn):
     """An `mpi4py.MPI.Op` whose Reduce_local takes device buffers."""
+    stands_for = MPI.Op
 
     def __reduce__(self):
         return _pickle.by_name(self, _OP_NAMES) or super().__reduce__()
 
 
-class File(_Constant, MPI.File):
+class File(_Constant, MPI.File, metaclass=_plain.StandsIn):
     """An `mpi4py.MPI.File` whose reads and writes take device buffers."""
+    stands_for = MPI.File
 
     def __reduce__(self):
         return _pickle.by_name(self, _FILE_NAMES) or super().__reduce__()
@@ -137,10 +151,11 @@ _COMPLETES_ALL = ('Fence', 'Complete', 'Unlock_all', 'Flush_all', 'Flush_local_a
 _COMPLETES_TARGET = ('Unlock', 'Flush', 'Flush_local')
 
 
-class Win(_Constant, MPI.Win):
+class Win(_Constant, MPI.Win, metaclass=_plain.StandsIn):
     """An `mpi4py.MPI.Win` whose RMA operations take device origin buffers: each keeps its host
     mirror until the synchronization that completes it (Fence, Complete, Unlock, Flush ...), where
     results are copied back. Window memory must be host memory (MPI.Win.Allocate gives such)."""
+    stands_for = MPI.Win
 
     def __reduce__(self):
         return _pickle.by_name(self, _WIN_NAMES) or super().__reduce__()

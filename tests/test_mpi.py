@@ -43,3 +43,8 @@ def test_team_setup_decisions(n):
 def test_derived_datatypes_packed_on_the_device(n):
     out = run_ranks(n, 'packed_fake_device.py')
     assert 'checks identical to mpi4py' in out
+
+
+def test_peer_that_never_arrives_and_abort():
+    out = run_ranks(3, 'fault_fake_device.py', env={'MPIGPU_TIMEOUT_S': '2'}, timeout=120)
+    assert 'ended in errors; ok' in out

@@ -386,15 +386,28 @@ cdef DeviceBuffer _from_cai(object obj, object cai):
     return b
 
 
+cdef object _dlpack_export(object obj, object stream):
+    try:
+        return obj.__dlpack__(stream=stream, max_version=(1, 1))
+    except TypeError:  # a producer of DLPack before 1.0 (no max_version)
+        return obj.__dlpack__(stream=stream)
+
+
 cdef DeviceBuffer _from_dlpack(object obj, object stream):
     cdef DeviceBuffer b = DeviceBuffer.__new__(DeviceBuffer)
     cdef mg_DLTensor *t
     cdef bint ro = False
     cdef Py_ssize_t n = 1, i, itemsize
+    cdef bint synced = stream is not None
     try:
-        cap = obj.__dlpack__(stream=stream, max_version=(1, 1))
-    except TypeError:
-        cap = obj.__dlpack__(stream=stream)
+        cap = _dlpack_export(obj, stream)
+    except Exception:
+        if not synced or stream == -1:
+            raise
+        # A producer that takes only -1 (no synchronization, what mpi4py asks for; mpi4py's own test
+        # arrays assert it): exported unsynchronized, so ordered after the legacy default stream.
+        cap = _dlpack_export(obj, -1)
+        synced = False
     if PyCapsule_IsValid(cap, b'dltensor_versioned'):
         vt = <mg_DLManagedTensorVersioned *>PyCapsule_GetPointer(cap, b'dltensor_versioned')
         t = &vt.dl_tensor
@@ -433,7 +446,7 @@ cdef DeviceBuffer _from_dlpack(object obj, object stream):
     b.readonly = ro
     b.device = t.device.device_id
     b.stream = -1
-    b.stream_synced = stream is not None
+    b.stream_synced = synced
     return b
 
 

@@ -7,7 +7,6 @@ from .._codes import Algo, Coll
 from .._config import config
 from .._state import cached
 from .._types import OP_CODE
-from ..errors import Error
 
 _IN_PLACE = MPI.IN_PLACE
 _NO_OP = (Coll.BCAST, Coll.ALLGATHER)
@@ -44,7 +43,7 @@ def try_fast(comm, coll, sendbuf, recvbuf, op, root=0, stream=-1):
                                             sendbuf is _IN_PLACE, _ALGO_OF.get(config.algo, Algo.AUTO), config.nchannels,
                                             stream) == 1
     except _cuda.device.DeviceError as exc:
-        raise Error(Coll(coll).mpi_name, str(exc), rank=st.rank) from None
+        raise st.failed(Coll(coll).mpi_name, exc) from None
 
 
 # Engine algorithm of each MPIGPU_ALGO value (the paths, such as 'staged', never reach the engine).

@@ -198,9 +198,9 @@ class Persistent(requests.Startable, requests.Finishing, MPI.Prequest):
     """A persistent request (`Send_init`, `Gatherv_init`, ...) on device buffers: mpi4py's persistent
     request on pinned mirrors held as long as this one. Start copies the inputs in and starts it; the
     round completes, through a generalized request, once MPI is done and the outputs are back, so
-    mpi4py's class-level Waitall & co. complete it with its results in place. Start it with its own
-    Start or mpigpu.Startall (mpi4py's Prequest.Startall knows MPI's persistent requests only, and
-    raises for this one rather than run it on stale inputs)."""
+    mpi4py's class-level Waitall & co. complete it with its results in place. MPI.Prequest.Startall
+    starts it where MPI is mpigpu's (requests.Prequest); mpi4py's own Startall knows MPI's persistent
+    requests only, and raises for this one rather than run it on stale inputs."""
 
     @classmethod
     def create(cls, st, name, init, items, reduces=False):
@@ -224,8 +224,13 @@ class Persistent(requests.Startable, requests.Finishing, MPI.Prequest):
             if m.role != OUT:
                 m.copy_in(self._st, ordered)
 
+    _host = None
+
+    def _freed(self):
+        return self._host is None
+
     def Start(self):
-        if self:  # the previous round's request: not yet completed by Wait or Test
+        if self._active():  # the previous round's request: not yet completed by Wait or Test
             raise Error('Start', 'persistent request is still active (Wait or Test it to completion first)',
                         arg='request', rank=self._st.rank, error_class=MPI.ERR_REQUEST)
         if self._host is None:
@@ -244,7 +249,7 @@ class Persistent(requests.Startable, requests.Finishing, MPI.Prequest):
         requests.set_handle(self, requests.start(self._work))
 
     def Free(self):
-        if self:
+        if self._active():
             self.Wait()
         if self._host is not None:
             self._host.Free()

@@ -15,7 +15,7 @@ finish them in place. Pinned buffers come from a process-wide pool and go back o
 import numpy as np
 from mpi4py import MPI
 
-from .. import _cuda
+from .. import _cuda, _plain
 from .._call import read_whole
 from .._config import config
 from .._ext._intake import is_device
@@ -135,7 +135,7 @@ def _post_send(st, comm, name, base, value, dest, tag):
             _cuda.with_device(dev, _cuda.device.stream_sync, _cuda.stream_of(buf, dev))  # payload ready
             code = np.full(1, -1, np.int32)
             inner = st.control.Irecv([code, MPI.INT], dest, reply)
-            send = MPI.Comm.Issend if name in _SYNCHRONOUS else MPI.Comm.Isend
+            send = _plain.Comm.Issend if name in _SYNCHRONOUS else _plain.Comm.Isend
             hreq = send(comm, [header, MPI.BYTE], dest, tag)
 
             def replied():
@@ -162,9 +162,9 @@ def send(comm, name, buf, dest, tag):
     st = state_of(comm)
     obj, rest = split_spec(buf)
     if (rest is None and name in ('Send', 'Ssend') and p2p_ipc.usable(st)) or packed.datatype_of(buf) is not None:
-        base = getattr(MPI.Comm, 'I' + name.lower())
+        base = getattr(_plain.Comm, 'I' + name.lower())
         return _guarded(st, name, lambda: _finish_now(_post_send(st, comm, name, base, buf, dest, tag)))
-    blocking = getattr(MPI.Comm, name)
+    blocking = getattr(_plain.Comm, name)
     return mirrored.run(st, name, lambda b: blocking(comm, b, dest, tag), [(buf, IN)])
 
 
@@ -210,7 +210,7 @@ def _post_recv_device(st, comm, name, obj, source, tag):
         np.frombuffer(pinned, np.uint8, count=len(kept[2]))[:] = np.frombuffer(kept[2], np.uint8)
     else:
         try:
-            inner = MPI.Comm.Irecv(comm, [np.frombuffer(pinned, np.uint8, count=cap), MPI.BYTE], source, tag)
+            inner = _plain.Comm.Irecv(comm, [np.frombuffer(pinned, np.uint8, count=cap), MPI.BYTE], source, tag)
         except BaseException:
             give(pinned)
             raise
@@ -233,7 +233,7 @@ def _post_recv_staged(st, comm, name, value, source, tag):
     """A receive into a device buffer specification: the whole buffer is staged, as mpi4py reads it."""
     dbuf, pinned, spec, dev = _stage(st, name, value, True)
     try:
-        inner = MPI.Comm.Irecv(comm, spec, source, tag)
+        inner = _plain.Comm.Irecv(comm, spec, source, tag)
     except BaseException:
         give(pinned)
         raise
@@ -266,7 +266,7 @@ def host_checked(st, value):
 def _post_recv_host(st, comm, name, value, source, tag):
     """A receive into a whole host buffer on a communicator with a device team."""
     mv = memoryview(value).cast('B')
-    work = requests.Work(st.device, inner=MPI.Comm.Irecv(comm, value, source, tag), receive=True)
+    work = requests.Work(st.device, inner=_plain.Comm.Irecv(comm, value, source, tag), receive=True)
 
     def arrived():
         n = work.inner_status.Get_count(MPI.BYTE)
@@ -284,7 +284,7 @@ def _post_recv(st, comm, name, value, source, tag):
                 return _kept_host(st, name, value, kept)
         if host_checked(st, value):
             return _post_recv_host(st, comm, name, value, source, tag)
-        return requests.Work(None, inner=MPI.Comm.Irecv(comm, value, source, tag), receive=True)
+        return requests.Work(None, inner=_plain.Comm.Irecv(comm, value, source, tag), receive=True)
     if packed.datatype_of(value) is not None:
         pk = packed.Packed(st, name, 'buf', value, True)
         try:
@@ -345,9 +345,9 @@ def sendrecv(comm, sendbuf, dest, sendtag, recvbuf, source, recvtag, status):
         rwork = _post_recv(st, comm, 'Sendrecv', recvbuf, source, recvtag)
         try:
             if sendbuf is not None and is_device(sendbuf):
-                swork = _post_send(st, comm, 'Sendrecv', MPI.Comm.Isend, sendbuf, dest, sendtag)
+                swork = _post_send(st, comm, 'Sendrecv', _plain.Comm.Isend, sendbuf, dest, sendtag)
             else:
-                swork = requests.Work(None, inner=MPI.Comm.Isend(comm, sendbuf, dest, sendtag))
+                swork = requests.Work(None, inner=_plain.Comm.Isend(comm, sendbuf, dest, sendtag))
         except BaseException:
             if rwork.inner is not None:  # take the posted receive back before raising
                 rwork.inner.Cancel()
@@ -374,8 +374,8 @@ def probe(comm, source, tag, status, blocking):
         return _report(status, *kept)
     s = MPI.Status()
     if blocking:
-        MPI.Comm.Probe(comm, source, tag, s)
-    elif not MPI.Comm.Iprobe(comm, source, tag, s):
+        _plain.Comm.Probe(comm, source, tag, s)
+    elif not _plain.Comm.Iprobe(comm, source, tag, s):
         return False
     n = s.Get_count(MPI.BYTE)
     if n != p2p_ipc.HEADER_BYTES:
@@ -383,7 +383,7 @@ def probe(comm, source, tag, status, blocking):
             _copy_status(status, s.Get_source(), s.Get_tag(), n)
         return True
     s2 = MPI.Status()
-    msg = MPI.Comm.Mprobe(comm, s.Get_source(), s.Get_tag(), s2)
+    msg = _plain.Comm.Mprobe(comm, s.Get_source(), s.Get_tag(), s2)
     data = bytearray(n)
     msg.Recv([data, MPI.BYTE], s2)
     entry = (s2.Get_source(), s2.Get_tag(), bytes(data))
@@ -399,14 +399,14 @@ def matched_probe(comm, source, tag, status, blocking):
     None and the message stays MPI's."""
     st = state_of(comm)
     if st.control is None:
-        msg = MPI.Comm.Mprobe(comm, source, tag, status) if blocking else MPI.Comm.Improbe(comm, source, tag, status)
+        msg = _plain.Comm.Mprobe(comm, source, tag, status) if blocking else _plain.Comm.Improbe(comm, source, tag, status)
         return msg, None
     kept = _kept_match(st, source, tag) if kept_messages(st) else None
     if kept is not None:
         _report(status, *kept)
         return None, kept
     s = MPI.Status()
-    msg = MPI.Comm.Mprobe(comm, source, tag, s) if blocking else MPI.Comm.Improbe(comm, source, tag, s)
+    msg = _plain.Comm.Mprobe(comm, source, tag, s) if blocking else _plain.Comm.Improbe(comm, source, tag, s)
     if msg is None:
         return None, None
     n = s.Get_count(MPI.BYTE)

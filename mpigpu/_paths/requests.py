@@ -26,7 +26,7 @@ import time
 
 from mpi4py import MPI
 
-from .. import _cuda
+from .. import _cuda, _plain
 from ..errors import Error
 
 _POLL_S = 20e-6  # agent's pause between rounds while host MPI work is pending
@@ -78,17 +78,29 @@ def c_completion():
 
 class _WaitsForGpu:
     """Wait/Test that finish the GPU work on the calling thread (GIL released), then let MPI free
-    or reset the request; mpi4py's class-level Waitall & co. rely on the watcher instead."""
+    or reset the request; mpi4py's class-level Waitall & co. rely on the watcher instead. Work that
+    ended in a fault of its team completes the request with MPI's error and raises the
+    communicator's error (`_failed(exc)`: set by whoever made the request)."""
     _ticket = 0
+    _failed = None
 
     def Wait(self, status=None):
         if self._ticket:
-            _cuda.device.request_wait(self._ticket)
+            try:
+                _cuda.device.request_wait(self._ticket)
+            except _cuda.device_error() as exc:
+                super().Wait(status)  # completed with the error: MPI frees it
+                raise (self._failed(exc) if self._failed is not None else exc) from None
         return super().Wait(status)
 
     def Test(self, status=None):
-        if self._ticket and not _cuda.device.request_test(self._ticket):
-            return False
+        if self._ticket:
+            try:
+                if not _cuda.device.request_test(self._ticket):
+                    return False
+            except _cuda.device_error() as exc:
+                super().Test(status)
+                raise (self._failed(exc) if self._failed is not None else exc) from None
         return super().Test(status)
 
 
@@ -96,14 +108,17 @@ class GpuRequest(_WaitsForGpu, MPI.Request):
     """The request of a non-blocking collective on device buffers."""
 
 
-def start_gpu(req, launch):
+def start_gpu(req, launch, failed=None):
     """Points `req` at a generalized request for GPU work: `launch(request_address, watch)` enqueues
-    the work and starts the request there (the work's device current), returning its ticket."""
+    the work and starts the request there (the work's device current), returning its ticket.
+    `failed(exc)`: the error its Wait and Test raise when the work ended in a fault."""
     watch = agent.enabled()
     ticket = launch(MPI._addressof(req), watch)
+    req._ticket = ticket
+    if failed is not None:
+        req._failed = failed
     if not watch:  # nobody could complete it while the program waits through MPI: finish now
         _cuda.device.request_wait(ticket)
-    req._ticket = ticket
     return req
 
 
@@ -316,7 +331,35 @@ def release_handle(req):
 
 class Startable:
     """mpigpu's persistent requests: their Start is mpigpu's, so mpigpu.Startall starts them (mpi4py's
-    Prequest.Startall knows MPI handles only)."""
+    Prequest.Startall knows MPI handles only).
+
+    Each round runs on a generalized request whose handle MPI sets to MPI_REQUEST_NULL when it
+    completes, so between rounds (made, or completed, and not freed) the object holds no handle. It
+    still behaves as MPI's inactive persistent request does: it is true and equal only to itself, never
+    to REQUEST_NULL, until Free. A subclass says when it is freed (`_freed`)."""
+
+    def _freed(self):
+        raise NotImplementedError
+
+    def _active(self):
+        """A round started and not yet completed by Wait or Test."""
+        return MPI.Request.__bool__(self)
+
+    def _inactive(self):
+        return not self._active() and not self._freed()
+
+    def __bool__(self):
+        return self._active() or not self._freed()
+
+    def __eq__(self, other):
+        if self._inactive() or (isinstance(other, Startable) and other._inactive()):
+            return self is other
+        return MPI.Request.__eq__(self, other)
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+
+    __hash__ = None  # as mpi4py's requests
 
 
 class Persistent(Startable, _WaitsForGpu, MPI.Prequest):
@@ -325,22 +368,32 @@ class Persistent(Startable, _WaitsForGpu, MPI.Prequest):
     The call is parsed, checked and planned once; each `Start` enqueues the kernel after the producer's
     stream and points this request at a fresh generalized request (created in C), so `Wait`/`Test`
     here and mpi4py's `Waitall`/`Testall` see it complete when the GPU is done. `MPI.Prequest.Startall`
-    of mpi4py starts MPI handles only: start these with `Start` (or `mpigpu`'s own `Startall` below)."""
+    starts these where MPI is mpigpu's (`python -m mpigpu`, `from mpigpu import MPI`: Prequest below);
+    mpi4py's own, called by that name elsewhere, starts MPI handles only: use `mpigpu.Startall` there."""
 
     @classmethod
     def create(cls, plan):
         req = cls()
-        req._plan = plan
+        req._plan, req._rank = plan, plan.st.rank
+        req._failed = lambda exc: plan.st.failed(plan.c.name, exc)
         return req
 
+    _plan = None
+
+    def _freed(self):
+        return self._plan is None
+
     def Start(self):
-        if self:  # the previous round's request: not yet completed by Wait or Test
+        if self._active():  # the previous round's request: not yet completed by Wait or Test
             raise Error('Start', 'persistent request is still active (Wait or Test it to completion first)',
                         arg='request', rank=self._plan.st.rank, error_class=MPI.ERR_REQUEST)
+        if self._freed():
+            raise Error('Start', 'persistent request was freed', arg='request', rank=self._rank,
+                        error_class=MPI.ERR_REQUEST)
         self._ticket = self._plan.start(self)
 
     def Free(self):
-        if self:
+        if self._active():
             self.Wait()
         self._plan = None
 
@@ -352,4 +405,27 @@ def Startall(requests):
         if isinstance(r, Startable):
             r.Start()
     if plain:
-        MPI.Prequest.Startall(plain)
+        _plain.Prequest.Startall(plain)
+
+
+class Prequest(MPI.Prequest, metaclass=_plain.StandsIn):
+    """mpi4py's Prequest under its name in `python -m mpigpu` and `from mpigpu import MPI`: its class
+    method Startall starts mpigpu's persistent requests (device buffers) with MPI's."""
+    stands_for = MPI.Prequest
+
+    @classmethod
+    def Startall(cls, requests):
+        Startall(requests)
+
+    # mpi4py's constructors from handles make its own class, whatever class they are called on
+    @classmethod
+    def fromhandle(cls, handle):
+        return cls(_plain.Prequest.fromhandle(handle))
+
+    @classmethod
+    def fromint(cls, arg):
+        return cls(_plain.Prequest.fromint(arg))
+
+    @classmethod
+    def f2py(cls, arg):
+        return cls(_plain.Prequest.f2py(arg))

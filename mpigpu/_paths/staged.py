@@ -19,6 +19,7 @@ from .._codes import Coll, Dtype, Op
 from .._config import config
 from .._types import NATIVE, numpy_dtype
 from ..errors import Error
+from .bounded import Bounded
 from .pinned import SLOTS, Stager
 
 
@@ -111,7 +112,7 @@ def run(st, c, stream):
     """Runs Call `c` of communicator state `st`, ordered after `stream`; returns once it is done."""
     sg = st.owned(Stager).on(st.device)
     sg.after(stream)
-    comm, n, rank = st.comm, st.size, st.rank
+    comm, n, rank = Bounded(st, c.name), st.size, st.rank  # a peer that never arrives ends in an error
     mpi_t = c.mpi_type if c.mpi_type is not None else (NATIVE[c.dtype] if c.dtype >= 0 else None)
     its = c.itemsize
     if c.coll == Coll.BCAST:  # bytes, any type

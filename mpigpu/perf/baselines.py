@@ -9,6 +9,8 @@ import socket
 import numpy as np
 from mpi4py import MPI
 
+from .. import _plain
+
 
 class Unavailable(Exception):
     pass
@@ -118,7 +120,7 @@ class Mpi4pyImpl:
     name = 'mpi4py'
 
     def __init__(self, comm):
-        self.comm = MPI.Intracomm(comm)
+        self.comm = _plain.Intracomm(comm)
 
     def make(self, b, op, stream=False):
         if b.xp is not np:
@@ -133,7 +135,7 @@ class StagedImpl:
     name = 'staged'
 
     def __init__(self, comm):
-        self.comm = MPI.Intracomm(comm)
+        self.comm = _plain.Intracomm(comm)
 
     def make(self, b, op, stream=False):
         if b.xp is np:
@@ -181,7 +183,7 @@ class CudaAwareMpiImpl:
 
     def __init__(self, comm):
         from .._host_mpi import cuda_aware
-        self.comm = MPI.Intracomm(comm)
+        self.comm = _plain.Intracomm(comm)
         self.ok = cuda_aware()
 
     def make(self, b, op, stream=False):
@@ -298,7 +300,7 @@ def rails(comm):
     """(node communicator, rail communicator, local rank, node sizes) of `comm` as mpigpu cuts it
     (MPIGPU_SIMULATE_NODES included)."""
     from .._topology import node_comm
-    plain = MPI.Intracomm(comm)
+    plain = _plain.Intracomm(comm)
     node = node_comm(plain)
     local = node.Get_rank()
     first = node.bcast(plain.Get_rank(), root=0)

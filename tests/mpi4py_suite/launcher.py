@@ -228,6 +228,14 @@ def main(argv=None):
     record_results(rec)
     if a.skip_classes:
         skip_classes(re.compile(a.skip_classes))
+    if a.fake_device:
+        import fake_device
+        fake_device.install()
+    if a.runner == 'mpigpu':
+        # python -m mpigpu puts mpigpu under mpi4py before the program imports anything: arrayimpl's
+        # datatype table (MPI.INT ...) then holds mpigpu's datatypes, as it does under the real runner
+        from mpigpu.__main__ import install
+        install()
     import arrayimpl
     if a.backends:
         keep = a.backends.split(',')
@@ -238,8 +246,6 @@ def main(argv=None):
     if a.typecodes:
         only_typecodes(arrayimpl, set(a.typecodes))
     if a.fake_device:
-        import fake_device
-        fake_device.install()
         wanted = ['arrayimpl'] + [m for m in FAKE_GPU_CLASSES if m != 'arrayimpl' and m in a.main_args]
         for m in wanted:
             __import__(m)

@@ -74,6 +74,6 @@ def test_every_buffer_method_of_mpi4py_is_routed():
     """Each buffer method (by mpi4py's annotations) of each class mpigpu wraps is mpigpu's, so none
     can hand a device pointer to MPI unseen; the drop-in replaces what programs reach them through."""
     from mpigpu import _methods, comm, objects
-    classes = (comm.Intracomm, comm.Intercomm, comm.Topocomm, comm.Cartcomm, comm.Graphcomm, comm.Distgraphcomm,
+    classes = (comm.Comm, comm.Intracomm, comm.Intercomm, comm.Topocomm, comm.Cartcomm, comm.Graphcomm, comm.Distgraphcomm,
                objects.Message, objects.Datatype, objects.Op, objects.File, objects.Win)
     assert {cls.__name__: _methods.unrouted(cls) for cls in classes} == {cls.__name__: [] for cls in classes}

@@ -479,9 +479,12 @@ cdef DeviceBuffer _from_buffer(object obj):
 
 
 cdef bint _prefer_dlpack(object obj):
-    # PyTorch's CUDA Array Interface is v2 (no stream) and refuses bfloat16: DLPack's stream handshake
-    # orders the call after PyTorch's current stream instead.
-    return type(obj).__module__.startswith('torch')
+    # PyTorch's CUDA Array Interface is v2 (no stream) and refuses bfloat16; JAX's names no stream
+    # while its transfers and computations run on streams of its own (an array just made may not be
+    # written yet: seen on GPUs). DLPack's stream handshake makes our stream wait for the producer's
+    # work instead.
+    module = type(obj).__module__
+    return module.startswith('torch') or module.startswith('jax')
 
 
 cpdef DeviceBuffer device_buffer(object obj, object stream=None):

@@ -36,14 +36,17 @@ def _give(mem, device):
 
 
 def datatype_of(value):
-    """The MPI datatype of a buffer specification when it is a derived, non-contiguous one, else None."""
+    """The MPI datatype of a buffer specification when it is a derived one that the other paths cannot
+    move as plain bytes, else None. Plain: one block from the pointer whose extent is its size (any
+    count of it is contiguous too); a block at an offset or one resized (a halo row, a face of a 3-D
+    block at its first plane) is packed here, where those paths would mirror the whole buffer."""
     if type(value) not in (list, tuple) or len(value) < 2 or not isinstance(value[-1], MPI.Datatype):
         return None
     dt = value[-1]
     if dt.is_predefined or dt.handle == MPI.DATATYPE_NULL.handle:
         return None
     lay = _datatypes.layout(dt)
-    return None if lay.contiguous(1) and lay.start == 0 else dt
+    return None if lay.contiguous(1) and lay.start == 0 and lay.size == lay.extent else dt
 
 
 class Packed:

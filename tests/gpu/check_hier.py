@@ -194,8 +194,10 @@ def run(coll, args, mode):
             req.Start()
             req.Wait()
         req.Free()
-    else:  # stream=: enqueued after the stream's work, the stream held until it is done
-        s = cp.cuda.Stream(non_blocking=True)
+    else:  # stream=: enqueued after the stream's work, the stream held until it is done. A blocking
+        # stream: the inputs and the poisoned output were written on the legacy default stream, which
+        # a non-blocking stream (and so a call ordered after one) would not wait for
+        s = cp.cuda.Stream()
         with s:
             getattr(world, coll)(*args, stream=s.ptr)
         s.synchronize()

@@ -357,7 +357,8 @@ class Startable:
         return MPI.Request.__eq__(self, other)
 
     def __ne__(self, other):
-        return not self.__eq__(other)
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
 
     __hash__ = None  # as mpi4py's requests
 

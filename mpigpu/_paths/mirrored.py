@@ -230,12 +230,7 @@ class Persistent(requests.Startable, requests.Finishing, MPI.Prequest):
         return self._host is None
 
     def Start(self):
-        if self._active():  # the previous round's request: not yet completed by Wait or Test
-            raise Error('Start', 'persistent request is still active (Wait or Test it to completion first)',
-                        arg='request', rank=self._st.rank, error_class=MPI.ERR_REQUEST)
-        if self._host is None:
-            raise Error('Start', 'persistent request was freed', arg='request', rank=self._st.rank,
-                        error_class=MPI.ERR_REQUEST)
+        self._check_startable(self._st.rank)
         st, name = self._st, self._name
         with _cuda.errors_as(name, st.rank):
             self._copy_in()

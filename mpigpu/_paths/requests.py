@@ -345,6 +345,15 @@ class Startable:
         """A round started and not yet completed by Wait or Test."""
         return MPI.Request.__bool__(self)
 
+    def _check_startable(self, rank):
+        """Raises MPI's ERR_REQUEST for a Start while the previous round runs or after Free."""
+        if self._active():  # the previous round's request: not yet completed by Wait or Test
+            raise Error('Start', 'persistent request is still active (Wait or Test it to completion first)',
+                        arg='request', rank=rank, error_class=MPI.ERR_REQUEST)
+        if self._freed():
+            raise Error('Start', 'persistent request was freed', arg='request', rank=rank,
+                        error_class=MPI.ERR_REQUEST)
+
     def _inactive(self):
         return not self._active() and not self._freed()
 
@@ -385,12 +394,7 @@ class Persistent(Startable, _WaitsForGpu, MPI.Prequest):
         return self._plan is None
 
     def Start(self):
-        if self._active():  # the previous round's request: not yet completed by Wait or Test
-            raise Error('Start', 'persistent request is still active (Wait or Test it to completion first)',
-                        arg='request', rank=self._plan.st.rank, error_class=MPI.ERR_REQUEST)
-        if self._freed():
-            raise Error('Start', 'persistent request was freed', arg='request', rank=self._rank,
-                        error_class=MPI.ERR_REQUEST)
+        self._check_startable(self._rank)
         self._ticket = self._plan.start(self)
 
     def Free(self):

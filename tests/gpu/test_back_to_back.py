@@ -44,6 +44,9 @@ def test_mixed_protocols(world):
     total = sum(range(1, n + 1))
     counts = [256, 1 << 16, (1 << 19) + 7, 5, (1 << 20) + 3, 3 << 20]
     base = {c: cp.arange(c, dtype=cp.float32) % 97 for c in counts}
+    # Written on the current stream; s is non-blocking, so its first calls could read them unwritten
+    # (the first Reduce's result was wrong on rank 0 in 2 of 5 runs on a shared GPU before this).
+    cp.cuda.get_current_stream().synchronize()
     s = cp.cuda.Stream(non_blocking=True)
     pending = []
     with s:

@@ -76,6 +76,10 @@ CASES = {
     'resized-overlapping': (lambda: D.Create_vector(2, 1, 3).Create_resized(0, 8), (1, 4), True),
     'resized-extent-0': (lambda: I.Create_contiguous(2).Create_resized(0, 0), (1, 3), True),
     'resized-column-transpose': (lambda: D.Create_vector(16, 1, 16).Create_resized(0, 8), (1, 16), False),
+    # One block per call (moved in place, no scratch): a halo row, a row at an offset; resized-row's
+    # count 3 overlaps and is not contiguous (packed).
+    'resized-row': (lambda: D.Create_contiguous(7).Create_resized(0, 8), (1, 3), True),
+    'subarray-row': (lambda: D.Create_subarray([4, 8], [1, 8], [2, 0]), (1, 2), False),
     'nested-vector-of-vector': (lambda: D.Create_vector(2, 1, 3).Create_vector(3, 2, 4), (1, 2), False),
     'nested-subarray-of-resized': (lambda: F.Create_vector(2, 1, 3).Create_resized(0, 8)
                                    .Create_subarray([5, 4], [2, 3], [2, 1]), (1, 2), False),

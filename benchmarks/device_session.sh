@@ -27,7 +27,7 @@ checks="python3 -m pytest -p no:cacheprovider -q"
 # the modules split from the former check_collectives.py, in its order (SUITE_ARGS: more pytest
 # arguments, e.g. --quick or -k resident)
 suite_modules="tests/gpu/test_sweep.py tests/gpu/test_errors.py tests/gpu/test_back_to_back.py tests/gpu/test_resident.py
-  tests/gpu/test_protocols.py tests/gpu/test_subcomms.py tests/gpu/test_staged.py"
+  tests/gpu/test_protocols.py tests/gpu/test_subcomms.py tests/gpu/test_staged.py tests/gpu/test_one_rank.py"
 summary=()
 # counts LOG: the counted checks of the last summary line of the GPU checks, and pytest's tally
 counts() { echo "$(grep -E 'passed, [0-9]+ failed \(' "$1" | tail -1 | sed 's/ (.*//'); tests: $(grep -E '(passed|failed|error|skipped).* in [0-9.]+s' "$1" | tail -1)"; }

@@ -21,10 +21,14 @@ static size_t user_elem_bytes(int dtype) {
   return (size_t)k.elem_size * k.mult;
 }
 
-// One rank: every collective is a copy of the input into the output (or nothing: Bcast, in place).
-static int single_rank(const mg_call *c, uintptr_t stream) {
-  if (c->coll == MG_BCAST || c->recv == 0) return 0;
-  return mg::single_rank_copy(c->recv, c->send, c->count * user_elem_bytes(c->dtype), stream);
+// One rank: every collective is a copy of the input into the output (or nothing: Bcast, in place),
+// launched. A copy too large for the resident kernel ends a waiting instance first, so that it has
+// every SM.
+static int single_rank(mg_team *t, const mg_call *c, uintptr_t stream) {
+  if (c->coll == MG_BCAST || c->recv == 0 || c->recv == c->send) return 0;
+  const size_t bytes = c->count * user_elem_bytes(c->dtype);
+  if (bytes > t->cfg.resident_max_bytes) resident_stop(t);
+  return mg::single_rank_copy(c->recv, c->send, bytes, stream);
 }
 
 // Launches one of the engine's kernels (its argument struct at `args`) with kThreads per channel.
@@ -246,7 +250,7 @@ static int launch_prepared(mg_team *t, const mg_call *c, uintptr_t stream) {
 }
 
 static int launch(mg_team *t, const mg_call *call, uintptr_t stream) {
-  if (t->cfg.nranks == 1) return single_rank(call, stream);
+  if (t->cfg.nranks == 1) return single_rank(t, call, stream);
   mg_call c;
   int e = prepare(t, call, &c);
   return e ? e : launch_prepared(t, &c, stream);
@@ -341,23 +345,40 @@ static int call_result(mg_team *t, int e) {
   return mg::fault_code(word);
 }
 
+// A one-rank team's blocking call as a resident copy: an out-of-place copy of at most
+// resident_max_bytes. False: launched (single_rank), or nothing to copy.
+static bool single_rank_form(const mg_team *t, const mg_call *c, mg::ResidentCall *out) {
+  if (c->coll == MG_BCAST || c->recv == 0 || c->recv == c->send) return false;
+  const size_t bytes = c->count * user_elem_bytes(c->dtype);
+  if (bytes > t->cfg.resident_max_bytes || bytes > 0x7fffffffu) return false;
+  *out = mg::resident_copy_of(c->recv, c->send, bytes);
+  return true;
+}
+
+// A blocking call with a resident form `r`: rung to the resident kernel when the stream is idle,
+// else launched in stream order and waited for.
+static int wait_resident(mg_team *t, const mg_call *call, const mg_call *prepared, const mg::ResidentCall &r,
+                         uintptr_t stream) {
+  int e;
+  if (resident_ready(t, stream)) e = resident_run(t, r);
+  else if (!(e = enqueue(t, call, prepared, stream, 0))) e = mg_stream_sync(stream);
+  resident_returned(t);
+  return call_result(t, e);
+}
+
 extern "C" int mg_collective_wait(mg_team *t, const mg_call *call, uintptr_t stream) {
   if (team_broken(t)) return MG_ERR_BROKEN;
   if (call->count == 0) return 0;
   mg_call c;
   const mg_call *prepared = nullptr;
-  if (t->res.box) {  // a team of 2+ ranks
+  mg::ResidentCall r;
+  if (t->cfg.nranks == 1) {
+    if (t->res.box && single_rank_form(t, call, &r)) return wait_resident(t, call, nullptr, r, stream);
+  } else {
     int e = prepare(t, call, &c);
     if (e) return e;
     prepared = &c;
-    mg::ResidentCall r;
-    if (resident_form(t, &c, &r)) {
-      int e;
-      if (resident_ready(t, stream)) e = resident_run(t, r);
-      else if (!(e = enqueue(t, call, prepared, stream, 0))) e = mg_stream_sync(stream);
-      resident_returned(t);
-      return call_result(t, e);
-    }
+    if (t->res.box && resident_form(t, &c, &r)) return wait_resident(t, call, prepared, r, stream);
   }
   int e = enqueue(t, call, prepared, stream, 0);
   return call_result(t, e ? e : mg_stream_sync(stream));

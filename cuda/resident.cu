@@ -34,7 +34,7 @@ constexpr uint64_t kLingerSlackNs = 10000;
 int resident_open(mg_team *t) {
   mg_resident &r = t->res;
   memset(&r, 0, sizeof(r));
-  if (t->cfg.resident_us <= 0 || t->cfg.nranks < 2) return 0;
+  if (t->cfg.resident_us <= 0) return 0;
   r.linger_ns = (uint64_t)(t->cfg.resident_us * 1e3);
   r.linger_us = (uint32_t)((r.linger_ns + kLingerSlackNs) / 1000);
   r.returned_ns = host_ns();  // the team is set up by its first call, which follows at once
@@ -73,7 +73,8 @@ static int launch_instance(mg_team *t) {
   a.epoch = ++r.epoch;
   a.linger_ns = r.linger_ns;
   void *params[] = {&a};
-  int e = rc(cudaLaunchKernel((const void *)mg::resident_kernel, dim3(t->cfg.resident_blocks), dim3(mg::kThreads),
+  const void *kernel = t->cfg.nranks == 1 ? (const void *)mg::resident_copy_kernel : (const void *)mg::resident_kernel;
+  int e = rc(cudaLaunchKernel(kernel, dim3(t->cfg.resident_blocks), dim3(mg::kThreads),
                               params, 0, r.stream));
   if (e) return e;
   r.running = 1;

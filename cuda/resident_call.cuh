@@ -10,7 +10,12 @@ namespace mg {
 constexpr int kCallWords = 8;  // one 64-byte line of host memory; TeamState::resident_call relays as many
 static_assert(kCallWords <= (int)(sizeof(TeamState::resident_call) / sizeof(uint64_t)), "relay too small");
 
-enum ResidentKind : uint32_t { kResidentLL = 0, kResidentLL128 = 1, kResidentExit = 2 };
+// kResidentCopy: a one-rank team's collective, a copy of `bytes` from send to recv (single_rank.cuh).
+enum ResidentKind : uint32_t { kResidentLL = 0, kResidentLL128 = 1, kResidentExit = 2, kResidentCopy = 3 };
+
+// 16-byte vectors each thread of a resident copy takes: 32 KiB a block, so a 4 KiB copy wakes one
+// block and 2 MiB take 64.
+constexpr int kCopyVectorsPerThread = 8;
 
 // Pinned host memory mapped into the device; the host writes `call`, the kernel `done` and `exited`
 // (on another 64-byte line, so the host's stores and the kernel's do not share one).
@@ -72,12 +77,25 @@ __host__ __device__ inline uint32_t resident_blocks_for(const ResidentCall &c, u
   if (c.kind == kResidentLL) {
     units = ((size_t)c.bytes + 15) / 16;
     per_block = kThreads;
+  } else if (c.kind == kResidentCopy) {
+    units = ((size_t)c.bytes + 15) / 16;
+    per_block = (size_t)kThreads * kCopyVectorsPerThread;
   } else {
     units = ll128_lines(c.bytes);
     per_block = 4 * (kThreads / 32) / (c.split ? 2 : 1);
   }
   const size_t want = (units + per_block - 1) / per_block;
   return want < 1 ? 1u : want > grid ? grid : (uint32_t)want;
+}
+
+// A one-rank team's copy (collectives.cu, single_rank_wait); bytes fit 32 bits.
+inline ResidentCall resident_copy_of(uintptr_t dst, uintptr_t src, size_t bytes) {
+  ResidentCall c{};
+  c.kind = kResidentCopy;
+  c.send = (uint64_t)src;
+  c.recv = (uint64_t)dst;
+  c.bytes = (uint32_t)bytes;
+  return c;
 }
 
 // The call of a launch_ll or launch_ll128 plan (collectives.cu).

@@ -7,7 +7,8 @@
 // against 3.5-3.6 us for the same round trip through mapped host memory to a kernel already running.
 // Small and medium messages are mostly that latency, so the blocking LL calls (Allreduce, Reduce,
 // Reduce_scatter_block and Allgather with pieces up to 64 KiB) and LL128 calls (those and Bcast, up
-// to MPIGPU_RESIDENT_MAX_BYTES) run here whenever the caller's stream has nothing queued
+// to MPIGPU_RESIDENT_MAX_BYTES), and a one-rank team's out-of-place copies up to that size, run here
+// whenever the caller's stream has nothing queued
 // (collectives.cu and resident.cu decide; a call with work queued before it launches as usual, in
 // stream order; the check, cudaStreamQuery, costs 1.3 us).
 //
@@ -45,6 +46,7 @@
 #pragma once
 #include "dispatch.cuh"
 #include "resident_call.cuh"
+#include "single_rank.cuh"
 
 namespace mg {
 
@@ -113,38 +115,68 @@ __device__ __forceinline__ uint32_t await_call(const ResidentArgs &r, TeamState 
   return want + ((f - lo) >> 1);
 }
 
+// Where a resident kernel's loop stands: the number of the last call taken, (block 0) how long to wait
+// for the next, and the call taken with the blocks it runs on.
+struct ResidentCursor {
+  uint32_t call;
+  uint64_t linger_ns;
+  ResidentCall c;
+  uint32_t nblocks;
+};
+
+// A block's copy of the call being taken (shared memory): its words and its number.
+struct ResidentInbox {
+  uint32_t words[kCallWords];
+  uint32_t taken;
+};
+
+enum ResidentStep { kRunCall, kSkipCall, kExitKernel };
+
+// One turn of every resident kernel's loop: block 0 takes the next call from the mailbox (fetch_call),
+// the others from the relay (await_call), into the inbox and `cur`. kExitKernel: return (block 0
+// has told the host); kSkipCall: this block is not among the call's blocks (go back for the next);
+// kRunCall: run it, ending with ll_sequence_publish (whose first __syncthreads also keeps the inbox
+// from being rewritten while a thread reads it).
+__device__ __forceinline__ ResidentStep next_call(const ResidentArgs &r, TeamState *state, ResidentInbox &in,
+                                                  ResidentCursor &cur) {
+  uint32_t call = cur.call + 1;
+  if (threadIdx.x < 32) {
+    if (blockIdx.x == 0) fetch_call(r, state, call, cur.linger_ns, in.words);
+    else call = await_call(r, state, call, in.words);
+    if (threadIdx.x == 0) in.taken = call;
+  }
+  __syncthreads();
+  cur.call = in.taken;
+  const ResidentCall c = cur.c = read_call(in.words);
+  cur.linger_ns = (uint64_t)c.linger_us * 1000u;
+  if (c.kind == kResidentExit) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+      __threadfence_system();
+      *(volatile uint32_t *)&r.box->exited = r.epoch;
+    }
+    return kExitKernel;
+  }
+  cur.nblocks = resident_blocks_for(c, gridDim.x);
+  if (blockIdx.x >= cur.nblocks) {  // not needed: back to the relay, once every thread has read the inbox
+    __syncthreads();
+    return kSkipCall;
+  }
+  return kRunCall;
+}
+
 // One block per SM: with both protocols' bodies this kernel takes every register an SM gives a
 // block (255 a thread, some spilled to L1; the launched LL and LL128 kernels take 48-124, so two of
 // their blocks fit on each SM the instance leaves free).
 __global__ void __launch_bounds__(kThreads, 1) resident_kernel(const __grid_constant__ ResidentArgs r) {
   TeamState *state = team_state(r.team.ws[r.team.rank]);
-  __shared__ uint32_t words[kCallWords];
-  __shared__ uint32_t taken;  // the number of the call in `words`
+  __shared__ ResidentInbox inbox;
   // The call's arguments, indexed by peer: kept out of local memory.
   __shared__ union { LLArgs ll; LL128Args ll128; } a;
-  uint64_t linger_ns = r.linger_ns;  // block 0: how long to wait for the next call
-  for (uint32_t call = r.start + 1;; ++call) {
-    if (threadIdx.x < 32) {
-      if (blockIdx.x == 0) fetch_call(r, state, call, linger_ns, words);
-      else call = await_call(r, state, call, words);
-      if (threadIdx.x == 0) taken = call;
-    }
-    __syncthreads();
-    call = taken;
-    const ResidentCall c = read_call(words);
-    linger_ns = (uint64_t)c.linger_us * 1000u;
-    if (c.kind == kResidentExit) {
-      if (blockIdx.x == 0 && threadIdx.x == 0) {
-        __threadfence_system();
-        *(volatile uint32_t *)&r.box->exited = r.epoch;
-      }
-      return;
-    }
-    const uint32_t nblocks = resident_blocks_for(c, gridDim.x);
-    if (blockIdx.x >= nblocks) {  // not needed: back to the relay, once every thread has read `words`
-      __syncthreads();
-      continue;
-    }
+  ResidentCursor cur{r.start, r.linger_ns};
+  for (ResidentStep step; (step = next_call(r, state, inbox, cur)) != kExitKernel;) {
+    if (step == kSkipCall) continue;
+    const ResidentCall &c = cur.c;
+    const uint32_t nblocks = cur.nblocks;
     const bool ll = c.kind == kResidentLL;
     if (threadIdx.x == 0) {
       if (ll) {
@@ -174,7 +206,7 @@ __global__ void __launch_bounds__(kThreads, 1) resident_kernel(const __grid_cons
     // A call that stops (protocol.cuh: faults) still ends here and writes `done`; the host then stops
     // the instance (resident.cu).
     bool dead = ll_reuse_guard(state, r.team, seq, call_enter(state, blockIdx.x == 0));
-    const RuntimeReduce reduce{(int)c.dtype, (int)c.op};  // unused by the copies
+    const RuntimeReduce reduce{(int)c.dtype, (int)c.op};
     if (ll) {
       if (!dead)
         dead = !ll_exchange(a.ll, seq, (size_t)blockIdx.x * blockDim.x + threadIdx.x, (size_t)nblocks * blockDim.x,
@@ -185,7 +217,25 @@ __global__ void __launch_bounds__(kThreads, 1) resident_kernel(const __grid_cons
     }
     // Its first __syncthreads also keeps `words` and `a` from being rewritten while a thread reads them.
     ll_sequence_publish(state, r.team.watch, seq, nblocks, dead, !ll && ll128_is_bcast((int)c.mode), &r.box->done,
-                        call);
+                        cur.call);
+  }
+}
+
+// A one-rank team's kernel (launched instead of resident_kernel): its calls are copies, with no peers
+// and no protocol. A kernel of its own, so the copy keeps kCopyVectorsPerThread reads in flight per
+// thread without taking registers from the protocols' bodies (in resident_kernel it raised their
+// spill loads from 1208 to 1556 bytes, sm_90).
+__global__ void __launch_bounds__(kThreads) resident_copy_kernel(const __grid_constant__ ResidentArgs r) {
+  TeamState *state = team_state(r.team.ws[r.team.rank]);
+  __shared__ ResidentInbox inbox;
+  ResidentCursor cur{r.start, r.linger_ns};
+  for (ResidentStep step; (step = next_call(r, state, inbox, cur)) != kExitKernel;) {
+    if (step == kSkipCall) continue;
+    copy_span<kCopyVectorsPerThread>((uintptr_t)cur.c.recv, (uintptr_t)cur.c.send, cur.c.bytes,
+                                     (size_t)blockIdx.x * blockDim.x + threadIdx.x, (size_t)cur.nblocks * blockDim.x);
+    __threadfence();
+    ll_sequence_publish(state, r.team.watch, ll_sequence_begin(state), cur.nblocks, false, false, &r.box->done,
+                        cur.call);
   }
 }
 

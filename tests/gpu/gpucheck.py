@@ -130,6 +130,22 @@ def free(comm):
         comm.Free()
 
 
+_SPIN = None
+
+
+def spin_stream(usec):
+    """Keeps the current stream busy for about `usec` microseconds (one thread spinning on the clock)."""
+    global _SPIN
+    if _SPIN is None:
+        _SPIN = cp.RawKernel(r'''
+extern "C" __global__ void spin(long long ns) {
+  long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
+}''', 'spin')
+    _SPIN((1,), (1,), (np.int64(usec * 1000),))
+
+
 # ---- inputs, references, comparison ------------------------------------------------------------
 DT = {'bool': np.bool_, 'int8': np.int8, 'uint8': np.uint8, 'int16': np.int16, 'uint16': np.uint16,
       'int32': np.int32, 'uint32': np.uint32, 'int64': np.int64, 'uint64': np.uint64,

@@ -6,27 +6,12 @@ before a blocking one, calls that come alone, and a communicator freed while its
 counters prove which path ran. `mpirun -n N python -m pytest -p no:cacheprovider tests/gpu/test_resident.py`."""
 import time
 
-import numpy as np
 import pytest
 
 import gpucheck as gc
-from gpucheck import MPI, OPS_FOR, chosen_algo, cp, record, run_case, settings
+from gpucheck import MPI, OPS_FOR, chosen_algo, cp, record, run_case, settings, spin_stream
 
-_SPIN = None
 _RECENT = None
-
-
-def spin_stream(usec):
-    """Keeps the current stream busy for about `usec` microseconds (one thread spinning on the clock)."""
-    global _SPIN
-    if _SPIN is None:
-        _SPIN = cp.RawKernel(r'''
-extern "C" __global__ void spin(long long ns) {
-  long long t0, t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
-}''', 'spin')
-    _SPIN((1,), (1,), (np.int64(usec * 1000),))
 
 
 def resident_stats(comm):

@@ -21,12 +21,17 @@ static size_t user_elem_bytes(int dtype) {
   return (size_t)k.elem_size * k.mult;
 }
 
-// One rank: every collective is a copy of the input into the output (or nothing: Bcast, in place),
-// launched. A copy too large for the resident kernel ends a waiting instance first, so that it has
-// every SM.
-static int single_rank(mg_team *t, const mg_call *c, uintptr_t stream) {
+// One rank: every collective is a copy of the input into the output, of these bytes, or nothing
+// (0: Bcast, in place).
+static size_t single_rank_bytes(const mg_call *c) {
   if (c->coll == MG_BCAST || c->recv == 0 || c->recv == c->send) return 0;
-  const size_t bytes = c->count * user_elem_bytes(c->dtype);
+  return c->count * user_elem_bytes(c->dtype);
+}
+
+// The one-rank copy, launched. A copy too large for the resident kernel ends a waiting instance
+// first, so that it has every SM.
+static int single_rank(mg_team *t, const mg_call *c, uintptr_t stream) {
+  const size_t bytes = single_rank_bytes(c);
   if (bytes > t->cfg.resident_max_bytes) resident_stop(t);
   return mg::single_rank_copy(c->recv, c->send, bytes, stream);
 }
@@ -348,9 +353,8 @@ static int call_result(mg_team *t, int e) {
 // A one-rank team's blocking call as a resident copy: an out-of-place copy of at most
 // resident_max_bytes. False: launched (single_rank), or nothing to copy.
 static bool single_rank_form(const mg_team *t, const mg_call *c, mg::ResidentCall *out) {
-  if (c->coll == MG_BCAST || c->recv == 0 || c->recv == c->send) return false;
-  const size_t bytes = c->count * user_elem_bytes(c->dtype);
-  if (bytes > t->cfg.resident_max_bytes || bytes > 0x7fffffffu) return false;
+  const size_t bytes = single_rank_bytes(c);
+  if (bytes == 0 || bytes > t->cfg.resident_max_bytes || bytes > 0x7fffffffu) return false;
   *out = mg::resident_copy_of(c->recv, c->send, bytes);
   return true;
 }

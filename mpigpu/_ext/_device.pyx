@@ -340,6 +340,23 @@ cdef class PinnedBuffer:
         pass
 
 
+cdef inline mg_call _call(int coll, int algo, int dtype, int op, uintptr_t send, uintptr_t recv, size_t count,
+                          int root, int nchannels, size_t chunk) noexcept:
+    """The C description of one collective call (Team.run, Team.run_request)."""
+    cdef mg_call c
+    c.coll = coll
+    c.algo = algo
+    c.dtype = dtype
+    c.op = op
+    c.send = send
+    c.recv = recv
+    c.count = count
+    c.root = root
+    c.nchannels = nchannels
+    c.chunk_bytes = chunk
+    return c
+
+
 cdef class Team:
     """One rank's side of a device team: its workspace, the peers' mapped workspaces, and launches."""
     cdef mg_team *t
@@ -454,24 +471,14 @@ cdef class Team:
     cpdef run(self, int coll, int algo, int dtype, int op, uintptr_t send, uintptr_t recv, size_t count,
               int root, int nchannels, uintptr_t stream, bint sync, size_t chunk=0):
         """Enqueues one collective on `stream`; with `sync`, returns with its result (GIL released;
-        an LL call, or an LL128 call up to MPIGPU_RESIDENT_MAX_BYTES, with nothing queued on `stream` runs
-        in the resident kernel instead). Without,
+        an LL call, an LL128 call up to MPIGPU_RESIDENT_MAX_BYTES or a one-rank team's copy up to it,
+        with nothing queued on `stream`, runs in a resident kernel instead). Without,
         the call may still run when the next is enqueued: a next call on another stream waits for it.
         `nchannels` and `chunk` (direct and ring kernel step bytes) of 0 let the cost model choose."""
-        cdef mg_call c
         cdef int e
         if self.t == NULL:
             raise DeviceError(MG_ERR_TEAM, 'collective on a released team')
-        c.coll = coll
-        c.algo = algo
-        c.dtype = dtype
-        c.op = op
-        c.send = send
-        c.recv = recv
-        c.count = count
-        c.root = root
-        c.nchannels = nchannels
-        c.chunk_bytes = chunk
+        cdef mg_call c = _call(coll, algo, dtype, op, send, recv, count, root, nchannels, chunk)
         if sync:
             with nogil:
                 e = mg_collective_wait(self.t, &c, stream)
@@ -486,20 +493,10 @@ cdef class Team:
         after it (writing the handle at address `request`); returns the request's ticket. The device
         is current. If the call's kernel stops (a fault), the request completes with the fault's code
         (request_wait and request_test raise it) and MPI_ERR_OTHER."""
-        cdef mg_call c
         cdef uint64_t ticket = 0
         if self.t == NULL:
             raise DeviceError(MG_ERR_TEAM, 'collective on a released team')
-        c.coll = coll
-        c.algo = algo
-        c.dtype = dtype
-        c.op = op
-        c.send = send
-        c.recv = recv
-        c.count = count
-        c.root = root
-        c.nchannels = nchannels
-        c.chunk_bytes = 0
+        cdef mg_call c = _call(coll, algo, dtype, op, send, recv, count, root, nchannels, 0)
         check(mg_collective_request(self.t, &c, stream, <void *>request, watch, &ticket), 'collective request')
         return ticket
 

@@ -34,6 +34,12 @@ def pieces(count, n):
     return [(count * j // n, count * (j + 1) // n - count * j // n) for j in range(n)]
 
 
+def byte_pieces(count, n, itemsize):
+    """The pieces of `pieces(count, n)` in bytes: (sizes, starts), as MPI's counts and displacements."""
+    parts = pieces(count, n)
+    return [s * itemsize for _b, s in parts], [b * itemsize for b, _s in parts]
+
+
 def device_buffer(ptr, nbytes):
     """Device memory as a buffer MPI takes (only for a CUDA-aware MPI)."""
     return MPI.memory.fromaddress(ptr, nbytes)
@@ -85,19 +91,16 @@ class Net:
             comm.Allgather([src, nb, MPI.BYTE], [rows, nb, MPI.BYTE])
             self.reduce_rows(c, rows, n, dst[:nb])
             return
-        parts = pieces(count, n)
+        counts, displs = byte_pieces(count, n, its)
         me = comm.Get_rank()
-        mine = self._reduce_scatter(comm, c, src, parts)
-        counts = [s * its for _b, s in parts]
-        displs = [b * its for b, _s in parts]
+        mine = self._reduce_scatter(comm, c, src, counts, displs)
         dst[displs[me]:displs[me] + counts[me]] = mine
         comm.Allgatherv(MPI.IN_PLACE, [dst, (counts, displs), MPI.BYTE])
 
-    def _reduce_scatter(self, comm, c, src, parts):
-        """This rank's piece of the reduction of every rank's src split as `parts`; a host array."""
-        n, its, me = comm.Get_size(), c.itemsize, comm.Get_rank()
-        counts = [s * its for _b, s in parts]
-        displs = [b * its for b, _s in parts]
+    def _reduce_scatter(self, comm, c, src, counts, displs):
+        """This rank's piece of the reduction of every rank's src split in bytes as (counts, displs); a
+        host array."""
+        n, me = comm.Get_size(), comm.Get_rank()
         piece = counts[me]
         rows = self.scratch('rows', piece * n)
         comm.Alltoallv([src, (counts, displs), MPI.BYTE],
@@ -120,18 +123,17 @@ class Net:
             if me == root:
                 self.reduce_rows(c, rows, n, dst[:nb])
             return
-        parts = pieces(count, n)
-        mine = self._reduce_scatter(comm, c, src, parts)
-        counts = [s * its for _b, s in parts]
-        displs = [b * its for b, _s in parts]
+        counts, displs = byte_pieces(count, n, its)
+        mine = self._reduce_scatter(comm, c, src, counts, displs)
         comm.Gatherv([mine, counts[me], MPI.BYTE], [dst, (counts, displs), MPI.BYTE] if me == root else None,
                      root)
 
     def reduce_regions(self, comm, c, src, counts):
         """This rank's region of the reduction of every rank's src, split into regions of counts[k]
         elements (region k for rank k): a host array (Reduce_scatter over uneven blocks)."""
+        its = c.itemsize
         starts = [sum(counts[:k]) for k in range(len(counts))]
-        return self._reduce_scatter(comm, c, src, list(zip(starts, counts)))
+        return self._reduce_scatter(comm, c, src, [k * its for k in counts], [s * its for s in starts])
 
     # ---- copies -------------------------------------------------------------------------------------
     @staticmethod

@@ -155,36 +155,31 @@ def pack(st, datatype, inbuf, outbuf, position):
     """Datatype.Pack with both buffers on one GPU: the pack kernel writes the packed bytes at
     `position` (as MPI_Pack's native representation, the type map's bytes in order); returns the new
     position, or None when the buffers are not both device memory of one GPU."""
-    name = 'Datatype.Pack'
-    with _cuda.errors_as(name, st.rank):
-        bufs = _both(st, name, inbuf, outbuf)
-        if bufs is None:
-            return None
-        src, dst, dev = bufs
-        lay = _datatypes.layout(datatype)
-        count = src.nbytes // lay.extent if lay.extent > 0 else 0
-        size = count * lay.size
-        if position < 0 or position + size > dst.nbytes:
-            raise _overflow(name, st.rank, f'packing {count} elements at position {position}', position + size, dst.nbytes)
-        _run(lay, dev, count, src.ptr, dst.ptr + position, _cuda.stream_of(src, dev), unpacking=False)
-        return position + size
+    return _pack_call(st, 'Datatype.Pack', datatype, inbuf, outbuf, position, unpacking=False)
 
 
 def unpack(st, datatype, inbuf, position, outbuf):
     """Datatype.Unpack with both buffers on one GPU (see pack); returns the new position or None."""
-    name = 'Datatype.Unpack'
+    return _pack_call(st, 'Datatype.Unpack', datatype, inbuf, outbuf, position, unpacking=True)
+
+
+def _pack_call(st, name, datatype, inbuf, outbuf, position, unpacking):
+    """Pack or Unpack: the typed buffer is inbuf (packing) or outbuf (unpacking), the packed bytes
+    the other one's from `position`."""
     with _cuda.errors_as(name, st.rank):
         bufs = _both(st, name, inbuf, outbuf)
         if bufs is None:
             return None
         src, dst, dev = bufs
+        typed, packed = (dst, src) if unpacking else (src, dst)
         lay = _datatypes.layout(datatype)
-        count = dst.nbytes // lay.extent if lay.extent > 0 else 0
+        count = typed.nbytes // lay.extent if lay.extent > 0 else 0
         size = count * lay.size
-        if position < 0 or position + size > src.nbytes:
-            raise _overflow(name, st.rank, f'unpacking {count} elements from position {position}', position + size,
-                            src.nbytes)
-        _run(lay, dev, count, dst.ptr, src.ptr + position, _cuda.stream_of(dst, dev), unpacking=True)
+        if position < 0 or position + size > packed.nbytes:
+            what = (f'unpacking {count} elements from position {position}' if unpacking
+                    else f'packing {count} elements at position {position}')
+            raise _overflow(name, st.rank, what, position + size, packed.nbytes)
+        _run(lay, dev, count, typed.ptr, packed.ptr + position, _cuda.stream_of(typed, dev), unpacking)
         return position + size
 
 

@@ -20,6 +20,7 @@ import traceback
 import zlib
 
 import numpy as np
+from reference import FLOATS, reduce_ref
 
 import mpigpu
 from mpi4py import MPI
@@ -46,7 +47,6 @@ DT = {'bool': np.bool_, 'int8': np.int8, 'uint8': np.uint8, 'int16': np.int16, '
       'float16': np.float16, 'float32': np.float32, 'float64': np.float64,
       'complex64': np.complex64, 'complex128': np.complex128}
 INTS = [k for k in DT if k.startswith(('int', 'uint'))]
-FLOATS = ('float16', 'float32', 'float64')
 OPS = {k: (['LAND', 'LOR', 'LXOR'] if k == 'bool' else
            ['SUM', 'PROD', 'MAX', 'MIN', 'LAND', 'LOR', 'LXOR', 'BAND', 'BOR', 'BXOR'] if k in INTS else
            ['SUM', 'PROD', 'MAX', 'MIN'] if k in FLOATS else ['SUM', 'PROD']) for k in DT}
@@ -70,28 +70,6 @@ def gen(rank, count, dtype, op, salt):
         y = rng.uniform(0.5, 1.5, count) if op == 'PROD' else rng.uniform(-1, 1, count)
         return (x + 1j * y).astype(DT[dtype])
     return x.astype(DT[dtype])
-
-
-def reduce_ref(rows, dtype, op):
-    exact = dtype in FLOATS or dtype.startswith('complex')
-    acc = rows[0].astype(np.complex128 if dtype.startswith('complex') else np.float64) if exact else rows[0].copy()
-    with np.errstate(over='ignore'):
-        for r in rows[1:]:
-            r = r.astype(acc.dtype)
-            if op == 'SUM':
-                acc = acc + r
-            elif op == 'PROD':
-                acc = acc * r
-            elif op == 'MAX':
-                acc = np.maximum(acc, r)
-            elif op == 'MIN':
-                acc = np.minimum(acc, r)
-            elif op in ('LAND', 'LOR', 'LXOR'):
-                a, b = acc != 0, r != 0
-                acc = (a & b if op == 'LAND' else a | b if op == 'LOR' else a ^ b).astype(rows[0].dtype)
-            else:
-                acc = acc & r if op == 'BAND' else acc | r if op == 'BOR' else acc ^ r
-    return acc
 
 
 def tol(dtype):

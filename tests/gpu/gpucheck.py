@@ -20,6 +20,8 @@ from contextlib import contextmanager, nullcontext
 import numpy as np
 import pytest
 
+from reference import FLOATS, reduce_ref
+
 cp = pytest.importorskip('cupy')
 try:
     _NDEV = cp.cuda.runtime.getDeviceCount()
@@ -152,7 +154,6 @@ DT = {'bool': np.bool_, 'int8': np.int8, 'uint8': np.uint8, 'int16': np.int16, '
       'float16': np.float16, 'float32': np.float32, 'float64': np.float64,
       'complex64': np.complex64, 'complex128': np.complex128}
 INTS = [k for k in DT if k.startswith(('int', 'uint'))]
-FLOATS = ['float16', 'float32', 'float64']
 OPS_FOR = {}
 for _name in DT:
     if _name == 'bool':
@@ -187,37 +188,6 @@ def gen(rank, count, dtype, op, salt):
         y = rng.uniform(0.5, 1.5, count) if op == 'PROD' else rng.uniform(-1, 1, count)
         return (x + 1j * y).astype(DT[dtype])
     return x.astype(DT[dtype])
-
-
-def reduce_ref(rows, dtype, op):
-    """The reduction of `rows` (float64 / complex128 for floating types)."""
-    if dtype in FLOATS or dtype.startswith('complex'):
-        acc = rows[0].astype(np.complex128 if dtype.startswith('complex') else np.float64)
-        for r in rows[1:]:
-            r = r.astype(acc.dtype)
-            acc = acc + r if op == 'SUM' else acc * r if op == 'PROD' else np.maximum(acc, r) if op == 'MAX' else np.minimum(acc, r)
-        return acc
-    acc = rows[0].copy()
-    with np.errstate(over='ignore'):
-        for r in rows[1:]:
-            if op == 'SUM':
-                acc = acc + r
-            elif op == 'PROD':
-                acc = acc * r
-            elif op == 'MAX':
-                acc = np.maximum(acc, r)
-            elif op == 'MIN':
-                acc = np.minimum(acc, r)
-            elif op in ('LAND', 'LOR', 'LXOR'):
-                a, b = acc != 0, r != 0
-                acc = (a & b if op == 'LAND' else a | b if op == 'LOR' else a ^ b).astype(rows[0].dtype)
-            elif op == 'BAND':
-                acc = acc & r
-            elif op == 'BOR':
-                acc = acc | r
-            else:
-                acc = acc ^ r
-    return acc
 
 
 def tol(dtype, n):

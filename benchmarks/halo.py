@@ -53,7 +53,7 @@ def mirror_sendrecv(send, recv):
     """The Sendrecv on host mirrors of both whole buffers (the datatype then read by host MPI)."""
     st = state_of(comm)
     mirrored.run(st, 'Sendrecv', lambda s, r: _MPI.Comm.Sendrecv(comm, s, right, 7, r, left, 7),
-                 [(send, IN), (recv, OUT)])
+                 [(send, IN, mirrored.WHOLE), (recv, OUT, mirrored.WHOLE)])
 
 
 def case(name, arr, dtype, send_slice, recv_slice):

@@ -12,6 +12,7 @@ import operator
 
 from mpi4py import MPI
 
+from . import _datatypes
 from ._codes import ALIGNMENTS, NAMES, SIZES, Coll
 from ._ext._intake import DeviceBuffer, call_geometry, device_buffer
 from ._types import FROM_MPI, check_op, from_typecode, op_code
@@ -170,6 +171,10 @@ def parse(call, argname, rank, obj, writable, stream_for, blocks=1):
     if not contiguous:
         return None
     offset = displ * extent
+    if not buf.nbytes and count is not None:
+        # a raw address of no length (MPI.memory.fromaddress(p, 0)) is a C pointer: the count says how
+        # much lies there, as in MPI
+        return _arg(buf, offset, count * blocks, code, mpi_type, extent)
     room = buf.nbytes - offset
     if room < 0:
         raise ValueArgumentError(call, f'message: displacement {displ} out of bounds, number of datatype '
@@ -186,6 +191,18 @@ def parse(call, argname, rank, obj, writable, stream_for, blocks=1):
             raise ValueArgumentError(call, f'message: count {count}{f" x {blocks} blocks" if blocks > 1 else ""} of '
                                      f'{extent} bytes at displacement {displ} exceeds the buffer of {buf.nbytes} '
                                      'bytes', arg=argname, rank=rank, error_class=MPI.ERR_COUNT)
+    return _arg(buf, offset, total, code, mpi_type, extent)
+
+
+def _arg(buf, offset, total, code, mpi_type, extent):
+    """The Arg of `total` instances from `offset`; a contiguous derived datatype of one named type is
+    read as that type's elements (the element type decides: the engine reduces them, and host MPIs
+    reduce named types only)."""
+    if mpi_type is not None and code < 0 and not mpi_type.is_predefined:
+        lay = _datatypes.layout(mpi_type)
+        if lay.code >= 0 and lay.size == extent:
+            elements = lay.size // SIZES[lay.code]
+            return Arg(buf.view(offset, total * extent, lay.code), total * elements, lay.code, None, SIZES[lay.code])
     return Arg(buf.view(offset, total * extent, code), total, code, mpi_type, extent)
 
 

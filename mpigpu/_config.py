@@ -109,6 +109,9 @@ class Config:
         self.net_gbps = _float('MPIGPU_NET_GBPS', 0.0, 0.0, 1e6)
         # Hierarchical path: bytes of one pipeline chunk per rank (0: the cost model chooses).
         self.hier_chunk_bytes = _int('MPIGPU_HIER_CHUNK_BYTES', 0, 0, 1 << 34)
+        # Device arrays that are not contiguous, passed as a bare buffer: read through their strides
+        # (1), or refused with BufferError as mpi4py refuses them (0, the default: MPI's semantics).
+        self.strided_arrays = _flag('MPIGPU_STRIDED_ARRAYS')
         # Debug log of engine decisions (why a call is staged) on the 'mpigpu' logger.
         self.debug = _flag('MPIGPU_DEBUG')
 

@@ -14,7 +14,8 @@ import inspect
 from mpi4py import MPI
 
 from ._ext._intake import is_device
-from ._paths import mirrored
+from ._strided import as_spec
+from ._paths import mirrored, packing
 from ._paths.mirrored import IN, INOUT, OUT
 from .errors import BufferArgumentError
 
@@ -114,6 +115,14 @@ def _significant(self, name, params, args):
     return {p for p in at_root + at_leaf if p not in used}
 
 
+def _form(obj, method, param, in_place):
+    """How mpi4py reads buffer parameter `param` (packing.form_of); a simple message of one block
+    outside communicators (windows, files, messages)."""
+    if not isinstance(obj, MPI.Comm):
+        return (packing.SIMPLE, 0)
+    return packing.form_of(obj, method, param, in_place)
+
+
 def _handler(owner, name, base, params, bufs, state_of):
     """The device-buffer side of one generated method."""
     kind = _kind(name, owner)
@@ -128,7 +137,13 @@ def _handler(owner, name, base, params, bufs, state_of):
                         rank=st.rank, error_class=MPI.ERR_BUFFER)
         skip = _significant(self, name, params, args)
         where = [i for i, p in enumerate(params) if p in bufs and p not in skip]
-        items = [(args[i], role(name, params[i])) for i in where]
+        in_place = 'sendbuf' in params and args[params.index('sendbuf')] is MPI.IN_PLACE
+        blocking = _blocking_name(name, type(self)) or name
+        forms = [_form(self, blocking, params[i], in_place) for i in where]
+        args = list(args)
+        for i, form in zip(where, forms):
+            args[i] = as_spec(args[i], form, name, st.rank)  # strided arrays: read through their strides
+        items = [(args[i], role(name, params[i]), form) for i, form in zip(where, forms)]
 
         def call(*hosts):
             full = list(args)

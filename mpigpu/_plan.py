@@ -15,10 +15,13 @@ from . import _cuda, _host_mpi, _plain
 from ._call import build, is_in_place
 from ._ext._intake import is_device
 from ._state import state_of
+from ._strided import as_spec
 from ._types import NATIVE
 from .errors import Error
 from ._codes import Coll
-from ._paths import engine, hier, mirrored, requests, staged
+from ._paths import engine, hier, mirrored, packing, requests, staged
+
+_PARAMS = {mirrored.IN: 'sendbuf', mirrored.OUT: 'recvbuf', mirrored.INOUT: 'buf'}  # by role, in _host_args
 
 
 def _device_of(st, c):
@@ -86,6 +89,8 @@ class Plan:
         (an event towards another stream would cross a CUDA graph capture's boundary)."""
         self.comm = comm
         st = self.st = state_of(comm)
+        if type(sendbuf) not in (list, tuple) or type(recvbuf) not in (list, tuple):
+            sendbuf, recvbuf = self._strided(name, coll, sendbuf, recvbuf)
         self.args, self.buffers = _host_args(coll, sendbuf, recvbuf, op, root)
         self.engine_args = self.device = None
         self.hier = False
@@ -115,6 +120,14 @@ class Plan:
             with _cuda.errors_as(name, st.rank):
                 self.hier = hier.runs(st, c)
 
+    def _strided(self, name, coll, sendbuf, recvbuf):
+        """Bare arrays that are not contiguous as specifications through their strides (_strided.py)."""
+        method, in_place = Coll(coll).mpi_name, coll != Coll.BCAST and is_in_place(sendbuf)
+        if coll != Coll.BCAST and not in_place:
+            sendbuf = as_spec(sendbuf, packing.form_of(self.comm, method, 'sendbuf', in_place), name, self.st.rank)
+        param = 'buf' if coll == Coll.BCAST else 'recvbuf'
+        return sendbuf, as_spec(recvbuf, packing.form_of(self.comm, method, param, in_place), name, self.st.rank)
+
     def _mpi4py(self, prefix=''):
         """mpi4py's method of this collective (prefix 'I': its non-blocking form)."""
         name = Coll(self.c.coll).mpi_name
@@ -128,7 +141,9 @@ class Plan:
             for (i, _role), h in zip(self.buffers, hosts):
                 args[i] = h
             return base(self.comm, *args)
-        items = [(self.args[i], r) for i, r in self.buffers]
+        method, in_place = Coll(self.c.coll).mpi_name, self.c.inplace
+        items = [(self.args[i], r, packing.form_of(self.comm, method, _PARAMS[r], in_place))
+                 for i, r in self.buffers]
         reduces = self.c.coll not in engine._NO_OP
         if start:
             return mirrored.start(self.st, self.c.name, call, items, reduces)

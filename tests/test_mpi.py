@@ -48,3 +48,15 @@ def test_derived_datatypes_packed_on_the_device(n):
 def test_peer_that_never_arrives_and_abort():
     out = run_ranks(3, 'fault_fake_device.py', env={'MPIGPU_TIMEOUT_S': '2'}, timeout=120)
     assert 'ended in errors; ok' in out
+
+
+@pytest.mark.parametrize('n', [1, 2, 3])
+def test_derived_datatypes_in_collectives_packed_on_the_device(n):
+    out = run_ranks(n, 'packed_collectives_fake_device.py')
+    assert 'checks identical to mpi4py' in out
+
+
+@pytest.mark.parametrize('n', [1, 2, 3])
+def test_strided_device_arrays_read_through_their_strides(n):
+    out = run_ranks(n, 'strided_fake_device.py')
+    assert 'checks identical to mpi4py' in out

@@ -250,9 +250,10 @@ cpdef bint is_device(object obj) except -1:
         if _pointer_query is None:
             return False
         PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE)
-        ptr, n = <uintptr_t>view.buf, view.len
+        ptr = <uintptr_t>view.buf
         PyBuffer_Release(&view)
-        return n > 0 and ptr != 0 and _pointer_query(ptr)
+        # no length test: MPI.memory.fromaddress(p, 0) is a C pointer, which a datatype gives extent
+        return ptr != 0 and _pointer_query(ptr)
     return False
 
 

@@ -7,7 +7,9 @@ Pack/Unpack, File I/O, RMA origin buffers, derived datatypes...). Each device bu
 mirror with the same bytes and element type; inputs are copied in after the producer's stream; the
 unchanged mpi4py method runs on the mirrors, so counts, displacements and datatypes of buffer
 specifications mean exactly what they mean to mpi4py; outputs are copied back once MPI is done with
-them. Every mirror is copied in (outputs too), so the parts MPI does not write stay unchanged.
+them. Every mirror is copied in (outputs too), so the parts MPI does not write stay unchanged. A
+buffer given with a derived datatype is mirrored as the instances the call reaches, packed on the GPU
+(mpigpu/_paths/packing.py), with its specification rewritten to read them.
 
 - run: blocking methods; per-thread mirrors reused from call to call.
 - start: non-blocking methods: mpi4py's method starts on mirrors from a pool, and the request it returns
@@ -28,11 +30,13 @@ from .._call import read_whole
 from .._codes import Dtype
 from .._ext._intake import is_device
 from ..errors import Error
-from . import requests
+from . import packing, requests
 from .pinned import Stager, give, take
 
 IN, OUT, INOUT = 1, 2, 3  # how a call uses a buffer argument
 _REDUCING_16BIT = frozenset((Dtype.FLOAT16, Dtype.BFLOAT16))  # no reduction in the MPIs we target
+_ONE_BLOCK = (packing.SIMPLE, 0)
+WHOLE = None  # the form of an item mirrored whole, its specification as given (never packed)
 
 
 def split_spec(value):
@@ -54,28 +58,40 @@ def _is_mirrored(value):
 
 
 class _Mirror:
-    """One device buffer argument and its pinned host mirror."""
-    __slots__ = ('buf', 'device', 'pinned', 'host', 'role', 'pooled')
+    """One device buffer argument and its pinned host mirror: of the whole buffer, or of the instances
+    its derived datatype reaches, packed on the GPU (`packing`)."""
+    __slots__ = ('buf', 'device', 'pinned', 'host', 'role', 'pooled', 'packing')
 
-    def __init__(self, st, name, label, value, role, reduces, pooled, tag):
+    def __init__(self, st, name, label, value, role, reduces, pooled, tag, form):
         obj, rest = split_spec(value)
         buf = self.buf = read_whole(name, label, st.rank, obj, role != IN, _cuda.consumer_stream)
-        if reduces and buf.dtype in _REDUCING_16BIT:
+        self.device = _cuda.device_of(name, label, st.rank, buf)
+        self.packing = None if rest is None or form is WHOLE else packing.plan(
+            name, label, st.rank, buf, self.device, rest, form, reduces)
+        code = buf.dtype if self.packing is None else self.packing.code
+        if reduces and code in _REDUCING_16BIT:
             raise Error(name, 'host MPI cannot reduce 16-bit floats; only Allreduce, Reduce and '
                         'Reduce_scatter_block reduce them (on the device)', arg=label, rank=st.rank,
                         error_class=MPI.ERR_TYPE)
-        self.device = _cuda.device_of(name, label, st.rank, buf)
+        nbytes = buf.nbytes if self.packing is None else self.packing.nbytes
         self.role, self.pooled = role, pooled
         if pooled:
-            self.pinned = take(buf.nbytes)
+            self.pinned = take(nbytes)
             arr = np.frombuffer(self.pinned, dtype=np.uint8)
         else:
-            self.pinned, arr = st.owned(Stager).on(self.device).host(f'mirror{tag}', buf.nbytes)
-        host = host_view(arr, buf.nbytes, buf.typestr)
-        self.host = host if rest is None else [host, *rest]
+            self.pinned, arr = st.owned(Stager).on(self.device).host(f'mirror{tag}', nbytes)
+        if self.packing is not None:
+            self.host = [arr[:nbytes], *self.packing.rest]
+        else:
+            host = host_view(arr, nbytes, buf.typestr)
+            self.host = host if rest is None else [host, *rest]
 
     def copy_in(self, st, ordered, offset=0, nbytes=None):
-        """Device bytes to the mirror, after the buffer's producer stream (ordered: streams done)."""
+        """Device bytes to the mirror, after the buffer's producer stream (ordered: streams done); a
+        packed mirror is packed whole."""
+        if self.packing is not None:
+            self.packing.pack(self.pinned.ptr)
+            return
         nbytes = self.buf.nbytes - offset if nbytes is None else nbytes
         if not nbytes:
             return
@@ -90,9 +106,14 @@ class _Mirror:
         _cuda.with_device(self.device, copy)
 
     def copy_out(self, st, offset=0, nbytes=None):
-        """The mirror's bytes back to the device buffer (outputs)."""
+        """The mirror's bytes back to the device buffer (outputs); a packed mirror is unpacked whole."""
+        if self.role == IN:
+            return
+        if self.packing is not None:
+            self.packing.unpack(self.pinned.ptr)
+            return
         nbytes = self.buf.nbytes - offset if nbytes is None else nbytes
-        if self.role == IN or not nbytes:
+        if not nbytes:
             return
         sg = st.owned(Stager).on(self.device)
         _cuda.with_device(self.device, sg.to_device, self.buf.ptr + offset, self.pinned.ptr + offset, nbytes)
@@ -108,15 +129,18 @@ def _label(i, n):
 
 
 def mirror_all(st, name, items, reduces, pooled):
-    """(host arguments, mirrors) for items: (value, role) per buffer argument."""
+    """(host arguments, mirrors) for items: (value, role) or (value, role, form) per buffer argument,
+    form as packing.form_of gives it (a simple message of one block when absent; WHOLE: not packed)."""
     tag = threading.get_ident()
     hosts, mirrors, ordered = [], [], set()
     try:
-        for i, (value, role) in enumerate(items):
+        for i, item in enumerate(items):
+            value, role = item[0], item[1]
             if not _is_mirrored(value):
                 hosts.append(value)
                 continue
-            m = _Mirror(st, name, _label(i, len(items)), value, role, reduces, pooled, f'{i}-{tag}')
+            form = item[2] if len(item) > 2 else _ONE_BLOCK
+            m = _Mirror(st, name, _label(i, len(items)), value, role, reduces, pooled, f'{i}-{tag}', form)
             mirrors.append(m)
             m.copy_in(st, ordered)
             hosts.append(m.host)

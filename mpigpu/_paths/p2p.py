@@ -20,6 +20,7 @@ from .._call import read_whole
 from .._config import config
 from .._ext._intake import is_device
 from .._state import state_of
+from .._strided import as_spec
 from ..errors import Error
 from . import mirrored, p2p_ipc, packed, requests
 from .mirrored import IN, host_view, split_spec
@@ -153,12 +154,14 @@ def _post_send(st, comm, name, base, value, dest, tag):
 
 def isend(comm, name, base, buf, dest, tag):
     """Isend/Issend/Irsend/Ibsend (`base` is mpi4py's method) with a device buffer."""
+    buf = as_spec(buf, call=name)
     st = state_of(comm)
     return _guarded(st, name, lambda: requests.start(_post_send(st, comm, name, base, buf, dest, tag)))
 
 
 def send(comm, name, buf, dest, tag):
     """Send/Ssend/Rsend/Bsend with a device buffer."""
+    buf = as_spec(buf, call=name)
     st = state_of(comm)
     obj, rest = split_spec(buf)
     if (rest is None and name in ('Send', 'Ssend') and p2p_ipc.usable(st)) or packed.datatype_of(buf) is not None:
@@ -321,12 +324,14 @@ def _kept_host(st, name, value, kept):
 
 
 def irecv(comm, buf, source, tag):
+    buf = as_spec(buf, call='Irecv')
     st = state_of(comm)
     return _guarded(st, 'Irecv', lambda: requests.start(_post_recv(st, comm, 'Irecv', buf, source, tag)))
 
 
 def recv(comm, buf, source, tag, status):
     """Recv with a device buffer, or a host buffer that may receive a GPU sender's header."""
+    buf = as_spec(buf, call='Recv')
     st = state_of(comm)
 
     def go():
@@ -339,6 +344,7 @@ def recv(comm, buf, source, tag, status):
 
 def sendrecv(comm, sendbuf, dest, sendtag, recvbuf, source, recvtag, status):
     """Sendrecv: the receive is posted first, both run at once, both finish before returning."""
+    sendbuf, recvbuf = as_spec(sendbuf, call='Sendrecv'), as_spec(recvbuf, call='Sendrecv')
     st = state_of(comm)
 
     def go():

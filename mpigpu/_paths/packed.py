@@ -40,14 +40,24 @@ def datatype_of(value):
     """The MPI datatype of a buffer specification when it is a derived one that the other paths cannot
     move as plain bytes, else None. Plain: one block from the pointer whose extent is its size (any
     count of it is contiguous too); a block at an offset or one resized (a halo row, a face of a 3-D
-    block at its first plane) is taken here (Packed), where those paths would mirror the whole buffer."""
+    block at its first plane) is taken here (Packed), where those paths would mirror the whole buffer;
+    so is any datatype on a raw address of no length, whose bytes only the count and datatype give."""
     if type(value) not in (list, tuple) or len(value) < 2 or not isinstance(value[-1], MPI.Datatype):
         return None
     dt = value[-1]
-    if dt.is_predefined or dt.handle == MPI.DATATYPE_NULL.handle:
+    if dt.handle == MPI.DATATYPE_NULL.handle:
+        return None
+    if _unsized(value[0]):
+        return dt  # a raw address of no length: only the datatype and count say which bytes to move
+    if dt.is_predefined:
         return None
     lay = _datatypes.layout(dt)
     return None if lay.contiguous(1) and lay.start == 0 and lay.size == lay.extent else dt
+
+
+def _unsized(obj):
+    """True for mpi4py's memory or buffer of no length (MPI.memory.fromaddress(p, 0): a C pointer)."""
+    return isinstance(obj, MPI.buffer) and len(obj) == 0 and obj.address != 0
 
 
 class Packed:

@@ -13,7 +13,7 @@ from . import _bsend, _methods, _pickle, _plain, _state, objects
 from ._codes import Coll
 from ._ext._intake import any_device, is_device
 from ._paths import p2p, requests
-from ._paths.engine import try_fast
+from ._paths.engine import fast_entry
 from ._plan import Plan
 from .errors import Error
 
@@ -24,6 +24,7 @@ _SUM = MPI.SUM
 
 
 _any_device = any_device  # a collective with a device buffer (else its host buffers go to mpi4py untouched)
+try_fast = fast_entry()   # the Cython fast path for the common call, once a communicator's team is up
 # mpi4py's methods, bound once (the host path's call is then one lookup fewer)
 (_Isend, _Issend, _Irsend, _Ibsend, _Irecv, _Send, _Ssend, _Rsend, _Bsend, _Recv, _Sendrecv) = (
     _plain.Comm.Isend, _plain.Comm.Issend, _plain.Comm.Irsend, _plain.Comm.Ibsend, _plain.Comm.Irecv, _plain.Comm.Send,

@@ -5,7 +5,7 @@ from mpi4py import MPI
 from .. import _cuda
 from .._codes import Algo, Coll
 from .._config import config
-from .._state import cached
+from .._state import _CACHE as _CACHE_KEY, cached
 from .._types import OP_CODE
 
 _IN_PLACE = MPI.IN_PLACE
@@ -48,3 +48,18 @@ def try_fast(comm, coll, sendbuf, recvbuf, op, root=0, stream=-1):
 
 # Engine algorithm of each MPIGPU_ALGO value (the paths, such as 'staged', never reach the engine).
 _ALGO_OF = {a.knob: a for a in Algo}
+
+
+def _failed(st, coll, exc):
+    return st.failed(Coll(coll).mpi_name, exc)
+
+
+def fast_entry():
+    """The fast path's entry the communicators call: the CUDA layer's own (one Cython call from the
+    method to the kernel) where it has one, else try_fast (the CPU tests' fake layer)."""
+    entry = getattr(_cuda.device, 'fast_entry', None)
+    if entry is None:
+        return try_fast
+    _cuda.device.bind_fast_entry(_CACHE_KEY, {h: int(c) for h, c in OP_CODE.items()}, config,
+                                 {k: int(a) for k, a in _ALGO_OF.items()}, _failed, MPI.Op, _IN_PLACE)
+    return entry

@@ -21,7 +21,7 @@ from mpigpu._state import state_of
 dm = _cuda.device
 
 comm = mpigpu.COMM_SELF
-SIZES = [8, 1 << 10, 64 << 10, 1 << 20, 2 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20]
+SIZES = [8, 1 << 10, 64 << 10, 1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20, 64 << 20, 256 << 20]
 ROUNDS, BUDGET_S = 7, 0.05
 
 nc = nccl.NcclCommunicator(1, nccl.get_unique_id(), 0)

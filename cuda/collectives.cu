@@ -32,7 +32,7 @@ static size_t single_rank_bytes(const mg_call *c) {
 // first, so that it has every SM.
 static int single_rank(mg_team *t, const mg_call *c, uintptr_t stream) {
   const size_t bytes = single_rank_bytes(c);
-  if (bytes > t->cfg.resident_max_bytes) resident_stop(t);
+  if (bytes > t->cfg.resident_copy_max_bytes) resident_stop(t);
   return mg::single_rank_copy(c->recv, c->send, bytes, stream);
 }
 
@@ -351,10 +351,10 @@ static int call_result(mg_team *t, int e) {
 }
 
 // A one-rank team's blocking call as a resident copy: an out-of-place copy of at most
-// resident_max_bytes. False: launched (single_rank), or nothing to copy.
+// resident_copy_max_bytes. False: launched (single_rank), or nothing to copy.
 static bool single_rank_form(const mg_team *t, const mg_call *c, mg::ResidentCall *out) {
   const size_t bytes = single_rank_bytes(c);
-  if (bytes == 0 || bytes > t->cfg.resident_max_bytes || bytes > 0x7fffffffu) return false;
+  if (bytes == 0 || bytes > t->cfg.resident_copy_max_bytes || bytes > 0x7fffffffu) return false;
   *out = mg::resident_copy_of(c->recv, c->send, bytes);
   return true;
 }

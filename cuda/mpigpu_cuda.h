@@ -170,6 +170,7 @@ typedef struct mg_team_config {
                           call is launched */
   int resident_blocks;       /* that kernel's blocks (1 .. MG_MAX_CHANNELS) */
   size_t resident_max_bytes; /* largest LL128 message it runs (LL calls: all); 0: LL calls only */
+  size_t resident_copy_max_bytes; /* a one-rank team: the largest copy it runs (resident_copy_kernel) */
 } mg_team_config;
 
 int mg_team_create(const mg_team_config *cfg, mg_team **team);

@@ -68,6 +68,7 @@ cdef extern from "mpigpu_cuda.h" nogil:
         double resident_us
         int resident_blocks
         size_t resident_max_bytes
+        size_t resident_copy_max_bytes
     int mg_team_create(const mg_team_config *cfg, mg_team **team)
     int mg_team_export(mg_team *team, void *handle)
     int mg_team_open_peer(mg_team *team, int peer, const void *handle)
@@ -364,7 +365,7 @@ cdef class Team:
 
     def __cinit__(self, int rank, int nranks, int device, object config):
         """`config`: the knobs (mpigpu.config: chunk_bytes, nslots, max_channels, timeout_s,
-        split_steps, ll128_bytes, resident_us, resident_blocks, resident_max_bytes)."""
+        split_steps, ll128_bytes, resident_us, resident_blocks, resident_max_bytes, resident_copy_max_bytes)."""
         cdef mg_team_config cfg
         cfg.rank = rank
         cfg.nranks = nranks
@@ -378,6 +379,7 @@ cdef class Team:
         cfg.resident_us = config.resident_us
         cfg.resident_blocks = config.resident_blocks
         cfg.resident_max_bytes = config.resident_max_bytes
+        cfg.resident_copy_max_bytes = config.resident_copy_max_bytes
         self.t = NULL
         check(mg_team_create(&cfg, &self.t), 'workspace allocation')
         self.rank, self.nranks, self.device = rank, nranks, device
@@ -617,7 +619,11 @@ cdef int _cupy_attach() except -1:
         key = ('|b1' if dt.kind == 'b' else ('|' if dt.itemsize == 1 else '<') + dt.kind + str(dt.itemsize))
         if key in _CAI_CODE:
             _NUM_CODE[dt.num] = _CAI_CODE[key]
-    _cupy_current_stream = m.cuda.get_current_stream
+    # the pointer alone where CuPy exports it (no Stream object per call)
+    _cupy_current_stream = getattr(m.cuda.stream, 'get_current_stream_ptr', None)
+    if _cupy_current_stream is None:
+        get = m.cuda.get_current_stream
+        _cupy_current_stream = lambda: get().ptr
     _cupy_ndarray = m.ndarray
     return 1
 
@@ -641,7 +647,7 @@ cdef inline bint _cupy(object obj, uintptr_t *ptr, Py_ssize_t *count, int *dtype
 
 cdef inline Py_ssize_t _cupy_stream():
     """CuPy's current stream as its __cuda_array_interface__ reports it (1: the legacy default)."""
-    cdef Py_ssize_t p = _cupy_current_stream().ptr
+    cdef Py_ssize_t p = _cupy_current_stream()
     return p if p != 0 else 1
 
 

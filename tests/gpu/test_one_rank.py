@@ -1,5 +1,5 @@
 """A team of one rank (each rank's COMM_SELF): every collective is a copy of its input into its
-output, or nothing (Bcast, in place). A blocking copy of at most MPIGPU_RESIDENT_MAX_BYTES whose
+output, or nothing (Bcast, in place). A blocking copy of at most MPIGPU_RESIDENT_COPY_MAX_BYTES whose
 stream is idle runs in the resident kernel (cuda/resident_kernel.cuh, kResidentCopy); a larger one,
 one whose stream is busy and a stream= call launch the copy kernel (cuda/single_rank.cu). Checked:
 every dtype and collective in and out of place, unaligned views (every copy width), sizes around
@@ -78,9 +78,9 @@ def test_resident_copies(solo):
 
 
 def test_limit(solo):
-    """Copies just under, at and over MPIGPU_RESIDENT_MAX_BYTES: the first two resident, the last
+    """Copies just under, at and over MPIGPU_RESIDENT_COPY_MAX_BYTES: the first two resident, the last
     launched (after ending the waiting instance); each one's bytes all arrive."""
-    limit = mpigpu.config.resident_max_bytes
+    limit = mpigpu.config.resident_copy_max_bytes
     for nbytes, resident in ((limit - 16, True), (limit, True), (limit + 16, False), (4 * limit + 4, False)):
         n = nbytes // 4
         x = cp.arange(n, dtype=cp.int32) * 3 + 1
@@ -99,7 +99,7 @@ def test_back_to_back(solo):
     their outputs, each from the one before: a copy that began before the previous one ended, or
     read its input early, breaks the chain."""
     small = [cp.zeros(1000, cp.float64) for _ in range(2)]
-    large = [cp.zeros((mpigpu.config.resident_max_bytes // 8) + 100, cp.float64) for _ in range(2)]
+    large = [cp.zeros((mpigpu.config.resident_copy_max_bytes // 8) + 100, cp.float64) for _ in range(2)]
     small[0][:] = cp.arange(1000)
     large[0][:] = cp.arange(large[0].size)
     for i in range(200):

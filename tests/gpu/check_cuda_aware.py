@@ -416,8 +416,12 @@ def frameworks():
     except Exception:  # noqa: BLE001 -- numba without its CUDA target: not checked
         pass
     try:
+        import jax
         import jax.numpy as jnp
-        makers['jax (sendbuf)'] = lambda v: jnp.asarray(v)
+        gpus = jax.devices('gpu')
+        # on this rank's GPU: JAX puts arrays on its first device otherwise, another rank's GPU
+        makers['jax (sendbuf)'] = lambda v: jax.device_put(jnp.asarray(v), gpus[rank % len(gpus)])
+        cp.cuda.Device(rank % cp.cuda.runtime.getDeviceCount()).use()  # JAX's start made another current
     except Exception:  # noqa: BLE001
         pass
     for name, make in makers.items():
@@ -444,6 +448,7 @@ def frameworks():
 # ---- speed: MPI.memory.fromaddress against the CuPy array ---------------------------------------
 
 def speed(nbytes=64 << 20, iters=10):
+    cp.cuda.Device(rank % cp.cuda.runtime.getDeviceCount()).use()  # JAX's calls may have made another current
     n = nbytes // 4
     a, b = cp.ones(n, cp.float32), cp.zeros(n * size, cp.float32)
     F = MPI.FLOAT

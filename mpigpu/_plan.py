@@ -13,6 +13,7 @@ from mpi4py import MPI
 
 from . import _cuda, _host_mpi, _plain
 from ._call import build, is_in_place
+from ._config import config
 from ._ext._intake import is_device
 from ._state import state_of
 from ._strided import as_spec
@@ -89,7 +90,7 @@ class Plan:
         (an event towards another stream would cross a CUDA graph capture's boundary)."""
         self.comm = comm
         st = self.st = state_of(comm)
-        if type(sendbuf) not in (list, tuple) or type(recvbuf) not in (list, tuple):
+        if config.strided_arrays:
             sendbuf, recvbuf = self._strided(name, coll, sendbuf, recvbuf)
         self.args, self.buffers = _host_args(coll, sendbuf, recvbuf, op, root)
         self.engine_args = self.device = None

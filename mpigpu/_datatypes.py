@@ -64,6 +64,12 @@ class Layout:
         """Dimensions of `count` instances: this layout's, then (count, extent) merged where it can."""
         return _normalize(self.offsets, self.lengths, self.dims + ((count, self.extent),))[2]
 
+    @property
+    def plain(self):
+        """One block from the buffer pointer whose extent is its size: any count of it is plain bytes,
+        which the paths move as they are (no packing)."""
+        return self.contiguous(1) and self.start == 0 and self.size == self.extent
+
     def contiguous(self, count=1):
         """True when `count` instances are one block starting `start` bytes from the pointer."""
         return self.size == 0 or (self.regular and not self.dims_for(count))

@@ -52,12 +52,24 @@ def datatype_of(value):
     if dt.is_predefined:
         return None
     lay = _datatypes.layout(dt)
-    return None if lay.contiguous(1) and lay.start == 0 and lay.size == lay.extent else dt
+    return None if lay.plain else dt
 
 
 def _unsized(obj):
     """True for mpi4py's memory or buffer of no length (MPI.memory.fromaddress(p, 0): a C pointer)."""
     return isinstance(obj, MPI.buffer) and len(obj) == 0 and obj.address != 0
+
+
+def check_within(name, label, rank, buf, lay, count, offset):
+    """Raises unless the type map of `count` instances from byte `offset` lies in the device buffer `buf`
+    (a raw address of no length, MPI.memory.fromaddress(p, 0), is C's pointer: the caller's business)."""
+    if not count or not buf.nbytes or not lay.size:
+        return
+    lo = offset + lay.true_lb + min(0, (count - 1) * lay.extent)
+    hi = offset + lay.true_lb + lay.true_extent + max(0, (count - 1) * lay.extent)
+    if lo < 0 or hi > buf.nbytes:
+        raise ValueArgumentError(name, f'{count} elements of the datatype reach bytes {lo}..{hi} of a buffer of '
+                                 f'{buf.nbytes}', arg=label, rank=rank, error_class=MPI.ERR_BUFFER)
 
 
 class Packed:
@@ -76,13 +88,7 @@ class Packed:
         if count is None:
             count = (buf.nbytes - offset) // lay.extent
         self.count, self.base = count, buf.ptr + offset
-        if count and buf.nbytes:  # the type map of `count` instances must lie in the buffer (a raw
-            # address of no length, MPI.memory.fromaddress(p, 0), is C's pointer: the caller's business)
-            lo = offset + lay.true_lb + min(0, (count - 1) * lay.extent)
-            hi = offset + lay.true_lb + lay.true_extent + max(0, (count - 1) * lay.extent)
-            if lo < 0 or hi > buf.nbytes:
-                raise ValueArgumentError(name, f'{count} elements of the datatype reach bytes {lo}..{hi} of a buffer '
-                                         f'of {buf.nbytes}', arg=label, rank=st.rank, error_class=MPI.ERR_BUFFER)
+        check_within(name, label, st.rank, buf, lay, count, offset)
         self.device = _cuda.device_of(name, label, st.rank, buf)
         self.stream = _cuda.stream_of(buf, self.device)
         self.nbytes = count * lay.size

@@ -20,8 +20,9 @@ import operator
 from mpi4py import MPI
 
 from .. import _cuda, _datatypes
+from .._call import unpack_spec
 from .._types import NATIVE
-from ..errors import Error
+from .packed import check_within
 
 SIMPLE, VECTOR, W = 'simple', 'vector', 'w'
 
@@ -107,8 +108,7 @@ def _wanted(dt, unsized):
         return True
     if dt.is_predefined:
         return False
-    lay = _datatypes.layout(dt)
-    return not (lay.contiguous(1) and lay.start == 0 and lay.size == lay.extent)
+    return not _datatypes.layout(dt).plain
 
 
 class _Unsupported(Exception):
@@ -142,31 +142,15 @@ def _ints(values, blocks):
 
 
 # ---- what a specification reaches -------------------------------------------------------------------------
-def _simple(rest, nbytes, blocks, elementwise):
+def _simple(name, label, rank, rest, nbytes, blocks, elementwise):
     """(runs, rewritten rest) of a simple message: one run from its displacement. `elementwise`: the
     packed bytes are described as elements of the base type (reductions: the element type decides, and
-    host MPIs reduce only named types), else as instances of the packed type."""
-    count = displ = dt = None
-    if len(rest) == 1:
-        x = rest[0]
-        if isinstance(x, MPI.Datatype):
-            dt = x
-        elif type(x) in (list, tuple) and len(x) == 2:
-            count, displ = x
-        else:
-            count = x
-    elif len(rest) == 2:
-        x, dt = rest
-        if type(x) in (list, tuple) and len(x) == 2:
-            count, displ = x
-        else:
-            count = x
-    elif len(rest) == 3:
-        count, displ, dt = rest
+    host MPIs reduce only named types), else as instances of the packed type. Read as point-to-point
+    reads a specification (_call.unpack_spec, whose errors are mpi4py's)."""
+    _obj, count, displ, dt = unpack_spec(name, label, rank, [None, *rest])
     if not _wanted(dt, not nbytes):
         raise _Unsupported
     lay = _datatypes.layout(dt)
-    displ = 0 if displ is None else _index(displ)
     if lay.extent <= 0 and (displ or count is None):
         raise _Unsupported  # mpi4py's error
     offset = displ * lay.extent
@@ -176,7 +160,6 @@ def _simple(rest, nbytes, blocks, elementwise):
             raise _Unsupported  # mpi4py's "cannot infer count"
         instances = length // lay.extent
     else:
-        count = _index(count)
         instances = count * max(blocks, 1)
     base = NATIVE[lay.code] if elementwise and lay.code >= 0 else None
     if base is not None:
@@ -304,7 +287,7 @@ def plan(name, label, rank, buf, device, rest, form, reduces):
         elif kind == VECTOR:
             runs, spec = _vector(rest, buf.nbytes, blocks)
         else:
-            runs, spec = _simple(rest, buf.nbytes, blocks, reduces)
+            runs, spec = _simple(name, label, rank, rest, buf.nbytes, blocks, reduces)
     except _Unsupported:
         return None
     codes = {lay.code for lay, *_ in runs}
@@ -314,21 +297,10 @@ def plan(name, label, rank, buf, device, rest, form, reduces):
     if buf.nbytes and nbytes > buf.nbytes:
         return None
     for lay, count, offset, _ in runs:
-        _check_bounds(name, label, rank, buf, lay, count, offset)
+        check_within(name, label, rank, buf, lay, count, offset)
     p = Packing()
     p.buf, p.device, p.runs, p.nbytes, p.rest = buf, device, runs, nbytes, spec
     p.stream = _cuda.stream_of(buf, device)
     p.code = codes.pop() if len(codes) == 1 else _datatypes.BYTES
     return p
 
-
-def _check_bounds(name, label, rank, buf, lay, count, offset):
-    """The type map of `count` instances from `offset` must lie in the buffer (a raw address of no
-    length, MPI.memory.fromaddress(p, 0), is C's pointer: the caller's business, as in MPI)."""
-    if not count or not buf.nbytes or not lay.size:
-        return
-    lo = offset + lay.true_lb + min(0, (count - 1) * lay.extent)
-    hi = offset + lay.true_lb + lay.true_extent + max(0, (count - 1) * lay.extent)
-    if lo < 0 or hi > buf.nbytes:
-        raise Error(name, f'{count} elements of the datatype reach bytes {lo}..{hi} of a buffer of {buf.nbytes}',
-                    arg=label, rank=rank, error_class=MPI.ERR_BUFFER)

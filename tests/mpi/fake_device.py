@@ -220,6 +220,19 @@ class FakeCAI:
         device_memory(self, a.ctypes.data, a.nbytes)
 
 
+def install_unless_gpu():
+    """The CUDA layer of a check that runs on either: with MPIGPU_CHECK_ON_GPU=1, CuPy on this rank's GPU
+    (the real layer; returns the cupy module), else this fake layer installed (returns None)."""
+    import os
+    if os.environ.get('MPIGPU_CHECK_ON_GPU') != '1':
+        install()
+        return None
+    import cupy
+    from mpi4py import MPI
+    cupy.cuda.Device(MPI.COMM_WORLD.Get_rank() % cupy.cuda.runtime.getDeviceCount()).use()
+    return cupy
+
+
 def install(layer=fake):
     """Makes `layer` (the fake above by default) mpigpu's CUDA layer: its one door, mpigpu._cuda."""
     from mpigpu import _cuda

@@ -13,19 +13,14 @@ import sys
 import numpy as np
 from mpi4py import MPI
 
-from fake_device import FakeCAI, install
+from fake_device import FakeCAI, install_unless_gpu
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import datatype_cases as cases  # noqa: E402
 
 # MPIGPU_CHECK_ON_GPU=1: the same checks on CuPy arrays of a real GPU, run through the real pack kernels
-# (tests/gpu, one GPU shared by the ranks with MPIGPU_SHARED_GPU=1)
-GPU = os.environ.get('MPIGPU_CHECK_ON_GPU') == '1'
-if GPU:
-    import cupy as cp
-    cp.cuda.Device(MPI.COMM_WORLD.Get_rank() % cp.cuda.runtime.getDeviceCount()).use()
-else:
-    install()
+cp = install_unless_gpu()
+GPU = cp is not None
 import mpigpu  # noqa: E402
 from mpigpu import _datatypes  # noqa: E402
 from mpigpu import _types as mpigpu_types  # noqa: E402
@@ -287,7 +282,7 @@ for name, (_make, counts_, overlapping) in sorted(cases.CASES.items()):
         run(f'{name} Bcast', lambda s, comm: comm.Bcast(spec(b, s, 1, dt), 0), b)
     if not dt.is_predefined and lay.code >= 0 and lay.size and mpigpu_types.NATIVE[lay.code] is not None:
         reductions(name, dt, c, multi=bool(fits))
-    derived = not dt.is_predefined and not (lay.contiguous(1) and lay.start == 0 and lay.size == lay.extent)
+    derived = not dt.is_predefined and not lay.plain
     if derived and lay.size:
         assert packed_runs[0] > before, f'{name}: no call was packed on the GPU'
     if not dt.is_predefined:

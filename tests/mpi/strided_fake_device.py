@@ -4,19 +4,15 @@ buffers: refused with BufferError by default, as mpi4py refuses them; with MPIGP
 into its strides, which is what plain mpi4py does with a contiguous copy of the array. Point-to-point,
 collectives, reductions (the element type decides) and the mirrored methods, with the fake CUDA layer.
 Run under mpiexec -n 1..3."""
-import os
 
 import numpy as np
 from mpi4py import MPI
 
-# MPIGPU_CHECK_ON_GPU=1: the same checks on CuPy views of a real GPU's arrays (benchmarks/device_session.sh)
-GPU = os.environ.get('MPIGPU_CHECK_ON_GPU') == '1'
-if GPU:
-    import cupy as cp
-    cp.cuda.Device(MPI.COMM_WORLD.Get_rank() % cp.cuda.runtime.getDeviceCount()).use()
-else:
-    from fake_device import device_memory, install
-    install()
+from fake_device import device_memory, install_unless_gpu
+
+# MPIGPU_CHECK_ON_GPU=1: the same checks on CuPy views of a real GPU's arrays
+cp = install_unless_gpu()
+GPU = cp is not None
 import mpigpu  # noqa: E402
 from mpigpu._config import config  # noqa: E402
 

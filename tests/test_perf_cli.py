@@ -171,7 +171,7 @@ def test_interleaved_rounds_alternate_and_take_the_best(monkeypatch):
 
     monkeypatch.setattr(sweep.time, 'perf_counter', lambda: now[0])
     pauses = [sweep.GcPauses(), sweep.GcPauses()]
-    ta, tb = sweep.time_interleaved(Comm(), [a, b], 2, 1, 5, pauses)
+    ta, tb = sweep.time_interleaved(Comm(), [a, b], [2, 2], [1, 1], 5, pauses)
     assert abs(ta - 1e-3) < 1e-12 and abs(tb - 2e-3) < 1e-12
     rounds = ''.join(order[2:])  # after one warm-up call of each
     assert rounds == 'aabb' 'bbaa' 'aabb' 'bbaa' 'aabb'

@@ -47,7 +47,9 @@ def _title(n, mem, a, names):
                 f'# x{"mpi4py":<7}= mpi4py\'s time / mpigpu\'s: the overhead mpigpu adds (1.00x: none).\n'
                 f'# Baselines: {", ".join(names)}')
     return (f'# mpigpu-perf: {n} ranks, {mem} buffers, engine algo {mpigpu.config.algo}, '
-            f'{a.timing} timing, baselines: {", ".join(names) or "none"}\n'
+            f'{a.timing} timing, baselines: {", ".join(names) or "none"}\n' + (
+                f'# mpigpu and the baselines are timed in {a.rounds} alternating rounds (the best round of each)\n'
+                if names and a.timing == 'blocking' else '') +
             f'# engine: {mpigpu.COMM_WORLD.engine_status()}' + (
                 '\n# [rail] / [leader] after a row: the hierarchical form that ran (docs/architecture.md)'
                 if mpigpu.COMM_WORLD.engine_status().startswith('hierarchical') else ''))
@@ -104,10 +106,15 @@ def main(argv=None):
                     def buffers(inplace):
                         return baselines.Buffers(xp, coll, count, dtype, n, rank, inplace, max(root, 0))
 
-                    if mem == 'host' and not isinstance(impls['mpi4py'], Exception):
-                        # the pair whose ratio is mpigpu's overhead, timed in alternating rounds
-                        row['oop'], row['baselines']['mpi4py'] = measure.interleaved(
-                            [mine, impls['mpi4py']], [buffers(False), buffers(False)], bop)
+                    # mpigpu and its baselines in alternating rounds (blocking timing): each ratio then
+                    # compares the two at the same moments (on host buffers, what mpigpu adds)
+                    paired = [] if measure.streamed else [
+                        x for x, impl in impls.items() if not isinstance(impl, Exception)]
+                    if paired:
+                        res = measure.interleaved([mine] + [impls[x] for x in paired],
+                                                  [buffers(False) for _ in range(len(paired) + 1)], bop)
+                        row['oop'] = res[0]
+                        row['baselines'].update(zip(paired, res[1:]))
                     else:
                         row['oop'] = measure.one(mine, buffers(False), bop)
                     if a.inplace and coll not in ('bcast', 'sendrecv'):

@@ -5,6 +5,7 @@ Each `Impl.make(coll, ...)` returns a function doing one blocking call on prepar
 """
 import os
 import socket
+from functools import partial
 
 import numpy as np
 from mpi4py import MPI
@@ -75,26 +76,25 @@ class Buffers:
 
 def mpi_call(comm, b, op, **kw):
     """The mpi4py-style call of a row on communicator `comm` (mpigpu or plain mpi4py); `kw` takes
-    mpigpu's stream= for stream-ordered timing."""
+    mpigpu's stream= for stream-ordered timing. Bound once (functools.partial): each call is then the
+    method's call alone, as in a program, with no keyword dictionary built when there is none."""
     c, root = b.coll, b.root
     mop = _OPS[op]
     s = MPI.IN_PLACE if b.inplace else b.send
     if c == 'allreduce':
-        return lambda: comm.Allreduce(s, b.recv, mop, **kw)
+        return partial(comm.Allreduce, s, b.recv, mop, **kw)
     if c == 'bcast':
-        return lambda: comm.Bcast(b.send, root, **kw)
+        return partial(comm.Bcast, b.send, root, **kw)
     if c == 'reduce_scatter_block':
-        return lambda: comm.Reduce_scatter_block(s, b.recv, mop, **kw)
+        return partial(comm.Reduce_scatter_block, s, b.recv, mop, **kw)
     if c == 'reduce':
         s2 = s if comm.Get_rank() == root else b.send
-        return lambda: comm.Reduce(s2, b.recv, mop, root, **kw)
+        return partial(comm.Reduce, s2, b.recv, mop, root, **kw)
     if c == 'allgather':
-        if b.inplace:
-            return lambda: comm.Allgather(MPI.IN_PLACE, b.recv, **kw)
-        return lambda: comm.Allgather(b.send, b.recv, **kw)
+        return partial(comm.Allgather, MPI.IN_PLACE if b.inplace else b.send, b.recv, **kw)
     if c == 'sendrecv':
         n, r = comm.Get_size(), comm.Get_rank()
-        return lambda: comm.Sendrecv(b.send, (r + 1) % n, 0, b.recv, (r - 1) % n, 0)
+        return partial(comm.Sendrecv, b.send, (r + 1) % n, 0, b.recv, (r - 1) % n, 0)
     raise ValueError(c)
 
 

@@ -1,5 +1,6 @@
-"""One row's measurements: an implementation's calls timed and checked, alone or, on host buffers,
-in alternating rounds with plain mpi4py's (so their ratio shows what mpigpu adds, not the load)."""
+"""One row's measurements: an implementation's calls timed and checked, alone or in alternating rounds
+with the baselines' (so their ratios compare the same moments, not the load; on host buffers, plain
+mpi4py's ratio shows what mpigpu adds)."""
 import numpy as np
 
 from . import baselines, sweep
@@ -55,10 +56,13 @@ class Measure:
                 out[i] = {'error': str(exc)}
         if not fns:
             return out
-        k = min(min(a.iters, sweep.plan_iters(comm, fn, a.iters, a.budget / a.rounds)) for _, fn in fns)
+        # each its own calls per round: a slow baseline (the staged path at 1 GB) must not cut the
+        # calls of a fast one
+        ks = [min(a.iters, sweep.plan_iters(comm, fn, a.iters, a.budget / a.rounds)) for _, fn in fns]
         pauses = [sweep.GcPauses() for _ in fns]
-        times = sweep.time_interleaved(comm, [fn for _, fn in fns], k, min(a.warmup_iters, k), a.rounds, pauses)
-        for (i, fn), t, p in zip(fns, times, pauses):
+        times = sweep.time_interleaved(comm, [fn for _, fn in fns], ks, [min(a.warmup_iters, k) for k in ks],
+                                       a.rounds, pauses)
+        for (i, fn), t, p, k in zip(fns, times, pauses, ks):
             res = {'time_us': t * 1e6, 'iters': k, 'rounds': a.rounds, **p.worst(comm)}
             self._finish(res, impls[i], bufs[i], op, fn)
             out[i] = res

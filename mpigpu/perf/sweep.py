@@ -112,14 +112,15 @@ def time_blocking_calls(comm, fn, iters, warmup):
 
 def time_interleaved(comm, fns, iters, warmup, rounds, pauses=None):
     """Seconds per call of each of `fns` (blocking calls), timed in `rounds` alternating rounds of
-    `iters` calls each (the order reversed every other round): the best round of each, a round's
+    iters[i] calls of fns[i] (after warmup[i] calls; the order reversed every other round): the best
+    round of each, a round's
     time being the slowest rank's average. Load from other processes comes and goes: timing two
     implementations one after the other gives each a different share of it, and on a busy machine a
     rank that loses its core for a time slice makes a whole round of microsecond calls slow. The
     best round of each, taken from rounds that alternate, compares the two at their least disturbed,
     so their ratio shows what one adds to the other. `pauses`: a GcPauses per fn."""
-    for fn in fns:
-        for _ in range(warmup):
+    for fn, w in zip(fns, warmup):
+        for _ in range(w):
             fn()
     local = [[] for _ in fns]
     for r in range(rounds):
@@ -128,9 +129,9 @@ def time_interleaved(comm, fns, iters, warmup, rounds, pauses=None):
             comm.Barrier()
             with pauses[i] if pauses else contextlib.nullcontext():
                 t0 = time.perf_counter()
-                for _ in range(iters):
+                for _ in range(iters[i]):
                     fns[i]()
-                local[i].append((time.perf_counter() - t0) / max(iters, 1))
+                local[i].append((time.perf_counter() - t0) / max(iters[i], 1))
     return [min(comm.allreduce(t, op=_MAX()) for t in ts) for ts in local]
 
 

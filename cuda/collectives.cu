@@ -359,15 +359,37 @@ static bool single_rank_form(const mg_team *t, const mg_call *c, mg::ResidentCal
   return true;
 }
 
+// A blocking call's wait for its stream. A stream with nothing left to run answers a query sooner than
+// a synchronize returns (docs/benchmarks.md, one rank: an in-place one-rank call is only this wait); a
+// busy one is synchronized, the query's time then hidden behind the GPU's work.
+static int wait_stream(uintptr_t stream) {
+  int idle = 0;
+  const int e = mg_stream_idle(stream, &idle);
+  return e || idle ? e : mg_stream_sync(stream);
+}
+
 // A blocking call with a resident form `r`: rung to the resident kernel when the stream is idle,
 // else launched in stream order and waited for.
 static int wait_resident(mg_team *t, const mg_call *call, const mg_call *prepared, const mg::ResidentCall &r,
                          uintptr_t stream) {
   int e;
   if (resident_ready(t, stream)) e = resident_run(t, r);
-  else if (!(e = enqueue(t, call, prepared, stream, 0))) e = mg_stream_sync(stream);
+  else if (!(e = enqueue(t, call, prepared, stream, 0))) e = wait_stream(stream);
   resident_returned(t);
   return call_result(t, e);
+}
+
+extern "C" int mg_collective_nothing(mg_team *t, uintptr_t stream, int *idle) {
+  *idle = 0;
+  if (team_broken(t)) return MG_ERR_BROKEN;
+  if (t->cfg.nranks != 1) return MG_ERR_ARG;
+  if (t->inflight && stream != t->last_stream) {
+    int e = rc(cudaStreamWaitEvent((cudaStream_t)stream, t->done, 0));
+    if (e) return e;
+  }
+  t->last_stream = stream;
+  t->inflight = 0;
+  return mg_stream_idle(stream, idle);
 }
 
 extern "C" int mg_collective_wait(mg_team *t, const mg_call *call, uintptr_t stream) {
@@ -385,5 +407,5 @@ extern "C" int mg_collective_wait(mg_team *t, const mg_call *call, uintptr_t str
     if (t->res.box && resident_form(t, &c, &r)) return wait_resident(t, call, prepared, r, stream);
   }
   int e = enqueue(t, call, prepared, stream, 0);
-  return call_result(t, e ? e : mg_stream_sync(stream));
+  return call_result(t, e ? e : wait_stream(stream));
 }

@@ -130,6 +130,8 @@ int mg_host_free(uintptr_t ptr);
 int mg_stream_create(uintptr_t *stream);          /* non-blocking stream on the current device */
 int mg_stream_destroy(uintptr_t stream);
 int mg_stream_sync(uintptr_t stream);
+/* *idle = 1 when `stream` has nothing left to run (a query: never blocks) */
+int mg_stream_idle(uintptr_t stream, int *idle);
 int mg_event_create(uintptr_t *event);            /* timing disabled */
 int mg_event_destroy(uintptr_t event);
 int mg_event_record(uintptr_t event, uintptr_t stream);
@@ -227,6 +229,10 @@ int mg_collective(mg_team *team, const mg_call *call, uintptr_t stream, int asyn
  * the team's resident kernel, with no launch; any other is enqueued on stream as by mg_collective and
  * the stream synchronized. */
 int mg_collective_wait(mg_team *team, const mg_call *call, uintptr_t stream);
+/* A one-rank team's blocking call with nothing to copy (Bcast, in place): ordered after the team's
+ * previous call as any call, then a query of stream. *idle = 0: work queued before the call is still
+ * running; the caller waits for it (mg_stream_sync, which may block: without the GIL). */
+int mg_collective_nothing(mg_team *team, uintptr_t stream, int *idle);
 /* mg_collective (async = 1) and mg_completion_start in one: the request completes with the call's
  * fault (MG_ERR_TIMEOUT, MG_ERR_ABORTED) if its kernel stopped. The team's device is current. */
 int mg_collective_request(mg_team *team, const mg_call *call, uintptr_t stream, void *request, int watch,

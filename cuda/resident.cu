@@ -73,9 +73,13 @@ static int launch_instance(mg_team *t) {
   a.epoch = ++r.epoch;
   a.linger_ns = r.linger_ns;
   void *params[] = {&a};
-  const void *kernel = t->cfg.nranks == 1 ? (const void *)mg::resident_copy_kernel : (const void *)mg::resident_kernel;
-  int e = rc(cudaLaunchKernel(kernel, dim3(t->cfg.resident_blocks), dim3(mg::kThreads),
-                              params, 0, r.stream));
+  // A one-rank team's instance only copies, in a kernel that takes half an SM's registers: one block
+  // per SM, so its copies run at the memory's bandwidth (docs/benchmarks.md, one rank: 64 blocks took
+  // a 32 MB copy to 0.95x NCCL's time, one per SM to 1.07-1.09x), and kernels launched beside it still fit.
+  const bool copies = t->cfg.nranks == 1;
+  const void *kernel = copies ? (const void *)mg::resident_copy_kernel : (const void *)mg::resident_kernel;
+  const int blocks = copies && t->sm_count > 0 ? t->sm_count : t->cfg.resident_blocks;
+  int e = rc(cudaLaunchKernel(kernel, dim3(blocks), dim3(mg::kThreads), params, 0, r.stream));
   if (e) return e;
   r.running = 1;
   ++r.launches;
@@ -118,8 +122,8 @@ int resident_ready(mg_team *t, uintptr_t stream) {
     }
     t->inflight = 0;
   }
-  if (cudaStreamQuery((cudaStream_t)stream) != cudaSuccess) {  // work queued before the call: launch after it
-    cudaGetLastError();
+  int idle = 0;
+  if (mg_stream_idle(stream, &idle) || !idle) {  // work queued before the call: launch after it
     resident_stop(t);
     return 0;
   }

@@ -89,6 +89,13 @@ int mg_stream_create(uintptr_t *stream) {
 }
 int mg_stream_destroy(uintptr_t stream) { return rc(cudaStreamDestroy((cudaStream_t)stream)); }
 int mg_stream_sync(uintptr_t stream) { return rc(cudaStreamSynchronize((cudaStream_t)stream)); }
+int mg_stream_idle(uintptr_t stream, int *idle) {
+  const cudaError_t e = cudaStreamQuery((cudaStream_t)stream);
+  *idle = e == cudaSuccess;
+  if (e == cudaSuccess) return 0;
+  cudaGetLastError();  // returned here, not left for a later launch's check to find
+  return e == cudaErrorNotReady ? 0 : rc(e);
+}
 int mg_event_create(uintptr_t *event) {
   cudaEvent_t ev = nullptr;
   int e = rc(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));

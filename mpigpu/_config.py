@@ -88,7 +88,7 @@ class Config:
         self.resident_blocks = _int('MPIGPU_RESIDENT_BLOCKS', 64, 1, 128)
         self.resident_max_bytes = _int('MPIGPU_RESIDENT_MAX_BYTES', 2 << 20, 0, 1 << 31)
         # A one-rank team's largest copy that runs in its resident kernel (larger ones are launched).
-        self.resident_copy_max_bytes = _int('MPIGPU_RESIDENT_COPY_MAX_BYTES', 8 << 20, 0, 1 << 31)
+        self.resident_copy_max_bytes = _int('MPIGPU_RESIDENT_COPY_MAX_BYTES', 64 << 20, 0, 1 << 31)
         # Staged path: chunk of the host pipeline.
         self.stage_chunk_bytes = _int('MPIGPU_STAGE_CHUNK_BYTES', 4 << 20, 4096, 1 << 30)
         # Point-to-point: messages from this size up go GPU to GPU over the peer mappings.

@@ -11,6 +11,7 @@ from mpi4py import MPI
 
 from . import _bsend, _methods, _pickle, _plain, _state, objects
 from ._codes import Coll
+from ._ext import _front
 from ._ext._intake import any_device, is_device
 from ._paths import p2p, requests
 from ._paths.engine import fast_entry
@@ -24,14 +25,18 @@ _SUM = MPI.SUM
 
 
 _any_device = any_device  # a collective with a device buffer (else its host buffers go to mpi4py untouched)
-try_fast = fast_entry()   # the Cython fast path for the common call, once a communicator's team is up
+
+
+def _general(comm, name, coll, sendbuf, recvbuf, op, root):
+    """A blocking engine collective on device buffers that the fast path did not take."""
+    return Plan(comm, name, coll, sendbuf, recvbuf, op, root).run()
+
+
+_front.bind(fast_entry(_front.ENTRY_CAPSULE), _general, _state._CACHE)
 # mpi4py's methods, bound once (the host path's call is then one lookup fewer)
 (_Isend, _Issend, _Irsend, _Ibsend, _Irecv, _Send, _Ssend, _Rsend, _Bsend, _Recv, _Sendrecv) = (
     _plain.Comm.Isend, _plain.Comm.Issend, _plain.Comm.Irsend, _plain.Comm.Ibsend, _plain.Comm.Irecv, _plain.Comm.Send,
     _plain.Comm.Ssend, _plain.Comm.Rsend, _plain.Comm.Bsend, _plain.Comm.Recv, _plain.Comm.Sendrecv)
-_Allreduce, _Bcast, _Reduce_scatter_block, _Reduce, _Allgather = (
-    _plain.Intracomm.Allreduce, _plain.Intracomm.Bcast, _plain.Intracomm.Reduce_scatter_block, _plain.Intracomm.Reduce,
-    _plain.Intracomm.Allgather)
 
 
 def _rank(comm):
@@ -228,60 +233,18 @@ class _EngineCollectives:
     subclass may call MPI.Cartcomm.__new__.)"""
 
     # ---- the engine's collectives with MPI semantics ------------------------------------------------
-    # stream=: for device buffers, enqueue on that CUDA stream and return at once, as NCCL does (the
-    # result is there when the stream reaches it; usable inside CUDA graph capture once the
-    # communicator's first GPU call has set up its team). Producers must be ordered before it.
-    def Allreduce(self, sendbuf, recvbuf, op=_SUM, *, stream=None):
-        if stream is not None:
-            return self._on_stream(_ALLREDUCE, sendbuf, recvbuf, op, 0, stream)
-        if not _any_device(sendbuf, recvbuf):
-            return _Allreduce(self, sendbuf, recvbuf, op)
-        if try_fast(self, _ALLREDUCE, sendbuf, recvbuf, op):
-            return None
-        return Plan(self, 'Allreduce', _ALLREDUCE, sendbuf, recvbuf, op, 0).run()
-
-    def Bcast(self, buf, root=0, *, stream=None):
-        if stream is not None:
-            return self._on_stream(_BCAST, None, buf, None, root, stream)
-        if not _any_device(None, buf):
-            return _Bcast(self, buf, root)
-        if try_fast(self, _BCAST, None, buf, None, root):
-            return None
-        return Plan(self, 'Bcast', _BCAST, None, buf, None, root).run()
-
-    def Reduce_scatter_block(self, sendbuf, recvbuf, op=_SUM, *, stream=None):
-        if stream is not None:
-            return self._on_stream(_REDUCE_SCATTER_BLOCK, sendbuf, recvbuf, op, 0, stream)
-        if not _any_device(sendbuf, recvbuf):
-            return _Reduce_scatter_block(self, sendbuf, recvbuf, op)
-        if try_fast(self, _REDUCE_SCATTER_BLOCK, sendbuf, recvbuf, op):
-            return None
-        return Plan(self, 'Reduce_scatter_block', _REDUCE_SCATTER_BLOCK, sendbuf, recvbuf, op, 0).run()
-
-    def Reduce(self, sendbuf, recvbuf, op=_SUM, root=0, *, stream=None):
-        rbuf = recvbuf if _rank(self) == root else None
-        if stream is not None:
-            return self._on_stream(_REDUCE, sendbuf, rbuf, op, root, stream)
-        if not _any_device(sendbuf, rbuf):
-            return _Reduce(self, sendbuf, recvbuf, op, root)
-        if try_fast(self, _REDUCE, sendbuf, rbuf, op, root):
-            return None
-        return Plan(self, 'Reduce', _REDUCE, sendbuf, rbuf, op, root).run()
-
-    def Allgather(self, sendbuf, recvbuf, *, stream=None):
-        if stream is not None:
-            return self._on_stream(_ALLGATHER, sendbuf, recvbuf, None, 0, stream)
-        if not _any_device(sendbuf, recvbuf):
-            return _Allgather(self, sendbuf, recvbuf)
-        if try_fast(self, _ALLGATHER, sendbuf, recvbuf, None):
-            return None
-        return Plan(self, 'Allgather', _ALLGATHER, sendbuf, recvbuf, None, 0).run()
+    # In Cython (mpigpu/_ext/_front.pyx): host buffers to mpi4py, device buffers to the fast path, else
+    # _general or _on_stream below. stream=: for device buffers, enqueue on that CUDA stream and return
+    # at once, as NCCL does (the result is there when the stream reaches it; usable inside CUDA graph
+    # capture once the communicator's first GPU call has set up its team). Producers must be ordered
+    # before it.
+    Allreduce, Bcast, Reduce_scatter_block, Reduce, Allgather = (
+        _front.Allreduce, _front.Bcast, _front.Reduce_scatter_block, _front.Reduce, _front.Allgather)
 
     def _on_stream(self, coll, sendbuf, recvbuf, op, root, stream):
+        """A stream= call the fast path did not take."""
         name = Coll(coll).mpi_name
         handle = _stream_handle(name, _rank(self), stream)
-        if try_fast(self, coll, sendbuf, recvbuf, op, root, handle):
-            return None
         if not _any_device(sendbuf, recvbuf):
             raise Error(name, 'stream= needs device buffers (host buffers go to MPI, which has no streams)',
                         arg='stream', rank=self.Get_rank(), error_class=MPI.ERR_ARG)

@@ -11,6 +11,7 @@ include "_geometry.pxi"
 from cpython.buffer cimport PyBUF_WRITABLE, PyBUF_FORMAT, PyBUF_ND
 from libc.stdint cimport intptr_t, uint32_t, uint64_t, uintptr_t
 from cpython.pyport cimport PY_SSIZE_T_MAX
+from cpython.pycapsule cimport PyCapsule_GetName, PyCapsule_GetPointer, PyCapsule_IsValid, PyCapsule_New
 from libc.string cimport memcpy
 
 cdef extern from "mpigpu_cuda.h" nogil:
@@ -43,6 +44,7 @@ cdef extern from "mpigpu_cuda.h" nogil:
     int mg_stream_create(uintptr_t *stream)
     int mg_stream_destroy(uintptr_t stream)
     int mg_stream_sync(uintptr_t stream)
+    int mg_stream_idle(uintptr_t stream, int *idle)
     int mg_event_create(uintptr_t *event)
     int mg_event_destroy(uintptr_t event)
     int mg_event_record(uintptr_t event, uintptr_t stream)
@@ -89,6 +91,7 @@ cdef extern from "mpigpu_cuda.h" nogil:
     int mg_select(const mg_team *team, mg_call *call)
     int mg_collective(mg_team *team, const mg_call *call, uintptr_t stream, int async_)
     int mg_collective_wait(mg_team *team, const mg_call *call, uintptr_t stream)
+    int mg_collective_nothing(mg_team *team, uintptr_t stream, int *idle)
     int mg_collective_request(mg_team *team, const mg_call *call, uintptr_t stream, void *request, int watch,
                               uint64_t *ticket)
 
@@ -214,6 +217,13 @@ cpdef stream_sync(uintptr_t s):
     with nogil:
         e = mg_stream_sync(s)
     check(e, 'cudaStreamSynchronize')
+
+
+cpdef bint stream_idle(uintptr_t s) except -1:
+    """Whether stream `s` has nothing left to run (a query: never blocks)."""
+    cdef int idle = 0
+    check(mg_stream_idle(s, &idle), 'cudaStreamQuery')
+    return idle != 0
 
 
 def event_create():
@@ -488,6 +498,19 @@ cdef class Team:
         else:
             check(mg_collective(self.t, &c, stream, 1), 'collective launch')
 
+    cdef int run_nothing(self, uintptr_t stream) except -1:
+        """A one-rank team's blocking call with nothing to copy (Bcast, in place): the wait for `stream`
+        alone, the GIL released only if the stream is still busy (a query answers an idle one)."""
+        cdef int e, idle = 0
+        if self.t == NULL:
+            raise DeviceError(MG_ERR_TEAM, 'collective on a released team')
+        check(mg_collective_nothing(self.t, stream, &idle), 'collective')
+        if not idle:
+            with nogil:
+                e = mg_stream_sync(stream)
+            check(e, 'collective')
+        return 0
+
     cpdef uint64_t run_request(self, int coll, int algo, int dtype, int op, uintptr_t send, uintptr_t recv,
                                size_t count, int root, int nchannels, uintptr_t stream, uintptr_t request,
                                bint watch) except? 0:
@@ -606,6 +629,30 @@ cdef object _INTPTR_LIMIT = (<object>1) << (8 * sizeof(uintptr_t) - 1)
 cdef object _cupy_ndarray = None      # cupy.ndarray, once CuPy has been imported by the program
 cdef object _cupy_current_stream = None
 cdef dict _NUM_CODE = {}              # numpy dtype.num -> mg_dtype code
+cdef object _last_dtype = None        # the last array's dtype object and its code: programs repeat them
+cdef int _last_code = -1
+
+# CuPy's own C function for its current stream (cupy_backends.cuda.stream declares it in its .pxd, so
+# Cython exports it to other modules), called directly: CuPy has no Python function for the pointer
+# alone, and a blocking one-rank call with nothing to copy is ~2 us in all, where each Python call
+# counts (docs/benchmarks.md, one rank). Where the export is missing or its signature differs, the
+# Python call (get_current_stream().ptr).
+ctypedef intptr_t (*_stream_ptr_fn)() except *
+cdef _stream_ptr_fn _cupy_stream_c = NULL
+cdef bytes _CUPY_STREAM_SIGNATURE = b'intptr_t (void)'
+
+
+cdef _stream_ptr_fn _cupy_stream_function():
+    """CuPy's get_current_stream_ptr, where its module exports it with the signature expected."""
+    backend = sys.modules.get('cupy_backends.cuda.stream')
+    capi = getattr(backend, '__pyx_capi__', None)
+    cap = capi.get('get_current_stream_ptr') if type(capi) is dict else None
+    if cap is None:
+        return NULL
+    name = PyCapsule_GetName(cap)
+    if name == NULL or <bytes>name != _CUPY_STREAM_SIGNATURE or not PyCapsule_IsValid(cap, name):
+        return NULL
+    return <_stream_ptr_fn>PyCapsule_GetPointer(cap, name)
 
 
 cdef int _cupy_attach() except -1:
@@ -619,11 +666,10 @@ cdef int _cupy_attach() except -1:
         key = ('|b1' if dt.kind == 'b' else ('|' if dt.itemsize == 1 else '<') + dt.kind + str(dt.itemsize))
         if key in _CAI_CODE:
             _NUM_CODE[dt.num] = _CAI_CODE[key]
-    # the pointer alone where CuPy exports it (no Stream object per call)
-    _cupy_current_stream = getattr(m.cuda.stream, 'get_current_stream_ptr', None)
-    if _cupy_current_stream is None:
-        get = m.cuda.get_current_stream
-        _cupy_current_stream = lambda: get().ptr
+    global _cupy_stream_c
+    _cupy_stream_c = _cupy_stream_function()
+    get = m.cuda.get_current_stream
+    _cupy_current_stream = lambda: get().ptr
     _cupy_ndarray = m.ndarray
     return 1
 
@@ -632,22 +678,26 @@ cdef inline bint _cupy(object obj, uintptr_t *ptr, Py_ssize_t *count, int *dtype
     """Reads a C-contiguous cupy.ndarray (exactly that type); False when obj is not one."""
     if _cupy_ndarray is None and not _cupy_attach():
         return False
+    global _last_dtype, _last_code
     if type(obj) is not _cupy_ndarray or not obj._c_contiguous:
         return False
-    code = _NUM_CODE.get(obj.dtype.num)
-    if code is None:
-        return False
+    dt = obj.dtype
+    if dt is not _last_dtype:
+        code = _NUM_CODE.get(dt.num)
+        if code is None:
+            return False
+        _last_dtype, _last_code = dt, code
     mp = obj.data
     ptr[0] = <uintptr_t>mp.ptr
     count[0] = obj.size
-    dtype[0] = code
+    dtype[0] = _last_code
     device[0] = mp.device_id
     return True
 
 
 cdef inline Py_ssize_t _cupy_stream():
     """CuPy's current stream as its __cuda_array_interface__ reports it (1: the legacy default)."""
-    cdef Py_ssize_t p = _cupy_current_stream()
+    cdef Py_ssize_t p = _cupy_stream_c() if _cupy_stream_c != NULL else _cupy_current_stream()
     return p if p != 0 else 1
 
 
@@ -765,6 +815,8 @@ cpdef int fast_collective(Team team, int device, int coll, object sendbuf, objec
         return 0
     if stream >= 0:
         team.run(coll, algo, rd, op_code, sp, rp, count, root, nchannels, <uintptr_t>stream, False)
+    elif one_buffer and team.nranks == 1:
+        team.run_nothing(<uintptr_t>rs)
     else:
         team.run(coll, algo, rd, op_code, sp, rp, count, root, nchannels, <uintptr_t>rs, True)
     return 1
@@ -780,6 +832,10 @@ cdef dict _entry_algos = None         # MPIGPU_ALGO value -> algorithm code
 cdef object _entry_failed = None      # (state, coll, DeviceError) -> the mpigpu.Error to raise
 cdef type _entry_op_type = None
 cdef object _entry_in_place = None
+# The last op's code: a program passes the same op object call after call. Only predefined ops have
+# codes, and their handles never change (MPI cannot free them).
+cdef object _entry_last_op = None
+cdef int _entry_last_code = -1
 
 
 def bind_fast_entry(state_key, op_codes, config, algos, failed, op_type, in_place):
@@ -787,6 +843,8 @@ def bind_fast_entry(state_key, op_codes, config, algos, failed, op_type, in_plac
     global _entry_key, _entry_ops, _entry_config, _entry_algos, _entry_failed, _entry_op_type, _entry_in_place
     _entry_key, _entry_ops, _entry_config, _entry_algos = state_key, dict(op_codes), config, dict(algos)
     _entry_failed, _entry_op_type, _entry_in_place = failed, op_type, in_place
+    global _entry_last_op
+    _entry_last_op = None
 
 
 cpdef bint fast_entry(object comm, int coll, object sendbuf, object recvbuf, object op, int root=0,
@@ -794,28 +852,56 @@ cpdef bint fast_entry(object comm, int coll, object sendbuf, object recvbuf, obj
     """fast_collective for communicator `comm` once its device team is up: True when it ran the call,
     False when the general path must take it (no state or team yet, an op the engine lacks, anything
     unusual about the buffers)."""
+    global _entry_last_op, _entry_last_code
     cdef int code = 0
+    cdef dict attrs
+    cdef Team team
     try:
-        st = comm.__dict__.get(_entry_key)
+        attrs = comm.__dict__
     except AttributeError:  # mpi4py's own objects, which mpigpu's unbound methods may be called on
         return False
+    st = attrs.get(_entry_key)
     if st is None:
         return False
     team = st.team
     if team is None:
         return False
     if coll != MG_ALLGATHER and coll != MG_BCAST:
-        if not isinstance(op, _entry_op_type):
-            return False
-        code = _entry_ops.get(op.handle, -1)
-        if code < 0:
-            return False
-    cfg = _entry_config
+        if op is _entry_last_op:
+            code = _entry_last_code
+        else:
+            if not isinstance(op, _entry_op_type):
+                return False
+            code = _entry_ops.get(op.handle, -1)
+            if code < 0:
+                return False
+            _entry_last_op, _entry_last_code = op, code
+    cdef bint in_place = sendbuf is _entry_in_place
+    cdef int algo = 0, nchannels = 0
+    if team.nranks != 1:  # a one-rank team's calls are copies: no algorithm or channels to choose
+        cfg = _entry_config
+        algo, nchannels = _entry_algos.get(cfg.algo, 0), cfg.nchannels
     try:
-        return fast_collective(<Team?>team, st.device, coll, sendbuf, recvbuf, code, root, sendbuf is _entry_in_place,
-                               _entry_algos.get(cfg.algo, 0), cfg.nchannels, stream) == 1
+        return fast_collective(team, team.device, coll, sendbuf, recvbuf, code, root, in_place, algo, nchannels,
+                               stream) == 1
     except DeviceError as exc:
         raise _entry_failed(st, coll, exc) from None
+
+
+cdef int _fast_entry_c(object comm, int coll, object sendbuf, object recvbuf, object op, int root,
+                       Py_ssize_t stream) except -1:
+    return fast_entry(comm, coll, sendbuf, recvbuf, op, root, stream)
+
+
+cdef bytes _capsule_name = None  # a capsule keeps a pointer to its name: held here for good
+
+
+def fast_entry_capsule(bytes name):
+    """fast_entry as a C function in a capsule called `name`: the communicators' methods
+    (mpigpu/_ext/_front.pyx) call it with no Python call in between."""
+    global _capsule_name
+    _capsule_name = name
+    return PyCapsule_New(<void *>_fast_entry_c, <const char *>_capsule_name, NULL)
 
 
 include "_pack.pxi"

@@ -54,12 +54,13 @@ def _failed(st, coll, exc):
     return st.failed(Coll(coll).mpi_name, exc)
 
 
-def fast_entry():
-    """The fast path's entry the communicators call: the CUDA layer's own (one Cython call from the
-    method to the kernel) where it has one, else try_fast (the CPU tests' fake layer)."""
-    entry = getattr(_cuda.device, 'fast_entry', None)
-    if entry is None:
+def fast_entry(capsule_name):
+    """The fast path's entry the communicators' methods call: the CUDA layer's own, as a C function in
+    a capsule of that name (no Python call from the method to the kernel), where it has one; else
+    try_fast (the CPU tests' fake layer)."""
+    make = getattr(_cuda.device, 'fast_entry_capsule', None)
+    if make is None:
         return try_fast
     _cuda.device.bind_fast_entry(_CACHE_KEY, {h: int(c) for h, c in OP_CODE.items()}, config,
                                  {k: int(a) for k, a in _ALGO_OF.items()}, _failed, MPI.Op, _IN_PLACE)
-    return entry
+    return make(capsule_name)

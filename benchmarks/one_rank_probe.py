@@ -1,4 +1,4 @@
-"""One-rank probe (not a user tool): `mpirun -n 1 python benchmarks/one_rank_probe.py`.
+"""One-rank probe (not a user tool): `mpirun -n 1 python benchmarks/one_rank_probe.py [--mb 32,64,128]`.
 
 A collective of one rank is a copy of its input into its output (or nothing, in place): this puts
 mpigpu's blocking out-of-place and in-place Allreduce beside NCCL's (cupy.cuda.nccl, one rank, stream
@@ -6,6 +6,7 @@ synchronized after each call), the driver's copy (cudaMemcpyAsync + synchronize)
 kernel, per size, interleaved round by round; best of the rounds' medians, us per call. Says where a
 one-rank call's time goes: the copy itself, or host work around it.
 """
+import sys
 import time
 
 import cupy as cp
@@ -16,12 +17,15 @@ from mpi4py import MPI
 import mpigpu
 from mpigpu import _cuda
 from mpigpu._codes import Algo, Coll, Dtype, Op
+from mpigpu._ext._intake import any_device
 from mpigpu._state import state_of
 
 dm = _cuda.device
 
 comm = mpigpu.COMM_SELF
-SIZES = [8, 1 << 10, 64 << 10, 1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20, 64 << 20, 256 << 20]
+SIZES = [8, 1 << 10, 64 << 10, 1 << 20, 4 << 20, 8 << 20, 16 << 20, 32 << 20, 64 << 20, 128 << 20, 256 << 20]
+if len(sys.argv) > 2 and sys.argv[1] == '--mb':  # other sizes, in MiB: --mb 32,64,128
+    SIZES = [int(m) << 20 for m in sys.argv[2].split(',')]
 ROUNDS, BUDGET_S = 7, 0.05
 
 nc = nccl.NcclCommunicator(1, nccl.get_unique_id(), 0)
@@ -37,6 +41,32 @@ extern "C" __global__ void copy16(const uint4 *__restrict__ s, uint4 *__restrict
   for (; i < n; i += step) d[i] = s[i];
 }''', 'copy16')
 SMS = cp.cuda.Device().attributes['MultiProcessorCount']
+
+
+def python_allreduce(comm, sendbuf, recvbuf, op=MPI.SUM, *, stream=None):
+    """The Allreduce method as a Python function, as it was before mpigpu/_ext/_front.pyx: what the
+    Cython method saves is this column's time less mpigpu's."""
+    if stream is not None:
+        raise NotImplementedError
+    if not any_device(sendbuf, recvbuf):
+        raise NotImplementedError
+    if dm.fast_entry(comm, Coll.ALLREDUCE, sendbuf, recvbuf, op):
+        return None
+    raise RuntimeError('the fast path declined')
+
+
+def idle_waits():
+    """us per call of cudaStreamQuery and cudaStreamSynchronize, from CuPy and through mpigpu's stream_idle,
+    on idle streams (legacy default and non-blocking): what a call that has nothing to copy waits at
+    least."""
+    out = {}
+    rt = cp.cuda.runtime
+    for name, ptr in (('legacy', 1), ('non-blocking', stream.ptr)):
+        for what, fn in (('query', rt.streamQuery), ('synchronize', rt.streamSynchronize),
+                         ("mpigpu's query", dm.stream_idle)):
+            best = min(timed(lambda: fn(ptr), 8) for _ in range(ROUNDS))
+            out[f'{what} ({name})'] = best
+    return out
 
 
 def timed(fn, nbytes):
@@ -98,13 +128,20 @@ def main():
         def team_run():
             st.team.run(*args)
 
-        def mg_memcpy():
-            dm.memcpy_async(ys.data.ptr, xs.data.ptr, nbytes, stream.ptr)
-            dm.stream_sync(stream.ptr)
+        def python_method():
+            python_allreduce(comm, x, y, MPI.SUM)
+
+        def mg_bcast():
+            comm.Bcast(y)
+
+        def nccl_bcast():
+            nc.bcast(ys.data.ptr, n, nccl.NCCL_FLOAT32, 0, stream.ptr)
+            stream.synchronize()
 
         impls = {'mpigpu': mg_out, 'NCCL': nccl_out, 'memcpy': memcpy, 'kernel': kernel,
-                 'mpigpu in place': mg_in, 'NCCL in place': nccl_in, 'mpigpu (stream)': mg_stream,
-                 'memcpy (legacy)': memcpy_legacy, 'team.run': team_run, 'mpigpu memcpy': mg_memcpy}
+                 'mpigpu in place': mg_in, 'NCCL in place': nccl_in, 'mpigpu Bcast': mg_bcast,
+                 'NCCL Bcast': nccl_bcast, 'mpigpu (stream)': mg_stream, 'memcpy (legacy)': memcpy_legacy,
+                 'team.run': team_run, 'Python method': python_method}
         res = {k: [] for k in impls}
         for _ in range(ROUNDS):
             for k, fn in impls.items():
@@ -112,11 +149,13 @@ def main():
         best = {k: min(v) for k, v in res.items()}
         assert cp.array_equal(y, x)
         rows.append((nbytes, best))
+    print('idle stream, us per call: ' + ', '.join(f'{k} {v:.2f}' for k, v in idle_waits().items()))
     keys = list(rows[0][1])
-    print('bytes | ' + ' | '.join(keys) + ' | NCCL/mpigpu | NCCL in place/mpigpu in place')
+    print('bytes | ' + ' | '.join(keys) + ' | NCCL/mpigpu | in place | Bcast')
     for nbytes, best in rows:
         print(f'{nbytes} | ' + ' | '.join(f'{best[k]:.1f}' for k in keys)
-              + f' | {best["NCCL"] / best["mpigpu"]:.2f}x | {best["NCCL in place"] / best["mpigpu in place"]:.2f}x')
+              + f' | {best["NCCL"] / best["mpigpu"]:.2f}x | {best["NCCL in place"] / best["mpigpu in place"]:.2f}x'
+              + f' | {best["NCCL Bcast"] / best["mpigpu Bcast"]:.2f}x')
 
 
 main()

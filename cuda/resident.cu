@@ -75,7 +75,7 @@ static int launch_instance(mg_team *t) {
   void *params[] = {&a};
   // A one-rank team's instance only copies, in a kernel that takes half an SM's registers: one block
   // per SM, so its copies run at the memory's bandwidth (docs/benchmarks.md, one rank: 64 blocks took
-  // a 32 MB copy to 0.95x NCCL's time, one per SM to 1.07-1.09x), and kernels launched beside it still fit.
+  // a 32 MB copy to 0.95x NCCL's time, one per SM to 1.05-1.12x), and kernels launched beside it still fit.
   const bool copies = t->cfg.nranks == 1;
   const void *kernel = copies ? (const void *)mg::resident_copy_kernel : (const void *)mg::resident_kernel;
   const int blocks = copies && t->sm_count > 0 ? t->sm_count : t->cfg.resident_blocks;

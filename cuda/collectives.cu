@@ -270,17 +270,22 @@ static bool capturing(uintptr_t stream) {
   return cs != cudaStreamCaptureStatusNone;
 }
 
+// Orders what is enqueued next on `stream` after the team's previous call: a non-blocking one on another
+// stream may still run (`inflight`), so the stream waits for its `done` event.
+static int after_previous(const mg_team *t, uintptr_t stream) {
+  if (!t->inflight || stream == t->last_stream) return 0;
+  return rc(cudaStreamWaitEvent((cudaStream_t)stream, t->done, 0));
+}
+
 // Enqueues a call on `stream` after the team's previous one; `prepared`, when not null, is the call
 // already prepared.
 static int enqueue(mg_team *t, const mg_call *call, const mg_call *prepared, uintptr_t stream, int async) {
   // A call captured into a graph runs when the graph is launched, ordered by the user's stream: no
   // event crosses the capture boundary (CUDA forbids it), and nothing is in flight now.
   const bool cap = async && capturing(stream);
-  if (t->inflight && stream != t->last_stream && !cap) {
-    int e = rc(cudaStreamWaitEvent((cudaStream_t)stream, t->done, 0));
-    if (e) return e;
-  }
-  int e = prepared ? launch_prepared(t, prepared, stream) : launch(t, call, stream);
+  int e = cap ? 0 : after_previous(t, stream);
+  if (e) return e;
+  e = prepared ? launch_prepared(t, prepared, stream) : launch(t, call, stream);
   if (e) return e;
   t->last_stream = stream;
   t->inflight = 0;
@@ -362,7 +367,7 @@ static bool single_rank_form(const mg_team *t, const mg_call *c, mg::ResidentCal
 // A blocking call's wait for its stream. A stream with nothing left to run answers a query sooner than
 // a synchronize returns (docs/benchmarks.md, one rank: an in-place one-rank call is only this wait); a
 // busy one is synchronized, the query's time then hidden behind the GPU's work.
-static int wait_stream(uintptr_t stream) {
+int stream_wait(uintptr_t stream) {
   int idle = 0;
   const int e = mg_stream_idle(stream, &idle);
   return e || idle ? e : mg_stream_sync(stream);
@@ -374,7 +379,7 @@ static int wait_resident(mg_team *t, const mg_call *call, const mg_call *prepare
                          uintptr_t stream) {
   int e;
   if (resident_ready(t, stream)) e = resident_run(t, r);
-  else if (!(e = enqueue(t, call, prepared, stream, 0))) e = wait_stream(stream);
+  else if (!(e = enqueue(t, call, prepared, stream, 0))) e = stream_done_wait(t, stream);
   resident_returned(t);
   return call_result(t, e);
 }
@@ -383,14 +388,14 @@ extern "C" int mg_collective_nothing(mg_team *t, uintptr_t stream, int *idle) {
   *idle = 0;
   if (team_broken(t)) return MG_ERR_BROKEN;
   if (t->cfg.nranks != 1) return MG_ERR_ARG;
-  if (t->inflight && stream != t->last_stream) {
-    int e = rc(cudaStreamWaitEvent((cudaStream_t)stream, t->done, 0));
-    if (e) return e;
-  }
+  int e = after_previous(t, stream);
+  if (e) return e;
   t->last_stream = stream;
   t->inflight = 0;
   return mg_stream_idle(stream, idle);
 }
+
+extern "C" int mg_collective_wait_queued(mg_team *t, uintptr_t stream) { return stream_done_wait(t, stream); }
 
 extern "C" int mg_collective_wait(mg_team *t, const mg_call *call, uintptr_t stream) {
   if (team_broken(t)) return MG_ERR_BROKEN;
@@ -407,5 +412,5 @@ extern "C" int mg_collective_wait(mg_team *t, const mg_call *call, uintptr_t str
     if (t->res.box && resident_form(t, &c, &r)) return wait_resident(t, call, prepared, r, stream);
   }
   int e = enqueue(t, call, prepared, stream, 0);
-  return call_result(t, e ? e : wait_stream(stream));
+  return call_result(t, e ? e : stream_done_wait(t, stream));
 }

@@ -227,12 +227,14 @@ int mg_collective(mg_team *team, const mg_call *call, uintptr_t stream, int asyn
 /* A blocking call: returns once the output holds the result, ordered after the work queued on stream
  * before it. An LL call, or an LL128 call of at most resident_max_bytes, with nothing queued runs in
  * the team's resident kernel, with no launch; any other is enqueued on stream as by mg_collective and
- * the stream synchronized. */
+ * waited for (the stream writes a word of mapped host memory after it, which the host spins on). */
 int mg_collective_wait(mg_team *team, const mg_call *call, uintptr_t stream);
 /* A one-rank team's blocking call with nothing to copy (Bcast, in place): ordered after the team's
  * previous call as any call, then a query of stream. *idle = 0: work queued before the call is still
- * running; the caller waits for it (mg_stream_sync, which may block: without the GIL). */
+ * running; the caller waits for it (mg_collective_wait_queued, which may block: without the GIL). */
 int mg_collective_nothing(mg_team *team, uintptr_t stream, int *idle);
+/* Waits until stream has run what is queued on it now, as a blocking call waits for its launch. */
+int mg_collective_wait_queued(mg_team *team, uintptr_t stream);
 /* mg_collective (async = 1) and mg_completion_start in one: the request completes with the call's
  * fault (MG_ERR_TIMEOUT, MG_ERR_ABORTED) if its kernel stopped. The team's device is current. */
 int mg_collective_request(mg_team *team, const mg_call *call, uintptr_t stream, void *request, int watch,

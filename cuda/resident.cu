@@ -7,15 +7,7 @@
 #include "team.cuh"
 #include "status.cuh"
 #include "resident_kernel.cuh"
-
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-static inline void cpu_relax() { _mm_pause(); }
-#elif defined(__aarch64__)
-static inline void cpu_relax() { asm volatile("yield" ::: "memory"); }
-#else
-static inline void cpu_relax() {}
-#endif
+#include "host_spin.cuh"
 
 template <typename U> static inline U load(const U *p) { return *(const volatile U *)p; }
 

@@ -45,6 +45,11 @@ struct mg_team {
   uintptr_t last_stream;
   int inflight;
   mg_resident res;
+  // The blocking wait for a launched call (stream_done.cu): a word of mapped host memory that the
+  // stream writes call numbers into (null: no driver entry for it, waits synchronize).
+  uint32_t *done_word;
+  uint32_t *done_word_dev;
+  uint32_t done_seq;
 };
 
 // Whether a call of the team faulted or the team was aborted (one read of pinned host memory): no
@@ -56,6 +61,15 @@ static inline bool team_broken(const mg_team *t) {
 // fault.cu
 int fault_open(mg_team *t);   // with the team's device current
 void fault_close(mg_team *t);  // after the team's kernels have ended
+
+// stream_done.cu
+int stream_done_open(mg_team *t);   // with the team's device current
+void stream_done_close(mg_team *t);
+// A blocking call's wait for its launch on `stream`: returns once the stream has run everything
+// queued so far.
+int stream_done_wait(mg_team *t, uintptr_t stream);
+// The plain wait (collectives.cu): a query, then a synchronize if the stream is busy.
+int stream_wait(uintptr_t stream);
 
 // resident.cu
 int resident_open(mg_team *t);   // with the team's device current

@@ -31,6 +31,13 @@ static int team_alloc(mg_team *t) {
     e = resident_open(t);
     if (e) fault_close(t);
   }
+  if (!e) {
+    e = stream_done_open(t);
+    if (e) {
+      resident_close(t);
+      fault_close(t);
+    }
+  }
   if (e) {
     cudaEventDestroy(t->done);
     cudaFree(p);
@@ -119,6 +126,7 @@ int mg_team_destroy(mg_team *t) {
     if (e && !first) first = e;
   }
   fault_close(t);  // after cudaFree, which waited for every kernel that may write the box
+  stream_done_close(t);
   if (t->done) cudaEventDestroy(t->done);
   if (prev >= 0 && prev != t->cfg.device) cudaSetDevice(prev);
   free(t);

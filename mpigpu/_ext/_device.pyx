@@ -92,6 +92,7 @@ cdef extern from "mpigpu_cuda.h" nogil:
     int mg_collective(mg_team *team, const mg_call *call, uintptr_t stream, int async_)
     int mg_collective_wait(mg_team *team, const mg_call *call, uintptr_t stream)
     int mg_collective_nothing(mg_team *team, uintptr_t stream, int *idle)
+    int mg_collective_wait_queued(mg_team *team, uintptr_t stream)
     int mg_collective_request(mg_team *team, const mg_call *call, uintptr_t stream, void *request, int watch,
                               uint64_t *ticket)
 
@@ -217,13 +218,6 @@ cpdef stream_sync(uintptr_t s):
     with nogil:
         e = mg_stream_sync(s)
     check(e, 'cudaStreamSynchronize')
-
-
-cpdef bint stream_idle(uintptr_t s) except -1:
-    """Whether stream `s` has nothing left to run (a query: never blocks)."""
-    cdef int idle = 0
-    check(mg_stream_idle(s, &idle), 'cudaStreamQuery')
-    return idle != 0
 
 
 def event_create():
@@ -507,7 +501,7 @@ cdef class Team:
         check(mg_collective_nothing(self.t, stream, &idle), 'collective')
         if not idle:
             with nogil:
-                e = mg_stream_sync(stream)
+                e = mg_collective_wait_queued(self.t, stream)
             check(e, 'collective')
         return 0
 

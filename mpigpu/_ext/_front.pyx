@@ -77,7 +77,8 @@ cdef object _on_stream(object comm, int coll, object sendbuf, object recvbuf, ob
 
 
 cdef object _rank(object comm):
-    """This process's rank in `comm` (its state's, else MPI's)."""
+    """This process's rank in `comm` (its state's, else MPI's): mpigpu.comm._rank without a Python call,
+    which Reduce would make on every call."""
     try:
         st = comm.__dict__.get(_state_key)
     except AttributeError:  # mpi4py's own objects, which these unbound methods may be called on

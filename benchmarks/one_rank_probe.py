@@ -56,14 +56,12 @@ def python_allreduce(comm, sendbuf, recvbuf, op=MPI.SUM, *, stream=None):
 
 
 def idle_waits():
-    """us per call of cudaStreamQuery and cudaStreamSynchronize, from CuPy and through mpigpu's stream_idle,
-    on idle streams (legacy default and non-blocking): what a call that has nothing to copy waits at
+    """us per call of cudaStreamQuery and cudaStreamSynchronize, from CuPy, on idle streams (legacy default and non-blocking): what a call that has nothing to copy waits at
     least."""
     out = {}
     rt = cp.cuda.runtime
     for name, ptr in (('legacy', 1), ('non-blocking', stream.ptr)):
-        for what, fn in (('query', rt.streamQuery), ('synchronize', rt.streamSynchronize),
-                         ("mpigpu's query", dm.stream_idle)):
+        for what, fn in (('query', rt.streamQuery), ('synchronize', rt.streamSynchronize)):
             best = min(timed(lambda: fn(ptr), 8) for _ in range(ROUNDS))
             out[f'{what} ({name})'] = best
     return out

@@ -107,12 +107,16 @@ def main(argv=None):
                         return baselines.Buffers(xp, coll, count, dtype, n, rank, inplace, max(root, 0))
 
                     # mpigpu and its baselines in alternating rounds (blocking timing): each ratio then
-                    # compares the two at the same moments (on host buffers, what mpigpu adds)
+                    # compares the two at the same moments (on host buffers, what mpigpu adds), on the
+                    # same buffers: where a buffer lies changes a large copy's time for every
+                    # implementation alike (one H200, 512 MB: the driver's copy 263.6 us on the pair
+                    # allocated first, 262.3 on the next; docs/benchmarks.md, one rank)
                     paired = [] if measure.streamed else [
                         x for x, impl in impls.items() if not isinstance(impl, Exception)]
                     if paired:
+                        shared = buffers(False)
                         res = measure.interleaved([mine] + [impls[x] for x in paired],
-                                                  [buffers(False) for _ in range(len(paired) + 1)], bop)
+                                                  [shared] * (len(paired) + 1), bop)
                         row['oop'] = res[0]
                         row['baselines'].update(zip(paired, res[1:]))
                     else:

@@ -45,8 +45,8 @@ class Measure:
         return res
 
     def interleaved(self, impls, bufs, op):
-        """The results of several implementations (blocking calls, each on its own buffers), timed in
-        alternating rounds (sweep.time_interleaved); one that is unavailable gets {'error'}."""
+        """The results of several implementations (blocking calls, on buffers `bufs`, one per
+        implementation: mpigpu-perf gives them all the same ones), timed in alternating rounds (sweep.time_interleaved); one that is unavailable gets {'error'}."""
         a, comm = self.a, self.comm
         out, fns = [None] * len(impls), []
         for i, (impl, b) in enumerate(zip(impls, bufs)):

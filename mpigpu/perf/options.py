@@ -97,8 +97,8 @@ def parser(description):
                         'back to back, one synchronization per row (nccl-tests\' way)')
     p.add_argument('--rounds', type=_at_least(1), default=5,
                    help='blocking timing: mpigpu and the baselines (on host buffers, mpi4py) are timed in '
-                        'this many alternating rounds of the row\'s iterations each; each shows its best '
-                        'round (default 5)')
+                        'this many alternating rounds of the row\'s iterations each, on the same buffers; '
+                        'each shows its best round (default 5)')
     p.add_argument('--budget', type=_positive_float, default=2.0,
                    help='seconds at most per baseline row (fewer iterations)')
     p.add_argument('--calls', action='store_true',

@@ -364,15 +364,6 @@ static bool single_rank_form(const mg_team *t, const mg_call *c, mg::ResidentCal
   return true;
 }
 
-// A blocking call's wait for its stream. A stream with nothing left to run answers a query sooner than
-// a synchronize returns (docs/benchmarks.md, one rank: an in-place one-rank call is only this wait); a
-// busy one is synchronized, the query's time then hidden behind the GPU's work.
-int stream_wait(uintptr_t stream) {
-  int idle = 0;
-  const int e = mg_stream_idle(stream, &idle);
-  return e || idle ? e : mg_stream_sync(stream);
-}
-
 // A blocking call with a resident form `r`: rung to the resident kernel when the stream is idle,
 // else launched in stream order and waited for.
 static int wait_resident(mg_team *t, const mg_call *call, const mg_call *prepared, const mg::ResidentCall &r,

@@ -9,6 +9,15 @@
 #include "driver_api.cuh"
 #include "host_spin.cuh"
 
+// The wait without the word (no driver entry, or its write failed): a stream with nothing left to run
+// answers a query sooner than a synchronize returns; a busy one is synchronized, the query's time then
+// hidden behind the GPU's work.
+static int stream_wait(uintptr_t stream) {
+  int idle = 0;
+  const int e = mg_stream_idle(stream, &idle);
+  return e || idle ? e : mg_stream_sync(stream);
+}
+
 int stream_done_open(mg_team *t) {
   t->done_word = t->done_word_dev = nullptr;
   if (!mg::stream_write_value32()) return 0;  // no driver entry: waits synchronize

@@ -68,8 +68,6 @@ void stream_done_close(mg_team *t);
 // A blocking call's wait for its launch on `stream`: returns once the stream has run everything
 // queued so far.
 int stream_done_wait(mg_team *t, uintptr_t stream);
-// The plain wait (collectives.cu): a query, then a synchronize if the stream is busy.
-int stream_wait(uintptr_t stream);
 
 // resident.cu
 int resident_open(mg_team *t);   // with the team's device current

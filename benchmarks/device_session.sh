@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One device-tool session on the offline GPU host: build, GPU suite, benchmarks against NCCL.
 #   bash .whl/build.sh && bash benchmarks/device_session.sh [PARTS] [bench args...]
-# PARTS: comma-separated from suite, api, async, p2p, examples, sanitize, probe, floor, bench, resident,
-# linger, final, tables, tables2 (final = suite, api, async, p2p, examples, tables, tables2). TABLE_ARGS: more
+# PARTS: comma-separated from suite, api, async, p2p, mixed, agree, examples, sanitize, probe, floor, bench,
+# resident, linger, final, tables, tables2 (final = suite, api, async, p2p, mixed, examples, tables, tables2). TABLE_ARGS: more
 # mpigpu-perf arguments for the blocking tables (--calls).
 # The GPU checks (tests/gpu/test_*.py) run under pytest inside every rank: the ranks agree at the end
 # of each test and fail together, and a rank whose peers never arrive ends the job (tests/gpu/gpucheck.py).
@@ -31,7 +31,7 @@ suite_modules="tests/gpu/test_sweep.py tests/gpu/test_errors.py tests/gpu/test_b
 summary=()
 # counts LOG: the counted checks of the last summary line of the GPU checks, and pytest's tally
 counts() { echo "$(grep -E 'passed, [0-9]+ failed \(' "$1" | tail -1 | sed 's/ (.*//'); tests: $(grep -E '(passed|failed|error|skipped).* in [0-9.]+s' "$1" | tail -1)"; }
-has() { [[ ",$what," == *",$1,"* ]] || { [[ " bench probe sanitize floor resident linger " != *" $1 "* ]] && [[ ",$what," == *",final,"* ]]; }; }
+has() { [[ ",$what," == *",$1,"* ]] || { [[ " bench probe sanitize floor resident linger agree " != *" $1 "* ]] && [[ ",$what," == *",final,"* ]]; }; }
 if has suite; then
   for n in $counts; do
     [ "$n" -le "$ngpu" ] || [ "$shared" = 1 ] || continue
@@ -75,6 +75,29 @@ if has examples; then
   timeout 120 $run -n "$ngpu" python3 -m mpigpu examples/jacobi_halo.py >> "$ex" 2>&1
   summary+=("example jacobi_halo.py through python -m mpigpu n=$ngpu rc=$?")
   grep -v '^\[' "$ex" | tail -8
+fi
+if has mixed; then
+  # one call, one contract: device memory on some ranks, host memory on others (tests/mpi/mixed_placement.py)
+  for n in $counts; do
+    timeout 300 $run -n "$n" -x MPIGPU_CHECK_ON_GPU=1 python3 -m mpi4py tests/mpi/mixed_placement.py ${MIXED_ARGS:-} \
+      > "$OUT/mixed-$n.log" 2>&1
+    summary+=("mixed placement n=$n rc=$?: $(grep -E 'checks identical' "$OUT/mixed-$n.log")")
+    grep -E 'Error|assert' "$OUT/mixed-$n.log" | head -5
+  done
+  if [ "$ngpu" -ge 4 ] || [ "$shared" = 1 ]; then
+    timeout 300 $run -n 4 -x MPIGPU_CHECK_ON_GPU=1 -x MPIGPU_SIMULATE_NODES=2 python3 -m mpi4py tests/mpi/mixed_placement.py \
+      ${MIXED_ARGS:-} > "$OUT/mixed-nodes.log" 2>&1
+    summary+=("mixed placement 2 x 2 simulated nodes rc=$?: $(grep -E 'checks identical' "$OUT/mixed-nodes.log")")
+    grep -E 'Error|assert' "$OUT/mixed-nodes.log" | head -5
+  fi
+fi
+if has agree; then
+  # what the agreement costs: the fast path and host calls with it on and off, alternating rounds
+  for n in $(printf "%s\n" 1 $counts | sort -un); do
+    timeout 120 $run -n "$n" python3 -m mpi4py benchmarks/agreement_probe.py > "$OUT/agree-$n.log" 2>&1
+    summary+=("agreement probe n=$n rc=$?")
+    grep -v '^#' "$OUT/agree-$n.log" | sed 's/^/  /' | head -8
+  done
 fi
 if has sanitize; then
   cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)

@@ -367,12 +367,13 @@ static bool single_rank_form(const mg_team *t, const mg_call *c, mg::ResidentCal
 // A blocking call with a resident form `r`: rung to the resident kernel when the stream is idle,
 // else launched in stream order and waited for.
 static int wait_resident(mg_team *t, const mg_call *call, const mg_call *prepared, const mg::ResidentCall &r,
-                         uintptr_t stream) {
+                         uintptr_t stream, mg_gate_fn gate, void *ctx) {
   int e;
-  if (resident_ready(t, stream)) e = resident_run(t, r);
+  if (resident_ready(t, stream)) e = resident_run(t, r, gate, ctx);
+  else if (gate && gate(ctx)) e = MG_ERR_DECLINED;
   else if (!(e = enqueue(t, call, prepared, stream, 0))) e = stream_done_wait(t, stream);
   resident_returned(t);
-  return call_result(t, e);
+  return e == MG_ERR_DECLINED ? e : call_result(t, e);
 }
 
 extern "C" int mg_collective_nothing(mg_team *t, uintptr_t stream, int *idle) {
@@ -388,20 +389,26 @@ extern "C" int mg_collective_nothing(mg_team *t, uintptr_t stream, int *idle) {
 
 extern "C" int mg_collective_wait_queued(mg_team *t, uintptr_t stream) { return stream_done_wait(t, stream); }
 
-extern "C" int mg_collective_wait(mg_team *t, const mg_call *call, uintptr_t stream) {
+extern "C" int mg_collective_wait_gated(mg_team *t, const mg_call *call, uintptr_t stream, mg_gate_fn gate,
+                                        void *ctx) {
   if (team_broken(t)) return MG_ERR_BROKEN;
-  if (call->count == 0) return 0;
+  if (call->count == 0) return gate && gate(ctx) ? MG_ERR_DECLINED : 0;
   mg_call c;
   const mg_call *prepared = nullptr;
   mg::ResidentCall r;
   if (t->cfg.nranks == 1) {
-    if (t->res.box && single_rank_form(t, call, &r)) return wait_resident(t, call, nullptr, r, stream);
+    if (t->res.box && single_rank_form(t, call, &r)) return wait_resident(t, call, nullptr, r, stream, gate, ctx);
   } else {
     int e = prepare(t, call, &c);
     if (e) return e;
     prepared = &c;
-    if (t->res.box && resident_form(t, &c, &r)) return wait_resident(t, call, prepared, r, stream);
+    if (t->res.box && resident_form(t, &c, &r)) return wait_resident(t, call, prepared, r, stream, gate, ctx);
   }
+  if (gate && gate(ctx)) return MG_ERR_DECLINED;
   int e = enqueue(t, call, prepared, stream, 0);
   return call_result(t, e ? e : stream_done_wait(t, stream));
+}
+
+extern "C" int mg_collective_wait(mg_team *t, const mg_call *call, uintptr_t stream) {
+  return mg_collective_wait_gated(t, call, stream, nullptr, nullptr);
 }

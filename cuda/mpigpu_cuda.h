@@ -103,7 +103,8 @@ enum mg_err {
    * the first cause, whether this rank's wait or host gave up or a peer's did (mg_team_fault) */
   MG_ERR_TIMEOUT = -8,     /* a kernel waited longer than timeout_s for a peer */
   MG_ERR_ABORTED = -9,     /* mg_team_abort stopped the call */
-  MG_ERR_BROKEN = -10      /* an earlier call of the team faulted or it was aborted: no call runs on it */
+  MG_ERR_BROKEN = -10,     /* an earlier call of the team faulted or it was aborted: no call runs on it */
+  MG_ERR_DECLINED = -11    /* the call's gate declined it (mg_collective_wait_gated): nothing ran */
 };
 
 const char *mg_error_string(int err);
@@ -229,6 +230,14 @@ int mg_collective(mg_team *team, const mg_call *call, uintptr_t stream, int asyn
  * the team's resident kernel, with no launch; any other is enqueued on stream as by mg_collective and
  * waited for (the stream writes a word of mapped host memory after it, which the host spins on). */
 int mg_collective_wait(mg_team *team, const mg_call *call, uintptr_t stream);
+/* A gate: called once, without the GIL, at the last moment before a call runs (before the resident
+ * kernel is rung or the kernel is launched, after the host work that can go first, such as the query
+ * of the stream); 0 lets the call run, anything else declines it. */
+typedef int (*mg_gate_fn)(void *ctx);
+/* mg_collective_wait, where gate(ctx) decides at that moment whether the call runs: MG_ERR_DECLINED
+ * when it does not (nothing ran, the team is unchanged). The caller's ranks agree there on the call's
+ * path (mpigpu/_ext/board.h): the wait for its peers overlaps this rank's own host work. */
+int mg_collective_wait_gated(mg_team *team, const mg_call *call, uintptr_t stream, mg_gate_fn gate, void *ctx);
 /* A one-rank team's blocking call with nothing to copy (Bcast, in place): ordered after the team's
  * previous call as any call, then a query of stream. *idle = 0: work queued before the call is still
  * running; the caller waits for it (mg_collective_wait_queued, which may block: without the GIL). */

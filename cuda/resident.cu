@@ -124,11 +124,12 @@ int resident_ready(mg_team *t, uintptr_t stream) {
 
 void resident_returned(mg_team *t) { t->res.returned_ns = host_ns(); }
 
-int resident_run(mg_team *t, const mg::ResidentCall &c) {
+int resident_run(mg_team *t, const mg::ResidentCall &c, mg_gate_fn gate, void *ctx) {
   mg_resident &r = t->res;
   int e;
   if (r.running && load(&r.box->exited) == r.epoch && (e = collect_instance(t))) return e;
   if (!r.running && (e = launch_instance(t))) return e;
+  if (gate && gate(ctx)) return MG_ERR_DECLINED;  // an instance launched for it waits, then returns
   const uint32_t call = r.call + 1;
   mg::ResidentCall rung = c;
   rung.linger_us = r.linger_us;

@@ -20,6 +20,7 @@ const char *mg_error_string(int err) {
     case MG_ERR_TIMEOUT: return "a peer did not arrive within MPIGPU_TIMEOUT_S (the kernel stopped waiting)";
     case MG_ERR_ABORTED: return "the device team was aborted";
     case MG_ERR_BROKEN: return "the device team is broken by an earlier fault or abort";
+    case MG_ERR_DECLINED: return "the call was declined at its gate (its ranks agreed on another path)";
     default: return err > 0 ? cudaGetErrorString((cudaError_t)err) : "unknown mpigpu error";
   }
 }

@@ -85,7 +85,8 @@ int resident_ready(mg_team *t, uintptr_t stream);
 // A blocking call that could run resident (resident_form) returned: the next one's gap starts.
 void resident_returned(mg_team *t);
 // Runs call `c` (an LL or LL128 plan, resident_call_of) in the resident kernel; returns when done.
-int resident_run(mg_team *t, const mg::ResidentCall &c);
+// gate (may be null): asked just before the call is rung; MG_ERR_DECLINED when it declines.
+int resident_run(mg_team *t, const mg::ResidentCall &c, mg_gate_fn gate = nullptr, void *ctx = nullptr);
 
 // Runs `body` with cfg.device current, restoring the caller's device after (the user's framework
 // owns the current device; we never leave it changed).

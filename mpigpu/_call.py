@@ -5,14 +5,14 @@ Buffer specifications are read as mpi4py reads them: `buf`, `[buf, datatype]`, `
 `[buf, (count, displ)]`, `[buf, count, datatype]`, `[buf, (count, displ), datatype]` and
 `[buf, count, displ, datatype]`; `displ` counts datatype extents, and an explicit count of a buffer
 that holds one block per rank (Allgather's recvbuf, Reduce_scatter_block's sendbuf) is per block.
-`None` or `MPI.IN_PLACE` as sendbuf, alone or as a specification's buffer, is in place. Each mistake
+`None` or `MPI.IN_PLACE` as sendbuf, or a specification around `MPI.IN_PLACE`, is in place. Each mistake
 raises an mpigpu.Error that is also the Python exception mpi4py raises for it (errors.py).
 """
 import operator
 
 from mpi4py import MPI
 
-from . import _datatypes
+from . import _cuda, _datatypes
 from ._codes import ALIGNMENTS, NAMES, SIZES, Coll
 from ._ext._intake import DeviceBuffer, call_geometry, device_buffer
 from ._types import FROM_MPI, check_op, from_typecode, op_code
@@ -57,10 +57,13 @@ def as_int(call, argname, rank, value):
 
 
 def is_in_place(value):
-    """mpi4py's in-place sendbuf: MPI.IN_PLACE or None, alone or as a specification's buffer."""
+    """An in-place sendbuf as MPI sees it through mpi4py: MPI.IN_PLACE or None, or a specification
+    around MPI.IN_PLACE (mpi4py passes its address, MPI_IN_PLACE, with the counts of a call that is not
+    in place). A specification around None is not: mpi4py reads it as MPI_BOTTOM (an error with a
+    count)."""
     if value is None or value is MPI.IN_PLACE:
         return True
-    return type(value) in (list, tuple) and len(value) > 0 and (value[0] is MPI.IN_PLACE or value[0] is None)
+    return type(value) in (list, tuple) and len(value) > 0 and value[0] is MPI.IN_PLACE
 
 
 def _datatype(call, argname, rank, spec_type):
@@ -144,16 +147,20 @@ def read_whole(call, argname, rank, obj, writable, stream_for):
     return buf
 
 
-def parse(call, argname, rank, obj, writable, stream_for, blocks=1):
+def parse(call, argname, rank, obj, writable, stream_for, blocks=1, whole=False):
     """Parses one device buffer argument (a buffer or a specification) into an `Arg`, or None when only
     the mirrored path can read it (a non-contiguous datatype; an element type mpigpu does not know).
     `blocks`: how many blocks the buffer holds (one per rank for Allgather's recvbuf ...), which an
-    explicit count counts one of."""
-    spec = None
+    explicit count counts one of. `whole`: a count inferred from the buffer is one block's (mpi4py's
+    reading of an in-place Reduce_scatter_block's recvbuf when sendbuf is a specification around
+    MPI.IN_PLACE: the blocks then reach past the buffer, which only its allocation may allow)."""
+    spec, count, displ, spec_type = None, None, 0, None
     if type(obj) in (list, tuple):
         spec = obj
         obj, count, displ, spec_type = unpack_spec(call, argname, rank, spec)
     buf = read_whole(call, argname, rank, obj, writable, stream_for)
+    if spec is None and whole and buf.dtype >= 0:
+        spec, count = obj, buf.count
     if spec is None:
         if buf.dtype < 0:
             return None
@@ -171,27 +178,45 @@ def parse(call, argname, rank, obj, writable, stream_for, blocks=1):
     if not contiguous:
         return None
     offset = displ * extent
-    if not buf.nbytes and count is not None:
-        # a raw address of no length (MPI.memory.fromaddress(p, 0)) is a C pointer: the count says how
-        # much lies there, as in MPI
-        return _arg(buf, offset, count * blocks, code, mpi_type, extent)
-    room = buf.nbytes - offset
-    if room < 0:
-        raise ValueArgumentError(call, f'message: displacement {displ} out of bounds, number of datatype '
-                                 f'entries {buf.nbytes // extent}', arg=argname, rank=rank, error_class=MPI.ERR_ARG)
     if count is None:
-        if room % extent or (room // extent) % blocks:
+        room = buf.nbytes - offset
+        if room < 0:
+            raise ValueArgumentError(call, f'message: displacement {displ} out of bounds, number of datatype '
+                                     f'entries {buf.nbytes // extent}', arg=argname, rank=rank,
+                                     error_class=MPI.ERR_ARG)
+        if room % extent or (room // extent) % (1 if whole else blocks):
             raise ValueArgumentError(call, f'message: cannot infer count, buffer length {room} is not a '
                                      f'multiple of {blocks} blocks of datatype extent {extent}', arg=argname,
                                      rank=rank, error_class=MPI.ERR_COUNT)
         total = room // extent
-    else:
+        if whole:
+            count = total
+    if count is not None:
         total = count * blocks
-        if total * extent > room:
-            raise ValueArgumentError(call, f'message: count {count}{f" x {blocks} blocks" if blocks > 1 else ""} of '
-                                     f'{extent} bytes at displacement {displ} exceeds the buffer of {buf.nbytes} '
-                                     'bytes', arg=argname, rank=rank, error_class=MPI.ERR_COUNT)
+        lo, hi = offset, offset + total * extent
+        if total and (lo < 0 or hi > buf.nbytes):
+            within(call, argname, rank, buf, lo, hi, f'count {count}{f" x {blocks} blocks" if blocks > 1 else ""} '
+                   f'of {extent} bytes at displacement {displ}', MPI.ERR_COUNT)
     return _arg(buf, offset, total, code, mpi_type, extent)
+
+
+def within(call, argname, rank, buf, lo, hi, what, error_class):
+    """Raises unless bytes [lo, hi) from device buffer `buf`'s pointer lie in its allocation. An
+    explicit count and datatype are trusted as MPI trusts them: they may reach past the length of the
+    object that carries the address (MPI.memory.fromaddress(p, 0), a view shorter than its storage),
+    never past the memory really there, as the driver reports it."""
+    alloc = _cuda.allocation(buf.ptr)
+    if alloc is not None:
+        base, size = alloc
+        if buf.ptr + lo >= base and buf.ptr + hi <= base + size:
+            return
+        room = f'the device allocation of {size} bytes it lies in (which starts at its byte {base - buf.ptr})'
+    elif not buf.nbytes:
+        return  # no allocation known (host memory behind a raw address): C's pointer, the caller's business
+    else:
+        room = f'the buffer of {buf.nbytes} bytes'
+    raise ValueArgumentError(call, f'message: {what}: bytes {lo}..{hi} of the buffer lie past {room}',
+                             arg=argname, rank=rank, error_class=error_class)
 
 
 def _arg(buf, offset, total, code, mpi_type, extent):
@@ -251,6 +276,10 @@ def build(name, coll, size, rank, sendbuf, recvbuf, op, root, stream_for):
     c.name, c.coll, c.root, c.op, c.mirror = name, coll, root, op, None
     inplace = coll != Coll.BCAST and is_in_place(sendbuf)
     is_root = rank == root
+    # mpi4py reads a specification around MPI.IN_PLACE as a message at MPI_IN_PLACE's address: in place
+    # for MPI, with the receive counts of a call that is not, so Reduce_scatter_block's recvbuf is then
+    # one block of its whole count (and the blocks of the others reach past it)
+    whole = coll == Coll.REDUCE_SCATTER_BLOCK and inplace and type(sendbuf) in (list, tuple)
     if coll == Coll.BCAST:
         r = parse(name, 'buf', rank, recvbuf, not is_root, stream_for)
         s = None
@@ -264,7 +293,7 @@ def build(name, coll, size, rank, sendbuf, recvbuf, op, root, stream_for):
         present = (s,)
     else:
         r = parse(name, 'recvbuf', rank, recvbuf, True, stream_for,
-                  size if coll == Coll.ALLGATHER or (inplace and coll == Coll.REDUCE_SCATTER_BLOCK) else 1)
+                  size if coll == Coll.ALLGATHER or (inplace and coll == Coll.REDUCE_SCATTER_BLOCK) else 1, whole)
         s = None if inplace else parse(name, 'sendbuf', rank, sendbuf, False, stream_for,
                                        size if coll == Coll.REDUCE_SCATTER_BLOCK else 1)
         present = (r,) if inplace else (s, r)

@@ -1,5 +1,6 @@
-"""Collective, algorithm, element-type and op codes: IntEnums over the one table of each, the X-macros
-of cuda/mpigpu_cuda.h (read through mpigpu._ext._codes)."""
+"""Collective, algorithm, element-type and op codes, and the placement board's: IntEnums over the one
+table of each, the X-macros of cuda/mpigpu_cuda.h and mpigpu/_ext/board.h (read through
+mpigpu._ext._codes)."""
 from enum import IntEnum
 
 from ._ext import _codes as _table
@@ -39,6 +40,9 @@ Coll = _Coll('Coll', [(name, i) for i, name in enumerate(_table.COLLS)], module=
 Algo = _Algo('Algo', [(name, i) for i, name in enumerate(_table.ALGOS)], module=__name__)
 Op = IntEnum('Op', [(name, i) for i, name in enumerate(_table.OPS)], module=__name__)
 Dtype = _Dtype('Dtype', [(row[0].upper(), i) for i, row in enumerate(_table.DTYPES)], module=__name__)
+# What a rank brings to a collective call, and what the call's ranks agreed (mpigpu/_ext/board.h).
+Placement = IntEnum('Placement', [(name, i) for i, name in enumerate(_table.PLACEMENTS)], module=__name__)
+Verdict = IntEnum('Verdict', [(name, i) for i, name in enumerate(_table.VERDICTS)], module=__name__)
 
 # Per-code tuples for the hot paths (indexing a tuple is cheaper than an enum property).
 NAMES = tuple(row[0] for row in _table.DTYPES)          # 'float32' ...

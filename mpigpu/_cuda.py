@@ -4,6 +4,7 @@ context, the translation of its errors into mpigpu.Error, stream choice and poin
 No other module imports mpigpu._ext._device: they use `_cuda.device` (looked up at call time, so the
 fake CUDA layer of the CPU tests replaces it in one place). `device` is None in a build without nvcc.
 """
+import sys
 from contextlib import contextmanager
 
 from mpi4py import MPI
@@ -42,6 +43,22 @@ def available():
     if device.device_count() == 0:
         return False, 'no CUDA device or driver is visible'
     return True, ''
+
+
+# Libraries whose arrays live in GPU memory: a process that has loaded one may pass device buffers.
+_GPU_LIBRARIES = ('cupy', 'torch', 'jax', 'jaxlib', 'numba', 'cudf', 'pycuda', 'tensorflow', 'cuda')
+
+
+def armed():
+    """True when this process may pass device buffers to a collective: the CUDA layer is here and a GPU
+    array library is loaded (the CPU tests' fake layer says for itself). Decides, per communicator
+    spanning several nodes, whether its calls pay for an agreement (mpigpu/_agree.py)."""
+    if device is None:
+        return False
+    own = getattr(device, 'armed', None)
+    if own is not None:
+        return bool(own())
+    return any(name in sys.modules for name in _GPU_LIBRARIES)
 
 
 def require(call, rank, arg='buffer'):
@@ -101,6 +118,21 @@ def device_of(call, arg, rank, buf):
                         arg=arg, rank=rank, error_class=MPI.ERR_BUFFER)
         return dev
     return buf.device if buf.device >= 0 else device.get_device()
+
+
+def allocation(ptr):
+    """(base, bytes) of the device allocation holding `ptr`, as the driver reports it, or None (host
+    memory, no CUDA layer): how far an explicit count and datatype may reach, as MPI trusts them."""
+    if device is None or not ptr:
+        return None
+    own = getattr(device, 'allocation', None)
+    if own is not None:
+        return own(ptr)
+    try:
+        base, size, _ident, _capable = device.ipc_describe(ptr)
+    except device.DeviceError:
+        return None
+    return (base, size) if size else None
 
 
 def release_streams():

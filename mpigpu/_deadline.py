@@ -25,17 +25,19 @@ class GaveUp(Exception):
         self.why, self.pending = why, pending
 
 
-def wait(req, broken=None, keep=()):
-    """Waits for `req`; raises GaveUp after the deadline, or once `broken()` returns a reason.
-    `keep`: the buffers the request uses, handed on with it when the wait is given up."""
+def wait(req, broken=None, keep=(), timeout_s=None):
+    """Waits for `req`; raises GaveUp after the deadline (MPIGPU_TIMEOUT_S, or `timeout_s`), or once
+    `broken()` returns a reason. `keep`: the buffers the request uses, handed on with it when the wait
+    is given up."""
     start = time.monotonic()
-    deadline = start + config.timeout_s
+    deadline = start + (config.timeout_s if timeout_s is None else timeout_s)
     sleep = 0.0
     while not req.Test():
         now = time.monotonic()
         why = broken() if broken is not None else None
         if why is None and now > deadline:
-            why = f'peers did not arrive within MPIGPU_TIMEOUT_S={config.timeout_s:g} s (host MPI does not say which)'
+            limit = f'MPIGPU_TIMEOUT_S={config.timeout_s:g}' if timeout_s is None else f'{timeout_s:g}'
+            why = f'peers did not arrive within {limit} s (host MPI does not say which)'
         if why is not None:
             raise GaveUp(why, (req, keep))
         if now - start > _SPIN_S:

@@ -1,13 +1,15 @@
 """A device-buffer collective bound to the path that runs it: parsed and checked once (mpigpu/_call.py),
-its GPU and launch stream resolved, then run to completion (blocking), enqueued on a stream
-(stream=), or started as a request (non-blocking, persistent). A blocking call is a one-shot plan, so
-every form shares this setup; the Cython fast path (mpigpu/_paths/engine.py) skips it for the common
-blocking call once the communicator's team is up.
+its path agreed with the other ranks (mpigpu/_agree.py), its GPU and launch stream resolved, then run
+to completion (blocking), enqueued on a stream (stream=), or started as a request (non-blocking,
+persistent). A blocking call is a one-shot plan, so every form shares this setup; the Cython fast path
+(mpigpu/_paths/engine.py) skips it for the common blocking call once the communicator's team is up.
 
-Paths: the device engine when the communicator's team is up and implements the type and op; the
-hierarchical path when its ranks span several nodes (node teams joined through host MPI); host MPI
-with the device pointers when that MPI is CUDA-aware; the staged path otherwise; the mirrored path
-for buffers only mpi4py can read (a non-contiguous datatype, an element type mpigpu does not know).
+Paths, when every rank brought device buffers the engine's paths can take: the device engine when the
+communicator's team is up and implements the type and op; the hierarchical path when its ranks span
+several nodes (node teams joined through host MPI); host MPI with the device pointers when that MPI is
+CUDA-aware; the staged path otherwise. When any rank makes the host MPI call instead (host buffers, a
+mix of both, buffers only mpi4py can read: a non-contiguous datatype, an element type mpigpu does not
+know), every rank makes it: device buffers through host mirrors (the mirrored path).
 """
 from mpi4py import MPI
 
@@ -19,7 +21,7 @@ from ._state import state_of
 from ._strided import as_spec
 from ._types import NATIVE
 from .errors import Error
-from ._codes import Coll
+from ._codes import Coll, Placement, Verdict
 from ._paths import engine, hier, mirrored, packing, requests, staged
 
 _PARAMS = {mirrored.IN: 'sendbuf', mirrored.OUT: 'recvbuf', mirrored.INOUT: 'buf'}  # by role, in _host_args
@@ -42,15 +44,13 @@ def _device_of(st, c):
     return first
 
 
-def _mixed(st, name, sendbuf, recvbuf):
-    """Raises when one rank's call mixes host and device buffers (the paths differ)."""
-    if sendbuf is None or is_in_place(sendbuf) or recvbuf is None:
-        return
-    s, r = is_device(sendbuf), is_device(recvbuf)
-    if s != r:
-        raise Error(name, 'host and device buffers mixed in one call (sendbuf on the %s, recvbuf on the %s)'
-                    % ('device' if s else 'host', 'device' if r else 'host'), arg='recvbuf', rank=st.rank,
-                    error_class=MPI.ERR_BUFFER)
+def _one_placement(coll, sendbuf, recvbuf):
+    """True when this rank's significant buffers are all device memory; False when it mixes host and
+    device buffers (legal in MPI: a device send buffer with a host receive buffer), which only the
+    host MPI call can take."""
+    if coll == Coll.BCAST or recvbuf is None or sendbuf is None or is_in_place(sendbuf):
+        return True
+    return is_device(sendbuf) == is_device(recvbuf)
 
 
 def _order_streams(st, c):
@@ -82,34 +82,49 @@ def _host_args(coll, sendbuf, recvbuf, op, root):
 
 
 class Plan:
-    """One collective call on device buffers, ready to run (MPI_Allreduce and MPI_Allreduce_init alike)."""
-    __slots__ = ('comm', 'st', 'c', 'stream', 'engine_args', 'hier', 'device', 'args', 'buffers')
+    """One collective call on device buffers, ready to run (MPI_Allreduce and MPI_Allreduce_init alike).
 
-    def __init__(self, comm, name, coll, sendbuf, recvbuf, op, root, stream=None):
+    Its ranks agree on its path first (mpigpu/_agree.py): the engine's paths when every rank brought
+    device buffers they can take, else (`host_mpi`) the host MPI call every rank makes."""
+    __slots__ = ('comm', 'st', 'c', 'name', 'coll', 'stream', 'engine_args', 'hier', 'device', 'args', 'buffers',
+                 'host_mpi', 'inplace')
+
+    def __init__(self, comm, name, coll, sendbuf, recvbuf, op, root, stream=None, nonblocking=False):
         """`stream`: a stream= call's stream, which DLPack producers are asked to order their work before
-        (an event towards another stream would cross a CUDA graph capture's boundary)."""
-        self.comm = comm
+        (an event towards another stream would cross a CUDA graph capture's boundary). `nonblocking`:
+        an I* call (its ranks' first engine collective then agrees without waiting)."""
+        self.comm, self.name, self.coll = comm, name, coll
         st = self.st = state_of(comm)
-        if config.strided_arrays:
-            sendbuf, recvbuf = self._strided(name, coll, sendbuf, recvbuf)
-        self.args, self.buffers = _host_args(coll, sendbuf, recvbuf, op, root)
-        self.engine_args = self.device = None
-        self.hier = False
+        self.engine_args = self.device = self.c = None
+        self.hier = self.host_mpi = False
+        self.inplace = coll != Coll.BCAST and is_in_place(sendbuf)
         stream_for = _cuda.consumer_stream if stream is None else (lambda device: stream)
+        agreement = st.agreement
         try:
-            # Everything this rank can check, before the team setup that its first call starts: a
-            # rank that refuses its call tells the others in the setup's first exchange (no one waits).
+            # Everything this rank can check before its peers hear of the call: a rank that refuses its
+            # own call says so (its peers raise too, instead of waiting for it).
             st.check_usable(name)
             _cuda.require(name, st.rank)
-            _mixed(st, name, sendbuf, recvbuf)
-            c = self.c = build(name, coll, st.size, st.rank, sendbuf, recvbuf, op, root, stream_for)
-            if c.mirror is not None or c.count == 0:
-                return
-            with _cuda.errors_as(name, st.rank):
-                dev = _device_of(st, c)
-        except Error as exc:
-            st.refuse_setup(exc)
+            if config.strided_arrays:
+                sendbuf, recvbuf = self._strided(name, coll, sendbuf, recvbuf)
+            self.args, self.buffers = _host_args(coll, sendbuf, recvbuf, op, root)
+            placement = Placement.HOST_MPI
+            if _one_placement(coll, sendbuf, recvbuf):
+                c = self.c = build(name, coll, st.size, st.rank, sendbuf, recvbuf, op, root, stream_for)
+                if c.mirror is None:
+                    placement = Placement.DEVICE
+                    if c.count:
+                        with _cuda.errors_as(name, st.rank):
+                            dev = _device_of(st, c)
+        except Exception:  # an mpigpu.Error, or what a broken export raised while it was read
+            agreement.refuse(name, coll, nonblocking)
             raise
+        if agreement.decide(name, coll, placement, nonblocking) != Verdict.DEVICE:
+            self.host_mpi = True  # the host MPI call, as every rank makes it
+            return
+        c = self.c
+        if c.count == 0:
+            return
         with _cuda.errors_as(name, st.rank):
             st.bind_device(name, dev)
             launch = _cuda.with_device(st.device, _order_streams, st, c)
@@ -129,43 +144,55 @@ class Plan:
         param = 'buf' if coll == Coll.BCAST else 'recvbuf'
         return sendbuf, as_spec(recvbuf, packing.form_of(self.comm, method, param, in_place), name, self.st.rank)
 
-    def _mpi4py(self, prefix=''):
-        """mpi4py's method of this collective (prefix 'I': its non-blocking form)."""
-        name = Coll(self.c.coll).mpi_name
-        return getattr(_plain.Intracomm, prefix + (name[0].lower() + name[1:] if prefix else name))
+    def _mpi4py(self, prefix='', suffix=''):
+        """mpi4py's method of this collective (prefix 'I': its non-blocking form; suffix '_init': its
+        persistent form)."""
+        name = Coll(self.coll).mpi_name
+        return getattr(_plain.Intracomm, prefix + (name[0].lower() + name[1:] if prefix else name) + suffix)
 
-    def _mirrored(self, start=False):
-        """The call on host mirrors of its buffers: mpi4py reads what mpigpu cannot."""
-        base, args = self._mpi4py('I' if start else ''), list(self.args)
+    def _mirrored(self, form=''):
+        """The call on host mirrors of its buffers, as the host MPI call every rank makes: blocking,
+        started ('start': its request), or persistent ('persistent': a request of mpi4py's *_init)."""
+        base = self._mpi4py('I' if form == 'start' else '', '_init' if form == 'persistent' else '')
+        args = list(self.args)
 
         def call(*hosts):
             for (i, _role), h in zip(self.buffers, hosts):
                 args[i] = h
             return base(self.comm, *args)
-        method, in_place = Coll(self.c.coll).mpi_name, self.c.inplace
-        items = [(self.args[i], r, packing.form_of(self.comm, method, _PARAMS[r], in_place))
+        method = Coll(self.coll).mpi_name
+        items = [(self.args[i], r, packing.form_of(self.comm, method, _PARAMS[r], self.inplace))
                  for i, r in self.buffers]
-        reduces = self.c.coll not in engine._NO_OP
-        if start:
-            return mirrored.start(self.st, self.c.name, call, items, reduces)
-        return mirrored.run(self.st, self.c.name, call, items, reduces)
+        reduces = self.coll not in engine._NO_OP
+        if form == 'start':
+            return mirrored.start(self.st, self.name, call, items, reduces)
+        if form == 'persistent':
+            return mirrored.Persistent.create(self.st, self.name, call, items, reduces)
+        return mirrored.run(self.st, self.name, call, items, reduces)
+
+    def persistent(self):
+        """The persistent request of an *_init call: the engine's (requests.Persistent), or mpi4py's
+        persistent request on host mirrors where the ranks agreed on the host MPI call."""
+        if self.host_mpi:
+            return self._mirrored('persistent')
+        return requests.Persistent.create(self)
 
     def run(self, sync=True):
         """Runs the call: `sync`, returns with the result (MPI blocking); else the engine's kernel may
         still run when it returns (stream=). Host MPI paths complete before returning either way."""
-        if self.c.mirror is not None:
+        if self.host_mpi:
             self._mirrored()
         elif self.c.count:
-            with self.st.errors(self.c.name):
+            with self.st.errors(self.name):
                 _cuda.with_device(self.device, self._run, sync)
 
     def request(self):
         """Starts the call and returns a request for it (non-blocking)."""
-        if self.c.mirror is not None:
-            return self._mirrored(start=True)
+        if self.host_mpi:
+            return self._mirrored('start')
         if not self.c.count:
             return requests.completed()
-        with self.st.errors(self.c.name):
+        with self.st.errors(self.name):
             return _cuda.with_device(self.device, self._request)
 
     def _run(self, sync):
@@ -206,10 +233,6 @@ class Plan:
         request); returns the ticket of the GPU work, or 0 when the round already completed."""
         st, c = self.st, self.c
         st.check_usable(c.name)
-        if c.mirror is not None:
-            self._mirrored()
-            requests.set_handle(req, requests.completed())
-            return 0
         if c.count == 0:
             requests.set_handle(req, requests.completed())
             return 0

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 
 from mpi4py import MPI
 
-from . import _cuda, _deadline, _plain, _team
+from . import _agree, _cuda, _deadline, _plain, _team
 from ._config import config
 from .errors import CommunicatorBroken, Error
 
@@ -34,6 +34,10 @@ class CommState:
         self.broken = None      # why device calls on this communicator raise at once (a fault, an abort)
         self._abandoned = []    # host MPI requests given up on (their buffers must outlive them)
         self._owned = {}        # path state by class (owned): staging buffers, point-to-point matching
+        self.agreement = _agree.Agreement(self)  # how the ranks agree on each collective call's path
+        # What a host-buffer call of an engine collective does to post itself (mpigpu/_ext/_front.pyx):
+        # None nothing, a Board a store into it, else a Python call (agreement.host).
+        self.host_hook = None if self.size == 1 else self.agreement.host
 
     def owned(self, cls):
         """The instance of `cls` this communicator keeps for a path (made on first use as cls(self));
@@ -56,6 +60,8 @@ class CommState:
                 raise CommunicatorBroken(call, self.broken, rank=self.rank) from None
             self.device = dev
             self.dep_event = _cuda.with_device(dev, _cuda.device.event_create)
+            if self.team is not None:
+                self.team.board = self.agreement.board  # the fast path agrees on it (None: nothing to agree)
         elif dev != self.device:
             raise Error(call, f'buffer is on device {dev} but this rank uses device {self.device} on this '
                         'communicator', arg='buffer', rank=self.rank, error_class=MPI.ERR_BUFFER)
@@ -120,6 +126,7 @@ class CommState:
         thread, and breaks the communicator (mpigpu.abort)."""
         if self.broken is None:
             self.broken = 'the communicator was aborted'
+        self.agreement.give_up()  # a wait for the peers' posts ends too, and they learn of it
         team = self.team
         if team is not None:
             team.abort()
@@ -130,6 +137,8 @@ class CommState:
         that never arrived would strand the others, and the kernels of the team have all ended)."""
         team, self.team = self.team, None
         control, self.control = self.control, None
+        self.host_hook = None
+        self.agreement.close(collective and (team is None or not team.fault))
         if team is not None and team.fault:
             collective = False
         if team is not None:
@@ -272,3 +281,14 @@ def engine_status(comm):
         if status is not None and status():
             return status()
     return f'off: {st.reason}'
+
+
+def agreement_status(comm):
+    """How the ranks of a communicator agree on the path of each collective call (mpigpu/_agree.py)."""
+    return state_of(comm).agreement.describe()
+
+
+def host_call(comm, coll, nonblocking=False):
+    """Posts a host-buffer call of an engine collective on `comm` where mpigpu._ext._front has no board
+    at hand: the communicator's first call (its state made here, the setup), several nodes."""
+    state_of(comm).agreement.host(comm, coll, nonblocking)

@@ -61,8 +61,21 @@ for _code, _mpinames in _MPI_NAMES.items():
         FROM_MPI.setdefault(_dt.handle, _code)
         if NATIVE[_code] is None and _m != 'BYTE':
             NATIVE[_code] = _dt
-# 16-bit floats have no reduction in the MPIs we target: the staged path reduces them itself.
+# 16-bit floats: the engine's paths reduce them themselves (the staged path too, in the engine's
+# order), whatever host MPI offers.
 NATIVE[Dtype.FLOAT16] = NATIVE[Dtype.BFLOAT16] = None
+
+
+def _host_float16():
+    """True when host MPI has a float16 type that mpi4py maps NumPy's float16 to (MPICH's MPIX_C_FLOAT16):
+    the host MPI call a rank makes on float16 mirrors then reduces them as it does for host arrays."""
+    try:
+        return MPI.Datatype.fromcode('e').handle != MPI.DATATYPE_NULL.handle
+    except (KeyError, ValueError, AttributeError):
+        return False
+
+
+HOST_FLOAT16 = _host_float16()
 
 
 def numpy_dtype(code):

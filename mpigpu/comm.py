@@ -13,7 +13,7 @@ from . import _bsend, _methods, _pickle, _plain, _state, objects
 from ._codes import Coll
 from ._ext import _front
 from ._ext._intake import any_device, is_device
-from ._paths import p2p, requests
+from ._paths import p2p
 from ._paths.engine import fast_entry
 from ._plan import Plan
 from .errors import Error
@@ -32,7 +32,8 @@ def _general(comm, name, coll, sendbuf, recvbuf, op, root):
     return Plan(comm, name, coll, sendbuf, recvbuf, op, root).run()
 
 
-_front.bind(fast_entry(_front.ENTRY_CAPSULE), _general, _state._CACHE)
+_front.bind(fast_entry(_front.ENTRY_CAPSULE), _general, _state._CACHE, _state.host_call)
+_note_host = _front.note_host  # a host-buffer call of an engine collective, posted for the peers
 # mpi4py's methods, bound once (the host path's call is then one lookup fewer)
 (_Isend, _Issend, _Irsend, _Ibsend, _Irecv, _Send, _Ssend, _Rsend, _Bsend, _Recv, _Sendrecv) = (
     _plain.Comm.Isend, _plain.Comm.Issend, _plain.Comm.Irsend, _plain.Comm.Ibsend, _plain.Comm.Irecv, _plain.Comm.Send,
@@ -215,6 +216,11 @@ class _Comm:
         """'on', 'off: <why>', or 'not set up yet': whether GPU collectives use the device engine."""
         return _state.engine_status(self)
 
+    def agreement_status(self):
+        """How this communicator's ranks agree on each collective call's path (one node: a placement
+        board in shared memory; several: an exchange through host MPI; or 'not set up yet')."""
+        return _state.agreement_status(self)
+
     def __reduce__(self):
         # the predefined communicators pickle by name, as mpi4py's do, and come back as mpigpu's
         return _pickle.by_name(self, ('COMM_WORLD', 'COMM_SELF', 'COMM_NULL')) or super().__reduce__()
@@ -244,65 +250,80 @@ class _EngineCollectives:
     def _on_stream(self, coll, sendbuf, recvbuf, op, root, stream):
         """A stream= call the fast path did not take."""
         name = Coll(coll).mpi_name
-        handle = _stream_handle(name, _rank(self), stream)
-        if not _any_device(sendbuf, recvbuf):
-            raise Error(name, 'stream= needs device buffers (host buffers go to MPI, which has no streams)',
-                        arg='stream', rank=self.Get_rank(), error_class=MPI.ERR_ARG)
+        try:
+            handle = _stream_handle(name, _rank(self), stream)
+            if not _any_device(sendbuf, recvbuf):
+                raise Error(name, 'stream= needs device buffers (host buffers go to MPI, which has no streams)',
+                            arg='stream', rank=self.Get_rank(), error_class=MPI.ERR_ARG)
+        except Error:
+            _state.state_of(self).agreement.refuse(name, coll)  # the peers raise too, rather than wait
+            raise
         Plan(self, name, coll, sendbuf, recvbuf, op, root, stream=handle).run(sync=False)
         return None
 
     # ---- non-blocking and persistent forms: generalized requests (mpigpu/_paths/requests.py) -------
     def Iallreduce(self, sendbuf, recvbuf, op=_SUM):
         if _any_device(sendbuf, recvbuf):
-            return Plan(self, 'Iallreduce', _ALLREDUCE, sendbuf, recvbuf, op, 0).request()
+            return Plan(self, 'Iallreduce', _ALLREDUCE, sendbuf, recvbuf, op, 0, nonblocking=True).request()
+        _note_host(self, _ALLREDUCE, True)
         return _plain.Intracomm.Iallreduce(self, sendbuf, recvbuf, op)
 
     def Ibcast(self, buf, root=0):
         if buf is not None and is_device(buf):
-            return Plan(self, 'Ibcast', _BCAST, None, buf, None, root).request()
+            return Plan(self, 'Ibcast', _BCAST, None, buf, None, root, nonblocking=True).request()
+        _note_host(self, _BCAST, True)
         return _plain.Intracomm.Ibcast(self, buf, root)
 
     def Ireduce_scatter_block(self, sendbuf, recvbuf, op=_SUM):
         if _any_device(sendbuf, recvbuf):
-            return Plan(self, 'Ireduce_scatter_block', _REDUCE_SCATTER_BLOCK, sendbuf, recvbuf, op, 0).request()
+            return Plan(self, 'Ireduce_scatter_block', _REDUCE_SCATTER_BLOCK, sendbuf, recvbuf, op, 0,
+                        nonblocking=True).request()
+        _note_host(self, _REDUCE_SCATTER_BLOCK, True)
         return _plain.Intracomm.Ireduce_scatter_block(self, sendbuf, recvbuf, op)
 
     def Ireduce(self, sendbuf, recvbuf, op=_SUM, root=0):
         rbuf = recvbuf if _rank(self) == root else None
         if _any_device(sendbuf, rbuf):
-            return Plan(self, 'Ireduce', _REDUCE, sendbuf, rbuf, op, root).request()
+            return Plan(self, 'Ireduce', _REDUCE, sendbuf, rbuf, op, root, nonblocking=True).request()
+        _note_host(self, _REDUCE, True)
         return _plain.Intracomm.Ireduce(self, sendbuf, recvbuf, op, root)
 
     def Iallgather(self, sendbuf, recvbuf):
         if _any_device(sendbuf, recvbuf):
-            return Plan(self, 'Iallgather', _ALLGATHER, sendbuf, recvbuf, None, 0).request()
+            return Plan(self, 'Iallgather', _ALLGATHER, sendbuf, recvbuf, None, 0, nonblocking=True).request()
+        _note_host(self, _ALLGATHER, True)
         return _plain.Intracomm.Iallgather(self, sendbuf, recvbuf)
 
     def Allreduce_init(self, sendbuf, recvbuf, op=_SUM, info=MPI.INFO_NULL):
         if _any_device(sendbuf, recvbuf):
-            return requests.Persistent.create(Plan(self, 'Allreduce_init', _ALLREDUCE, sendbuf, recvbuf, op, 0))
+            return Plan(self, 'Allreduce_init', _ALLREDUCE, sendbuf, recvbuf, op, 0).persistent()
+        _note_host(self, _ALLREDUCE, False)
         return _plain.Intracomm.Allreduce_init(self, sendbuf, recvbuf, op, info)
 
     def Bcast_init(self, buf, root=0, info=MPI.INFO_NULL):
         if buf is not None and is_device(buf):
-            return requests.Persistent.create(Plan(self, 'Bcast_init', _BCAST, None, buf, None, root))
+            return Plan(self, 'Bcast_init', _BCAST, None, buf, None, root).persistent()
+        _note_host(self, _BCAST, False)
         return _plain.Intracomm.Bcast_init(self, buf, root, info)
 
     def Reduce_scatter_block_init(self, sendbuf, recvbuf, op=_SUM, info=MPI.INFO_NULL):
         if _any_device(sendbuf, recvbuf):
-            return requests.Persistent.create(
-                Plan(self, 'Reduce_scatter_block_init', _REDUCE_SCATTER_BLOCK, sendbuf, recvbuf, op, 0))
+            return Plan(self, 'Reduce_scatter_block_init', _REDUCE_SCATTER_BLOCK, sendbuf, recvbuf, op,
+                        0).persistent()
+        _note_host(self, _REDUCE_SCATTER_BLOCK, False)
         return _plain.Intracomm.Reduce_scatter_block_init(self, sendbuf, recvbuf, op, info)
 
     def Reduce_init(self, sendbuf, recvbuf, op=_SUM, root=0, info=MPI.INFO_NULL):
         rbuf = recvbuf if _rank(self) == root else None
         if _any_device(sendbuf, rbuf):
-            return requests.Persistent.create(Plan(self, 'Reduce_init', _REDUCE, sendbuf, rbuf, op, root))
+            return Plan(self, 'Reduce_init', _REDUCE, sendbuf, rbuf, op, root).persistent()
+        _note_host(self, _REDUCE, False)
         return _plain.Intracomm.Reduce_init(self, sendbuf, recvbuf, op, root, info)
 
     def Allgather_init(self, sendbuf, recvbuf, info=MPI.INFO_NULL):
         if _any_device(sendbuf, recvbuf):
-            return requests.Persistent.create(Plan(self, 'Allgather_init', _ALLGATHER, sendbuf, recvbuf, None, 0))
+            return Plan(self, 'Allgather_init', _ALLGATHER, sendbuf, recvbuf, None, 0).persistent()
+        _note_host(self, _ALLGATHER, False)
         return _plain.Intracomm.Allgather_init(self, sendbuf, recvbuf, info)
 
 

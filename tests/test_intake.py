@@ -93,7 +93,7 @@ def test_buffer_specifications():
 def test_specification_errors_name_call_arg_rank():
     """Each mistake raises an mpigpu.Error that is also the exception mpi4py raises for it."""
     f = FakeCAI(np.zeros(10, np.float32))
-    with pytest.raises(ValueError, match=r'Allreduce: recvbuf: message: count 11 .* exceeds') as e:
+    with pytest.raises(ValueError, match=r'Allreduce: recvbuf: message: count 11 .* past the device allocation') as e:
         parse([f, 11, MPI.FLOAT])
     assert isinstance(e.value, mpigpu.Error) and e.value.Get_error_class() == MPI.ERR_COUNT
     assert '(rank 0)' in str(e.value)
@@ -111,6 +111,21 @@ def test_specification_errors_name_call_arg_rank():
         parse(FakeCAI(typestr='<f4', shape=(4,), ptr=64, strides=(8,)))
     with pytest.raises(ValueError, match='datatype is null'):
         parse([f, MPI.DATATYPE_NULL])
+
+
+def test_explicit_counts_are_trusted_within_the_allocation():
+    """MPI trusts an explicit count: it may reach past the object carrying the address (a view shorter
+    than its storage, a raw address of no length), as far as the device allocation reaches."""
+    storage = np.zeros(40, np.float32)
+    owner = FakeCAI(storage)  # the allocation: 160 bytes
+    for short in (MPI.memory.fromaddress(storage.ctypes.data, 8), MPI.memory.fromaddress(storage.ctypes.data, 0)):
+        arg = parse([short, 40, MPI.FLOAT])
+        assert arg.count == 40 and arg.buf.nbytes == 160
+        with pytest.raises(ValueError, match='past the device allocation of 160 bytes'):
+            parse([short, 41, MPI.FLOAT])
+    arg = parse([MPI.memory.fromaddress(storage.ctypes.data + 40, 4), (20, 5), MPI.FLOAT])
+    assert arg.count == 20 and arg.buf.ptr == storage.ctypes.data + 60
+    del owner
 
 
 def test_derived_datatypes_go_to_the_mirrored_path():
@@ -294,9 +309,14 @@ def test_element_alignment():
     assert e.value.arg == 'buf'
 
 
-def test_mixed_host_device_is_rejected():
-    with pytest.raises(mpigpu.Error, match='host and device buffers mixed'):
-        mpigpu.COMM_WORLD.Allreduce(np.zeros(4, np.float32), FakeCAI(np.zeros(4, np.float32)))
+def test_host_and_device_buffers_in_one_call(fake_layer):
+    # legal in MPI (a CUDA-aware MPI runs it): the host MPI call, the device buffer through a mirror
+    x, out = np.arange(4, dtype=np.float32), np.zeros(4, np.float32)
+    mpigpu.COMM_WORLD.Allreduce(x, FakeCAI(out))
+    assert (out == x).all()
+    back = np.zeros(4, np.float32)
+    mpigpu.COMM_WORLD.Allreduce(FakeCAI(x), back)
+    assert (back == x).all()
 
 
 def test_error_is_an_mpi_exception():

@@ -60,3 +60,31 @@ def test_derived_datatypes_in_collectives_packed_on_the_device(n):
 def test_strided_device_arrays_read_through_their_strides(n):
     out = run_ranks(n, 'strided_fake_device.py')
     assert 'checks identical to mpi4py' in out
+
+
+@pytest.mark.parametrize('n,engine', [(1, True), (2, True), (3, True), (4, True), (2, False), (3, False)])
+def test_mixed_placement_across_ranks(n, engine):
+    # any subset of ranks on the device, the others on the host, every collective and form: MPI's result
+    env = {'MIXED_ENGINE': '1' if engine else '0', 'MPIGPU_TIMEOUT_S': '60'}
+    out = run_ranks(n, 'mixed_placement.py', env=env, timeout=600)
+    assert 'checks identical to mpi4py' in out and ('one rank' if n == 1 else 'placement board') in out
+
+
+@pytest.mark.parametrize('n,engine', [(4, True), (3, False)])
+def test_mixed_placement_on_simulated_nodes(n, engine):
+    env = {'MIXED_ENGINE': '1' if engine else '0', 'MPIGPU_TIMEOUT_S': '60', 'MPIGPU_SIMULATE_NODES': '2'}
+    out = run_ranks(n, 'mixed_placement.py', env=env, timeout=600)
+    assert 'checks identical to mpi4py' in out and 'exchange between 2 nodes' in out
+
+
+@pytest.mark.parametrize('n,engine', [(1, False), (2, False), (3, False), (2, True)])
+def test_no_reference_kept_to_buffers(n, engine):
+    # blocking calls returned, requests completed or freed: no reference to the caller's exporters
+    out = run_ranks(n, 'references_fake_device.py', env={'MIXED_ENGINE': '1' if engine else '0'})
+    assert 'none kept' in out
+
+
+@pytest.mark.parametrize('n', [2, 3])
+def test_bad_input_gives_mpi_result_or_error_never_a_hang(n):
+    out = run_ranks(n, 'bad_input_fake_device.py', env={'MPIGPU_TIMEOUT_S': '60'}, timeout=300)
+    assert 'no hang' in out

@@ -57,6 +57,7 @@ class Team:
     rank: int
     nranks: int
     device: int
+    board: object
     workspace_bytes: int
     def __init__(self, rank: int, nranks: int, device: int, config: object) -> None: ...
     @property

@@ -14,6 +14,18 @@ from cpython.pyport cimport PY_SSIZE_T_MAX
 from cpython.pycapsule cimport PyCapsule_GetName, PyCapsule_GetPointer, PyCapsule_IsValid, PyCapsule_New
 from libc.string cimport memcpy
 
+from mpigpu._ext._board cimport Board, mg_board
+
+cdef extern from "board.h" nogil:
+    enum:
+        MG_VERDICT_DEVICE
+        MG_VERDICT_TIMEOUT
+    ctypedef struct mg_board_gate:
+        mg_board *b
+        int coll, verdict, who, called
+    int mg_board_gate_fn(void *ctx) noexcept
+    void mg_board_give_up(mg_board *b)
+
 cdef extern from "mpigpu_cuda.h" nogil:
     enum:
         MG_MAX_RANKS
@@ -24,6 +36,7 @@ cdef extern from "mpigpu_cuda.h" nogil:
         MG_ERR_TIMEOUT
         MG_ERR_ABORTED
         MG_ERR_BROKEN
+        MG_ERR_DECLINED
     const char *mg_error_string(int err)
     int mg_device_count(int *count)
     int mg_get_device(int *device)
@@ -91,6 +104,9 @@ cdef extern from "mpigpu_cuda.h" nogil:
     int mg_select(const mg_team *team, mg_call *call)
     int mg_collective(mg_team *team, const mg_call *call, uintptr_t stream, int async_)
     int mg_collective_wait(mg_team *team, const mg_call *call, uintptr_t stream)
+    ctypedef int (*mg_gate_fn)(void *ctx) noexcept nogil
+    int mg_collective_wait_gated(mg_team *team, const mg_call *call, uintptr_t stream, mg_gate_fn gate,
+                                 void *ctx)
     int mg_collective_nothing(mg_team *team, uintptr_t stream, int *idle)
     int mg_collective_wait_queued(mg_team *team, uintptr_t stream)
     int mg_collective_request(mg_team *team, const mg_call *call, uintptr_t stream, void *request, int watch,
@@ -366,6 +382,9 @@ cdef class Team:
     """One rank's side of a device team: its workspace, the peers' mapped workspaces, and launches."""
     cdef mg_team *t
     cdef readonly int rank, nranks, device
+    # The node's placement board where the communicator's ranks agree on each call (mpigpu/_agree.py),
+    # or None (a team of one rank: nothing to agree); set by the team's setup.
+    cdef public object board
 
     def __cinit__(self, int rank, int nranks, int device, object config):
         """`config`: the knobs (mpigpu.config: chunk_bytes, nslots, max_channels, timeout_s,
@@ -491,6 +510,28 @@ cdef class Team:
             check(e, 'collective')
         else:
             check(mg_collective(self.t, &c, stream, 1), 'collective launch')
+
+    cdef int run_agreed(self, Board board, int coll, int algo, int dtype, int op, uintptr_t send, uintptr_t recv,
+                        size_t count, int root, int nchannels, uintptr_t stream) except -1:
+        """run(sync) of a call this rank posted DEVICE for on `board`: its peers' posts are awaited at the
+        last moment before the call runs (mg_collective_wait_gated), so the wait overlaps this rank's own
+        host work. 1 when it ran; 0 when the ranks agreed on another path (the verdict stashed on the
+        board for the general path), the team unchanged."""
+        cdef int e
+        cdef mg_board_gate g
+        if self.t == NULL:
+            raise DeviceError(MG_ERR_TEAM, 'collective on a released team')
+        cdef mg_call c = _call(coll, algo, dtype, op, send, recv, count, root, nchannels, 0)
+        g.b, g.coll, g.verdict, g.who, g.called = &board.b, coll, -1, -1, 0
+        with nogil:
+            e = mg_collective_wait_gated(self.t, &c, stream, mg_board_gate_fn, &g)
+        if e == MG_ERR_DECLINED:
+            board.stash(g.verdict, g.who)
+            return 0
+        if e and not g.called:
+            mg_board_give_up(&board.b)  # posted DEVICE but never ran: peers must not wait for it
+        check(e, 'collective')
+        return 1
 
     cdef int run_nothing(self, uintptr_t stream) except -1:
         """A one-rank team's blocking call with nothing to copy (Bcast, in place): the wait for `stream`
@@ -801,18 +842,41 @@ cpdef int fast_collective(Team team, int device, int coll, object sendbuf, objec
         sp = rp + <uintptr_t>(own * _SIZES[rd])
     if (sp | rp) % <uintptr_t>_ALIGN[rd]:
         return 0  # refused on the general path, whatever the count
+    if count and not off_root and not (rdev == device if rdev >= 0 else _on_device(rp, device)):
+        return 0
+    if count and not one_buffer and not (sdev == device if sdev >= 0 else _on_device(sp, device)):
+        return 0
+    if team.board is not None:  # ranks that must agree on the call's path (mpigpu/_agree.py)
+        return _run_agreed(team, <Board>team.board, coll, algo, rd, op_code, sp, rp, count, root, nchannels,
+                           stream, rs)
     if count == 0:
         return 1
-    if not off_root and not (rdev == device if rdev >= 0 else _on_device(rp, device)):
-        return 0
-    if not one_buffer and not (sdev == device if sdev >= 0 else _on_device(sp, device)):
-        return 0
     if stream >= 0:
         team.run(coll, algo, rd, op_code, sp, rp, count, root, nchannels, <uintptr_t>stream, False)
     elif one_buffer and team.nranks == 1:
         team.run_nothing(<uintptr_t>rs)
     else:
         team.run(coll, algo, rd, op_code, sp, rp, count, root, nchannels, <uintptr_t>rs, True)
+    return 1
+
+
+cdef int _run_agreed(Team team, Board board, int coll, int algo, int dtype, int op, uintptr_t sp, uintptr_t rp,
+                     Py_ssize_t count, int root, int nchannels, Py_ssize_t stream, Py_ssize_t rs) except -1:
+    """The fast path's call on a team whose ranks agree on each call: this rank posts DEVICE, and the
+    engine runs it when every rank did; a blocking call waits for its peers' posts inside the CUDA
+    layer, at the last moment (Team.run_agreed). 0: another verdict, kept for the general path."""
+    cdef int who = -1, verdict
+    if board.post_device(coll) != 0:
+        board.stash(MG_VERDICT_TIMEOUT, -1)
+        return 0
+    if count and stream < 0:
+        return team.run_agreed(board, coll, algo, dtype, op, sp, rp, count, root, nchannels, <uintptr_t>rs)
+    verdict = board.wait_device(coll, &who)
+    if verdict != MG_VERDICT_DEVICE:
+        board.stash(verdict, who)
+        return 0
+    if count:
+        team.run(coll, algo, dtype, op, sp, rp, count, root, nchannels, <uintptr_t>stream, False)
     return 1
 
 
@@ -857,9 +921,10 @@ cpdef bint fast_entry(object comm, int coll, object sendbuf, object recvbuf, obj
     st = attrs.get(_entry_key)
     if st is None:
         return False
-    team = st.team
-    if team is None:
+    t = st.team
+    if type(t) is not Team:  # none yet (or the CPU tests' fake team)
         return False
+    team = <Team>t
     if coll != MG_ALLGATHER and coll != MG_BCAST:
         if op is _entry_last_op:
             code = _entry_last_code

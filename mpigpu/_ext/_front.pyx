@@ -2,12 +2,15 @@
 # them in its class), written in Cython so that the common call (device arrays, the device team up)
 # goes from the method to the CUDA layer's fast entry with no Python frame in between: a Python method
 # there cost 0.3-0.6 us per call, most of what a one-rank call trailed NCCL by (docs/benchmarks.md,
-# "One rank"). They route as the Python methods did: host buffers to mpi4py untouched, `stream=` calls
-# to the stream path, device buffers to the fast entry, else the general path (mpigpu._plan.Plan).
+# "One rank"). They route as the Python methods did: host buffers to mpi4py untouched (once the call is
+# posted for the ranks that may pass device buffers, mpigpu/_agree.py: a store into the node's
+# placement board), `stream=` calls to the stream path, device buffers to the fast entry, else the
+# general path (mpigpu._plan.Plan).
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid
 from cpython.pyport cimport PY_SSIZE_T_MAX
 from mpi4py import MPI
 
+from mpigpu._ext._board cimport Board
 from mpigpu._ext._intake cimport any_device
 from mpigpu import _plain
 from mpigpu._codes import Coll
@@ -26,20 +29,46 @@ cdef entry_fn _entry_c = NULL  # the CUDA layer's fast entry (_device.pyx), call
 cdef object _entry_py = None   # else a Python one (the CPU tests' fake layer)
 cdef object _general = None    # (comm, name, coll, sendbuf, recvbuf, op, root) -> the general path's result
 cdef object _state_key = None  # a communicator's state in its __dict__ (mpigpu._state)
+cdef object _host_slow = None  # (comm, coll, nonblocking): posts a host call the slow way (mpigpu._agree)
 
 ENTRY_CAPSULE = b'mpigpu.fast_entry'
 
 
-def bind(entry, general, state_key):
+def bind(entry, general, state_key, host_slow):
     """What the methods call: `entry` the fast path (a capsule named ENTRY_CAPSULE holding the C
-    function, or a Python callable with its arguments), `general` the general path, and the key of a
-    communicator's state."""
-    global _entry_c, _entry_py, _general, _state_key
+    function, or a Python callable with its arguments), `general` the general path, the key of a
+    communicator's state, and `host_slow` the posting of a host call without a board at hand."""
+    global _entry_c, _entry_py, _general, _state_key, _host_slow
     if PyCapsule_IsValid(entry, ENTRY_CAPSULE):
         _entry_c, _entry_py = <entry_fn>PyCapsule_GetPointer(entry, ENTRY_CAPSULE), None
     else:
         _entry_c, _entry_py = NULL, entry
-    _general, _state_key = general, state_key
+    _general, _state_key, _host_slow = general, state_key, host_slow
+
+
+cdef inline int _note_host(object comm, int coll, bint nonblocking) except -1:
+    """Posts this rank's host-buffer call of `coll` on `comm` for its peers (mpigpu/_agree.py): nothing
+    on one rank, a store into the node's board, else the slow way (the first call's setup, several
+    nodes). Never waits for a peer (but at the setup, or a whole ring of calls ahead of the slowest)."""
+    cdef dict d
+    try:
+        d = comm.__dict__
+    except AttributeError:  # mpi4py's own objects: their state is found the slow way
+        d = None
+    st = d.get(_state_key) if d is not None else None
+    if st is not None:
+        hook = st.host_hook
+        if hook is None:
+            return 0
+        if type(hook) is Board and (<Board>hook).post_host(coll) == 0:
+            return 0
+    _host_slow(comm, coll, nonblocking)
+    return 0
+
+
+def note_host(comm, int coll, bint nonblocking=False):
+    """_note_host for the Python methods (the non-blocking and persistent forms)."""
+    _note_host(comm, coll, nonblocking)
 
 
 cdef inline bint _fast(object comm, int coll, object sendbuf, object recvbuf, object op, int root,
@@ -92,6 +121,7 @@ def Allreduce(self, sendbuf, recvbuf, op=_SUM, *, stream=None):
     if stream is not None:
         return _on_stream(self, _ALLREDUCE, sendbuf, recvbuf, op, 0, stream)
     if not any_device(sendbuf, recvbuf):
+        _note_host(self, _ALLREDUCE, False)
         return _host_allreduce(self, sendbuf, recvbuf, op)
     if _fast(self, _ALLREDUCE, sendbuf, recvbuf, op, 0, -1):
         return None
@@ -102,6 +132,7 @@ def Bcast(self, buf, root=0, *, stream=None):
     if stream is not None:
         return _on_stream(self, _BCAST, None, buf, None, root, stream)
     if not any_device(None, buf):
+        _note_host(self, _BCAST, False)
         return _host_bcast(self, buf, root)
     if _fast(self, _BCAST, None, buf, None, _root(root), -1):
         return None
@@ -112,6 +143,7 @@ def Reduce_scatter_block(self, sendbuf, recvbuf, op=_SUM, *, stream=None):
     if stream is not None:
         return _on_stream(self, _RSB, sendbuf, recvbuf, op, 0, stream)
     if not any_device(sendbuf, recvbuf):
+        _note_host(self, _RSB, False)
         return _host_rsb(self, sendbuf, recvbuf, op)
     if _fast(self, _RSB, sendbuf, recvbuf, op, 0, -1):
         return None
@@ -123,6 +155,7 @@ def Reduce(self, sendbuf, recvbuf, op=_SUM, root=0, *, stream=None):
     if stream is not None:
         return _on_stream(self, _REDUCE, sendbuf, rbuf, op, root, stream)
     if not any_device(sendbuf, rbuf):
+        _note_host(self, _REDUCE, False)
         return _host_reduce(self, sendbuf, recvbuf, op, root)
     if _fast(self, _REDUCE, sendbuf, rbuf, op, _root(root), -1):
         return None
@@ -133,6 +166,7 @@ def Allgather(self, sendbuf, recvbuf, *, stream=None):
     if stream is not None:
         return _on_stream(self, _ALLGATHER, sendbuf, recvbuf, None, 0, stream)
     if not any_device(sendbuf, recvbuf):
+        _note_host(self, _ALLGATHER, False)
         return _host_allgather(self, sendbuf, recvbuf)
     if _fast(self, _ALLGATHER, sendbuf, recvbuf, None, 0, -1):
         return None

@@ -26,15 +26,18 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import _cuda
-from .._call import read_whole
+from .._call import read_whole, within
 from .._codes import Dtype
+from .._types import HOST_FLOAT16
 from .._ext._intake import is_device
 from ..errors import Error
 from . import packing, requests
 from .pinned import Stager, give, take
 
 IN, OUT, INOUT = 1, 2, 3  # how a call uses a buffer argument
-_REDUCING_16BIT = frozenset((Dtype.FLOAT16, Dtype.BFLOAT16))  # no reduction in the MPIs we target
+# Element types host MPI cannot reduce as mpi4py would read them: bfloat16 (its mirror is raw uint16),
+# float16 where host MPI has no such type.
+_UNREDUCIBLE = frozenset((Dtype.BFLOAT16,) if HOST_FLOAT16 else (Dtype.FLOAT16, Dtype.BFLOAT16))
 _ONE_BLOCK = (packing.SIMPLE, 0)
 WHOLE = None  # the form of an item mirrored whole, its specification as given (never packed)
 
@@ -68,11 +71,13 @@ class _Mirror:
         self.device = _cuda.device_of(name, label, st.rank, buf)
         self.packing = None if rest is None or form is WHOLE else packing.plan(
             name, label, st.rank, buf, self.device, rest, form, reduces)
+        if self.packing is None and rest is not None:
+            buf = self.buf = trusted(name, label, st.rank, buf, rest, _ONE_BLOCK if form is WHOLE else form)
         code = buf.dtype if self.packing is None else self.packing.code
-        if reduces and code in _REDUCING_16BIT:
-            raise Error(name, 'host MPI cannot reduce 16-bit floats; only Allreduce, Reduce and '
-                        'Reduce_scatter_block reduce them (on the device)', arg=label, rank=st.rank,
-                        error_class=MPI.ERR_TYPE)
+        if reduces and code in _UNREDUCIBLE:
+            raise Error(name, f'host MPI cannot reduce {Dtype(code).name.lower()}; only Allreduce, Reduce and '
+                        'Reduce_scatter_block with device buffers on every rank reduce it (on the device)',
+                        arg=label, rank=st.rank, error_class=MPI.ERR_TYPE)
         nbytes = buf.nbytes if self.packing is None else self.packing.nbytes
         self.role, self.pooled = role, pooled
         if pooled:
@@ -122,6 +127,24 @@ class _Mirror:
         if self.pooled and self.pinned is not None:
             give(self.pinned)
             self.pinned = None
+
+
+def trusted(name, label, rank, buf, rest, form):
+    """Device buffer `buf` as far as specification `rest` reaches (read as `form`): an explicit count
+    and datatype are trusted as MPI trusts them, past the length of the object that carries the
+    address (a view shorter than its storage) but within the device allocation, where a host mirror
+    must hold them all; past the allocation, an error naming the call (a mirror of the buffer's length
+    would let host MPI write past it)."""
+    span = packing.reach(name, label, rank, rest, form, buf.itemsize)
+    if span is None or (span[0] >= 0 and span[1] <= buf.nbytes):
+        return buf
+    lo, hi = span
+    within(name, label, rank, buf, lo, hi, 'the count and datatype', MPI.ERR_COUNT)
+    if lo < 0:
+        raise Error(name, f'the count and datatype reach {-lo} bytes before the buffer\'s address, which host '
+                    'MPI cannot be given through a mirror; describe the region from its lowest byte',
+                    arg=label, rank=rank, error_class=MPI.ERR_BUFFER)
+    return buf.view(0, hi, buf.dtype)
 
 
 def _label(i, n):

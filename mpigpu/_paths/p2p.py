@@ -22,8 +22,8 @@ from .._ext._intake import is_device
 from .._state import state_of
 from .._strided import as_spec
 from ..errors import Error
-from . import mirrored, p2p_ipc, packed, requests
-from .mirrored import IN, host_view, split_spec
+from . import mirrored, p2p_ipc, packed, packing, requests
+from .mirrored import IN, host_view, split_spec, trusted
 from .pinned import Stager, give, take
 
 
@@ -70,6 +70,8 @@ def _stage(st, name, value, writable):
     """(device buffer, pinned copy, host view as mpi4py spec, device) with the device bytes copied in."""
     obj, rest = split_spec(value)
     buf = read_whole(name, 'buf', st.rank, obj, writable, _cuda.consumer_stream)
+    if rest is not None:
+        buf = trusted(name, 'buf', st.rank, buf, rest, (packing.SIMPLE, 0))
     dev = _cuda.device_of(name, 'buf', st.rank, buf)
     pinned = take(buf.nbytes)
     if buf.nbytes:

@@ -14,7 +14,7 @@ import threading
 from mpi4py import MPI
 
 from .. import _cuda, _datatypes
-from .._call import read_whole, unpack_spec
+from .._call import read_whole, unpack_spec, within
 from .._types import NATIVE
 from ..errors import Error, ValueArgumentError
 
@@ -61,15 +61,15 @@ def _unsized(obj):
 
 
 def check_within(name, label, rank, buf, lay, count, offset):
-    """Raises unless the type map of `count` instances from byte `offset` lies in the device buffer `buf`
-    (a raw address of no length, MPI.memory.fromaddress(p, 0), is C's pointer: the caller's business)."""
-    if not count or not buf.nbytes or not lay.size:
+    """Raises unless the type map of `count` instances from byte `offset` lies in the memory of device
+    buffer `buf`: its length, or past it the device allocation it lies in (MPI trusts an explicit count
+    and datatype: the object carrying the address may be shorter than the storage it describes)."""
+    if not count or not lay.size:
         return
     lo = offset + lay.true_lb + min(0, (count - 1) * lay.extent)
     hi = offset + lay.true_lb + lay.true_extent + max(0, (count - 1) * lay.extent)
     if lo < 0 or hi > buf.nbytes:
-        raise ValueArgumentError(name, f'{count} elements of the datatype reach bytes {lo}..{hi} of a buffer of '
-                                 f'{buf.nbytes}', arg=label, rank=rank, error_class=MPI.ERR_BUFFER)
+        within(name, label, rank, buf, lo, hi, f'{count} elements of the datatype', MPI.ERR_BUFFER)
 
 
 class Packed:

@@ -142,12 +142,42 @@ def _ints(values, blocks):
 
 
 # ---- what a specification reaches -------------------------------------------------------------------------
-def _simple(name, label, rank, rest, nbytes, blocks, elementwise):
+class _Flat:
+    """The layout of the elements of a buffer that a specification names no datatype for (or names by a
+    typecode): `itemsize` bytes each, back to back."""
+
+    def __init__(self, itemsize):
+        self.size = self.extent = self.true_extent = itemsize
+        self.true_lb = 0
+
+
+def _layout_of(dt, itemsize):
+    """The layout of a specification's datatype (an MPI.Datatype, a typecode, or None: the buffer's own
+    elements of `itemsize` bytes), for `reach`."""
+    if isinstance(dt, MPI.Datatype):
+        if dt.handle == MPI.DATATYPE_NULL.handle:
+            raise _Unsupported
+        return _datatypes.layout(dt)
+    if isinstance(dt, str):
+        try:
+            return _datatypes.layout(MPI.Datatype.fromcode(dt))
+        except (KeyError, ValueError):
+            raise _Unsupported from None
+    return _Flat(itemsize)
+
+
+def _simple(name, label, rank, rest, nbytes, blocks, elementwise, itemsize=0):
     """(runs, rewritten rest) of a simple message: one run from its displacement. `elementwise`: the
     packed bytes are described as elements of the base type (reductions: the element type decides, and
     host MPIs reduce only named types), else as instances of the packed type. Read as point-to-point
-    reads a specification (_call.unpack_spec, whose errors are mpi4py's)."""
+    reads a specification (_call.unpack_spec, whose errors are mpi4py's). `itemsize`: any datatype,
+    read for `reach` (no rewritten rest)."""
     _obj, count, displ, dt = unpack_spec(name, label, rank, [None, *rest])
+    if itemsize:
+        lay = _layout_of(dt, itemsize)
+        if count is None:
+            raise _Unsupported  # inferred from the length: within it
+        return [(lay, count * max(blocks, 1), displ * lay.extent, 0)], None
     if not _wanted(dt, not nbytes):
         raise _Unsupported
     lay = _datatypes.layout(dt)
@@ -169,8 +199,9 @@ def _simple(name, label, rank, rest, nbytes, blocks, elementwise):
     return [(lay, instances, offset, 0)], spec
 
 
-def _vector(rest, nbytes, blocks):
-    """(runs, rewritten rest) of a vector message: one run per block, packed in block order."""
+def _vector(rest, nbytes, blocks, itemsize=0):
+    """(runs, rewritten rest) of a vector message: one run per block, packed in block order (`itemsize`:
+    any datatype, read for `reach`)."""
     counts = displs = dt = None
     if len(rest) == 1:
         x = rest[0]
@@ -186,9 +217,14 @@ def _vector(rest, nbytes, blocks):
             counts, displs = counts
     elif len(rest) == 3:
         counts, displs, dt = rest
-    if not _wanted(dt, not nbytes):
+    if itemsize:
+        if counts is None:
+            raise _Unsupported  # inferred from the length: within it
+        lay = _layout_of(dt, itemsize)
+    elif not _wanted(dt, not nbytes):
         raise _Unsupported
-    lay = _datatypes.layout(dt)
+    else:
+        lay = _datatypes.layout(dt)
     if counts is None:
         if nbytes and (lay.extent <= 0 or nbytes % lay.extent):
             raise _Unsupported
@@ -213,11 +249,12 @@ def _vector(rest, nbytes, blocks):
         runs.append((lay, c, d * lay.extent, at * lay.size))
         packed_at.append(at)
         at += c
-    return runs, [counts, packed_at, packed_type(lay)]
+    return runs, (None if itemsize else [counts, packed_at, packed_type(lay)])
 
 
-def _vector_w(rest, nbytes, blocks):
-    """(runs, rewritten rest) of Alltoallw's message: one run per block, each with its own datatype."""
+def _vector_w(rest, nbytes, blocks, itemsize=0):
+    """(runs, rewritten rest) of Alltoallw's message: one run per block, each with its own datatype
+    (`itemsize`: any datatypes, read for `reach`)."""
     if len(rest) == 1:
         types, counts, displs = rest[0], [1] * blocks, [0] * blocks
     elif len(rest) == 2 and type(rest[0]) in (list, tuple) and len(rest[0]) == 2:
@@ -228,7 +265,7 @@ def _vector_w(rest, nbytes, blocks):
         raise _Unsupported
     if type(types) not in (list, tuple) or len(types) != blocks or not all(isinstance(t, MPI.Datatype) for t in types):
         raise _Unsupported
-    if not any(_wanted(t, not nbytes) for t in types):
+    if not itemsize and not any(_wanted(t, not nbytes) for t in types):
         raise _Unsupported
     counts, displs = _ints(counts, blocks), _ints(displs, blocks)
     runs, packed_at, new_types, at = [], [], [], 0
@@ -236,9 +273,33 @@ def _vector_w(rest, nbytes, blocks):
         lay = _datatypes.layout(t)
         runs.append((lay, c, d, at))
         packed_at.append(at)
-        new_types.append(packed_type(lay))
+        if not itemsize:
+            new_types.append(packed_type(lay))
         at += c * lay.size
-    return runs, [counts, packed_at, new_types]
+    return runs, (None if itemsize else [counts, packed_at, new_types])
+
+
+def reach(name, label, rank, rest, form, itemsize):
+    """(lowest, highest) byte from the buffer's pointer that the explicit counts of specification `rest`
+    reach, read as its method reads it (`form`), or None where its counts are inferred from the buffer's
+    length or mpi4py refuses it (its own error then). The mirrored path checks it against the memory
+    really there, as MPI trusts an explicit count: past the buffer's length, within its allocation."""
+    kind, blocks = form
+    try:
+        if kind == W:
+            runs, _ = _vector_w(rest, 0, blocks, itemsize)
+        elif kind == VECTOR:
+            runs, _ = _vector(rest, 0, blocks, itemsize)
+        else:
+            runs, _ = _simple(name, label, rank, rest, 0, blocks, False, itemsize)
+    except Exception:  # (_Unsupported, or anything a malformed specification makes fail here)
+        return None
+    lo, hi = 0, 0
+    for lay, count, offset, _ in runs:
+        if count and lay.size:
+            lo = min(lo, offset + lay.true_lb + min(0, (count - 1) * lay.extent))
+            hi = max(hi, offset + lay.true_lb + lay.true_extent + max(0, (count - 1) * lay.extent))
+    return lo, hi
 
 
 class Packing:
@@ -295,7 +356,9 @@ def plan(name, label, rank, buf, device, rest, form, reduces):
         return None
     nbytes = sum(count * lay.size for lay, count, _, _ in runs)
     if buf.nbytes and nbytes > buf.nbytes:
-        return None
+        alloc = _cuda.allocation(buf.ptr)  # the memory really there may hold them (a short view)
+        if alloc is None or nbytes > alloc[0] + alloc[1] - buf.ptr:
+            return None
     for lay, count, offset, _ in runs:
         check_within(name, label, rank, buf, lay, count, offset)
     p = Packing()

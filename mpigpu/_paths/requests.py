@@ -64,7 +64,7 @@ def c_completion():
     global _c_ready
     if _c_ready is None:
         _c_ready = False
-        fns = _mpi_functions() if _cuda.device is not None else None
+        fns = _mpi_functions() if getattr(_cuda.device, 'request_init', None) is not None else None
         src, tag = _status_offsets() if fns is not None else (-1, -1)
         if fns is None or min(src, tag) < 0 or src % 4 or tag % 4:
             log.debug('GPU requests complete before they return: MPI functions or status layout not found')
@@ -185,12 +185,15 @@ class Work:
                 elif not self.inner.Test(self.inner_status):
                     return False
             self.done = True
+            on_done, self.on_done = self.on_done, None  # what it holds (the caller's buffers) goes with it
             try:
-                if self.on_done is not None:
-                    self.on_done()
+                if on_done is not None:
+                    on_done()
             except Exception as exc:  # reported through the status, MPI's way for a failed request
                 self.exc = exc
                 self.error = exc.Get_error_class() if isinstance(exc, MPI.Exception) else MPI.ERR_OTHER
+            finally:
+                on_done = None
             if self.greq is not None:
                 self.greq.Complete()
                 release_handle(self.greq)  # the user's request holds it; this copy must not outlive it

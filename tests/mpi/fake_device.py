@@ -73,6 +73,11 @@ def is_device_pointer(ptr):
     return any(s <= ptr < s + n for (s, n) in _live)
 
 
+def allocation(ptr):
+    """(start, bytes) of the registered range holding ptr (the driver's allocation), or None."""
+    return next(((s, n) for (s, n) in _live if s <= ptr < s + n), None)
+
+
 MEM_UNREGISTERED, MEM_HOST, MEM_DEVICE, MEM_MANAGED = 0, 1, 2, 3  # cudaMemoryType, as _device has them
 
 
@@ -207,6 +212,7 @@ fake = types.SimpleNamespace(
     MEM_DEVICE=MEM_DEVICE, MEM_MANAGED=MEM_MANAGED, MEM_HOST=MEM_HOST, MEM_UNREGISTERED=MEM_UNREGISTERED,
     MAX_RANKS=8, Team=_NoEngine,
     PackPlan=_PackPlan, pack_plan=_pack_plan, DeviceMemory=_DeviceMemory,
+    armed=lambda: True, allocation=allocation,  # a process with device buffers: its communicators agree across nodes too
 )
 
 
@@ -238,3 +244,76 @@ def install(layer=fake):
     from mpigpu import _cuda
     _cuda.device = layer
     return FakeCAI
+
+
+# ---- DLPack exports of fake device memory ------------------------------------------------------------
+class _DLDevice(ctypes.Structure):
+    _fields_ = [('device_type', ctypes.c_int32), ('device_id', ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [('code', ctypes.c_uint8), ('bits', ctypes.c_uint8), ('lanes', ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [('data', ctypes.c_void_p), ('device', _DLDevice), ('ndim', ctypes.c_int32), ('dtype', _DLDataType),
+                ('shape', ctypes.POINTER(ctypes.c_int64)), ('strides', ctypes.POINTER(ctypes.c_int64)),
+                ('byte_offset', ctypes.c_uint64)]
+
+
+_DELETER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+class _DLManagedTensor(ctypes.Structure):
+    _fields_ = [('dl_tensor', _DLTensor), ('manager_ctx', ctypes.c_void_p), ('deleter', _DELETER)]
+
+
+_KDLCUDA = 2
+_DL_CODES = {'i': 0, 'u': 1, 'f': 2, 'c': 5, 'b': 6}
+_exports = {}  # address of a managed tensor -> (its struct, shape, the array it keeps alive)
+_capsule_new = ctypes.pythonapi.PyCapsule_New
+_capsule_new.restype, _capsule_new.argtypes = ctypes.py_object, (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
+# the capsule's destructor gets a capsule being freed: it is passed on as a raw pointer, never as an object
+_capsule_valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)(('PyCapsule_IsValid', ctypes.pythonapi))
+_capsule_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(
+    ('PyCapsule_GetPointer', ctypes.pythonapi))
+
+
+@_DELETER
+def _delete_export(address):
+    _exports.pop(address, None)  # the struct and the array it kept alive go
+
+
+@ctypes.PYFUNCTYPE(None, ctypes.c_void_p)
+def _capsule_gone(capsule):
+    # an export never consumed (a consumer renames the capsule): its deleter runs here
+    if _capsule_valid(capsule, b'dltensor'):
+        _delete_export(_capsule_pointer(capsule, b'dltensor'))
+
+
+class FakeDLPack:
+    """A host array exported through DLPack as CUDA device memory (registered as such while this object
+    lives): each export keeps the array alive until its consumer's deleter (or the capsule's
+    destructor, if never consumed) lets it go, as a GPU framework's tensor does, so a reference that a
+    consumer keeps shows in sys.getrefcount(self.a)."""
+
+    def __init__(self, a):
+        self.a = a
+        device_memory(self, a.ctypes.data, max(a.nbytes, 1))  # an empty tensor is device memory too
+
+    def __dlpack_device__(self):
+        return (_KDLCUDA, 0)
+
+    def __dlpack__(self, stream=None, max_version=None, **kwargs):
+        a = self.a
+        m = _DLManagedTensor()
+        shape = (ctypes.c_int64 * max(a.ndim, 1))(*a.shape)
+        m.dl_tensor.data = a.ctypes.data
+        m.dl_tensor.device = _DLDevice(_KDLCUDA, 0)
+        m.dl_tensor.ndim = a.ndim
+        m.dl_tensor.dtype = _DLDataType(_DL_CODES[a.dtype.kind], a.dtype.itemsize * 8, 1)
+        m.dl_tensor.shape = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64))
+        m.deleter = _delete_export
+        address = ctypes.addressof(m)
+        _exports[address] = (m, shape, a)
+        return _capsule_new(address, b'dltensor', ctypes.cast(_capsule_gone, ctypes.c_void_p))

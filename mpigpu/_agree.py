@@ -1,0 +1,356 @@
+"""One call, one contract: the ranks of every engine collective (Allreduce, Bcast, Reduce_scatter_block,
+Reduce, Allgather, in every form) agree on its path for that call, as a CUDA-aware MPI's ranks run
+one algorithm whatever memory each passes.
+
+A rank brings to a call either device buffers the engine can take (`Placement.DEVICE`), or the host
+MPI call (`HOST_MPI`: host buffers, or device buffers only host MPI reads, or one rank's mix of both),
+or a refusal of its own arguments (`REFUSED`). Host ranks make the MPI call as mpi4py would, and only
+post that they do; a device rank learns every rank's post and takes the engine (or the hierarchical or
+staged path, which all-device calls share) only when every rank brought device buffers. Otherwise it
+makes the very MPI call the host ranks make, on host mirrors of its buffers (or its device pointers,
+where MPI is CUDA-aware), as a CUDA-aware MPI would inside.
+
+How the posts travel depends on where the ranks are, decided once per communicator at its first
+engine collective (every rank makes that call, whatever its buffers: one allgather):
+- one rank ('solo'): nothing to agree;
+- one node ('board'): the placement board, a file the node's ranks map (mpigpu/_ext/board.h). A host
+  rank's post is a store into its own line; a device rank reads its peers' lines. No MPI message on
+  any call after the setup;
+- several nodes ('net'): a one-word MPI_Iallreduce per call on a private duplicate of the
+  communicator; host ranks start it and never wait for it. Only where some rank had a GPU array
+  library loaded at the setup ('armed'); otherwise ('off') nothing is posted and device ranks make the
+  host MPI call, so programs that pass only host buffers never pay for the exchange.
+A first call that is non-blocking (`Iallreduce` ...) starts the setup without waiting and is made as
+the host MPI call by every rank; the next engine collective finishes the setup.
+"""
+import collections
+import itertools
+import logging
+import mmap
+import os
+import secrets
+import socket
+
+import numpy as np
+from mpi4py import MPI
+
+from . import _cuda, _deadline
+from ._codes import Coll, Placement, Verdict
+from ._config import config
+from ._ext._board import Board, board_bytes
+from ._topology import simulated_node
+from .errors import CommunicatorBroken, Error
+
+log = logging.getLogger('mpigpu')
+
+# The setup's allgather: one record per rank.
+_RECORD = np.dtype([('host', '<u8'), ('pid', '<i8'), ('serial', '<i8'), ('nonce', '<u8'), ('armed', '<i8'),
+                    ('local', '<i8'), ('nlocal', '<i8')])
+# The board's check that every rank of the node mapped the same file: (device, inode, ok).
+_MAPPED = np.dtype([('dev', '<u8'), ('ino', '<u8'), ('ok', '<i8')])
+_serials = itertools.count(1)  # boards this process has started
+_HOST_BIT, _REFUSED_BIT = 1, 2  # the 'net' exchange's flags (bitwise OR over the ranks)
+_PENDING_MAX = 256             # a host rank's unfinished exchanges before it waits for the oldest
+_CLOSE_WAIT_S = 5.0            # at exit, how long a host rank's last exchanges may take to finish
+
+
+def _host_key():
+    """This host, as the ranks that can map one file see it: its name and its boot (a host's ranks in
+    separate namespaces still fail the board's inode check and use the 'net' exchange)."""
+    try:
+        with open('/proc/sys/kernel/random/boot_id') as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = ''
+    digest = 1469598103934665603
+    for ch in (socket.gethostname() + '/' + boot).encode():
+        digest = ((digest ^ ch) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    return digest
+
+
+def _board_dir():
+    return '/dev/shm' if os.path.isdir('/dev/shm') and os.access('/dev/shm', os.W_OK) else '/tmp'
+
+
+class Agreement:
+    """What one communicator's ranks use to agree on each call (CommState.agreement)."""
+
+    def __init__(self, st):
+        self.st = st
+        self.mode = None if st.size > 1 else 'solo'  # None: not set up; 'pending': setup under way
+        self.board = None
+        self.ctrl = None       # 'net': the private duplicate the exchange runs on
+        self._setup = None     # 'pending': (request, send record, table)
+        self._pending = collections.deque()  # 'net': a host rank's unfinished exchanges
+        self.nodes = 1
+
+    # ---- setup -----------------------------------------------------------------------------------
+    def _record(self):
+        rec = np.zeros(1, _RECORD)
+        launcher = config.launcher_local
+        rec['host'], rec['pid'], rec['serial'] = _host_key(), os.getpid(), next(_serials)
+        rec['nonce'] = secrets.randbits(64)
+        rec['armed'] = int(_cuda.armed())
+        rec['local'], rec['nlocal'] = launcher if launcher is not None else (-1, -1)
+        return rec
+
+    def _start(self, nonblocking):
+        """Starts the setup at this rank's first engine collective: True when this call can be agreed
+        (the setup is done), False when it is the setup's non-blocking call (the host MPI call)."""
+        rec = self._record()
+        table = np.zeros(self.st.size, _RECORD)
+        req = self.st.comm.Iallgather([rec.view(np.uint8), MPI.BYTE], [table.view(np.uint8), MPI.BYTE])
+        self._setup = (req, rec, table)
+        self.mode = 'pending'
+        if nonblocking:
+            return False
+        self._finish()
+        return True
+
+    def _finish(self):
+        st = self.st
+        req, rec, table = self._setup
+        try:
+            _deadline.wait(req, None, (rec, table))
+        except _deadline.GaveUp as exc:
+            st.abandon(exc.pending, exc.why + ' (at the agreement setup)')
+            raise CommunicatorBroken('collective', st.broken, rank=st.rank) from None
+        self._setup = None
+        nodes = _nodes(table)
+        self.nodes = len(set(nodes))
+        armed = bool(table['armed'].any())
+        mode = 'board' if self.nodes == 1 else ('net' if armed else 'off')
+        if mode == 'board':
+            mode = self._open_board(table)
+        if mode == 'net' and self.ctrl is None:
+            self.ctrl = st.comm.Dup()  # collective: every rank reached the same mode
+        self.mode = mode
+        st.host_hook = self.board if mode == 'board' else (None if mode == 'off' else self.host)
+        log.debug('rank %d: calls agreed by %s', st.rank, self.describe())
+
+    def _open_board(self, table):
+        """Maps the node's board and checks with the peers that all mapped one file: 'board', or, where
+        some could not, 'net' or 'off' (every rank reaches the same answer)."""
+        st = self.st
+        leader = table[0]
+        path = os.path.join(_board_dir(), 'mpigpu-board-%d-%d-%x' % (leader['pid'], leader['serial'], leader['nonce']))
+        size = board_bytes(st.size)
+        mine = np.zeros(1, _MAPPED)
+        board = None
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                os.ftruncate(fd, size)  # the same size on every rank: the first creates, none shrinks
+                info = os.fstat(fd)
+                mm = mmap.mmap(fd, size)
+            finally:
+                os.close(fd)
+            board = Board(mm, st.rank, tuple(range(st.size)), path, config.timeout_s)
+            mine['dev'], mine['ino'], mine['ok'] = info.st_dev, info.st_ino, int(board.valid)
+        except (OSError, ValueError) as exc:
+            log.debug('rank %d: placement board %s: %s', st.rank, path, exc)
+        seen = _deadline.allgather(st.comm, mine.tobytes())
+        rows = [np.frombuffer(x, _MAPPED)[0] for x in seen]
+        if all(r['ok'] for r in rows) and len({(int(r['dev']), int(r['ino'])) for r in rows}) == 1:
+            if board.mapped_count == st.size:
+                _unlink(path)
+            self.board = board
+            return 'board'
+        if board is not None:
+            board.close()
+        _unlink(path)
+        return 'net' if bool(table['armed'].any()) else 'off'
+
+    def _ready(self, nonblocking):
+        """True when this call is agreed through the communicator's mode; False for the call that
+        starts the setup without waiting (every rank makes it as the host MPI call)."""
+        if self.mode is None:
+            return self._start(nonblocking)
+        if self.mode == 'pending':
+            self._finish()
+        return True
+
+    # ---- posts -----------------------------------------------------------------------------------
+    def host(self, comm, coll, nonblocking=False):
+        """This rank makes call `coll` of `comm` (a wrapper of this state's communicator) as the host
+        MPI call (host buffers): post it. Never waits for peers (but at a first call's setup, and a
+        whole ring of calls ahead of the slowest, as collectives may)."""
+        if not self._ready(nonblocking):
+            return
+        self._post(Coll(coll).mpi_name, coll, Placement.HOST_MPI)
+
+    def refuse(self, name, coll, nonblocking=False):
+        """This rank refused its own arguments of call `coll` (it raises): its peers raise too (on a
+        broken communicator they learn it is broken)."""
+        try:
+            if not self._ready(nonblocking):
+                return
+            self._post(name, coll, Placement.REFUSED)
+            if self.st.broken is not None:
+                self.give_up()
+        except Error:
+            pass  # the refusal's own error is the one to raise
+
+    def give_up(self):
+        """This rank stops waiting for its last call (a timeout, mpigpu.abort from any thread): peers
+        that read that call later find the communicator broken (one node; across nodes they time out)."""
+        board = self.board
+        if board is not None:
+            board.give_up()
+
+    def _post(self, name, coll, placement):
+        mode = self.mode
+        if mode == 'board':
+            if not self.board.post(coll, placement):
+                self._timed_out(name, self.board.missing() or [], behind=True)
+        elif mode == 'net':
+            self._reap()
+            send = np.array([_bits(placement), 1 << coll], np.int64)
+            recv = np.zeros(2, np.int64)
+            self._pending.append((self.ctrl.Iallreduce(send, recv, MPI.BOR), send, recv))
+
+    def decide(self, name, coll, placement, nonblocking=False):
+        """The path of this rank's call `coll`, which brings `placement` (DEVICE or HOST_MPI): the
+        Verdict every rank reaches (DEVICE: all brought device buffers; HOST_MPI: every rank makes the
+        host MPI call). Raises when a peer refused, is in another collective, or never came."""
+        if not self._ready(nonblocking):
+            return Verdict.HOST_MPI
+        mode = self.mode
+        if mode == 'solo':
+            return Verdict.DEVICE if placement == Placement.DEVICE else Verdict.HOST_MPI
+        if mode == 'off':
+            return Verdict.HOST_MPI
+        got = self.board.take_stash() if mode == 'board' else None  # the fast path agreed this call
+        if got is None and placement != Placement.DEVICE:
+            self._post(name, coll, placement)  # this rank makes the host MPI call: so does every rank
+            return Verdict.HOST_MPI
+        if mode == 'board':
+            verdict, who = got if got is not None else self.board.agree(coll)
+            return self._judged(name, Verdict(verdict), [who] if who >= 0 else [])
+        return self._judged(name, *self._exchange(coll))
+
+    def _exchange(self, coll):
+        """A device rank's 'net' exchange: (verdict, culprits)."""
+        self._reap()
+        send = np.array([_bits(Placement.DEVICE), 1 << coll], np.int64)
+        recv = np.zeros(2, np.int64)
+        req = self.ctrl.Iallreduce(send, recv, MPI.BOR)
+        try:
+            _deadline.wait(req, None, (send, recv))
+        except _deadline.GaveUp as exc:
+            self.st.abandon(exc.pending, exc.why)
+            return Verdict.TIMEOUT, []
+        flags, colls = int(recv[0]), int(recv[1])
+        if colls != 1 << coll:
+            return Verdict.MISMATCH, []
+        if flags & _REFUSED_BIT:
+            return Verdict.REFUSED, []
+        return (Verdict.HOST_MPI if flags & _HOST_BIT else Verdict.DEVICE), []
+
+    def _judged(self, name, verdict, culprits):
+        st = self.st
+        if verdict in (Verdict.DEVICE, Verdict.HOST_MPI):
+            return verdict
+        who = ', '.join(str(r) for r in culprits)
+        if verdict == Verdict.REFUSED:
+            raise Error(name, f'rank {who or "(another)"} refused its arguments of this call, so this rank '
+                        'does not run it either', rank=st.rank, error_class=MPI.ERR_OTHER)
+        if verdict == Verdict.MISMATCH:
+            raise Error(name, f'rank {who or "(another)"} is in another collective call of this communicator '
+                        '(every rank must make its collectives through mpigpu, in the same order)',
+                        rank=st.rank, error_class=MPI.ERR_OTHER)
+        if verdict == Verdict.BROKEN:
+            why = ('the communicator was aborted' if culprits == [st.rank] else
+                   f'rank {who} gave up on this communicator (a peer never came, or an abort)')
+            if st.broken is None:
+                st.broken = why
+            raise CommunicatorBroken(name, st.broken, rank=st.rank)
+        missing = self.board.missing() if self.board is not None else []
+        self._timed_out(name, missing)
+
+    def _timed_out(self, name, missing, behind=False):
+        st = self.st
+        if not behind:
+            self.give_up()
+        why = (f'rank{"s" if len(missing) > 1 else ""} {", ".join(str(r) for r in missing)} ' if missing
+               else 'peers ')
+        why += ('stayed a whole ring of calls behind' if behind else 'never began the call') + \
+            f' within MPIGPU_TIMEOUT_S={config.timeout_s:g} s'
+        if st.broken is None:
+            st.broken = why
+        raise CommunicatorBroken(name, why, rank=st.rank)
+
+    def _reap(self):
+        """Forgets the exchanges that finished; waits for the oldest while too many are under way."""
+        q = self._pending
+        while q and q[0][0].Test():
+            q.popleft()
+        while len(q) > _PENDING_MAX:
+            req, send, recv = q.popleft()
+            try:
+                _deadline.wait(req, None, (send, recv))
+            except _deadline.GaveUp as exc:
+                self.st.abandon(exc.pending, exc.why)
+
+    # ---- status and release ----------------------------------------------------------------------
+    def describe(self):
+        return {None: 'not set up yet', 'pending': 'being set up', 'solo': 'one rank',
+                'board': 'the node\'s placement board (shared memory)',
+                'net': f'an exchange between {self.nodes} nodes (host MPI)',
+                'off': f'none: {self.nodes} nodes and no GPU library at setup, so device buffers take host MPI'
+                }[self.mode]
+
+    def close(self, collective):
+        if self._setup is not None:
+            req = self._setup[0]
+            self._setup = None
+            if collective:
+                try:
+                    _deadline.wait(req)
+                except _deadline.GaveUp as exc:
+                    self.st.abandon(exc.pending, exc.why)
+        while self._pending:  # every rank started as many exchanges: they finish (MPI wants them done)
+            req, send, recv = self._pending.popleft()
+            try:
+                _deadline.wait(req, None, (send, recv), _CLOSE_WAIT_S if not collective else None)
+            except _deadline.GaveUp as exc:
+                self.st.abandon(exc.pending, exc.why)
+        if self.ctrl is not None:
+            ctrl, self.ctrl = self.ctrl, None
+            if collective:
+                try:
+                    ctrl.Free()
+                except MPI.Exception:
+                    pass
+        if self.board is not None:
+            self.board.close()
+            self.board = None
+
+
+def _bits(placement):
+    return _REFUSED_BIT if placement == Placement.REFUSED else (0 if placement == Placement.DEVICE else _HOST_BIT)
+
+
+def _unlink(path):
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _nodes(table):
+    """The node of each rank: its host, cut into MPIGPU_SIMULATE_NODES simulated nodes as
+    mpigpu._topology cuts them (by the launcher's local rank where it says it, else by the
+    communicator's ranks on the host)."""
+    hosts = [int(h) for h in table['host']]
+    k = config.simulate_nodes
+    if k <= 1:
+        return hosts
+    out = []
+    for rank, host in enumerate(hosts):
+        same = [r for r, h in enumerate(hosts) if h == host]
+        local, nlocal = int(table['local'][rank]), int(table['nlocal'][rank])
+        if local < 0:
+            local, nlocal = same.index(rank), len(same)
+        out.append((host, simulated_node(local, nlocal, k)))
+    return out

@@ -1,0 +1,157 @@
+# The placement board (board.h): the file the ranks of one node map to agree on each collective call's
+# path, and this rank's handle on it. mpigpu/_agree.py makes the file and decides when a board is used;
+# the communicators' methods post on it from C (host buffers: _front; the engine's fast path: _device).
+from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
+from libc.stdint cimport uint64_t
+
+cdef extern from "board.h":
+    enum:
+        MG_PLACE_HOST_MPI
+        MG_PLACE_DEVICE
+        MG_VERDICT_TIMEOUT
+        MG_BOARD_DEPTH
+    uint64_t mg_board_bytes(int n)
+    uint64_t mg_board_join(mg_board *b, uint64_t *base, int n, int me, double timeout_s) nogil
+    int mg_board_valid(const mg_board *b) nogil
+    int mg_board_post(mg_board *b, int coll, int placement) nogil
+    int mg_board_wait(mg_board *b, int coll, int *who, double spin_s) nogil
+    int mg_board_missing(const mg_board *b, int *out, int max) nogil
+    void mg_board_give_up(mg_board *b) nogil
+    int mg_board_may_wait(const mg_board *b) nogil
+
+# A device rank spins this long holding the GIL for its peers' posts (a call's ranks arrive within
+# microseconds of each other), then waits without it: a peer may need this process's other threads.
+cdef double _SPIN_S = 20e-6
+
+
+def board_bytes(int n):
+    """The size of the file of a board of n ranks."""
+    return mg_board_bytes(n)
+
+
+cdef inline bint _may_wait(mg_board *b) noexcept nogil:
+    """True when the next post may wait for the slowest rank (about once per ring of calls): it then runs
+    without the GIL."""
+    return mg_board_may_wait(b) != 0
+
+
+cdef class Board:
+    """This rank's handle on a mapped board: `ranks` the communicator rank of each of its ranks (its
+    place among them is this rank's), `path` the file (removed once every rank has mapped it)."""
+
+    def __cinit__(self, object mm, int me, tuple ranks, str path, double timeout_s):
+        cdef Py_buffer view
+        PyObject_GetBuffer(mm, &view, PyBUF_WRITABLE)
+        try:
+            if <uint64_t>view.len < mg_board_bytes(len(ranks)):
+                raise ValueError(f'board file {path} holds {view.len} bytes, not {mg_board_bytes(len(ranks))}')
+            self.mapped_count = mg_board_join(&self.b, <uint64_t *>view.buf, len(ranks), me, timeout_s)
+        finally:
+            PyBuffer_Release(&view)  # the mapping stays: mm holds it until close()
+        self._mm, self._mapped, self.ranks, self.path = mm, True, ranks, path
+        self._stash_call = 0
+
+    @property
+    def valid(self):
+        """True when every rank that made the board agrees on its shape."""
+        return self._mapped and mg_board_valid(&self.b) != 0
+
+    @property
+    def calls(self):
+        """The calls this rank has posted."""
+        return self.b.call
+
+    cdef int post_host(self, int coll) except -2:
+        """Posts a call that makes the host MPI call: 0, or -1 when the slowest rank stayed a whole
+        ring behind past the deadline (the caller raises)."""
+        cdef int rc
+        if not self._mapped:
+            return -1
+        if _may_wait(&self.b):
+            with nogil:
+                rc = mg_board_post(&self.b, coll, MG_PLACE_HOST_MPI)
+            return rc
+        return mg_board_post(&self.b, coll, MG_PLACE_HOST_MPI)
+
+    cdef int post_device(self, int coll) except -2:
+        """Posts DEVICE for this rank's next call: 0, or -1 when the slowest rank stayed a whole ring
+        behind past the deadline (nothing posted)."""
+        cdef int rc
+        if not self._mapped:
+            return -1
+        if _may_wait(&self.b):
+            with nogil:
+                rc = mg_board_post(&self.b, coll, MG_PLACE_DEVICE)
+            return rc
+        return mg_board_post(&self.b, coll, MG_PLACE_DEVICE)
+
+    cdef int wait_device(self, int coll, int *who) except -2:
+        """The verdict of this rank's last call (posted DEVICE) once every peer has posted (MG_VERDICT_*);
+        *who: the board rank a REFUSED, MISMATCH, TIMEOUT or BROKEN verdict names, else -1."""
+        cdef int v
+        who[0] = -1
+        v = mg_board_wait(&self.b, coll, who, _SPIN_S)
+        if v < 0:
+            with nogil:
+                v = mg_board_wait(&self.b, coll, who, 0.0)
+        return v
+
+    cdef int agree_device(self, int coll, int *who) except -2:
+        """post_device, then wait_device: the verdict of this call."""
+        who[0] = -1
+        if self.post_device(coll) != 0:
+            return MG_VERDICT_TIMEOUT
+        return self.wait_device(coll, who)
+
+    cdef void stash(self, int verdict, int who) noexcept:
+        """Keeps the verdict of the call just agreed for the general path, which runs it (the fast
+        path agreed, then found the call is not the engine's)."""
+        self._stash_call, self._stash_verdict, self._stash_who = self.b.call, verdict, who
+
+    def take_stash(self):
+        """(verdict, board rank) the fast path agreed for this rank's last call, or None."""
+        if self._stash_call == 0 or self._stash_call != self.b.call:
+            return None
+        self._stash_call = 0
+        return self._stash_verdict, self._stash_who
+
+    def post(self, int coll, int placement):
+        """Posts this rank's placement for its next call: False on a timeout (nothing posted)."""
+        cdef int rc
+        if not self._mapped:
+            return False
+        with nogil:
+            rc = mg_board_post(&self.b, coll, placement)
+        return rc == 0
+
+    def agree(self, int coll):
+        """post(DEVICE) and the verdict: (verdict, board rank or -1)."""
+        cdef int who = -1
+        cdef int v = self.agree_device(coll, &who)
+        return v, who
+
+    def missing(self):
+        """The board ranks that have not posted this rank's last call (for error messages)."""
+        cdef int out[64]
+        cdef int count
+        if not self._mapped:
+            return []
+        count = mg_board_missing(&self.b, out, 64)
+        return [out[i] for i in range(min(count, 64))]
+
+    def give_up(self):
+        """This rank stops waiting for its last call (a timeout, an abort from any thread): its peers'
+        later looks at that call find the communicator broken."""
+        if self._mapped:
+            mg_board_give_up(&self.b)
+
+    def close(self):
+        """Unmaps the board (no call of this rank may use it after)."""
+        if self._mapped:
+            self._mapped = False
+            self.b.base = NULL
+            try:
+                self._mm.close()
+            except (BufferError, ValueError):
+                pass
+            self._mm = None

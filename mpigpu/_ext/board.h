@@ -1,0 +1,251 @@
+/* board.h: the placement board, where the ranks of one node agree on the path of each collective call.
+ *
+ * One call, one contract: a rank may pass device memory while another passes host memory in the same
+ * call, so no rank may pick the call's path alone. Every rank posts, per call of a communicator, what
+ * it brings (the host MPI call, or device buffers the engine can take, or a refusal of its own
+ * arguments); a rank with device buffers reads every peer's post for that call and takes the engine
+ * only when every rank brought device buffers; otherwise every rank makes the same host MPI call.
+ *
+ * The board is a file mapped by the node's ranks (mpigpu/_agree.py makes it). Host ranks only write
+ * (a store and a flag: no MPI message, no wait), so programs that pass host buffers pay nothing
+ * measurable; device ranks read their peers' lines. Layout, in 64-bit words:
+ *   line 0: header;  line 1 + r: rank r's ack (the last call it is done reading, or posted as a writer);
+ *   then per rank a ring of MG_BOARD_DEPTH entries, entry k % depth holding call k's post.
+ * An entry is (call << 16) | (collective << 8) | placement. A rank overwrites its entry of call k - depth
+ * only once every rank has acked k - depth, so a fast writer waits only when it is depth calls ahead
+ * (collectives may synchronize: MPI allows it).
+ * No code here allocates, calls MPI or takes the GIL.
+ */
+#ifndef MPIGPU_BOARD_H
+#define MPIGPU_BOARD_H
+
+#include <stdint.h>
+#include <time.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+static inline void mg_board_relax(void) { _mm_pause(); }
+#elif defined(__aarch64__)
+static inline void mg_board_relax(void) { __asm__ volatile("yield" ::: "memory"); }
+#else
+static inline void mg_board_relax(void) {}
+#endif
+
+/* What one rank brings to a call (a post), and what the call's ranks agreed (the verdict). Written
+ * once, as X-macro tables; mpigpu/_ext/_codes.pyx reads the names (mpigpu/_codes.py: Placement,
+ * Verdict). Placement 0 is an empty entry. */
+#define MG_PLACEMENTS(X) X(NONE) X(HOST_MPI) X(DEVICE) X(REFUSED) X(GAVE_UP)
+/* DEVICE: every rank brought device buffers (the engine, the hierarchical or the staged path);
+ * HOST_MPI: every rank makes the host MPI call (device buffers through mirrors or a CUDA-aware MPI);
+ * REFUSED: a rank refused its own arguments; MISMATCH: ranks are in different collectives (a call made
+ * outside mpigpu on some rank); TIMEOUT: a rank never posted within the deadline; BROKEN: a rank gave
+ * up on the call (a timeout, an abort). */
+#define MG_VERDICTS(X) X(DEVICE) X(HOST_MPI) X(REFUSED) X(MISMATCH) X(TIMEOUT) X(BROKEN)
+
+#define MG_BOARD_ENUM_(NAME) MG_PLACE_##NAME,
+enum mg_placement { MG_PLACEMENTS(MG_BOARD_ENUM_) MG_NPLACEMENTS };
+#undef MG_BOARD_ENUM_
+#define MG_BOARD_ENUM_(NAME) MG_VERDICT_##NAME,
+enum mg_verdict { MG_VERDICTS(MG_BOARD_ENUM_) MG_NVERDICTS };
+#undef MG_BOARD_ENUM_
+
+#define MG_BOARD_NAME_ROW_(NAME) #NAME,
+static inline const char *mg_placement_name(int code) {
+  static const char *names[MG_NPLACEMENTS] = {MG_PLACEMENTS(MG_BOARD_NAME_ROW_)};
+  return code >= 0 && code < MG_NPLACEMENTS ? names[code] : 0;
+}
+static inline const char *mg_verdict_name(int code) {
+  static const char *names[MG_NVERDICTS] = {MG_VERDICTS(MG_BOARD_NAME_ROW_)};
+  return code >= 0 && code < MG_NVERDICTS ? names[code] : 0;
+}
+#undef MG_BOARD_NAME_ROW_
+
+#define MG_BOARD_DEPTH 256           /* calls a rank may run ahead of the slowest reader */
+#define MG_BOARD_LINE_WORDS 8        /* 64-byte lines: each rank's ack on a line of its own */
+#define MG_BOARD_MAGIC 0x6d67626f61726431ULL
+#define MG_BOARD_CHECK_SPINS 256     /* spins between looks at the clock */
+
+enum { MG_BOARD_HEADER_MAGIC = 0, MG_BOARD_HEADER_NLOCAL = 1, MG_BOARD_HEADER_MAPPED = 2 };
+
+/* The bytes of a board for n ranks. */
+static inline uint64_t mg_board_bytes(int n) {
+  return 8ull * ((uint64_t)MG_BOARD_LINE_WORDS * (1 + (uint64_t)n) + (uint64_t)n * MG_BOARD_DEPTH);
+}
+
+/* One rank's handle on a mapped board (process memory; the board itself is shared). */
+typedef struct mg_board {
+  uint64_t *base;    /* the mapping */
+  int n, me;         /* the node's ranks on the board, this rank's place among them */
+  uint64_t call;     /* calls this rank has posted */
+  uint64_t min_ack;  /* the lowest ack this rank last saw (flow control) */
+  double timeout_s;
+} mg_board;
+
+static inline uint64_t *mg_board_ack(const mg_board *b, int r) { return b->base + MG_BOARD_LINE_WORDS * (1 + r); }
+static inline uint64_t *mg_board_ring(const mg_board *b, int r) {
+  return b->base + MG_BOARD_LINE_WORDS * (1 + b->n) + (uint64_t)r * MG_BOARD_DEPTH;
+}
+static inline uint64_t mg_board_load(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+static inline void mg_board_store(uint64_t *p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+
+static inline double mg_board_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Joins a mapped board: counts this rank as mapped; returns the count after it (the rank that makes
+ * it n may remove the file's name). */
+static inline uint64_t mg_board_join(mg_board *b, uint64_t *base, int n, int me, double timeout_s) {
+  b->base = base;
+  b->n = n;
+  b->me = me;
+  b->call = 0;
+  b->min_ack = 0;
+  b->timeout_s = timeout_s;
+  __atomic_compare_exchange_n(base + MG_BOARD_HEADER_MAGIC, &(uint64_t){0}, MG_BOARD_MAGIC, 0, __ATOMIC_ACQ_REL,
+                              __ATOMIC_ACQUIRE);
+  __atomic_compare_exchange_n(base + MG_BOARD_HEADER_NLOCAL, &(uint64_t){0}, (uint64_t)n, 0, __ATOMIC_ACQ_REL,
+                              __ATOMIC_ACQUIRE);
+  return __atomic_add_fetch(base + MG_BOARD_HEADER_MAPPED, 1, __ATOMIC_ACQ_REL);
+}
+
+/* 1 when the board was made by a rank that agrees on its shape. */
+static inline int mg_board_valid(const mg_board *b) {
+  return mg_board_load(b->base + MG_BOARD_HEADER_MAGIC) == MG_BOARD_MAGIC &&
+         mg_board_load(b->base + MG_BOARD_HEADER_NLOCAL) == (uint64_t)b->n;
+}
+
+/* The lowest ack of the board's ranks. */
+static inline uint64_t mg_board_min_ack(const mg_board *b) {
+  uint64_t low = UINT64_MAX;
+  for (int r = 0; r < b->n; ++r) {
+    uint64_t a = mg_board_load(mg_board_ack(b, r));
+    if (a < low) low = a;
+  }
+  return low;
+}
+
+/* 1 when this rank's next post may wait for the slowest rank (it is a whole ring ahead of the acks it
+ * last saw): about once per ring of calls, the caller then lets go of the GIL. */
+static inline int mg_board_may_wait(const mg_board *b) {
+  uint64_t k = b->call + 1;
+  return k > MG_BOARD_DEPTH && b->min_ack < k - MG_BOARD_DEPTH;
+}
+
+/* Posts this rank's placement for its next call of collective `coll`: 0, or -1 when the slowest
+ * rank stayed depth calls behind past the deadline (nothing posted). A rank that posts anything but
+ * DEVICE reads nothing for this call and acks it at once. */
+static inline int mg_board_post(mg_board *b, int coll, int placement) {
+  uint64_t k = b->call + 1;
+  if (k > MG_BOARD_DEPTH && b->min_ack < k - MG_BOARD_DEPTH) {
+    double deadline = 0.0;
+    unsigned spins = 0;
+    while ((b->min_ack = mg_board_min_ack(b)) < k - MG_BOARD_DEPTH) {
+      mg_board_relax();
+      if (++spins % MG_BOARD_CHECK_SPINS == 0) {
+        double now = mg_board_now();
+        if (deadline == 0.0) deadline = now + b->timeout_s;
+        else if (now > deadline) return -1;
+      }
+    }
+  }
+  b->call = k;
+  mg_board_store(mg_board_ring(b, b->me) + k % MG_BOARD_DEPTH,
+                 (k << 16) | ((uint64_t)(coll & 0xff) << 8) | (uint64_t)(placement & 0xff));
+  if (placement != MG_PLACE_DEVICE) mg_board_store(mg_board_ack(b, b->me), k);
+  return 0;
+}
+
+/* One look at every peer's post for this rank's last call: -1 while some have not posted (*who the
+ * first of them), else the verdict (*who: for REFUSED, MISMATCH and BROKEN the first rank concerned,
+ * else -1). A verdict is final: the call is acked, so its entries may be reused. */
+static inline int mg_board_look(mg_board *b, int coll, int *who) {
+  uint64_t k = b->call, slot = k % MG_BOARD_DEPTH;
+  int verdict = MG_VERDICT_DEVICE, culprit = -1;
+  if ((mg_board_load(mg_board_ring(b, b->me) + slot) & 0xff) == MG_PLACE_GAVE_UP) {
+    *who = b->me;  /* aborted from another thread while waiting */
+    return MG_VERDICT_BROKEN;
+  }
+  for (int r = 0; r < b->n; ++r) {
+    if (r == b->me) continue;
+    uint64_t e = mg_board_load(mg_board_ring(b, r) + slot);
+    if ((e >> 16) != k) {
+      *who = r;
+      return -1;
+    }
+    int place = (int)(e & 0xff), theirs = (int)((e >> 8) & 0xff);
+    if (place == MG_PLACE_GAVE_UP) {
+      *who = r;
+      return MG_VERDICT_BROKEN;
+    }
+    if (theirs != coll) {
+      if (verdict != MG_VERDICT_MISMATCH) verdict = MG_VERDICT_MISMATCH, culprit = r;
+    } else if (place == MG_PLACE_REFUSED) {
+      if (verdict == MG_VERDICT_DEVICE || verdict == MG_VERDICT_HOST_MPI) verdict = MG_VERDICT_REFUSED, culprit = r;
+    } else if (place != MG_PLACE_DEVICE && verdict == MG_VERDICT_DEVICE) {
+      verdict = MG_VERDICT_HOST_MPI;
+    }
+  }
+  mg_board_store(mg_board_ack(b, b->me), k);
+  *who = culprit;
+  return verdict;
+}
+
+/* This rank gives up on its last call (its wait timed out, or an abort from any thread): its post
+ * becomes GAVE_UP, so a peer that comes later learns the communicator is broken instead of waiting. */
+static inline void mg_board_give_up(mg_board *b) {
+  uint64_t k = b->call;
+  if (k == 0 || b->base == 0) return;
+  uint64_t *e = mg_board_ring(b, b->me) + k % MG_BOARD_DEPTH;
+  mg_board_store(e, (mg_board_load(e) & ~(uint64_t)0xff) | MG_PLACE_GAVE_UP);
+}
+
+/* How many peers have not posted this rank's last call yet; the first `max` of them in out[]. Reads only
+ * (no ack): for error messages. */
+static inline int mg_board_missing(const mg_board *b, int *out, int max) {
+  uint64_t k = b->call, slot = k % MG_BOARD_DEPTH;
+  int count = 0;
+  for (int r = 0; r < b->n; ++r) {
+    if (r == b->me || (mg_board_load(mg_board_ring(b, r) + slot) >> 16) == k) continue;
+    if (count < max) out[count] = r;
+    ++count;
+  }
+  return count;
+}
+
+/* The verdict of this rank's last call (posted DEVICE), waiting for every peer's post: spins first,
+ * then (spin_s passed; the caller may have released the GIL) until the deadline, when it returns
+ * MG_VERDICT_TIMEOUT with *who a rank that never posted. */
+static inline int mg_board_wait(mg_board *b, int coll, int *who, double spin_s) {
+  unsigned spins = 0;
+  double start = 0.0;
+  int v;
+  while ((v = mg_board_look(b, coll, who)) < 0) {
+    mg_board_relax();
+    if (++spins % MG_BOARD_CHECK_SPINS == 0) {
+      double now = mg_board_now();
+      if (start == 0.0) start = now;
+      else if (spin_s > 0.0 && now - start > spin_s) return -1;  /* the caller goes on without the GIL */
+      else if (now - start > b->timeout_s) return MG_VERDICT_TIMEOUT;
+    }
+  }
+  return v;
+}
+
+/* The gate of a blocking engine call (mpigpu_cuda.h, mg_collective_wait_gated): this rank has posted
+ * DEVICE; the CUDA layer asks at the last moment before the call runs, so the wait for the peers' posts
+ * overlaps this rank's own work before it (the stream's query, an instance's launch). */
+typedef struct mg_board_gate {
+  mg_board *b;
+  int coll, verdict, who, called;
+} mg_board_gate;
+
+static inline int mg_board_gate_fn(void *ctx) {
+  mg_board_gate *g = (mg_board_gate *)ctx;
+  g->called = 1;
+  g->verdict = mg_board_wait(g->b, g->coll, &g->who, 0.0);
+  return g->verdict != MG_VERDICT_DEVICE;
+}
+
+#endif

@@ -1,0 +1,182 @@
+"""A fake device engine for CPU tests: a device team whose ranks meet in shared memory, as the real
+engine's kernels meet in peer-mapped GPU memory, and never through MPI.
+
+So a rank that runs a collective on it waits for every peer to run the same call on it, and a peer
+that makes the host MPI call instead never arrives (the call gives up after MPIGPU_TIMEOUT_S): the
+property that makes mixed placement across ranks a question of agreement (mpigpu/_agree.py). Each
+rank's workspace is a file in /dev/shm (its "IPC handle" is the file's name); a call moves its data
+in rounds through the workspaces (each rank writes its part, every rank reads what it needs, two
+counters per rank separate the rounds) and reduces in rank order, as the engine's one-shot kernel
+does. install_engine() makes it the fake CUDA layer's Team."""
+import ctypes
+import itertools
+import mmap
+import os
+import secrets
+import time
+import types
+
+import numpy as np
+
+from fake_device import DeviceError, fake, install
+
+_HEADER = 64            # posted and done counters (two 8-byte words)
+_REGION = 1 << 20       # bytes of data one rank offers per round
+_ids = itertools.count()
+_ALLREDUCE, _BCAST, _RSB, _REDUCE, _ALLGATHER = range(5)  # mpigpu._codes.Coll, checked at install
+
+
+def _memory(ptr, nbytes):
+    return np.ctypeslib.as_array((ctypes.c_uint8 * max(nbytes, 1)).from_address(ptr))[:nbytes]
+
+
+class FakeTeam:
+    """One rank's side of a fake team (the attributes and methods mpigpu uses of _device.Team)."""
+
+    def __init__(self, rank, nranks, device, config):
+        self.rank, self.nranks, self.device = rank, nranks, device
+        self.board = None
+        self.timeout_s = config.timeout_s
+        self.fault = 0
+        self.fault_origin = -1
+        self.aborted = False
+        self.path = '/dev/shm/mpigpu-fake-team-%d-%d-%s' % (os.getpid(), next(_ids), secrets.token_hex(4))
+        self.workspace_bytes = _HEADER + _REGION
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.ftruncate(fd, self.workspace_bytes)
+            self.mine = mmap.mmap(fd, self.workspace_bytes)
+        finally:
+            os.close(fd)
+        self.peers = {}
+        self.rounds = 0
+        self.calls = 0
+
+    def export_handle(self):
+        return self.path.encode()
+
+    def open_peer(self, peer, handle):
+        if peer == self.rank:
+            self.peers[peer] = self.mine
+            return
+        fd = os.open(handle.decode(), os.O_RDWR)
+        try:
+            self.peers[peer] = mmap.mmap(fd, self.workspace_bytes)
+        finally:
+            os.close(fd)
+
+    def close(self):
+        for peer, mm in self.peers.items():
+            if peer != self.rank:
+                mm.close()
+        self.peers = {}
+        if self.mine is not None:
+            self.mine.close()
+            self.mine = None
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
+
+    def abort(self):
+        self.aborted = True
+
+    def missing_peers(self):
+        return []
+
+    def select(self, coll, dtype, count, algo=0, nchannels=0):
+        return 1, 1, 0  # one-shot, one channel (the node phases ask, to avoid the ring)
+
+    # ---- the rounds ----------------------------------------------------------------------------------
+    def _counters(self, mm):
+        return np.frombuffer(mm, np.int64, count=2)
+
+    def _data(self, mm):
+        return np.frombuffer(mm, np.uint8, count=_REGION, offset=_HEADER)
+
+    def _wait(self, which, k):
+        deadline = time.monotonic() + self.timeout_s
+        for peer, mm in self.peers.items():
+            c = self._counters(mm)
+            while c[which] < k:
+                if self.aborted:
+                    raise DeviceError('fake engine: the communicator was aborted')
+                if time.monotonic() > deadline:
+                    raise DeviceError(f'fake engine: rank {peer} did not arrive within {self.timeout_s:g} s')
+                time.sleep(0)
+
+    def _round(self, put, take):
+        """One round: put(region) writes this rank's part; take(regions by rank) reads everyone's."""
+        self.rounds += 1
+        k = self.rounds
+        put(self._data(self.mine))
+        self._counters(self.mine)[0] = k
+        self._wait(0, k)
+        take({p: self._data(mm) for p, mm in self.peers.items()})
+        self._counters(self.mine)[1] = k
+        self._wait(1, k)
+
+    def run(self, coll, algo, dtype, op, send, recv, count, root, nchannels, stream, sync, chunk=0):
+        if self.mine is None:
+            raise DeviceError('collective on a released team')
+        from mpigpu._paths.staged import host_reduce
+        from mpigpu._types import numpy_dtype
+        self.calls += 1
+        npt = numpy_dtype(dtype)
+        its, n, me = npt.itemsize, self.nranks, self.rank
+        per = max(1, _REGION // its // (n if coll == _RSB else 1))  # elements of one round
+        for a in range(0, count, per):  # count: the elements, or a block's (Allgather, Reduce_scatter_block)
+            m = min(count, a + per) - a
+            if coll in (_ALLREDUCE, _REDUCE):
+                def put(region, a=a, m=m):
+                    region[:m * its] = _memory(send + a * its, m * its)
+
+                def take(regions, a=a, m=m):
+                    if coll == _REDUCE and me != root:
+                        return
+                    rows = [regions[p][:m * its].view(npt) for p in range(n)]
+                    _memory(recv + a * its, m * its)[:] = np.ascontiguousarray(
+                        host_reduce(rows, dtype, op)).view(np.uint8)
+            elif coll == _BCAST:
+                def put(region, a=a, m=m):
+                    if me == root:
+                        region[:m * its] = _memory(send + a * its, m * its)
+
+                def take(regions, a=a, m=m):
+                    if me != root:
+                        _memory(recv + a * its, m * its)[:] = regions[root][:m * its]
+            elif coll == _ALLGATHER:
+                def put(region, a=a, m=m):
+                    region[:m * its] = _memory(send + a * its, m * its)
+
+                def take(regions, a=a, m=m):
+                    for p in range(n):
+                        _memory(recv + (p * count + a) * its, m * its)[:] = regions[p][:m * its]
+            else:  # reduce-scatter: block j's slice [a, b) at j * m in the region
+                def put(region, a=a, m=m):
+                    for j in range(n):
+                        region[j * m * its:(j + 1) * m * its] = _memory(send + (j * count + a) * its, m * its)
+
+                def take(regions, a=a, m=m):
+                    rows = [regions[p][me * m * its:(me + 1) * m * its].view(npt) for p in range(n)]
+                    _memory(recv + a * its, m * its)[:] = np.ascontiguousarray(
+                        host_reduce(rows, dtype, op)).view(np.uint8)
+            self._round(put, take)
+
+    def run_request(self, *args):
+        raise DeviceError('fake engine: requests complete before they return (no C completion)')
+
+
+def install_engine():
+    """The fake CUDA layer with this engine: every process a GPU of its own (its PCI bus id from its
+    pid), each with peer access to the others. Returns FakeCAI (as fake_device.install)."""
+    from mpigpu._codes import Coll
+    assert [Coll.ALLREDUCE, Coll.BCAST, Coll.REDUCE_SCATTER_BLOCK, Coll.REDUCE, Coll.ALLGATHER] == list(range(5))
+    layer = types.SimpleNamespace(**vars(fake))
+    bus = '%04x:%02x:%02x.0' % (os.getpid() >> 16, (os.getpid() >> 8) & 0xff, os.getpid() & 0xff)
+    layer.pci_bus_id = lambda d: bus
+    layer.device_by_pci_bus_id = lambda b: 0
+    layer.can_access_peer = lambda a, b: True
+    layer.supports = lambda dtype, op: True
+    layer.Team = FakeTeam
+    return install(layer)

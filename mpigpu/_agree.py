@@ -17,9 +17,10 @@ engine collective (every rank makes that call, whatever its buffers: one allgath
   rank's post is a store into its own line; a device rank reads its peers' lines. No MPI message on
   any call after the setup;
 - several nodes ('net'): a one-word MPI_Iallreduce per call on a private duplicate of the
-  communicator; host ranks start it and never wait for it. Only where some rank had a GPU array
-  library loaded at the setup ('armed'); otherwise ('off') nothing is posted and device ranks make the
-  host MPI call, so programs that pass only host buffers never pay for the exchange.
+  communicator; host ranks start it and never wait for it;
+- either only where some rank had a GPU array library loaded at the setup ('armed', _cuda.armed);
+  otherwise ('off') nothing is posted and device ranks make the host MPI call (correct, through
+  mirrors), so programs that pass only host buffers pay for no board and no exchange.
 A first call that is non-blocking (`Iallreduce` ...) starts the setup without waiting and is made as
 the host MPI call by every rank; the next engine collective finishes the setup.
 """
@@ -83,6 +84,7 @@ class Agreement:
         self._setup = None     # 'pending': (request, send record, table)
         self._pending = collections.deque()  # 'net': a host rank's unfinished exchanges
         self.nodes = 1
+        self.armed = False
 
     # ---- setup -----------------------------------------------------------------------------------
     def _record(self):
@@ -118,10 +120,14 @@ class Agreement:
         self._setup = None
         nodes = _nodes(table)
         self.nodes = len(set(nodes))
-        armed = bool(table['armed'].any())
-        mode = 'board' if self.nodes == 1 else ('net' if armed else 'off')
-        if mode == 'board':
-            mode = self._open_board(table)
+        self.armed = bool(table['armed'].any())
+        mode = 'off' if not self.armed else 'board' if self.nodes == 1 else 'net'
+        try:
+            if mode == 'board':
+                mode = self._open_board(table)
+        except _deadline.GaveUp as exc:
+            st.abandon(exc.pending, exc.why + ' (at the agreement setup)')
+            raise CommunicatorBroken('collective', st.broken, rank=st.rank) from None
         if mode == 'net' and self.ctrl is None:
             self.ctrl = st.comm.Dup()  # collective: every rank reached the same mode
         self.mode = mode
@@ -297,8 +303,8 @@ class Agreement:
         return {None: 'not set up yet', 'pending': 'being set up', 'solo': 'one rank',
                 'board': 'the node\'s placement board (shared memory)',
                 'net': f'an exchange between {self.nodes} nodes (host MPI)',
-                'off': f'none: {self.nodes} nodes and no GPU library at setup, so device buffers take host MPI'
-                }[self.mode]
+                'off': 'none: no rank had a GPU array library loaded at the setup, so device buffers take the '
+                       'host MPI call'}[self.mode]
 
     def close(self, collective):
         if self._setup is not None:

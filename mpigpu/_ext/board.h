@@ -153,7 +153,14 @@ static inline int mg_board_post(mg_board *b, int coll, int placement) {
   b->call = k;
   mg_board_store(mg_board_ring(b, b->me) + k % MG_BOARD_DEPTH,
                  (k << 16) | ((uint64_t)(coll & 0xff) << 8) | (uint64_t)(placement & 0xff));
-  if (placement != MG_PLACE_DEVICE) mg_board_store(mg_board_ack(b, b->me), k);
+  if (placement != MG_PLACE_DEVICE) {
+    mg_board_store(mg_board_ack(b, b->me), k);
+    return 0;
+  }
+  /* The peers' entries this rank will read: fetched now, while it does its own work before the look
+   * (the last rank to post then finds them in its cache: their misses are off its critical path). */
+  for (int r = 0; r < b->n; ++r)
+    if (r != b->me) __builtin_prefetch(mg_board_ring(b, r) + k % MG_BOARD_DEPTH, 0, 3);
   return 0;
 }
 

@@ -248,7 +248,28 @@ class _ReadOnly:
         self.__cuda_array_interface__ = dict(cai, data=(cai['data'][0], True))
 
 
+def first_call_nonblocking(world):
+    """A communicator whose first engine collective is non-blocking: the setup starts without waiting
+    and that call is the host MPI call on every rank; the next call finishes the setup."""
+    me = world.Get_rank()
+    for pname in ('all-device', 'alternate'):
+        comm = world.Dup()
+        dev = PLACEMENTS[pname](me, 0)[0]
+        for k in range(3):
+            x = data(5, 40 + k)
+            y = Buf(np.zeros(5, np.int64), dev)
+            if k == 0:
+                comm.Iallreduce(Buf(x, dev).obj, y.obj, MPI.SUM).Wait()
+            else:
+                comm.Allreduce(Buf(x, dev).obj, y.obj, MPI.SUM)
+            expect = np.zeros(5, np.int64)
+            world_plain.Allreduce(x, expect, MPI.SUM)
+            same(y.values(), expect, f'first call non-blocking, {pname}, call {k}')
+        comm.Free()
+
+
 world = mpigpu.COMM_WORLD
+first_call_nonblocking(world)
 matrix(world, world_plain, 'world')
 if n >= 2 and not QUICK:
     color = rank % 2

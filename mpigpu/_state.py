@@ -52,9 +52,6 @@ class CommState:
         if self.device is None:
             try:
                 self.team, self.reason, self.control = _team.setup(self.comm, self.rank, self.size, dev)
-            except _team.PeerRefused as exc:
-                raise Error(call, f'rank {exc.rank} refused its arguments of this call ({exc.why}); no rank '
-                            'ran it', rank=self.rank, error_class=MPI.ERR_OTHER) from None
             except _deadline.GaveUp as exc:
                 self.abandon(exc.pending, exc.why + ' (at the device team setup)')
                 raise CommunicatorBroken(call, self.broken, rank=self.rank) from None
@@ -65,15 +62,6 @@ class CommState:
         elif dev != self.device:
             raise Error(call, f'buffer is on device {dev} but this rank uses device {self.device} on this '
                         'communicator', arg='buffer', rank=self.rank, error_class=MPI.ERR_BUFFER)
-
-    def refuse_setup(self, error):
-        """This rank's call failed before the team setup it was to start: take part in the setup's
-        first exchange with the reason, so the other ranks raise instead of waiting (then re-raise)."""
-        if self.reason is None and self.device is None and self.broken is None:
-            try:
-                _team.refuse(self.comm, str(error))
-            except _deadline.GaveUp as exc:  # the others never came: they are not waiting for us
-                self.abandon(exc.pending, exc.why)
 
     # ---- faults: a peer that never arrived, an abort ------------------------------------------------
     def check_usable(self, call):

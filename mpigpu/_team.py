@@ -45,34 +45,14 @@ def _why_not(comm, rank, n, dev, bus, buses, shared):
     return ''
 
 
-class PeerRefused(Exception):
-    """A rank refused its own arguments of the call that was to set the team up (it raises them);
-    `rank` and `why` say which and why, so the others raise too instead of waiting for it."""
-
-    def __init__(self, rank, why):
-        super().__init__(rank, why)
-        self.rank, self.why = rank, why
-
-
-def refuse(comm, why):
-    """This rank's side of a team setup that its own call cannot take part in (its arguments were
-    refused): the first exchange, so that no peer waits for it; the caller then raises its error."""
-    _deadline.allgather(comm, (None, why))
-
-
 def setup(comm, rank, n, dev):
-    """Collective: every rank of `comm` takes part, and all agree on the outcome. The first exchange
-    also carries each rank's verdict on its own arguments (refuse), so a call that one rank refused
-    raises PeerRefused on the others instead of leaving them waiting; a peer that never arrives ends
-    it in _deadline.GaveUp after MPIGPU_TIMEOUT_S.
+    """Collective: every rank of `comm` takes part, and all agree on the outcome. It runs at a call
+    whose ranks all brought device buffers and accepted their own arguments (mpigpu/_agree.py); a peer
+    that never arrives ends it in _deadline.GaveUp after MPIGPU_TIMEOUT_S.
     Returns (team or None, reason ('' with a team), the team's control communicator or None)."""
     dm = _cuda.device
     bus = dm.pci_bus_id(dev)
-    first = _deadline.allgather(comm, (bus, ''))
-    for peer, (_bus, why) in enumerate(first):
-        if why:
-            raise PeerRefused(peer, why)
-    buses = [b for b, _why in first]
+    buses = _deadline.allgather(comm, bus)
     shared = len(set(buses)) != n
     reason = agree(comm, _why_not(comm, rank, n, dev, bus, buses, shared))
     team = handle = None

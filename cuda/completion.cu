@@ -215,14 +215,6 @@ int mg_completion_init(const mg_mpi_api *api) {
   return 0;
 }
 
-int mg_completion_start(uintptr_t stream, int device, void *request, int watch, uint64_t *ticket) {
-  *ticket = 0;
-  int idx = -1;
-  uint32_t *fault_word = nullptr;
-  int e = completion_reserve(&idx, &fault_word);
-  return e ? e : completion_begin(idx, stream, device, request, watch, ticket);
-}
-
 }  // extern "C"
 
 int completion_reserve(int *slot, uint32_t **fault_word) {

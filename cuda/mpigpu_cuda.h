@@ -244,8 +244,11 @@ int mg_collective_wait_gated(mg_team *team, const mg_call *call, uintptr_t strea
 int mg_collective_nothing(mg_team *team, uintptr_t stream, int *idle);
 /* Waits until stream has run what is queued on it now, as a blocking call waits for its launch. */
 int mg_collective_wait_queued(mg_team *team, uintptr_t stream);
-/* mg_collective (async = 1) and mg_completion_start in one: the request completes with the call's
- * fault (MG_ERR_TIMEOUT, MG_ERR_ABORTED) if its kernel stopped. The team's device is current. */
+/* mg_collective (async = 1), then a generalized request completed once an event recorded after the
+ * call has passed: writes the MPI_Request (request_bytes) to *request and a ticket for
+ * mg_completion_wait/test; watch = 1: a watcher thread completes it too (needs MPI_THREAD_MULTIPLE),
+ * for waits through MPI. The request completes with the call's fault (MG_ERR_TIMEOUT,
+ * MG_ERR_ABORTED) if its kernel stopped. The team's device is current. */
 int mg_collective_request(mg_team *team, const mg_call *call, uintptr_t stream, void *request, int watch,
                           uint64_t *ticket);
 
@@ -276,10 +279,6 @@ typedef struct mg_mpi_api {
 } mg_mpi_api;
 
 int mg_completion_init(const mg_mpi_api *api);
-/* Records an event on stream (device current) and starts a generalized request completed once the
- * event has passed; writes the MPI_Request (request_bytes) to *request and a ticket for wait/test.
- * watch = 1: a watcher thread completes it too (needs MPI_THREAD_MULTIPLE), for waits through MPI. */
-int mg_completion_start(uintptr_t stream, int device, void *request, int watch, uint64_t *ticket);
 /* Blocks until the ticket's work is done and its request completed (by this call or the watcher);
  * returns the completion's code (a CUDA error, a fault's MG_ERR_*, or 0; 0 also once MPI has freed
  * the request). */

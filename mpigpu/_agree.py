@@ -31,6 +31,8 @@ import mmap
 import os
 import secrets
 import socket
+import time
+import warnings
 
 import numpy as np
 from mpi4py import MPI
@@ -38,7 +40,7 @@ from mpi4py import MPI
 from . import _cuda, _deadline
 from ._codes import Coll, Placement, Verdict
 from ._config import config
-from ._ext._board import Board, board_bytes
+from ._ext._board import BEHIND, Board, board_bytes
 from ._topology import simulated_node
 from .errors import CommunicatorBroken, Error
 
@@ -85,6 +87,7 @@ class Agreement:
         self._pending = collections.deque()  # 'net': a host rank's unfinished exchanges
         self.nodes = 1
         self.armed = False
+        self._warned = False  # 'off': device calls were warned about
 
     # ---- setup -----------------------------------------------------------------------------------
     def _record(self):
@@ -98,7 +101,7 @@ class Agreement:
 
     def _start(self, nonblocking):
         """Starts the setup at this rank's first engine collective: True when this call can be agreed
-        (the setup is done), False when it is the setup's non-blocking call (the host MPI call)."""
+        (the setup is done), False when it is non-blocking (the host MPI call, on every rank)."""
         rec = self._record()
         table = np.zeros(self.st.size, _RECORD)
         req = self.st.comm.Iallgather([rec.view(np.uint8), MPI.BYTE], [table.view(np.uint8), MPI.BYTE])
@@ -110,29 +113,49 @@ class Agreement:
         return True
 
     def _finish(self):
+        """Completes the setup (a blocking call: every rank finishes it at the same call). A setup that
+        fails leaves the communicator broken for device calls ('broken'), never half set up."""
         st = self.st
         req, rec, table = self._setup
         try:
-            _deadline.wait(req, None, (rec, table))
-        except _deadline.GaveUp as exc:
-            st.abandon(exc.pending, exc.why + ' (at the agreement setup)')
-            raise CommunicatorBroken('collective', st.broken, rank=st.rank) from None
-        self._setup = None
-        nodes = _nodes(table)
-        self.nodes = len(set(nodes))
-        self.armed = bool(table['armed'].any())
-        mode = 'off' if not self.armed else 'board' if self.nodes == 1 else 'net'
-        try:
+            _deadline.wait(req, self._broken, (rec, table))
+            self._setup = None
+            nodes = _nodes(table)
+            self.nodes = len(set(nodes))
+            self.armed = bool(table['armed'].any())
+            mode = 'off' if not self.armed else 'board' if self.nodes == 1 else 'net'
             if mode == 'board':
                 mode = self._open_board(table)
+            if mode == 'net' and self.ctrl is None:
+                self.ctrl = st.comm.Dup()  # collective: every rank reached the same mode
         except _deadline.GaveUp as exc:
+            self.mode = 'broken'
+            st.host_hook = self.host
             st.abandon(exc.pending, exc.why + ' (at the agreement setup)')
             raise CommunicatorBroken('collective', st.broken, rank=st.rank) from None
-        if mode == 'net' and self.ctrl is None:
-            self.ctrl = st.comm.Dup()  # collective: every rank reached the same mode
         self.mode = mode
         st.host_hook = self.board if mode == 'board' else (None if mode == 'off' else self.host)
+        if st.team is not None:
+            st.team.board = self.team_board()
         log.debug('rank %d: calls agreed by %s', st.rank, self.describe())
+
+    def _broken(self):
+        return self.st.broken
+
+    def team_board(self):
+        """What the communicator's device team gets to agree on in its fast path: the board, None where
+        there is nothing to agree (one rank), or False, which sends every call to the general path
+        (the 'net' exchange, a broken communicator)."""
+        if self.mode == 'board' and self.st.broken is None:
+            return self.board
+        return None if self.mode == 'solo' else False
+
+    def _route_general(self):
+        """The fast path stops agreeing on its own (a broken communicator): every call takes the general
+        path, which raises at once."""
+        team = self.st.team
+        if team is not None:
+            team.board = False
 
     def _open_board(self, table):
         """Maps the node's board and checks with the peers that all mapped one file: 'board', or, where
@@ -146,7 +169,9 @@ class Agreement:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
             try:
-                os.ftruncate(fd, size)  # the same size on every rank: the first creates, none shrinks
+                # the blocks allocated now (a full /dev/shm raises here, not as SIGBUS at a store); the
+                # same size on every rank: the first creates, none shrinks
+                os.posix_fallocate(fd, 0, size)
                 info = os.fstat(fd)
                 mm = mmap.mmap(fd, size)
             finally:
@@ -155,7 +180,13 @@ class Agreement:
             mine['dev'], mine['ino'], mine['ok'] = info.st_dev, info.st_ino, int(board.valid)
         except (OSError, ValueError) as exc:
             log.debug('rank %d: placement board %s: %s', st.rank, path, exc)
-        seen = _deadline.allgather(st.comm, mine.tobytes())
+        try:
+            seen = _deadline.allgather(st.comm, mine.tobytes(), self._broken)
+        except _deadline.GaveUp:
+            if board is not None:
+                board.close()
+            _unlink(path)
+            raise
         rows = [np.frombuffer(x, _MAPPED)[0] for x in seen]
         if all(r['ok'] for r in rows) and len({(int(r['dev']), int(r['ino'])) for r in rows}) == 1:
             if board.mapped_count == st.size:
@@ -168,27 +199,40 @@ class Agreement:
         return 'net' if bool(table['armed'].any()) else 'off'
 
     def _ready(self, nonblocking):
-        """True when this call is agreed through the communicator's mode; False for the call that
-        starts the setup without waiting (every rank makes it as the host MPI call)."""
+        """True when this call is agreed through the communicator's mode; False while the setup is under
+        way and this call is non-blocking (every rank makes it as the host MPI call, posting nothing:
+        a non-blocking call must not wait for its peers, so only the next blocking engine collective,
+        which every rank reaches at the same point, finishes the setup)."""
         if self.mode is None:
             return self._start(nonblocking)
         if self.mode == 'pending':
+            if nonblocking:
+                return False
             self._finish()
+        elif self.mode == 'broken':
+            raise CommunicatorBroken('collective', self.st.broken or 'the agreement setup failed', rank=self.st.rank)
         return True
 
     # ---- posts -----------------------------------------------------------------------------------
-    def host(self, comm, coll, nonblocking=False):
+    def host(self, comm, coll, nonblocking=False, behind=False):
         """This rank makes call `coll` of `comm` (a wrapper of this state's communicator) as the host
         MPI call (host buffers): post it. Never waits for peers (but at a first call's setup, and a
-        whole ring of calls ahead of the slowest, as collectives may)."""
+        whole ring of calls ahead of the slowest, as collectives may). `behind`: the fast post already
+        waited that long for the slowest rank (it raises)."""
         if not self._ready(nonblocking):
             return
+        if behind:
+            self._timed_out(Coll(coll).mpi_name, self.board.missing() if self.board is not None else [], True)
         self._post(Coll(coll).mpi_name, coll, Placement.HOST_MPI)
 
     def refuse(self, name, coll, nonblocking=False):
         """This rank refused its own arguments of call `coll` (it raises): its peers raise too (on a
-        broken communicator they learn it is broken)."""
+        broken communicator they learn it is broken). A call the fast path already posted (and found
+        not the engine's) is not posted again: it is given up."""
         try:
+            if self.board is not None and self.board.take_stash() is not None:
+                self.give_up()
+                return
             if not self._ready(nonblocking):
                 return
             self._post(name, coll, Placement.REFUSED)
@@ -198,11 +242,16 @@ class Agreement:
             pass  # the refusal's own error is the one to raise
 
     def give_up(self):
-        """This rank stops waiting for its last call (a timeout, mpigpu.abort from any thread): peers
-        that read that call later find the communicator broken (one node; across nodes they time out)."""
+        """This rank stops waiting for its last call (a timeout, mpigpu.abort from any thread, a refusal
+        after the fast path posted): peers that read that call later find the communicator broken (one
+        node; across nodes they time out), and this rank's device calls on it take the general path,
+        which raises."""
         board = self.board
         if board is not None:
             board.give_up()
+        if self.st.broken is None:
+            self.st.broken = 'this rank gave up on a call its peers may have begun'
+        self._route_general()
 
     def _post(self, name, coll, placement):
         mode = self.mode
@@ -225,6 +274,12 @@ class Agreement:
         if mode == 'solo':
             return Verdict.DEVICE if placement == Placement.DEVICE else Verdict.HOST_MPI
         if mode == 'off':
+            if placement == Placement.DEVICE and not self._warned:
+                self._warned = True
+                warnings.warn(f'{name}: device buffers on a communicator whose ranks had no GPU array library '
+                              'loaded at its first collective: its collectives take the host MPI call (import '
+                              'the library first, or Dup the communicator after; comm.agreement_status())',
+                              RuntimeWarning, stacklevel=4)
             return Verdict.HOST_MPI
         got = self.board.take_stash() if mode == 'board' else None  # the fast path agreed this call
         if got is None and placement != Placement.DEVICE:
@@ -232,6 +287,8 @@ class Agreement:
             return Verdict.HOST_MPI
         if mode == 'board':
             verdict, who = got if got is not None else self.board.agree(coll)
+            if verdict == Verdict.TIMEOUT and who == BEHIND:  # nothing posted: the slowest stayed a ring behind
+                self._timed_out(name, self.board.missing(), True)
             return self._judged(name, Verdict(verdict), [who] if who >= 0 else [])
         return self._judged(name, *self._exchange(coll))
 
@@ -242,7 +299,7 @@ class Agreement:
         recv = np.zeros(2, np.int64)
         req = self.ctrl.Iallreduce(send, recv, MPI.BOR)
         try:
-            _deadline.wait(req, None, (send, recv))
+            _deadline.wait(req, self._broken, (send, recv))
         except _deadline.GaveUp as exc:
             self.st.abandon(exc.pending, exc.why)
             return Verdict.TIMEOUT, []
@@ -270,6 +327,7 @@ class Agreement:
                    f'rank {who} gave up on this communicator (a peer never came, or an abort)')
             if st.broken is None:
                 st.broken = why
+            self._route_general()
             raise CommunicatorBroken(name, st.broken, rank=st.rank)
         missing = self.board.missing() if self.board is not None else []
         self._timed_out(name, missing)
@@ -284,6 +342,7 @@ class Agreement:
             f' within MPIGPU_TIMEOUT_S={config.timeout_s:g} s'
         if st.broken is None:
             st.broken = why
+        self._route_general()
         raise CommunicatorBroken(name, why, rank=st.rank)
 
     def _reap(self):
@@ -294,43 +353,53 @@ class Agreement:
         while len(q) > _PENDING_MAX:
             req, send, recv = q.popleft()
             try:
-                _deadline.wait(req, None, (send, recv))
+                _deadline.wait(req, self._broken, (send, recv))
             except _deadline.GaveUp as exc:
                 self.st.abandon(exc.pending, exc.why)
 
     # ---- status and release ----------------------------------------------------------------------
     def describe(self):
         return {None: 'not set up yet', 'pending': 'being set up', 'solo': 'one rank',
+                'broken': 'none: the setup failed (the communicator is broken)',
                 'board': 'the node\'s placement board (shared memory)',
-                'net': f'an exchange between {self.nodes} nodes (host MPI)',
+                'net': f'an exchange between {self.nodes} node{"s" if self.nodes > 1 else ""} (host MPI)',
                 'off': 'none: no rank had a GPU array library loaded at the setup, so device buffers take the '
                        'host MPI call'}[self.mode]
 
-    def close(self, collective):
+    def close(self, collective, mpi=True):
+        """Releases what the agreement holds. `collective`: every rank is releasing too (the private
+        duplicate is freed); `mpi`: MPI may be called (not in an attribute's delete callback). The
+        requests still under way (a setup started by a non-blocking call, a host rank's exchanges) are
+        finished within one deadline where MPI may be called (every rank started as many), else kept
+        with their buffers for MPI."""
+        pending = list(self._pending)
+        self._pending.clear()
         if self._setup is not None:
-            req = self._setup[0]
+            pending.append(self._setup)
             self._setup = None
-            if collective:
-                try:
-                    _deadline.wait(req)
-                except _deadline.GaveUp as exc:
-                    self.st.abandon(exc.pending, exc.why)
-        while self._pending:  # every rank started as many exchanges: they finish (MPI wants them done)
-            req, send, recv = self._pending.popleft()
+        deadline = time.monotonic() + (config.timeout_s if collective else _CLOSE_WAIT_S)
+        for req, *bufs in pending:
             try:
-                _deadline.wait(req, None, (send, recv), _CLOSE_WAIT_S if not collective else None)
+                if not mpi:
+                    raise _deadline.GaveUp('released without MPI', (req, bufs))
+                _deadline.wait(req, None, bufs, max(0.0, deadline - time.monotonic()))
             except _deadline.GaveUp as exc:
-                self.st.abandon(exc.pending, exc.why)
+                _kept_requests.append(exc.pending)
         if self.ctrl is not None:
             ctrl, self.ctrl = self.ctrl, None
-            if collective:
+            if collective and mpi:
                 try:
                     ctrl.Free()
                 except MPI.Exception:
                     pass
+            else:
+                _kept_requests.append(ctrl)
         if self.board is not None:
             self.board.close()
             self.board = None
+
+
+_kept_requests = []  # what MPI may still use after a release that could not wait for it
 
 
 def _bits(placement):

@@ -58,7 +58,7 @@ class CommState:
             self.device = dev
             self.dep_event = _cuda.with_device(dev, _cuda.device.event_create)
             if self.team is not None:
-                self.team.board = self.agreement.board  # the fast path agrees on it (None: nothing to agree)
+                self.team.board = self.agreement.team_board()  # what the fast path agrees on
         elif dev != self.device:
             raise Error(call, f'buffer is on device {dev} but this rank uses device {self.device} on this '
                         'communicator', arg='buffer', rank=self.rank, error_class=MPI.ERR_BUFFER)
@@ -119,14 +119,15 @@ class CommState:
         if team is not None:
             team.abort()
 
-    def release(self, collective):
+    def release(self, collective, mpi=True):
         """Frees the team, the paths' state and events. `collective`: all ranks are here too, so a
         barrier can make sure no peer still uses this rank's workspace (not after a fault: the ranks
-        that never arrived would strand the others, and the kernels of the team have all ended)."""
+        that never arrived would strand the others, and the kernels of the team have all ended).
+        `mpi`: MPI may be called (not in the attribute's delete callback)."""
         team, self.team = self.team, None
         control, self.control = self.control, None
         self.host_hook = None
-        self.agreement.close(collective and (team is None or not team.fault))
+        self.agreement.close(collective and (team is None or not team.fault), mpi)
         if team is not None and team.fault:
             collective = False
         if team is not None:
@@ -187,7 +188,7 @@ _kept = []  # (abandoned requests, path state) of broken communicators, kept for
 
 
 def _delete_attr(comm, keyval, state):
-    state.release(collective=False)
+    state.release(collective=False, mpi=False)
     try:
         _states.remove(state)
     except ValueError:
@@ -276,7 +277,8 @@ def agreement_status(comm):
     return state_of(comm).agreement.describe()
 
 
-def host_call(comm, coll, nonblocking=False):
+def host_call(comm, coll, nonblocking=False, behind=False):
     """Posts a host-buffer call of an engine collective on `comm` where mpigpu._ext._front has no board
-    at hand: the communicator's first call (its state made here, the setup), several nodes."""
-    state_of(comm).agreement.host(comm, coll, nonblocking)
+    at hand: the communicator's first call (its state made here, the setup), several nodes; `behind`:
+    its board post timed out (raises)."""
+    state_of(comm).agreement.host(comm, coll, nonblocking, behind)

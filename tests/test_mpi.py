@@ -70,6 +70,13 @@ def test_mixed_placement_across_ranks(n, engine):
     assert 'checks identical to mpi4py' in out and ('one rank' if n == 1 else 'placement board') in out
 
 
+def test_mixed_placement_without_a_shared_board():
+    # one node whose ranks cannot map one board file (separate /dev/shm): the exchange through MPI
+    env = {'MIXED_ENGINE': '1', 'MIXED_NO_BOARD': '1', 'MPIGPU_TIMEOUT_S': '60'}
+    out = run_ranks(3, 'mixed_placement.py', '--quick', env=env, timeout=600)
+    assert 'checks identical to mpi4py' in out and 'exchange between 1 node ' in out
+
+
 @pytest.mark.parametrize('n,engine', [(4, True), (3, False)])
 def test_mixed_placement_on_simulated_nodes(n, engine):
     env = {'MIXED_ENGINE': '1' if engine else '0', 'MPIGPU_TIMEOUT_S': '60', 'MPIGPU_SIMULATE_NODES': '2'}

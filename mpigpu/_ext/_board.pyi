@@ -1,6 +1,8 @@
 """Type stub of mpigpu._ext._board (the placement board: the node's ranks agree on each call's path)."""
 import mmap
 
+BEHIND: int
+
 def board_bytes(n: int) -> int: ...
 
 class Board:

@@ -10,6 +10,7 @@ cdef extern from "board.h":
         MG_PLACE_DEVICE
         MG_VERDICT_TIMEOUT
         MG_BOARD_DEPTH
+        MG_BOARD_BEHIND
     uint64_t mg_board_bytes(int n)
     uint64_t mg_board_join(mg_board *b, uint64_t *base, int n, int me, double timeout_s) nogil
     int mg_board_valid(const mg_board *b) nogil
@@ -22,6 +23,9 @@ cdef extern from "board.h":
 # A device rank spins this long holding the GIL for its peers' posts (a call's ranks arrive within
 # microseconds of each other), then waits without it: a peer may need this process's other threads.
 cdef double _SPIN_S = 20e-6
+
+
+BEHIND = MG_BOARD_BEHIND  # a TIMEOUT verdict's rank when the post itself timed out (nothing posted)
 
 
 def board_bytes(int n):

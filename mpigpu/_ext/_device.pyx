@@ -20,6 +20,7 @@ cdef extern from "board.h" nogil:
     enum:
         MG_VERDICT_DEVICE
         MG_VERDICT_TIMEOUT
+        MG_BOARD_BEHIND
     ctypedef struct mg_board_gate:
         mg_board *b
         int coll, verdict, who, called
@@ -125,7 +126,6 @@ cdef extern from "mpigpu_cuda.h" nogil:
         intptr_t byte_type
         int status_source_offset, status_tag_offset, any_source, any_tag, err_other, request_bytes
     int mg_completion_init(const mg_mpi_api *api)
-    int mg_completion_start(uintptr_t stream, int device, void *request, int watch, uint64_t *ticket)
     int mg_completion_wait(uint64_t ticket)
     int mg_completion_test(uint64_t ticket, int *done)
     void mg_completion_shutdown()
@@ -614,14 +614,6 @@ def request_init(uintptr_t grequest_start, uintptr_t grequest_complete, uintptr_
     check(mg_completion_init(&api), 'request_init')
 
 
-cpdef uint64_t request_start(uintptr_t stream, int device, uintptr_t request, bint watch) except? 0:
-    """Starts a generalized request completed when the work on `stream` so far is done (device
-    current); writes its MPI handle at address `request`; returns the ticket for wait/test."""
-    cdef uint64_t ticket = 0
-    check(mg_completion_start(stream, device, <void *>request, watch, &ticket), 'MPI_Grequest_start')
-    return ticket
-
-
 cpdef request_wait(uint64_t ticket):
     """Blocks (GIL released) until the ticket's GPU work is done and its request completed; raises
     DeviceError with the completion's code when the work failed (a CUDA error or a fault)."""
@@ -847,6 +839,8 @@ cpdef int fast_collective(Team team, int device, int coll, object sendbuf, objec
     if count and not one_buffer and not (sdev == device if sdev >= 0 else _on_device(sp, device)):
         return 0
     if team.board is not None:  # ranks that must agree on the call's path (mpigpu/_agree.py)
+        if type(team.board) is not Board:
+            return 0  # they agree on the general path (across nodes, a broken communicator)
         return _run_agreed(team, <Board>team.board, coll, algo, rd, op_code, sp, rp, count, root, nchannels,
                            stream, rs)
     if count == 0:
@@ -867,7 +861,7 @@ cdef int _run_agreed(Team team, Board board, int coll, int algo, int dtype, int 
     layer, at the last moment (Team.run_agreed). 0: another verdict, kept for the general path."""
     cdef int who = -1, verdict
     if board.post_device(coll) != 0:
-        board.stash(MG_VERDICT_TIMEOUT, -1)
+        board.stash(MG_VERDICT_TIMEOUT, MG_BOARD_BEHIND)  # nothing posted
         return 0
     if count and stream < 0:
         return team.run_agreed(board, coll, algo, dtype, op, sp, rp, count, root, nchannels, <uintptr_t>rs)

@@ -29,7 +29,7 @@ cdef entry_fn _entry_c = NULL  # the CUDA layer's fast entry (_device.pyx), call
 cdef object _entry_py = None   # else a Python one (the CPU tests' fake layer)
 cdef object _general = None    # (comm, name, coll, sendbuf, recvbuf, op, root) -> the general path's result
 cdef object _state_key = None  # a communicator's state in its __dict__ (mpigpu._state)
-cdef object _host_slow = None  # (comm, coll, nonblocking): posts a host call the slow way (mpigpu._agree)
+cdef object _host_slow = None  # (comm, coll, nonblocking, behind): posts a host call the slow way (mpigpu._agree)
 
 ENTRY_CAPSULE = b'mpigpu.fast_entry'
 
@@ -60,9 +60,11 @@ cdef inline int _note_host(object comm, int coll, bint nonblocking) except -1:
         hook = st.host_hook
         if hook is None:
             return 0
-        if type(hook) is Board and (<Board>hook).post_host(coll) == 0:
-            return 0
-    _host_slow(comm, coll, nonblocking)
+        if type(hook) is Board:
+            if (<Board>hook).post_host(coll) == 0:
+                return 0
+            _host_slow(comm, coll, nonblocking, True)  # the slowest rank stayed a whole ring behind: raises
+    _host_slow(comm, coll, nonblocking, False)
     return 0
 
 

@@ -61,6 +61,8 @@ static inline const char *mg_verdict_name(int code) {
 #undef MG_BOARD_NAME_ROW_
 
 #define MG_BOARD_DEPTH 256           /* calls a rank may run ahead of the slowest reader */
+#define MG_BOARD_BEHIND (-2)         /* a TIMEOUT verdict's rank when nothing was posted: the slowest rank
+                                      * stayed a whole ring behind */
 #define MG_BOARD_LINE_WORDS 8        /* 64-byte lines: each rank's ack on a line of its own */
 #define MG_BOARD_MAGIC 0x6d67626f61726431ULL
 #define MG_BOARD_CHECK_SPINS 256     /* spins between looks at the clock */
@@ -150,7 +152,7 @@ static inline int mg_board_post(mg_board *b, int coll, int placement) {
       }
     }
   }
-  b->call = k;
+  __atomic_store_n(&b->call, k, __ATOMIC_RELEASE);  /* (read by a give_up from another thread) */
   mg_board_store(mg_board_ring(b, b->me) + k % MG_BOARD_DEPTH,
                  (k << 16) | ((uint64_t)(coll & 0xff) << 8) | (uint64_t)(placement & 0xff));
   if (placement != MG_PLACE_DEVICE) {
@@ -199,15 +201,6 @@ static inline int mg_board_look(mg_board *b, int coll, int *who) {
   return verdict;
 }
 
-/* This rank gives up on its last call (its wait timed out, or an abort from any thread): its post
- * becomes GAVE_UP, so a peer that comes later learns the communicator is broken instead of waiting. */
-static inline void mg_board_give_up(mg_board *b) {
-  uint64_t k = b->call;
-  if (k == 0 || b->base == 0) return;
-  uint64_t *e = mg_board_ring(b, b->me) + k % MG_BOARD_DEPTH;
-  mg_board_store(e, (mg_board_load(e) & ~(uint64_t)0xff) | MG_PLACE_GAVE_UP);
-}
-
 /* How many peers have not posted this rank's last call yet; the first `max` of them in out[]. Reads only
  * (no ack): for error messages. */
 static inline int mg_board_missing(const mg_board *b, int *out, int max) {
@@ -219,6 +212,20 @@ static inline int mg_board_missing(const mg_board *b, int *out, int max) {
     ++count;
   }
   return count;
+}
+
+/* This rank gives up on its last call (its wait timed out, or an abort from any thread): its post
+ * becomes GAVE_UP, so a peer that comes later learns the communicator is broken instead of waiting. */
+static inline void mg_board_give_up(mg_board *b) {
+  uint64_t k = __atomic_load_n(&b->call, __ATOMIC_ACQUIRE);
+  if (k == 0 || b->base == 0) return;
+  uint64_t *e = mg_board_ring(b, b->me) + k % MG_BOARD_DEPTH;
+  uint64_t old = mg_board_load(e);
+  /* only the entry of call k, whoever else stores into it meanwhile (the owner posting the next call) */
+  while ((old >> 16) == k &&
+         !__atomic_compare_exchange_n(e, &old, (old & ~(uint64_t)0xff) | MG_PLACE_GAVE_UP, 0, __ATOMIC_ACQ_REL,
+                                      __ATOMIC_ACQUIRE)) {
+  }
 }
 
 /* The verdict of this rank's last call (posted DEVICE), waiting for every peer's post: spins first,
@@ -234,7 +241,10 @@ static inline int mg_board_wait(mg_board *b, int coll, int *who, double spin_s) 
       double now = mg_board_now();
       if (start == 0.0) start = now;
       else if (spin_s > 0.0 && now - start > spin_s) return -1;  /* the caller goes on without the GIL */
-      else if (now - start > b->timeout_s) return MG_VERDICT_TIMEOUT;
+      else if (now - start > b->timeout_s) {
+        mg_board_give_up(b);  /* at once: a peer that comes later learns it, instead of entering alone */
+        return MG_VERDICT_TIMEOUT;
+      }
     }
   }
   return v;

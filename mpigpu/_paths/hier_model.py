@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from .._codes import Coll
 from .hier_net import GPU_REDUCE_BYTES, SMALL_BYTES
 
-# The node (4x H200 SXM host, docs/benchmarks.md and /work/shared/baselines.md):
+# The node (4x H200 SXM host: docs/benchmarks.md, and the NCCL and hardware figures measured there):
 NODE_US = 12.0           # one node-phase kernel, launched without waiting, through to its event
 NVLINK_GBPS = 340.0      # bytes each GPU stores into its peers per second, all GPUs at once
 STAGED_NODE_US = 60.0    # a node phase through host MPI (no device team on the node)
@@ -52,7 +52,8 @@ class Shape:
         return len(set(self.sizes)) == 1
 
 
-def _lg(n):
+def lg(n):
+    """ceil(log2(n)) steps of a tree or recursive halving over n ranks (0 for one)."""
     return max(1, math.ceil(math.log2(n))) if n > 1 else 0
 
 
@@ -76,18 +77,18 @@ def net_allreduce(s, n, x, gpu=False):
     if n <= 1:
         return 0.0
     if x * n <= SMALL_BYTES:  # Allgather, then every rank reduces all n rows
-        return _lg(n) * _a(s) + (n - 1) * _b(s, x) + _reduce(n * x, gpu)
+        return lg(n) * _a(s) + (n - 1) * _b(s, x) + _reduce(n * x, gpu)
     rs = (n - 1) * _a(s) + (n - 1) / n * _b(s, x) + _reduce(x, gpu)  # Alltoallv, reduce
-    return rs + _lg(n) * _a(s) + (n - 1) / n * _b(s, x)  # Allgatherv
+    return rs + lg(n) * _a(s) + (n - 1) / n * _b(s, x)  # Allgatherv
 
 
 def net_reduce(s, n, x, gpu=False):
     if n <= 1:
         return 0.0
     if x * n <= SMALL_BYTES:
-        return _lg(n) * _a(s) + (n - 1) * _b(s, x) + _reduce(n * x, gpu)
+        return lg(n) * _a(s) + (n - 1) * _b(s, x) + _reduce(n * x, gpu)
     return ((n - 1) * _a(s) + (n - 1) / n * _b(s, x) + _reduce(x, gpu)
-            + _lg(n) * _a(s) + (n - 1) / n * _b(s, x))
+            + lg(n) * _a(s) + (n - 1) / n * _b(s, x))
 
 
 def net_bcast(s, n, x):
@@ -96,17 +97,17 @@ def net_bcast(s, n, x):
     if n <= 1:
         return 0.0
     if x <= 12 * 1024 or n == 2:
-        return _lg(n) * (_a(s) + _b(s, x))
+        return lg(n) * (_a(s) + _b(s, x))
     if x <= 512 * 1024:
-        return 2 * _lg(n) * _a(s) + 2 * (n - 1) / n * _b(s, x)
-    return (_lg(n) + n - 1) * _a(s) + 2 * (n - 1) / n * _b(s, x)
+        return 2 * lg(n) * _a(s) + 2 * (n - 1) / n * _b(s, x)
+    return (lg(n) + n - 1) * _a(s) + 2 * (n - 1) / n * _b(s, x)
 
 
 def net_allgather(s, n, total):
     """Every rank ends with `total` bytes, 1/n of them its own."""
     if n <= 1:
         return 0.0
-    return _lg(n) * _a(s) + (n - 1) / n * _b(s, total)
+    return lg(n) * _a(s) + (n - 1) / n * _b(s, total)
 
 
 # ---- node phases (seconds): bytes each rank stores ------------------------------------------------
@@ -226,24 +227,3 @@ def choose(coll, nbytes, shape, forced='', chunk_bytes=0, itemsize=4):
     if 'rail' in forms and forms['rail'][0] * (1 + RAIL_MARGIN) < forms['leader'][0]:
         return 'rail', forms['rail'][1]
     return 'leader', forms['leader'][1]
-
-
-def flat(coll, nbytes, nodes, per_node, latency_us, gbps):
-    """For the tables: one ring over every GPU, each ring step as slow as the network's (seconds)."""
-    p = nodes * per_node
-    a, b = latency_us * 1e-6, gbps * 1e9
-    if coll in (Coll.ALLREDUCE, Coll.REDUCE):  # (a Reduce as a ring reduce-scatter and gather)
-        return 2 * (p - 1) * a + 2 * (p - 1) / p * nbytes / b
-    if coll == Coll.BCAST:
-        return (p - 1) * a + nbytes / b
-    return (p - 1) * a + (p - 1) * nbytes / b  # Reduce_scatter_block / Allgather: nbytes per rank
-
-
-def tree(coll, nbytes, nodes, per_node, latency_us, gbps):
-    """For the tables: a pipelined binomial tree among the leaders (node reduce, reduce up the tree and
-    broadcast down it, node bcast), which mpigpu does not implement: 2 log2(nodes) latency terms, the
-    whole message through one GPU's network path twice (seconds; Allreduce and Bcast)."""
-    a, b = latency_us * 1e-6, gbps * 1e9
-    node = 2 * (NODE_US * 1e-6 + nbytes / (NVLINK_GBPS * 1e9))
-    trips = 2 if coll == Coll.ALLREDUCE else 1
-    return node + trips * (_lg(nodes) * a + nbytes / b)

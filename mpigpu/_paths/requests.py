@@ -122,14 +122,6 @@ def start_gpu(req, launch, failed=None):
     return req
 
 
-def gpu_request(device, stream):
-    """A request for the work enqueued on `stream` so far (`device` current)."""
-    if not c_completion():
-        _cuda.device.stream_sync(stream)
-        return completed()
-    return start_gpu(GpuRequest(), lambda addr, watch: _cuda.device.request_start(stream, device, addr, watch))
-
-
 # ---- staged point-to-point: the inner MPI request, completed from Python ----------------------
 class Work:
     """One outstanding point-to-point operation: an inner MPI request (None: nothing to wait for) and

@@ -22,6 +22,27 @@ def _size(b):
     return f'{b} B'
 
 
+def _flat(coll, nbytes, nodes, per_node, latency_us, gbps):
+    """For the tables: one ring over every GPU, each ring step as slow as the network's (seconds)."""
+    p = nodes * per_node
+    a, b = latency_us * 1e-6, gbps * 1e9
+    if coll in (Coll.ALLREDUCE, Coll.REDUCE):  # (a Reduce as a ring reduce-scatter and gather)
+        return 2 * (p - 1) * a + 2 * (p - 1) / p * nbytes / b
+    if coll == Coll.BCAST:
+        return (p - 1) * a + nbytes / b
+    return (p - 1) * a + (p - 1) * nbytes / b  # Reduce_scatter_block / Allgather: nbytes per rank
+
+
+def _tree(coll, nbytes, nodes, per_node, latency_us, gbps):
+    """For the tables: a pipelined binomial tree among the leaders (node reduce, reduce up the tree and
+    broadcast down it, node bcast), which mpigpu does not implement: 2 log2(nodes) latency terms, the
+    whole message through one GPU's network path twice (seconds; Allreduce and Bcast)."""
+    a, b = latency_us * 1e-6, gbps * 1e9
+    node = 2 * (hier_model.NODE_US * 1e-6 + nbytes / (hier_model.NVLINK_GBPS * 1e9))
+    trips = 2 if coll == Coll.ALLREDUCE else 1
+    return node + trips * (hier_model.lg(nodes) * a + nbytes / b)
+
+
 def row(coll, nbytes, nodes, gpus, latency_us, gbps):
     """{form: (us, busbw GB/s)} and the chosen form; nbytes is the whole buffer as mpigpu-perf counts it
     (Reduce_scatter_block and Allgather: all ranks' blocks)."""
@@ -29,9 +50,9 @@ def row(coll, nbytes, nodes, gpus, latency_us, gbps):
     per_rank = nbytes // p if coll in (Coll.REDUCE_SCATTER_BLOCK, Coll.ALLGATHER) else nbytes
     shape = hier_model.Shape((gpus,) * nodes, True, ('engine',) * nodes, False, latency_us, gbps)
     forms = {f: t for f, (t, _c) in hier_model.predict(coll, per_rank, shape).items()}
-    forms['flat'] = hier_model.flat(coll, per_rank, nodes, gpus, latency_us, gbps)
+    forms['flat'] = _flat(coll, per_rank, nodes, gpus, latency_us, gbps)
     if coll in (Coll.ALLREDUCE, Coll.BCAST):
-        forms['tree'] = hier_model.tree(coll, per_rank, nodes, gpus, latency_us, gbps)
+        forms['tree'] = _tree(coll, per_rank, nodes, gpus, latency_us, gbps)
     factor = bus_factor(Coll(coll).name.lower(), p)
     out = {f: (t * 1e6, nbytes / t / 1e9 * factor) for f, t in forms.items()}
     return out, hier_model.choose(coll, per_rank, shape)[0]

@@ -11,7 +11,8 @@ that refuses its arguments (its device peers raise, naming it).
 
 Runs on CPUs with the fake CUDA layer (MIXED_ENGINE=1: the fake engine of fake_engine.py, where device
 ranks meet in shared memory and never in MPI, as on GPUs; else the staged path) and on GPUs with
-MPIGPU_CHECK_ON_GPU=1 (CuPy), under mpiexec -n 1..4, MPIGPU_SIMULATE_NODES included.
+MPIGPU_CHECK_ON_GPU=1 (CuPy), under mpiexec -n 1..4, MPIGPU_SIMULATE_NODES included; MIXED_NO_BOARD=1:
+one node whose ranks cannot share the board's file (they agree through MPI instead).
 """
 import os
 import sys
@@ -30,6 +31,10 @@ elif cp is None:
 
 import mpigpu  # noqa: E402
 from mpigpu._ext._intake import is_device  # noqa: E402
+
+if os.environ.get('MIXED_NO_BOARD') == '1':  # no file the node's ranks can share: they agree through MPI
+    from mpigpu import _agree
+    _agree._board_dir = lambda: '/proc/mpigpu-no-such-dir'
 
 world_plain = MPI.COMM_WORLD
 rank, n = world_plain.Get_rank(), world_plain.Get_size()

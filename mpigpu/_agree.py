@@ -214,9 +214,8 @@ class Agreement:
         return True
 
     # ---- posts -----------------------------------------------------------------------------------
-    def host(self, comm, coll, nonblocking=False, behind=False):
-        """This rank makes call `coll` of `comm` (a wrapper of this state's communicator) as the host
-        MPI call (host buffers): post it. Never waits for peers (but at a first call's setup, and a
+    def host(self, coll, nonblocking=False, behind=False):
+        """This rank makes call `coll` as the host MPI call (host buffers): post it. Never waits for peers (but at a first call's setup, and a
         whole ring of calls ahead of the slowest, as collectives may). `behind`: the fast post already
         waited that long for the slowest rank (it raises)."""
         if not self._ready(nonblocking):

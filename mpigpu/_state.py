@@ -281,4 +281,4 @@ def host_call(comm, coll, nonblocking=False, behind=False):
     """Posts a host-buffer call of an engine collective on `comm` where mpigpu._ext._front has no board
     at hand: the communicator's first call (its state made here, the setup), several nodes; `behind`:
     its board post timed out (raises)."""
-    state_of(comm).agreement.host(comm, coll, nonblocking, behind)
+    state_of(comm).agreement.host(coll, nonblocking, behind)

@@ -20,6 +20,7 @@ cdef class Board:
     cdef uint64_t _stash_call
     cdef int _stash_verdict, _stash_who
 
+    cdef int put(self, int coll, int placement) except -2
     cdef int post_host(self, int coll) except -2
     cdef int post_device(self, int coll) except -2
     cdef int wait_device(self, int coll, int *who) except -2

@@ -65,29 +65,25 @@ cdef class Board:
         """The calls this rank has posted."""
         return self.b.call
 
-    cdef int post_host(self, int coll) except -2:
-        """Posts a call that makes the host MPI call: 0, or -1 when the slowest rank stayed a whole
-        ring behind past the deadline (the caller raises)."""
+    cdef int put(self, int coll, int placement) except -2:
+        """Posts `placement` for this rank's next call: 0, or -1 when the slowest rank stayed a whole ring
+        behind past the deadline (nothing posted; the caller raises)."""
         cdef int rc
         if not self._mapped:
             return -1
         if _may_wait(&self.b):
             with nogil:
-                rc = mg_board_post(&self.b, coll, MG_PLACE_HOST_MPI)
+                rc = mg_board_post(&self.b, coll, placement)
             return rc
-        return mg_board_post(&self.b, coll, MG_PLACE_HOST_MPI)
+        return mg_board_post(&self.b, coll, placement)
+
+    cdef int post_host(self, int coll) except -2:
+        """put() of a call that makes the host MPI call (_front's host path)."""
+        return self.put(coll, MG_PLACE_HOST_MPI)
 
     cdef int post_device(self, int coll) except -2:
-        """Posts DEVICE for this rank's next call: 0, or -1 when the slowest rank stayed a whole ring
-        behind past the deadline (nothing posted)."""
-        cdef int rc
-        if not self._mapped:
-            return -1
-        if _may_wait(&self.b):
-            with nogil:
-                rc = mg_board_post(&self.b, coll, MG_PLACE_DEVICE)
-            return rc
-        return mg_board_post(&self.b, coll, MG_PLACE_DEVICE)
+        """put() of a call that brings device buffers (_device's fast path)."""
+        return self.put(coll, MG_PLACE_DEVICE)
 
     cdef int wait_device(self, int coll, int *who) except -2:
         """The verdict of this rank's last call (posted DEVICE) once every peer has posted (MG_VERDICT_*);
@@ -120,13 +116,8 @@ cdef class Board:
         return self._stash_verdict, self._stash_who
 
     def post(self, int coll, int placement):
-        """Posts this rank's placement for its next call: False on a timeout (nothing posted)."""
-        cdef int rc
-        if not self._mapped:
-            return False
-        with nogil:
-            rc = mg_board_post(&self.b, coll, placement)
-        return rc == 0
+        """put() for Python callers: False on a timeout (nothing posted)."""
+        return self.put(coll, placement) == 0
 
     def agree(self, int coll):
         """post(DEVICE) and the verdict: (verdict, board rank or -1)."""

@@ -137,6 +137,15 @@ def same(got, expect, label):
     checks += 1
 
 
+def out_of_place(comm, plain, form, method, x, nrecv, args, s_dev, r_dev, label):
+    """comm.<method>(send, recv, *args) with send holding x and recv nrecv elements, against mpi4py's."""
+    send, recv = Buf(x, s_dev), Buf(np.full(nrecv, -7, np.int64), r_dev)
+    run_form(comm, form, method, (send.obj, recv.obj, *args), s_dev and r_dev)
+    expect = np.zeros(nrecv, np.int64)
+    getattr(plain, method)(x, expect, *args)
+    same(recv.values(), expect, f'{method} {label}')
+
+
 def matrix(comm, plain, tag):
     """Every collective x placement x form on `comm` (mpigpu's) against `plain` (mpi4py's, same group)."""
     me, size = comm.Get_rank(), comm.Get_size()
@@ -149,11 +158,8 @@ def matrix(comm, plain, tag):
                 label = f'{tag} {pname} {form} count {count}'
                 # Allreduce, out of place and in place
                 x = data(count, 1)
-                send, recv = Buf(x, s_dev), Buf(np.full(count, -7, np.int64), r_dev)
-                run_form(comm, form, 'Allreduce', (send.obj, recv.obj, MPI.SUM), s_dev and r_dev)
+                out_of_place(comm, plain, form, 'Allreduce', x, count, (MPI.SUM,), s_dev, r_dev, label)
                 expect = np.zeros(count, np.int64)
-                plain.Allreduce(x, expect, MPI.SUM)
-                same(recv.values(), expect, 'Allreduce ' + label)
                 inplace = Buf(x, r_dev)
                 run_form(comm, form, 'Allreduce', (MPI.IN_PLACE, inplace.obj, MPI.MAX), r_dev)
                 plain.Allreduce(x, expect, MPI.MAX)
@@ -183,11 +189,7 @@ def matrix(comm, plain, tag):
                     plain.Reduce(x, None, MPI.MIN, root)
                 # Reduce_scatter_block, out of place and in place
                 xs = data(count * size, 3)
-                send, recv = Buf(xs, s_dev), Buf(np.full(count, -7, np.int64), r_dev)
-                run_form(comm, form, 'Reduce_scatter_block', (send.obj, recv.obj, MPI.SUM), s_dev and r_dev)
-                expect = np.zeros(count, np.int64)
-                plain.Reduce_scatter_block(xs, expect, MPI.SUM)
-                same(recv.values(), expect, 'Reduce_scatter_block ' + label)
+                out_of_place(comm, plain, form, 'Reduce_scatter_block', xs, count, (MPI.SUM,), s_dev, r_dev, label)
                 inplace = Buf(xs, r_dev)
                 # one round: what the second reads beyond block 0 MPI leaves to the implementation
                 run_form(comm, form, 'Reduce_scatter_block', (MPI.IN_PLACE, inplace.obj, MPI.SUM), r_dev, 1)
@@ -195,11 +197,7 @@ def matrix(comm, plain, tag):
                 plain.Reduce_scatter_block(MPI.IN_PLACE, expect_in, MPI.SUM)
                 same(inplace.values()[:count], expect_in[:count], 'Reduce_scatter_block in place ' + label)
                 # Allgather, out of place and in place
-                send, recv = Buf(x, s_dev), Buf(np.full(count * size, -7, np.int64), r_dev)
-                run_form(comm, form, 'Allgather', (send.obj, recv.obj), s_dev and r_dev)
-                expect = np.zeros(count * size, np.int64)
-                plain.Allgather(x, expect)
-                same(recv.values(), expect, 'Allgather ' + label)
+                out_of_place(comm, plain, form, 'Allgather', x, count * size, (), s_dev, r_dev, label)
                 full = np.full(count * size, -7, np.int64)
                 full[me * count:(me + 1) * count] = x
                 inplace = Buf(full, r_dev)

@@ -90,6 +90,13 @@ if has mixed; then
     summary+=("mixed placement 2 x 2 simulated nodes rc=$?: $(grep -E 'checks identical' "$OUT/mixed-nodes.log")")
     grep -E 'Error|assert' "$OUT/mixed-nodes.log" | head -5
   fi
+  # non-blocking calls never wait for their peers' posts (tests/mpi/deferred_agreement.py)
+  for n in $counts; do
+    timeout 180 $run -n "$n" -x MPIGPU_CHECK_ON_GPU=1 python3 -m mpi4py tests/mpi/deferred_agreement.py \
+      > "$OUT/deferred-$n.log" 2>&1
+    summary+=("undecided non-blocking calls n=$n rc=$?: $(grep -E 'checks passed' "$OUT/deferred-$n.log")")
+    grep -E 'Error|assert' "$OUT/deferred-$n.log" | head -5
+  done
 fi
 if has agree; then
   # what the agreement costs: the fast path and host calls with it on and off, alternating rounds

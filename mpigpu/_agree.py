@@ -23,6 +23,13 @@ engine collective (every rank makes that call, whatever its buffers: one allgath
   mirrors), so programs that pass only host buffers pay for no board and no exchange.
 A first call that is non-blocking (`Iallreduce` ...) starts the setup without waiting and is made as
 the host MPI call by every rank; the next engine collective finishes the setup.
+
+A non-blocking call on device buffers never waits for its peers' posts (MPI: it returns whatever the
+other ranks do, and a peer may reach the call only after a message this rank sends next). Where they
+have not all posted, it returns undecided (`Undecided`): its request decides it when it is waited for
+or tested (or the request thread does, for mpi4py's Waitall and friends), and so does this rank's next
+collective on the communicator, of any kind, which must follow it in MPI's order (host MPI's too:
+a call agreed on host MPI is made before any later collective on the communicator).
 """
 import collections
 import itertools
@@ -31,6 +38,7 @@ import mmap
 import os
 import secrets
 import socket
+import threading
 import time
 import warnings
 
@@ -55,6 +63,24 @@ _serials = itertools.count(1)  # boards this process has started
 _HOST_BIT, _REFUSED_BIT = 1, 2  # the 'net' exchange's flags (bitwise OR over the ranks)
 _PENDING_MAX = 256             # a host rank's unfinished exchanges before it waits for the oldest
 _CLOSE_WAIT_S = 5.0            # at exit, how long a host rank's last exchanges may take to finish
+# A non-blocking device call spins this long for its peers' posts before it returns undecided: the ranks
+# of a call arrive within microseconds of each other, and a decided call launches at once.
+_LOOK_S = 20e-6
+unsettled = set()              # the agreements with undecided calls (every collective's method looks)
+
+
+class Undecided:
+    """A non-blocking device call this rank posted DEVICE for whose peers had not all posted when it
+    returned: decided later, in call order (Agreement.settle), when `then(verdict)` starts its path and
+    returns its request (`result`), or the decision's error is kept (`exc`)."""
+    __slots__ = ('name', 'coll', 'call', 'exchange', 'then', 'result', 'exc', 'decided')
+
+    def __init__(self, name, coll, then, call=0, exchange=None):
+        self.name, self.coll, self.then = name, coll, then
+        self.call = call          # 'board': this rank's call number on the board
+        self.exchange = exchange  # 'net': (request, send, recv) of the one-word exchange
+        self.result = self.exc = None
+        self.decided = False
 
 
 def _host_key():
@@ -88,6 +114,8 @@ class Agreement:
         self.nodes = 1
         self.armed = False
         self._warned = False  # 'off': device calls were warned about
+        self.undecided = collections.deque()  # non-blocking device calls not decided yet, in call order
+        self._lock = threading.Lock()          # settle(): one thread decides at a time
 
     # ---- setup -----------------------------------------------------------------------------------
     def _record(self):
@@ -134,9 +162,7 @@ class Agreement:
             st.abandon(exc.pending, exc.why + ' (at the agreement setup)')
             raise CommunicatorBroken('collective', st.broken, rank=st.rank) from None
         self.mode = mode
-        st.host_hook = self.board if mode == 'board' else (None if mode == 'off' else self.host)
-        if st.team is not None:
-            st.team.board = self.team_board()
+        self._route()
         log.debug('rank %d: calls agreed by %s', st.rank, self.describe())
 
     def _broken(self):
@@ -145,10 +171,21 @@ class Agreement:
     def team_board(self):
         """What the communicator's device team gets to agree on in its fast path: the board, None where
         there is nothing to agree (one rank), or False, which sends every call to the general path
-        (the 'net' exchange, a broken communicator)."""
-        if self.mode == 'board' and self.st.broken is None:
+        (the 'net' exchange, a broken communicator, undecided calls before it)."""
+        if self.mode == 'board' and self.st.broken is None and not self.undecided:
             return self.board
         return None if self.mode == 'solo' else False
+
+    def _route(self):
+        """Points the fast posts (a host call's in _front, the engine's fast path) at the board, or at
+        this object's methods where a call needs more (several nodes, undecided calls before it)."""
+        st, mode = self.st, self.mode
+        if self.undecided or mode not in ('board', 'off'):
+            st.host_hook = self.host
+        else:
+            st.host_hook = self.board if mode == 'board' else None
+        if st.team is not None:
+            st.team.board = self.team_board()
 
     def _route_general(self):
         """The fast path stops agreeing on its own (a broken communicator): every call takes the general
@@ -218,6 +255,8 @@ class Agreement:
         """This rank makes call `coll` as the host MPI call (host buffers): post it. Never waits for peers (but at a first call's setup, and a
         whole ring of calls ahead of the slowest, as collectives may). `behind`: the fast post already
         waited that long for the slowest rank (it raises)."""
+        if self.undecided:
+            self.settle()
         if not self._ready(nonblocking):
             return
         if behind:
@@ -232,6 +271,8 @@ class Agreement:
             if self.board is not None and self.board.take_stash() is not None:
                 self.give_up()
                 return
+            if self.undecided:
+                self.settle()
             if not self._ready(nonblocking):
                 return
             self._post(name, coll, Placement.REFUSED)
@@ -247,7 +288,8 @@ class Agreement:
         which raises."""
         board = self.board
         if board is not None:
-            board.give_up()
+            waiting = self.undecided
+            board.give_up(waiting[0].call if waiting else 0)
         if self.st.broken is None:
             self.st.broken = 'this rank gave up on a call its peers may have begun'
         self._route_general()
@@ -263,13 +305,23 @@ class Agreement:
             recv = np.zeros(2, np.int64)
             self._pending.append((self.ctrl.Iallreduce(send, recv, MPI.BOR), send, recv))
 
-    def decide(self, name, coll, placement, nonblocking=False):
+    def decide(self, name, coll, placement, nonblocking=False, then=None):
         """The path of this rank's call `coll`, which brings `placement` (DEVICE or HOST_MPI): the
         Verdict every rank reaches (DEVICE: all brought device buffers; HOST_MPI: every rank makes the
-        host MPI call). Raises when a peer refused, is in another collective, or never came."""
+        host MPI call). Raises when a peer refused, is in another collective, or never came.
+        `then(verdict)`: a non-blocking call's continuation; given, the call may come back `Undecided`
+        (its peers had not all posted), and then(verdict) starts its path once the ranks agree."""
+        defer = nonblocking and then is not None and placement == Placement.DEVICE
+        if self.undecided:
+            # the calls before this one are made first, in MPI's order (a non-blocking one need not wait)
+            self.settle(blocking=not defer)
+            if not defer:
+                self.st.check_usable(name)
         if not self._ready(nonblocking):
             return Verdict.HOST_MPI
         mode = self.mode
+        if defer and mode in ('board', 'net'):
+            return self._decide_or_defer(name, coll, then)
         if mode == 'solo':
             return Verdict.DEVICE if placement == Placement.DEVICE else Verdict.HOST_MPI
         if mode == 'off':
@@ -286,28 +338,117 @@ class Agreement:
             return Verdict.HOST_MPI
         if mode == 'board':
             verdict, who = got if got is not None else self.board.agree(coll)
-            if verdict == Verdict.TIMEOUT and who == BEHIND:  # nothing posted: the slowest stayed a ring behind
-                self._timed_out(name, self.board.missing(), True)
+            if verdict == Verdict.TIMEOUT:  # BEHIND: nothing posted, the slowest stayed a ring behind
+                self._timed_out(name, self.board.missing(), who == BEHIND)
             return self._judged(name, Verdict(verdict), [who] if who >= 0 else [])
         return self._judged(name, *self._exchange(coll))
 
     def _exchange(self, coll):
         """A device rank's 'net' exchange: (verdict, culprits)."""
+        return self._outcome(self._start_exchange(coll), coll, True)
+
+    def _start_exchange(self, coll):
+        """Starts a device rank's 'net' exchange for call `coll`: (request, send, recv)."""
         self._reap()
         send = np.array([_bits(Placement.DEVICE), 1 << coll], np.int64)
         recv = np.zeros(2, np.int64)
-        req = self.ctrl.Iallreduce(send, recv, MPI.BOR)
-        try:
-            _deadline.wait(req, self._broken, (send, recv))
-        except _deadline.GaveUp as exc:
-            self.st.abandon(exc.pending, exc.why)
-            return Verdict.TIMEOUT, []
+        return self.ctrl.Iallreduce(send, recv, MPI.BOR), send, recv
+
+    def _outcome(self, exchange, coll, blocking):
+        """(verdict, culprits) of a 'net' exchange; None while it runs (not `blocking`)."""
+        req, send, recv = exchange
+        if not blocking:
+            if not req.Test():
+                return None
+        else:
+            try:
+                _deadline.wait(req, self._broken, (send, recv))
+            except _deadline.GaveUp as exc:
+                self.st.abandon(exc.pending, exc.why)
+                return Verdict.TIMEOUT, []
         flags, colls = int(recv[0]), int(recv[1])
         if colls != 1 << coll:
             return Verdict.MISMATCH, []
         if flags & _REFUSED_BIT:
             return Verdict.REFUSED, []
         return (Verdict.HOST_MPI if flags & _HOST_BIT else Verdict.DEVICE), []
+
+    def _decide_or_defer(self, name, coll, then):
+        """A non-blocking device call's post: its verdict when its peers have all posted within a short
+        spin (and no call before it is undecided), else an Undecided that settle() decides later."""
+        if self.mode == 'board':
+            if not self.board.post(coll, Placement.DEVICE):
+                self._timed_out(name, self.board.missing() or [], behind=True)
+            u = Undecided(name, coll, then, call=self.board.calls)
+        else:
+            u = Undecided(name, coll, then, exchange=self._start_exchange(coll))
+        if not self.undecided:
+            got = self._look(u, _LOOK_S)
+            if got is not None:
+                return self._judged(name, *got)
+        self.undecided.append(u)
+        if len(self.undecided) == 1:
+            unsettled.add(self)
+            self._route()
+        return u
+
+    def started(self, u, blocking):
+        """The request of undecided call `u` once the ranks agreed on it and its path started (raises
+        what the decision or the start raised); None while some peer has not posted (not `blocking`)."""
+        if not u.decided and not self.settle(u, blocking):
+            return None
+        if u.exc is not None:
+            raise u.exc
+        return u.result
+
+    def _look(self, u, spin_s, blocking=False):
+        """(verdict, culprits) of undecided call `u` once every rank has posted it; None while some have
+        not (after `spin_s`; `blocking`: waits up to the deadline)."""
+        if self.mode == 'board':
+            verdict, who = self.board.wait(u.call, u.coll) if blocking else self.board.look(u.call, u.coll, spin_s)
+            if verdict < 0:
+                return None
+            if verdict == Verdict.TIMEOUT:
+                return Verdict.TIMEOUT, self.board.missing(u.call)
+            return Verdict(verdict), ([who] if who >= 0 else [])
+        if u.exchange is None:  # the communicator was released meanwhile
+            return Verdict.BROKEN, []
+        if blocking:
+            return self._outcome(u.exchange, u.coll, True)
+        deadline = time.monotonic() + spin_s
+        while True:
+            got = self._outcome(u.exchange, u.coll, False)
+            if got is not None or time.monotonic() >= deadline:
+                return got
+
+    def settle(self, until=None, blocking=True):
+        """Decides this rank's undecided calls in call order, up to `until` (None: all), starting each
+        one's path (Undecided.then); a decision's error is kept for its request. True when `until` (or
+        every call) is decided; False when some peer has not posted yet (not `blocking`), or another
+        thread is deciding."""
+        if not self._lock.acquire(blocking):
+            return False
+        try:
+            while self.undecided:
+                u = self.undecided[0]
+                got = self._look(u, 0.0, blocking)
+                if got is None:
+                    return False
+                self.undecided.popleft()
+                u.decided = True
+                try:
+                    u.result = u.then(self._judged(u.name, *got))
+                except Exception as exc:  # the request raises it
+                    u.exc = exc
+                u.then = u.exchange = None
+                if u is until:
+                    break
+            return until is None or until.decided
+        finally:
+            if not self.undecided:
+                unsettled.discard(self)
+                self._route()
+            self._lock.release()
 
     def _judged(self, name, verdict, culprits):
         st = self.st
@@ -328,8 +469,7 @@ class Agreement:
                 st.broken = why
             self._route_general()
             raise CommunicatorBroken(name, st.broken, rank=st.rank)
-        missing = self.board.missing() if self.board is not None else []
-        self._timed_out(name, missing)
+        self._timed_out(name, culprits)
 
     def _timed_out(self, name, missing, behind=False):
         st = self.st
@@ -371,6 +511,12 @@ class Agreement:
         requests still under way (a setup started by a non-blocking call, a host rank's exchanges) are
         finished within one deadline where MPI may be called (every rank started as many), else kept
         with their buffers for MPI."""
+        while self.undecided:  # calls nobody waited for (the communicator is released): never run
+            u = self.undecided.popleft()
+            u.decided, u.then, u.exchange = True, None, None
+            u.exc = CommunicatorBroken(u.name, 'the communicator was released before the call was agreed',
+                                       rank=self.st.rank)
+        unsettled.discard(self)
         pending = list(self._pending)
         self._pending.clear()
         if self._setup is not None:

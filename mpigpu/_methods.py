@@ -13,7 +13,9 @@ import inspect
 
 from mpi4py import MPI
 
+from ._agree import unsettled
 from ._ext._intake import is_device
+from ._state import settle_before
 from ._strided import as_spec
 from ._paths import mirrored, packing
 from ._paths.mirrored import IN, INOUT, OUT
@@ -163,12 +165,21 @@ def _handler(owner, name, base, params, bufs, state_of):
     return device_call
 
 
-def _source(name, params, defaults, bufs):
-    """Python source of a method with mpi4py's signature that routes device buffers."""
+def ordered(owner, name):
+    """True for a collective of a communicator: it follows the communicator's undecided non-blocking
+    engine calls in MPI's order (mpigpu/_agree.py), so it has them decided first."""
+    return issubclass(owner, MPI.Comm) and 'send' not in name.lower() and 'recv' not in name.lower()
+
+
+def _source(name, params, defaults, bufs, settles):
+    """Python source of a method with mpi4py's signature that routes device buffers (`settles`: a
+    collective, which first has the communicator's undecided calls decided)."""
     sig = ', '.join(f'{p}=_default_{p}' if p in defaults else p for p in params)
     test = ' or '.join(f'_is_device({b})' for b in bufs)
     args = ', '.join(params)
+    settle = '    if _unsettled:\n        _settle(self)\n' if settles else ''
     return (f'def {name}(self, {sig}):\n'
+            f'{settle}'
             f'    if {test}:\n'
             f'        return _device_call(self, ({args},))\n'
             f'    return _base(self, {args})\n')
@@ -181,10 +192,10 @@ def make(owner, name, base, state_of):
     params = [p for p in sig.parameters if p != 'self']
     defaults = {p.name: p.default for p in sig.parameters.values() if p.default is not inspect.Parameter.empty}
     bufs = buffer_params(base)
-    namespace = {'_is_device': is_device, '_base': base,
+    namespace = {'_is_device': is_device, '_base': base, '_unsettled': unsettled, '_settle': settle_before,
                  '_device_call': _handler(owner, name, base, params, bufs, state_of)}
     namespace.update({f'_default_{p}': v for p, v in defaults.items()})
-    exec(_source(name, params, defaults, bufs), namespace)
+    exec(_source(name, params, defaults, bufs, ordered(owner, name)), namespace)
     fn = namespace[name]
     fn.__qualname__ = f'{owner.__name__}.{name}'
     fn.__doc__ = base.__doc__

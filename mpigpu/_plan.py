@@ -21,6 +21,7 @@ from ._state import state_of
 from ._strided import as_spec
 from ._types import NATIVE
 from .errors import Error
+from ._agree import Undecided
 from ._codes import Coll, Placement, Verdict
 from ._paths import engine, hier, mirrored, packing, requests, staged
 
@@ -87,7 +88,7 @@ class Plan:
     Its ranks agree on its path first (mpigpu/_agree.py): the engine's paths when every rank brought
     device buffers they can take, else (`host_mpi`) the host MPI call every rank makes."""
     __slots__ = ('comm', 'st', 'c', 'name', 'coll', 'stream', 'engine_args', 'hier', 'device', 'args', 'buffers',
-                 'host_mpi', 'inplace')
+                 'host_mpi', 'inplace', 'undecided', '_dev', '_user_stream')
 
     def __init__(self, comm, name, coll, sendbuf, recvbuf, op, root, stream=None, nonblocking=False):
         """`stream`: a stream= call's stream, which DLPack producers are asked to order their work before
@@ -95,7 +96,8 @@ class Plan:
         an I* call (its ranks' first engine collective then agrees without waiting)."""
         self.comm, self.name, self.coll = comm, name, coll
         st = self.st = state_of(comm)
-        self.engine_args = self.device = self.c = None
+        self.engine_args = self.device = self.c = self.undecided = self._dev = None
+        self._user_stream = stream
         self.hier = self.host_mpi = False
         self.inplace = coll != Coll.BCAST and is_in_place(sendbuf)
         stream_for = _cuda.consumer_stream if stream is None else (lambda device: stream)
@@ -115,26 +117,39 @@ class Plan:
                     placement = Placement.DEVICE
                     if c.count:
                         with _cuda.errors_as(name, st.rank):
-                            dev = _device_of(st, c)
+                            self._dev = _device_of(st, c)
         except Exception:  # an mpigpu.Error, or what a broken export raised while it was read
             agreement.refuse(name, coll, nonblocking)
             raise
-        if agreement.decide(name, coll, placement, nonblocking) != Verdict.DEVICE:
+        verdict = agreement.decide(name, coll, placement, nonblocking, self._started if nonblocking else None)
+        if isinstance(verdict, Undecided):  # its request decides it (mpigpu/_agree.py)
+            self.undecided = verdict
+        else:
+            self._bind(verdict)
+
+    def _bind(self, verdict):
+        """Binds the call to the path its ranks agreed on (`verdict`)."""
+        if verdict != Verdict.DEVICE:
             self.host_mpi = True  # the host MPI call, as every rank makes it
             return
-        c = self.c
+        st, c, name = self.st, self.c, self.name
         if c.count == 0:
             return
         with _cuda.errors_as(name, st.rank):
-            st.bind_device(name, dev)
+            st.bind_device(name, self._dev)
             launch = _cuda.with_device(st.device, _order_streams, st, c)
-        self.stream = launch if stream is None else stream
+        self.stream = launch if self._user_stream is None else self._user_stream
         self.device = st.device
         if engine.runs(st, c):
             self.engine_args = engine.launch_args(c, self.stream)
         else:  # several nodes: the hierarchical path (its first call sets it up, collectively)
             with _cuda.errors_as(name, st.rank):
                 self.hier = hier.runs(st, c)
+
+    def _started(self, verdict):
+        """An undecided non-blocking call, once agreed: binds it and starts it; returns its request."""
+        self._bind(verdict)
+        return self._start_request()
 
     def _strided(self, name, coll, sendbuf, recvbuf):
         """Bare arrays that are not contiguous as specifications through their strides (_strided.py)."""
@@ -187,7 +202,17 @@ class Plan:
                 _cuda.with_device(self.device, self._run, sync)
 
     def request(self):
-        """Starts the call and returns a request for it (non-blocking)."""
+        """Starts the call and returns a request for it (non-blocking). An undecided call's request
+        starts it once its ranks agree (when it is waited for or tested, by the request thread, or at
+        this rank's next collective on the communicator)."""
+        u = self.undecided
+        if u is not None:
+            agreement = self.st.agreement
+            return requests.start(requests.Deferred(lambda blocking: agreement.started(u, blocking)),
+                                  requests.DeferredRequest)
+        return self._start_request()
+
+    def _start_request(self):
         if self.host_mpi:
             return self._mirrored('start')
         if not self.c.count:

@@ -208,6 +208,20 @@ def cached(comm):
         return None
 
 
+def settle_before(comm):
+    """Before a collective of any kind on `comm`: its undecided non-blocking calls are decided and
+    started first (MPI's order of collectives; mpigpu/_agree.py). Called where _agree.unsettled is
+    not empty."""
+    st = cached(comm)
+    if st is None:
+        try:
+            st = comm.Get_attr(_KEYVAL)
+        except MPI.Exception:
+            return
+    if st is not None and st.agreement.undecided:
+        st.agreement.settle()
+
+
 def state_of(comm):
     """The CommState of a communicator (created on first use, shared by all its wrappers)."""
     d = getattr(comm, '__dict__', None)

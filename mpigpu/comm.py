@@ -10,6 +10,7 @@ from one of these is one of these too.
 from mpi4py import MPI
 
 from . import _bsend, _methods, _pickle, _plain, _state, objects
+from ._agree import unsettled as _unsettled
 from ._codes import Coll
 from ._ext import _front
 from ._ext._intake import any_device, is_device
@@ -32,7 +33,8 @@ def _general(comm, name, coll, sendbuf, recvbuf, op, root):
     return Plan(comm, name, coll, sendbuf, recvbuf, op, root).run()
 
 
-_front.bind(fast_entry(_front.ENTRY_CAPSULE), _general, _state._CACHE, _state.host_call)
+_front.bind(fast_entry(_front.ENTRY_CAPSULE), _general, _state._CACHE, _state.host_call, _unsettled,
+            _state.settle_before)
 _note_host = _front.note_host  # a host-buffer call of an engine collective, posted for the peers
 # mpi4py's methods, bound once (the host path's call is then one lookup fewer)
 (_Isend, _Issend, _Irsend, _Ibsend, _Irecv, _Send, _Ssend, _Rsend, _Bsend, _Recv, _Sendrecv) = (
@@ -83,6 +85,8 @@ def _receives_specially(comm, buf):
 class _Comm:
     """What every mpigpu communicator adds to its mpi4py class: point-to-point on device buffers,
     communicators and matched-probe messages of its own kind, Free that releases mpigpu's state."""
+
+    Barrier, Ibarrier = _front.Barrier, _front.Ibarrier  # after the undecided calls (mpigpu/_agree.py)
 
     # ---- point-to-point (mpigpu/_paths/p2p.py): GPU to GPU over peer mappings, or staged ----------
     def Isend(self, buf, dest, tag=0):
@@ -171,6 +175,8 @@ class _Comm:
 
     def Free(self):
         """Releases the device team, workspace and staging buffers, then frees the communicator."""
+        if _unsettled:
+            _state.settle_before(self)  # undecided calls start first (their requests still complete)
         if not getattr(self, '_mg_constant', False) and self not in _PREDEFINED:
             _state.release(self)
         _plain.Comm.Free(self)  # MPI's error for a predefined or null one
@@ -366,7 +372,21 @@ _OURS = {MPI.Comm: Comm, MPI.Intracomm: Intracomm, MPI.Intercomm: Intercomm, MPI
 def _constructor(name, base):
     """A communicator constructor whose results (plain mpi4py communicators) become mpigpu's."""
     def method(self, *args, **kwargs):
+        if _unsettled:
+            _state.settle_before(self)  # a collective: the undecided calls before it first
         return _ours_in(base(self, *args, **kwargs))
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = base.__doc__
+    return method
+
+
+def _ordered(name, base):
+    """A collective without buffers (Barrier, the pickled collectives) that has the communicator's
+    undecided non-blocking calls decided first (MPI's order of collectives; mpigpu/_agree.py)."""
+    def method(self, *args, **kwargs):
+        if _unsettled:
+            _state.settle_before(self)
+        return base(self, *args, **kwargs)
     method.__name__ = method.__qualname__ = name
     method.__doc__ = base.__doc__
     return method
@@ -382,8 +402,15 @@ def _is_classmethod(plain, name):
 _MAKES = ('Dup', 'Dup_with_info', 'Idup', 'Idup_with_info', 'Split', 'Split_type', 'Create', 'Create_group',
           'Create_cart', 'Create_graph', 'Create_dist_graph', 'Create_dist_graph_adjacent', 'Create_intercomm',
           'Merge', 'Accept', 'Connect', 'Spawn', 'Spawn_multiple', 'Sub', 'Shrink', 'Ishrink')
+# Collectives without buffer arguments (the generated buffer methods look for undecided calls themselves;
+# Barrier and Ibarrier are _front's, in Cython: a Python frame costs a host Barrier 0.3 us).
+_ORDERED = ('Barrier_init', 'barrier', 'ibarrier', 'bcast', 'gather', 'scatter', 'allgather',
+            'alltoall', 'reduce', 'allreduce', 'scan', 'exscan', 'Agree', 'Disconnect')
 for _cls in (Comm, Intracomm, Intercomm, Topocomm, Cartcomm, Graphcomm, Distgraphcomm):
     for _name in _MAKES:
         if hasattr(_cls.stands_for, _name) and not _is_classmethod(_cls.stands_for, _name):
             setattr(_cls, _name, _constructor(_name, getattr(_cls.stands_for, _name)))
+    for _name in _ORDERED:
+        if hasattr(_cls.stands_for, _name) and _name not in _cls.__dict__:
+            setattr(_cls, _name, _ordered(_name, getattr(_cls.stands_for, _name)))
     _methods.install(_cls, _state.state_of)

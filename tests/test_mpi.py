@@ -84,6 +84,17 @@ def test_mixed_placement_on_simulated_nodes(n, engine):
     assert 'checks identical to mpi4py' in out and 'exchange between 2 nodes' in out
 
 
+@pytest.mark.parametrize('n,engine,env', [(2, True, {}), (3, True, {}), (3, False, {}),
+                                            (3, True, {'DEFERRED_NO_BOARD': '1'}),
+                                            (4, True, {'MPIGPU_SIMULATE_NODES': '2'})])
+def test_nonblocking_calls_never_wait_for_peers(n, engine, env):
+    # rank 0 starts a device Ibcast, then sends the message its peers wait for before they start it;
+    # undecided calls before another collective, Waitall, Test: MPI's result, no wait for a peer's post
+    env = {'DEFERRED_ENGINE': '1' if engine else '0', 'MPIGPU_TIMEOUT_S': '60', **env}
+    out = run_ranks(n, 'deferred_agreement.py', env=env)
+    assert f'{19 * n} checks passed' in out
+
+
 @pytest.mark.parametrize('n,engine', [(1, False), (2, False), (3, False), (2, True)])
 def test_no_reference_kept_to_buffers(n, engine):
     # blocking calls returned, requests completed or freed: no reference to the caller's exporters

@@ -16,8 +16,10 @@ cdef extern from "board.h":
     int mg_board_valid(const mg_board *b) nogil
     int mg_board_post(mg_board *b, int coll, int placement) nogil
     int mg_board_wait(mg_board *b, int coll, int *who, double spin_s) nogil
-    int mg_board_missing(const mg_board *b, int *out, int max) nogil
-    void mg_board_give_up(mg_board *b) nogil
+    int mg_board_wait_call(mg_board *b, uint64_t k, int coll, int *who, double spin_s) nogil
+    int mg_board_look_call(mg_board *b, uint64_t k, int coll, int *who) nogil
+    int mg_board_missing_call(const mg_board *b, uint64_t k, int *out, int max) nogil
+    void mg_board_give_up_from(mg_board *b, uint64_t k) nogil
     int mg_board_may_wait(const mg_board *b) nogil
 
 # A device rank spins this long holding the GIL for its peers' posts (a call's ranks arrive within
@@ -125,20 +127,48 @@ cdef class Board:
         cdef int v = self.agree_device(coll, &who)
         return v, who
 
-    def missing(self):
-        """The board ranks that have not posted this rank's last call (for error messages)."""
+    def look(self, uint64_t call, int coll, double spin_s):
+        """The verdict of this rank's call `call` (posted DEVICE, the oldest it has not decided) if every
+        peer has posted it within `spin_s` (the GIL held): (verdict, board rank or -1), else (-1, -1)."""
+        cdef int who = -1
+        cdef int v
+        if not self._mapped:
+            return MG_VERDICT_TIMEOUT, -1
+        if spin_s > 0.0:
+            v = mg_board_wait_call(&self.b, call, coll, &who, spin_s)
+        else:
+            v = mg_board_look_call(&self.b, call, coll, &who)
+        if v < 0:
+            return -1, -1
+        return v, who
+
+    def wait(self, uint64_t call, int coll):
+        """look() that waits for the peers' posts up to the deadline (the GIL released after a spin):
+        (verdict, board rank or -1); TIMEOUT names a rank that never posted."""
+        cdef int who = -1
+        cdef int v
+        if not self._mapped:
+            return MG_VERDICT_TIMEOUT, -1
+        v = mg_board_wait_call(&self.b, call, coll, &who, _SPIN_S)
+        if v < 0:
+            with nogil:
+                v = mg_board_wait_call(&self.b, call, coll, &who, 0.0)
+        return v, who
+
+    def missing(self, uint64_t call=0):
+        """The board ranks that have not posted this rank's call `call` (0: its last) (for error messages)."""
         cdef int out[64]
         cdef int count
         if not self._mapped:
             return []
-        count = mg_board_missing(&self.b, out, 64)
+        count = mg_board_missing_call(&self.b, call if call else self.b.call, out, 64)
         return [out[i] for i in range(min(count, 64))]
 
-    def give_up(self):
-        """This rank stops waiting for its last call (a timeout, an abort from any thread): its peers'
-        later looks at that call find the communicator broken."""
+    def give_up(self, uint64_t from_call=0):
+        """This rank stops waiting for its calls from `from_call` (0: its last call) to its last (a
+        timeout, an abort from any thread): its peers' later looks at them find the communicator broken."""
         if self._mapped:
-            mg_board_give_up(&self.b)
+            mg_board_give_up_from(&self.b, from_call)
 
     def close(self):
         """Unmaps the board (no call of this rank may use it after)."""

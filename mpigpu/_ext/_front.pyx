@@ -30,15 +30,20 @@ cdef object _entry_py = None   # else a Python one (the CPU tests' fake layer)
 cdef object _general = None    # (comm, name, coll, sendbuf, recvbuf, op, root) -> the general path's result
 cdef object _state_key = None  # a communicator's state in its __dict__ (mpigpu._state)
 cdef object _host_slow = None  # (comm, coll, nonblocking, behind): posts a host call the slow way (mpigpu._agree)
+cdef object _unsettled = ()    # the agreements with undecided non-blocking calls (mpigpu._agree.unsettled)
+cdef object _settle = None     # (comm): has them decided before another collective (mpigpu._state.settle_before)
+cdef object _host_barrier = _plain.Comm.Barrier, _host_ibarrier = _plain.Comm.Ibarrier
 
 ENTRY_CAPSULE = b'mpigpu.fast_entry'
 
 
-def bind(entry, general, state_key, host_slow):
+def bind(entry, general, state_key, host_slow, unsettled, settle):
     """What the methods call: `entry` the fast path (a capsule named ENTRY_CAPSULE holding the C
     function, or a Python callable with its arguments), `general` the general path, the key of a
-    communicator's state, and `host_slow` the posting of a host call without a board at hand."""
-    global _entry_c, _entry_py, _general, _state_key, _host_slow
+    communicator's state, `host_slow` the posting of a host call without a board at hand, and the set
+    of agreements with undecided calls with what decides a communicator's (`settle`)."""
+    global _entry_c, _entry_py, _general, _state_key, _host_slow, _unsettled, _settle
+    _unsettled, _settle = unsettled, settle
     if PyCapsule_IsValid(entry, ENTRY_CAPSULE):
         _entry_c, _entry_py = <entry_fn>PyCapsule_GetPointer(entry, ENTRY_CAPSULE), None
     else:
@@ -173,3 +178,16 @@ def Allgather(self, sendbuf, recvbuf, *, stream=None):
     if _fast(self, _ALLGATHER, sendbuf, recvbuf, None, 0, -1):
         return None
     return _general(self, 'Allgather', _ALLGATHER, sendbuf, recvbuf, None, 0)
+
+
+# ---- collectives without buffers: in MPI's order after the undecided non-blocking calls ------------
+def Barrier(self):
+    if _unsettled:  # a set, empty unless a non-blocking call is undecided (mpigpu/_agree.py)
+        _settle(self)
+    return _host_barrier(self)
+
+
+def Ibarrier(self):
+    if _unsettled:
+        _settle(self)
+    return _host_ibarrier(self)

@@ -166,11 +166,12 @@ static inline int mg_board_post(mg_board *b, int coll, int placement) {
   return 0;
 }
 
-/* One look at every peer's post for this rank's last call: -1 while some have not posted (*who the
- * first of them), else the verdict (*who: for REFUSED, MISMATCH and BROKEN the first rank concerned,
- * else -1). A verdict is final: the call is acked, so its entries may be reused. */
-static inline int mg_board_look(mg_board *b, int coll, int *who) {
-  uint64_t k = b->call, slot = k % MG_BOARD_DEPTH;
+/* One look at every peer's post for this rank's call k (posted DEVICE, the oldest it has not decided):
+ * -1 while some have not posted (*who the first of them), else the verdict (*who: for REFUSED, MISMATCH
+ * and BROKEN the first rank concerned, else -1). A verdict is final: the call is acked, so its entries
+ * may be reused. */
+static inline int mg_board_look_call(mg_board *b, uint64_t k, int coll, int *who) {
+  uint64_t slot = k % MG_BOARD_DEPTH;
   int verdict = MG_VERDICT_DEVICE, culprit = -1;
   if ((mg_board_load(mg_board_ring(b, b->me) + slot) & 0xff) == MG_PLACE_GAVE_UP) {
     *who = b->me;  /* aborted from another thread while waiting */
@@ -201,10 +202,13 @@ static inline int mg_board_look(mg_board *b, int coll, int *who) {
   return verdict;
 }
 
-/* How many peers have not posted this rank's last call yet; the first `max` of them in out[]. Reads only
+/* mg_board_look_call of this rank's last call. */
+static inline int mg_board_look(mg_board *b, int coll, int *who) { return mg_board_look_call(b, b->call, coll, who); }
+
+/* How many peers have not posted this rank's call k yet; the first `max` of them in out[]. Reads only
  * (no ack): for error messages. */
-static inline int mg_board_missing(const mg_board *b, int *out, int max) {
-  uint64_t k = b->call, slot = k % MG_BOARD_DEPTH;
+static inline int mg_board_missing_call(const mg_board *b, uint64_t k, int *out, int max) {
+  uint64_t slot = k % MG_BOARD_DEPTH;
   int count = 0;
   for (int r = 0; r < b->n; ++r) {
     if (r == b->me || (mg_board_load(mg_board_ring(b, r) + slot) >> 16) == k) continue;
@@ -214,40 +218,55 @@ static inline int mg_board_missing(const mg_board *b, int *out, int max) {
   return count;
 }
 
-/* This rank gives up on its last call (its wait timed out, or an abort from any thread): its post
- * becomes GAVE_UP, so a peer that comes later learns the communicator is broken instead of waiting. */
-static inline void mg_board_give_up(mg_board *b) {
-  uint64_t k = __atomic_load_n(&b->call, __ATOMIC_ACQUIRE);
-  if (k == 0 || b->base == 0) return;
-  uint64_t *e = mg_board_ring(b, b->me) + k % MG_BOARD_DEPTH;
-  uint64_t old = mg_board_load(e);
-  /* only the entry of call k, whoever else stores into it meanwhile (the owner posting the next call) */
-  while ((old >> 16) == k &&
-         !__atomic_compare_exchange_n(e, &old, (old & ~(uint64_t)0xff) | MG_PLACE_GAVE_UP, 0, __ATOMIC_ACQ_REL,
-                                      __ATOMIC_ACQUIRE)) {
+static inline int mg_board_missing(const mg_board *b, int *out, int max) {
+  return mg_board_missing_call(b, b->call, out, max);
+}
+
+/* This rank gives up on its calls from `from` (0: its last call) to its last (its wait timed out, or an
+ * abort from any thread; several when non-blocking calls were still undecided): their posts become
+ * GAVE_UP, so a peer that comes later learns the communicator is broken instead of waiting. */
+static inline void mg_board_give_up_from(mg_board *b, uint64_t from) {
+  uint64_t last = __atomic_load_n(&b->call, __ATOMIC_ACQUIRE);
+  if (last == 0 || b->base == 0) return;
+  if (from == 0 || from > last) from = last;
+  if (last - from >= MG_BOARD_DEPTH) from = last - MG_BOARD_DEPTH + 1;
+  for (uint64_t k = from; k <= last; ++k) {
+    uint64_t *e = mg_board_ring(b, b->me) + k % MG_BOARD_DEPTH;
+    uint64_t old = mg_board_load(e);
+    /* only the entry of call k, whoever else stores into it meanwhile (the owner posting the next call) */
+    while ((old >> 16) == k &&
+           !__atomic_compare_exchange_n(e, &old, (old & ~(uint64_t)0xff) | MG_PLACE_GAVE_UP, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE)) {
+    }
   }
 }
 
-/* The verdict of this rank's last call (posted DEVICE), waiting for every peer's post: spins first,
- * then (spin_s passed; the caller may have released the GIL) until the deadline, when it returns
- * MG_VERDICT_TIMEOUT with *who a rank that never posted. */
-static inline int mg_board_wait(mg_board *b, int coll, int *who, double spin_s) {
+static inline void mg_board_give_up(mg_board *b) { mg_board_give_up_from(b, 0); }
+
+/* The verdict of this rank's call k (posted DEVICE), waiting for every peer's post: spins first, then
+ * (spin_s passed: -1; the caller may release the GIL, or leave a non-blocking call undecided) until the
+ * deadline, when it returns MG_VERDICT_TIMEOUT with *who a rank that never posted. */
+static inline int mg_board_wait_call(mg_board *b, uint64_t k, int coll, int *who, double spin_s) {
   unsigned spins = 0;
   double start = 0.0;
   int v;
-  while ((v = mg_board_look(b, coll, who)) < 0) {
+  while ((v = mg_board_look_call(b, k, coll, who)) < 0) {
     mg_board_relax();
     if (++spins % MG_BOARD_CHECK_SPINS == 0) {
       double now = mg_board_now();
       if (start == 0.0) start = now;
-      else if (spin_s > 0.0 && now - start > spin_s) return -1;  /* the caller goes on without the GIL */
+      else if (spin_s > 0.0 && now - start > spin_s) return -1;
       else if (now - start > b->timeout_s) {
-        mg_board_give_up(b);  /* at once: a peer that comes later learns it, instead of entering alone */
+        mg_board_give_up_from(b, k);  /* at once: a peer that comes later learns it, instead of entering alone */
         return MG_VERDICT_TIMEOUT;
       }
     }
   }
   return v;
+}
+
+static inline int mg_board_wait(mg_board *b, int coll, int *who, double spin_s) {
+  return mg_board_wait_call(b, b->call, coll, who, spin_s);
 }
 
 /* The gate of a blocking engine call (mpigpu_cuda.h, mg_collective_wait_gated): this rank has posted

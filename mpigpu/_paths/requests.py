@@ -194,6 +194,44 @@ class Work:
             self.lock.release()
 
 
+class Deferred(Work):
+    """Work whose operation starts later: `begin(blocking)` returns the operation's request once it
+    has started, None while it cannot yet (a non-blocking collective whose ranks have not all said
+    which path they take: mpigpu/_agree.py), or raises why it never will."""
+    __slots__ = ('begin',)
+
+    def __init__(self, begin):
+        super().__init__(None)
+        self.begin = begin
+
+    def finish(self, blocking):
+        if not self.lock.acquire(blocking):
+            return False
+        try:
+            if self.done:
+                return True
+            try:
+                if self.begin is not None:
+                    self.inner = self.begin(blocking)
+                    if self.inner is None:
+                        return False
+                    self.begin = None
+                if blocking:
+                    self.inner.Wait()
+                elif not self.inner.Test():
+                    return False
+            except Exception as exc:  # the request reports it; its own Wait and Test raise it
+                self.exc = exc
+                self.error = exc.Get_error_class() if isinstance(exc, MPI.Exception) else MPI.ERR_OTHER
+            self.done = True
+            self.inner = self.begin = None
+            self.greq.Complete()
+            release_handle(self.greq)
+            return True
+        finally:
+            self.lock.release()
+
+
 class Finishing:
     """Wait/Test that finish the work on the calling thread (no round trip through the agent);
     mpi4py's class-level Waitall/Testall/Waitany see a plain MPI request that the agent completes."""
@@ -213,6 +251,31 @@ class Finishing:
 
 class Request(Finishing, MPI.Grequest):
     """The generalized request of staged point-to-point calls and of calls completed on return."""
+
+
+class DeferredRequest(Request):
+    """The request of Deferred work: its Wait and Test raise the work's own error (mpigpu.Error)."""
+
+    def Wait(self, status=None):
+        w = self._work
+        w.finish(True)
+        return self._done(w, status, MPI.Grequest.Wait)
+
+    def Test(self, status=None):
+        w = self._work
+        if not w.finish(False):
+            return False
+        return self._done(w, status, MPI.Grequest.Test)
+
+    def _done(self, w, status, complete):
+        if w.exc is None:
+            return complete(self, status)
+        exc, w.exc = w.exc, None  # raised once, as MPI reports a request's error once
+        try:
+            complete(self, status)  # MPI frees the request; its error status is this one
+        except MPI.Exception:
+            pass
+        raise exc
 
 
 def _noop(*args):

@@ -75,7 +75,7 @@ class Undecided:
     returns its request (`result`), or the decision's error is kept (`exc`)."""
     __slots__ = ('name', 'coll', 'call', 'exchange', 'then', 'result', 'exc', 'decided')
 
-    def __init__(self, name, coll, then, call=0, exchange=None):
+    def __init__(self, name, coll, then, call, exchange):
         self.name, self.coll, self.then = name, coll, then
         self.call = call          # 'board': this rank's call number on the board
         self.exchange = exchange  # 'net': (request, send, recv) of the one-word exchange
@@ -379,13 +379,14 @@ class Agreement:
         if self.mode == 'board':
             if not self.board.post(coll, Placement.DEVICE):
                 self._timed_out(name, self.board.missing() or [], behind=True)
-            u = Undecided(name, coll, then, call=self.board.calls)
+            call, exchange = self.board.calls, None
         else:
-            u = Undecided(name, coll, then, exchange=self._start_exchange(coll))
+            call, exchange = 0, self._start_exchange(coll)
         if not self.undecided:
-            got = self._look(u, _LOOK_S)
+            got = self._look(coll, call, exchange, _LOOK_S)
             if got is not None:
                 return self._judged(name, *got)
+        u = Undecided(name, coll, then, call, exchange)
         self.undecided.append(u)
         if len(self.undecided) == 1:
             unsettled.add(self)
@@ -401,23 +402,24 @@ class Agreement:
             raise u.exc
         return u.result
 
-    def _look(self, u, spin_s, blocking=False):
-        """(verdict, culprits) of undecided call `u` once every rank has posted it; None while some have
-        not (after `spin_s`; `blocking`: waits up to the deadline)."""
+    def _look(self, coll, call, exchange, spin_s, blocking=False):
+        """(verdict, culprits) of this rank's device call `coll` (board: its call number; 'net': its
+        exchange) once every rank has posted it; None while some have not (after `spin_s`;
+        `blocking`: waits up to the deadline)."""
         if self.mode == 'board':
-            verdict, who = self.board.wait(u.call, u.coll) if blocking else self.board.look(u.call, u.coll, spin_s)
+            verdict, who = self.board.wait(call, coll) if blocking else self.board.look(call, coll, spin_s)
             if verdict < 0:
                 return None
             if verdict == Verdict.TIMEOUT:
-                return Verdict.TIMEOUT, self.board.missing(u.call)
+                return Verdict.TIMEOUT, self.board.missing(call)
             return Verdict(verdict), ([who] if who >= 0 else [])
-        if u.exchange is None:  # the communicator was released meanwhile
+        if exchange is None:  # the communicator was released meanwhile
             return Verdict.BROKEN, []
         if blocking:
-            return self._outcome(u.exchange, u.coll, True)
+            return self._outcome(exchange, coll, True)
         deadline = time.monotonic() + spin_s
         while True:
-            got = self._outcome(u.exchange, u.coll, False)
+            got = self._outcome(exchange, coll, False)
             if got is not None or time.monotonic() >= deadline:
                 return got
 
@@ -431,7 +433,7 @@ class Agreement:
         try:
             while self.undecided:
                 u = self.undecided[0]
-                got = self._look(u, 0.0, blocking)
+                got = self._look(u.coll, u.call, u.exchange, 0.0, blocking)
                 if got is None:
                     return False
                 self.undecided.popleft()

@@ -8,21 +8,19 @@ kernels, host arrays go to the MPI library unchanged.
     comm = mpigpu.COMM_WORLD
     comm.Allreduce(x_gpu, y_gpu)          # MPI semantics, NCCL-class speed
 """
-from mpi4py import MPI as _MPI
-
+from . import _dropin, _pickle
 from ._config import config
 from ._cuda import available as gpu_available
 from ._paths.requests import Startall
 from ._state import abort
 from ._support import query_cuda_support
-from .comm import Cartcomm, Distgraphcomm, Graphcomm, Intercomm, Intracomm, Topocomm
+from .comm import COMM_SELF, COMM_WORLD, Cartcomm, Distgraphcomm, Graphcomm, Intercomm, Intracomm, Topocomm
 from .errors import Error
 
 __version__ = '0.1.0'
 
-COMM_WORLD = Intracomm(_MPI.COMM_WORLD)
-COMM_SELF = Intracomm(_MPI.COMM_SELF)
-COMM_WORLD._mg_constant = COMM_SELF._mg_constant = True
+# pickled predefined objects come back as the drop-in's objects of their names (mpigpu/_pickle.py)
+_pickle.bind(_dropin.replacements)
 
 __all__ = ['COMM_SELF', 'COMM_WORLD', 'Cartcomm', 'Distgraphcomm', 'Error', 'Graphcomm', 'Intercomm', 'Intracomm',
            'Startall', 'Topocomm', 'abort', 'config', 'gpu_available', 'query_cuda_support']

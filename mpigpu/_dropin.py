@@ -44,9 +44,9 @@ def replacements():
     drop-in and `from mpigpu import MPI` share them)."""
     if _replaced:
         return _replaced
-    from . import COMM_SELF, COMM_WORLD, comm, objects
+    from . import comm, objects
     from ._paths import requests
-    out = {'COMM_WORLD': COMM_WORLD, 'COMM_SELF': COMM_SELF}
+    out = {'COMM_WORLD': comm.COMM_WORLD, 'COMM_SELF': comm.COMM_SELF}
     for cls in (comm.Comm, comm.Intracomm, comm.Intercomm, comm.Topocomm, comm.Cartcomm, comm.Graphcomm,
                 comm.Distgraphcomm, objects.Win, objects.File, objects.Op, objects.Message, requests.Prequest):
         out[cls.__name__] = cls

@@ -1,13 +1,27 @@
 """How mpigpu's predefined objects pickle: by name, as mpi4py's do, and back as the objects of the same
-name in `from mpigpu import MPI` (mpigpu's), looked up when they are unpickled."""
-import importlib
+name in `from mpigpu import MPI` (mpigpu's), looked up when they are unpickled.
 
+The names resolve through the drop-in's table of replacements, which the package binds here when it is
+imported (before any of its modules: unpickling `mpigpu._pickle.predefined` imports the package first),
+so this module needs nothing above it."""
 from mpi4py import MPI
+
+from . import _plain
+
+_replacements = None  # () -> {name: mpigpu's object} (mpigpu/_dropin.py), bound by the package
+
+
+def bind(replacements):
+    """Sets the table the names resolve in (the package's __init__ calls it)."""
+    global _replacements
+    _replacements = replacements
 
 
 def predefined(name):
-    """The object named `name` in mpigpu.MPI (what a pickled predefined object comes back as)."""
-    return getattr(importlib.import_module('mpigpu.MPI'), name)
+    """The object named `name` in mpigpu.MPI (what a pickled predefined object comes back as): mpigpu's
+    replacement of that name, else mpi4py's object (the null objects, which stay mpi4py's)."""
+    obj = _replacements().get(name)
+    return obj if obj is not None else getattr(MPI, name)
 
 
 def copy_of(cls, name):
@@ -15,7 +29,7 @@ def copy_of(cls, name):
     `cls` is a class, or the name of one of mpi4py's own classes (python -m mpigpu puts mpigpu's under
     mpi4py's names, so pickle cannot refer to mpi4py's by name: mpigpu/_plain.py keeps them)."""
     if isinstance(cls, str):
-        cls = getattr(importlib.import_module('mpigpu._plain'), cls)
+        cls = getattr(_plain, cls)
     return cls(predefined(name))
 
 

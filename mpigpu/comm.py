@@ -414,3 +414,9 @@ for _cls in (Comm, Intracomm, Intercomm, Topocomm, Cartcomm, Graphcomm, Distgrap
         if hasattr(_cls.stands_for, _name) and _name not in _cls.__dict__:
             setattr(_cls, _name, _ordered(_name, getattr(_cls.stands_for, _name)))
     _methods.install(_cls, _state.state_of)
+
+
+# mpigpu's predefined communicators (mpigpu.COMM_WORLD; the drop-in puts them under mpi4py's names)
+COMM_WORLD = Intracomm(MPI.COMM_WORLD)
+COMM_SELF = Intracomm(MPI.COMM_SELF)
+COMM_WORLD._mg_constant = COMM_SELF._mg_constant = True

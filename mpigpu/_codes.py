@@ -39,19 +39,20 @@ class _Dtype(IntEnum):
 Coll = _Coll('Coll', [(name, i) for i, name in enumerate(_table.COLLS)], module=__name__)
 Algo = _Algo('Algo', [(name, i) for i, name in enumerate(_table.ALGOS)], module=__name__)
 Op = IntEnum('Op', [(name, i) for i, name in enumerate(_table.OPS)], module=__name__)
-Dtype = _Dtype('Dtype', [(row[0].upper(), i) for i, row in enumerate(_table.DTYPES)], module=__name__)
+Dtype = _Dtype('Dtype', [(name.upper(), i) for i, name in enumerate(_table.NAMES)], module=__name__)
 # What a rank brings to a collective call, and what the call's ranks agreed (mpigpu/_ext/board.h).
 Placement = IntEnum('Placement', [(name, i) for i, name in enumerate(_table.PLACEMENTS)], module=__name__)
 Verdict = IntEnum('Verdict', [(name, i) for i, name in enumerate(_table.VERDICTS)], module=__name__)
 
-# Per-code tuples for the hot paths (indexing a tuple is cheaper than an enum property).
-NAMES = tuple(row[0] for row in _table.DTYPES)          # 'float32' ...
-SIZES = tuple(row[1] for row in _table.DTYPES)
-ALIGNMENTS = tuple(row[2] for row in _table.DTYPES)
-KINDS = tuple(row[3] for row in _table.DTYPES)
-_BY_KIND = {(kind, size): Dtype(i) for i, (_name, size, _align, kind) in enumerate(_table.DTYPES)}
+# Per-code tables for the hot paths (indexing a tuple is cheaper than an enum property), made once in
+# mpigpu/_ext/_codes.pyx: names ('float32' ...), bytes, C alignments, kinds; a CUDA Array Interface
+# typestr's code; the NumPy typestr of a host mirror of each code's elements.
+NAMES, SIZES, ALIGNMENTS, KINDS = _table.NAMES, _table.SIZES, _table.ALIGNMENTS, _table.KINDS
+TYPESTR_CODES, MIRROR_TYPESTRS = _table.TYPESTR_CODES, _table.MIRROR_TYPESTRS
+_DTYPES = tuple(Dtype)  # by code
 
 
 def dtype_for(kind, size):
     """The element type of a (kind, bytes) pair ('f', 4) -> Dtype.FLOAT32, or None."""
-    return _BY_KIND.get((kind, size))
+    code = _table.BY_KIND.get((kind, size))
+    return None if code is None else _DTYPES[code]

@@ -17,9 +17,8 @@ import sys
 
 from mpi4py import MPI
 
-from ._codes import SIZES
+from ._codes import SIZES, TYPESTR_CODES
 from ._config import config
-from ._ext._intake import TYPESTR_CODES
 from ._paths.packing import SIMPLE, VECTOR
 from ._types import NATIVE
 from .errors import Error

@@ -3,7 +3,7 @@ each Dtype, the ops of MPI.Op handles, the (type, op) pairs MPI allows, and the 
 import numpy as np
 from mpi4py import MPI
 
-from ._codes import Dtype, Op, dtype_for
+from ._codes import MIRROR_TYPESTRS, Dtype, Op, dtype_for
 from .errors import Error
 
 OP_CODE = {getattr(MPI, op.name).handle: op for op in Op}  # MPI.SUM.handle -> Op.SUM
@@ -80,10 +80,7 @@ HOST_FLOAT16 = _host_float16()
 
 def numpy_dtype(code):
     """The NumPy dtype holding elements of `code` (bfloat16, which NumPy lacks, as its raw uint16)."""
-    d = Dtype(code)
-    if d.kind == 'b':
-        return np.dtype(np.bool_)
-    return np.dtype(f'{"u" if d.kind == "B" else d.kind}{d.size}')
+    return np.dtype(MIRROR_TYPESTRS[Dtype(code)])
 
 
 def from_typecode(typecode):

@@ -51,7 +51,7 @@ def test_algorithm_names_come_from_the_engine():
     """MPIGPU_ALGO takes the engine's algorithms (enum mg_algo, by name) and the paths."""
     from mpigpu._codes import Algo
     assert _config.ALGOS == tuple(a.knob for a in Algo) + ('staged', 'hier', 'hier-rail', 'hier-leader')
-    assert Algo.LL128_TWOSHOT.knob == 'll128-twoshot' and Algo(0).knob == 'auto'
+    assert Algo.LL128_TWOSHOT.knob == 'll128-twoshot' and Algo.AUTO.knob == 'auto'
 
 
 def test_ll128_bytes(monkeypatch):

@@ -5,7 +5,7 @@ from mpi4py import MPI
 
 import mpigpu
 from mpigpu import _call
-from mpigpu._codes import NAMES, Coll
+from mpigpu._codes import NAMES, SIZES, Coll
 from mpigpu._ext import _intake
 from conftest import FakeCAI
 
@@ -34,7 +34,7 @@ def test_cai_typestrs(typestr, name):
     b = _intake.device_buffer(FakeCAI(typestr=typestr, shape=(3, 5), ptr=0x10000))
     assert NAMES[b.dtype] == name
     assert b.count == 15
-    assert b.nbytes == 15 * _intake.DTYPE_SIZES[b.dtype]
+    assert b.nbytes == 15 * SIZES[b.dtype]
     assert b.ptr == 0x10000 and not b.readonly and b.stream == 1
 
 

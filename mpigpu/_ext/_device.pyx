@@ -4,7 +4,7 @@
 # cuda/completion.cu, through function pointers that mpigpu._requests resolves.
 import sys
 
-from ._intake import DTYPE_ALIGNMENTS, DTYPE_SIZES, TYPESTR_CODES
+from ._codes import ALIGNMENTS, SIZES, TYPESTR_CODES, typestr
 
 include "_geometry.pxi"
 
@@ -32,6 +32,9 @@ cdef extern from "mpigpu_cuda.h" nogil:
         MG_MAX_RANKS
         MG_MAX_CHANNELS
         MG_IPC_HANDLE_BYTES
+    enum:
+        MG_SUM
+        MG_ALGO_AUTO
     enum:
         MG_ERR_TEAM
         MG_ERR_TIMEOUT
@@ -477,13 +480,13 @@ cdef class Team:
             raise ValueError('IPC handle must be %d bytes' % MG_IPC_HANDLE_BYTES)
         check(mg_team_open_peer(self.t, peer, <const char *>handle), 'cudaIpcOpenMemHandle')
 
-    def select(self, int coll, int dtype, size_t count, int algo=0, int nchannels=0):
+    def select(self, int coll, int dtype, size_t count, int algo=MG_ALGO_AUTO, int nchannels=0):
         """(algo, nchannels, step bytes) the engine would run for this call (step: direct and ring kernels)."""
         cdef mg_call c
         c.coll = coll
         c.algo = algo
         c.dtype = dtype
-        c.op = 0
+        c.op = MG_SUM
         c.send = 0
         c.recv = 0
         c.count = count
@@ -641,9 +644,9 @@ def request_shutdown():
 # match) is handled here without Python-level parsing. Anything else returns 0 and takes the general
 # path in mpigpu._buffers, which also produces the precise error messages.
 cdef dict _CAI_CODE = TYPESTR_CODES
-cdef tuple _SIZES = DTYPE_SIZES
+cdef tuple _SIZES = SIZES
 # A pointer less aligned than its type takes the general path, which refuses it (mpigpu._call.build).
-cdef tuple _ALIGN = DTYPE_ALIGNMENTS
+cdef tuple _ALIGN = ALIGNMENTS
 # Most elements a buffer may hold: its bytes must fit a Py_ssize_t (16: the largest element).
 cdef Py_ssize_t _MAX_ELEMENTS = PY_SSIZE_T_MAX // 16
 # Addresses and stream handles: what a pointer holds.
@@ -690,7 +693,7 @@ cdef int _cupy_attach() except -1:
     import numpy
     for ch in '?bBhHiIlLqQefdFD':
         dt = numpy.dtype(ch)
-        key = ('|b1' if dt.kind == 'b' else ('|' if dt.itemsize == 1 else '<') + dt.kind + str(dt.itemsize))
+        key = typestr(dt.kind, dt.itemsize)
         if key in _CAI_CODE:
             _NUM_CODE[dt.num] = _CAI_CODE[key]
     global _cupy_stream_c
@@ -930,10 +933,10 @@ cpdef bint fast_entry(object comm, int coll, object sendbuf, object recvbuf, obj
                 return False
             _entry_last_op, _entry_last_code = op, code
     cdef bint in_place = sendbuf is _entry_in_place
-    cdef int algo = 0, nchannels = 0
+    cdef int algo = MG_ALGO_AUTO, nchannels = 0
     if team.nranks != 1:  # a one-rank team's calls are copies: no algorithm or channels to choose
         cfg = _entry_config
-        algo, nchannels = _entry_algos.get(cfg.algo, 0), cfg.nchannels
+        algo, nchannels = _entry_algos.get(cfg.algo, MG_ALGO_AUTO), cfg.nchannels
     try:
         return fast_collective(team, team.device, coll, sendbuf, recvbuf, code, root, in_place, algo, nchannels,
                                stream) == 1

@@ -1,8 +1,5 @@
 """Type stub of mpigpu._ext._intake (buffer intake)."""
 
-DTYPE_SIZES: tuple[int, ...]
-DTYPE_ALIGNMENTS: tuple[int, ...]
-TYPESTR_CODES: dict[str, int]
 GEOMETRY_ERRORS: dict[int, str]
 
 class DeviceBuffer:

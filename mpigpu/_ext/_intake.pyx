@@ -49,19 +49,15 @@ cdef extern from *:
         mg_DLTensor dl_tensor
     uint64_t MG_DLPACK_FLAG_READ_ONLY
 
-from ._codes import DTYPES as _DTYPE_ROWS
+from ._codes import BY_KIND, MIRROR_TYPESTRS, NAMES, SIZES
 
 include "_geometry.pxi"
 
-# Element types by code (the table of cuda/mpigpu_cuda.h): bytes, and the alignment the kernels need.
-DTYPE_SIZES = tuple(row[1] for row in _DTYPE_ROWS)
-DTYPE_ALIGNMENTS = tuple(row[2] for row in _DTYPE_ROWS)
-cdef dict _BY_KIND = {(row[3], row[1]): code for code, row in enumerate(_DTYPE_ROWS)}
-
-# CUDA Array Interface typestr -> dtype code, for the fast path: '|' for byte-sized types, little-endian
-# '<' otherwise (bfloat16 has no typestr; the general path reads any byte-order mark).
-TYPESTR_CODES = {('|' if size == 1 else '<') + kind + str(size): code
-                 for code, (_name, size, _align, kind) in enumerate(_DTYPE_ROWS) if kind != 'B'}
+# The element types' tables (mpigpu/_ext/_codes.pyx), bound to typed globals.
+cdef dict _BY_KIND = BY_KIND                 # (kind, bytes) -> code
+cdef tuple _NAMES = NAMES
+cdef tuple _SIZES = SIZES
+cdef tuple _MIRROR_TYPESTRS = MIRROR_TYPESTRS
 
 cdef enum:
     kDLCPU = 1
@@ -71,8 +67,6 @@ cdef enum:
 
 # DLPack's type codes (kDLInt, kDLUInt, kDLFloat, kDLBfloat, kDLComplex, kDLBool) as our kinds.
 cdef dict _DL_KIND = {0: 'i', 1: 'u', 2: 'f', 4: 'B', 5: 'c', 6: 'b'}
-# The NumPy kind a host mirror of each of our kinds uses (bfloat16, which NumPy lacks, as raw uint16).
-cdef dict _NUMPY_KIND = {'b': 'b', 'i': 'i', 'u': 'u', 'f': 'f', 'B': 'u', 'c': 'c'}
 # Buffer-protocol format characters (struct module) as kinds; their sizes come from struct.
 cdef dict _FORMAT_KIND = {'?': 'b', 'b': 'i', 'h': 'i', 'i': 'i', 'l': 'i', 'q': 'i', 'n': 'i', 'B': 'u',
                           'H': 'u', 'I': 'u', 'L': 'u', 'Q': 'u', 'N': 'u', 'e': 'f', 'f': 'f', 'd': 'f',
@@ -81,13 +75,6 @@ cdef dict _FORMAT_KIND = {'?': 'b', 'b': 'i', 'h': 'i', 'i': 'i', 'l': 'i', 'q':
 cdef Py_ssize_t _MAX_BYTES = PY_SSIZE_T_MAX
 cdef object _UINTPTR_LIMIT = (<object>1) << (8 * sizeof(uintptr_t))
 cdef object _INTPTR_LIMIT = (<object>1) << (8 * sizeof(uintptr_t) - 1)
-
-
-cdef inline str _typestr(str kind, Py_ssize_t size):
-    """The typestr of a host mirror of elements of (kind, size): NumPy reads it, mpi4py maps it."""
-    if kind == 'b':
-        return '|b1'
-    return ('|' if size == 1 else '<') + _NUMPY_KIND.get(kind, 'V') + str(size)
 
 
 cdef class DeviceBuffer:
@@ -104,7 +91,7 @@ cdef class DeviceBuffer:
     cdef readonly str typestr         # the elements as NumPy (and so mpi4py) reads a host mirror of them
 
     def __repr__(self):
-        name = _DTYPE_ROWS[self.dtype][0] if self.dtype >= 0 else self.typestr
+        name = _NAMES[self.dtype] if self.dtype >= 0 else self.typestr
         return (f'DeviceBuffer(ptr=0x{self.ptr:x}, nbytes={self.nbytes}, dtype={name}, '
                 f'device={self.device}, readonly={bool(self.readonly)})')
 
@@ -116,8 +103,7 @@ cdef class DeviceBuffer:
         b.nbytes = nbytes
         b.dtype = dtype
         if dtype >= 0:
-            row = _DTYPE_ROWS[dtype]
-            b.itemsize, b.typestr = row[1], _typestr(row[3], row[1])
+            b.itemsize, b.typestr = _SIZES[dtype], _MIRROR_TYPESTRS[dtype]
         else:
             b.itemsize, b.typestr = self.itemsize, self.typestr
         b.readonly = self.readonly
@@ -373,14 +359,14 @@ cdef DeviceBuffer _from_cai(object obj, object cai):
         if stream <= 0 or stream >= _INTPTR_LIMIT:
             raise ValueError(f"{what}: 'stream' {stream} is not a CUDA stream (0 is not allowed)")
     kind = typestr[1]
-    code = _BY_KIND.get(('b' if kind == 'b' else kind, itemsize), -1) if kind in 'biufc' else -1
+    code = _BY_KIND.get((kind, itemsize), -1) if kind in 'biufc' else -1
     b.owner = obj
     b.ptr = <uintptr_t>ptr
     b.readonly = bool(data[1])
     b.nbytes = n * itemsize
     b.dtype = code
     b.itemsize = itemsize
-    b.typestr = _typestr(kind, itemsize) if code >= 0 else ('|' if itemsize == 1 else '<') + typestr[1:]
+    b.typestr = _MIRROR_TYPESTRS[code] if code >= 0 else ('|' if itemsize == 1 else '<') + typestr[1:]
     b.device = -1
     b.stream = -1 if stream is None else <Py_ssize_t>stream
     b.stream_synced = False
@@ -443,7 +429,7 @@ cdef DeviceBuffer _from_dlpack(object obj, object stream):
     b.nbytes = n * itemsize
     b.dtype = code
     b.itemsize = itemsize
-    b.typestr = _typestr(kind, itemsize) if code >= 0 else '|V%d' % itemsize
+    b.typestr = _MIRROR_TYPESTRS[code] if code >= 0 else '|V%d' % itemsize
     b.readonly = ro
     b.device = t.device.device_id
     b.stream = -1
@@ -472,7 +458,7 @@ cdef DeviceBuffer _from_buffer(object obj):
     b.owner = obj
     b.dtype = code
     b.itemsize = itemsize
-    b.typestr = _typestr(kind, itemsize) if code >= 0 else '|u1'
+    b.typestr = _MIRROR_TYPESTRS[code] if code >= 0 else '|u1'
     b.device = -1
     b.stream = -1
     b.stream_synced = False

@@ -3,13 +3,15 @@ measurement (a bad argument is one line on rank 0 and exit status 2, mpigpu/_cli
 import argparse
 
 from .._cli import UsageError, say
+from .._codes import KINDS, NAMES
 from .._config import ALGOS
 from .sweep import COLLS, parse_size
 
 PROG = 'mpigpu-perf'
 HINT = f'usage: {PROG} [collective] [-b MIN] [-e MAX] [-f FACTOR] [options]  (see {PROG} --help)'
-TYPES = ('float32', 'float64', 'float16', 'int32', 'int64', 'int8', 'uint8')
-OPS = ('sum', 'prod', 'max', 'min')
+OPS = ('sum', 'prod', 'max', 'min')  # the ops whose results the check computes (baselines.Buffers)
+# The element types NumPy has (not bfloat16) that every op of OPS takes (not bool, not complex).
+TYPES = tuple(name for name, kind in zip(NAMES, KINDS) if kind in 'iuf')
 ROOTED = ('bcast', 'reduce')  # the collectives -r applies to
 
 

@@ -119,6 +119,18 @@ def _perf(n, *args, env=None):
                           capture_output=True, text=True, timeout=120, env=e)
 
 
+def test_nccl_symm_beside_nccl_unavailable_rows_go_on(tmp_path):
+    """nccl-symm (NCCL's symmetric kernels on registered windows) may go with nccl (same environment);
+    where it cannot run (host buffers, no CuPy or NCCL here) each row says why and the run goes on."""
+    out_json = tmp_path / 'perf.json'
+    cmd = [mpiexec(), '-n', '2', sys.executable, '-m', 'mpigpu.perf', 'allreduce', '-b', '8', '-e', '64', '-f', '8',
+           '-n', '2', '-w', '1', '--mem', 'host', '--compare', 'nccl,nccl-symm', '--json', str(out_json)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=dict(os.environ))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    rows = json.loads(out_json.read_text())['rows']
+    assert rows and all('error' in r['baselines']['nccl-symm'] and r['oop']['wrong'] == 0 for r in rows)
+
+
 @pytest.mark.parametrize('args, message', [
     (['-e', '1X'], "argument -e/--maxbytes: '1X' is not a size"),
     (['-r', '5', 'reduce'], '-r 5: the root must be a rank of the 2 (0..1)'),

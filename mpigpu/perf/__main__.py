@@ -58,8 +58,9 @@ def _title(n, mem, a, names):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     from . import baselines
+    from .impls import IMPLS
     try:
-        a = options.parse(argv, __doc__, baselines.IMPLS)
+        a = options.parse(argv, __doc__, IMPLS)
     except UsageError as exc:
         return usage_error(options.PROG, exc, options.HINT)
     import mpigpu
@@ -80,7 +81,7 @@ def main(argv=None):
     impls = {}
     for x in names:
         try:
-            impls[x] = baselines.IMPLS[x](comm)
+            impls[x] = IMPLS[x](comm)
         except Exception as exc:  # a baseline that cannot start must not stop the others
             impls[x] = exc
     mine = baselines.MpigpuImpl(comm)

@@ -13,6 +13,7 @@ OPS = ('sum', 'prod', 'max', 'min')  # the ops whose results the check computes 
 # The element types NumPy has (not bfloat16) that every op of OPS takes (not bool, not complex).
 TYPES = tuple(name for name, kind in zip(NAMES, KINDS) if kind in 'iuf')
 ROOTED = ('bcast', 'reduce')  # the collectives -r applies to
+_DEFAULT_ENV_NCCL = {'nccl', 'nccl-symm'}  # the NCCL baselines that leave NCCL's environment as it is
 
 
 class _Parser(argparse.ArgumentParser):
@@ -88,7 +89,9 @@ def parser(description):
     p.add_argument('--algo', default=None, choices=ALGOS, help='force an engine algorithm (as MPIGPU_ALGO)')
     p.add_argument('--inplace', type=int, choices=(0, 1), default=1, help='also time in-place calls (1) or not (0)')
     p.add_argument('--compare', default='',
-                   help='baselines in the same run: nccl,staged,cuda-aware-mpi (device buffers); across '
+                   help='baselines in the same run: nccl, nccl-symm (NCCL\'s symmetric kernels on windows '
+                        'registered with ncclCommWindowRegister, NCCL >= 2.27), staged, cuda-aware-mpi (device '
+                        'buffers); across '
                         '(simulated) nodes also nccl-socket (NCCL on sockets only: NCCL_P2P_DISABLE=1 '
                         'NCCL_SHM_DISABLE=1), nccl-nodes (NCCL with a host id per node: NVLink inside, '
                         'sockets between; one NCCL baseline per run) and net-bound (host MPI\'s own '
@@ -121,10 +124,11 @@ def parse(argv, description, baselines):
     a.types = _list(a.datatype, TYPES, 'datatype')
     a.ops = _list(a.op, OPS, 'op')
     a.names = _list(a.compare, tuple(baselines), 'baseline') if a.compare else ()
+    # nccl and nccl-symm share NCCL's default environment; nccl-socket and nccl-nodes set their own
     ncclish = [x for x in a.names if x.startswith('nccl')]
-    if len(ncclish) > 1:
+    if len(ncclish) > 1 and not set(ncclish) <= _DEFAULT_ENV_NCCL:
         raise UsageError(f'--compare {",".join(ncclish)}: NCCL reads its environment once per process; '
-                         'compare one NCCL baseline per run')
+                         'compare one NCCL baseline per run (nccl and nccl-symm may go together)')
     if a.plot:
         try:  # the import the plot will need, tried now rather than after the sweep
             import matplotlib  # noqa: F401

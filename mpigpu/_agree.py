@@ -436,13 +436,16 @@ class Agreement:
                 got = self._look(u.coll, u.call, u.exchange, 0.0, blocking)
                 if got is None:
                     return False
-                self.undecided.popleft()
-                u.decided = True
+                # `u` leaves the queue only once its path has started: until then another thread's
+                # next collective on the communicator sees it undecided and waits for this lock (the
+                # request thread may be the one starting it), so MPI's order holds
                 try:
                     u.result = u.then(self._judged(u.name, *got))
                 except Exception as exc:  # the request raises it
                     u.exc = exc
                 u.then = u.exchange = None
+                u.decided = True
+                self.undecided.popleft()
                 if u is until:
                     break
             return until is None or until.decided

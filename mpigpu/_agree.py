@@ -38,18 +38,18 @@ import mmap
 import os
 import secrets
 import socket
-import threading
 import time
 import warnings
 
 import numpy as np
 from mpi4py import MPI
 
-from . import _cuda, _deadline
+from . import _cuda, _deadline, _undecided
 from ._codes import Coll, Placement, Verdict
 from ._config import config
 from ._ext._board import BEHIND, Board, board_bytes
 from ._topology import simulated_node
+from ._undecided import Undecided
 from .errors import CommunicatorBroken, Error
 
 log = logging.getLogger('mpigpu')
@@ -66,21 +66,6 @@ _CLOSE_WAIT_S = 5.0            # at exit, how long a host rank's last exchanges 
 # A non-blocking device call spins this long for its peers' posts before it returns undecided: the ranks
 # of a call arrive within microseconds of each other, and a decided call launches at once.
 _LOOK_S = 20e-6
-unsettled = set()              # the agreements with undecided calls (every collective's method looks)
-
-
-class Undecided:
-    """A non-blocking device call this rank posted DEVICE for whose peers had not all posted when it
-    returned: decided later, in call order (Agreement.settle), when `then(verdict)` starts its path and
-    returns its request (`result`), or the decision's error is kept (`exc`)."""
-    __slots__ = ('name', 'coll', 'call', 'exchange', 'then', 'result', 'exc', 'decided')
-
-    def __init__(self, name, coll, then, call, exchange):
-        self.name, self.coll, self.then = name, coll, then
-        self.call = call          # 'board': this rank's call number on the board
-        self.exchange = exchange  # 'net': (request, send, recv) of the one-word exchange
-        self.result = self.exc = None
-        self.decided = False
 
 
 def _host_key():
@@ -114,8 +99,8 @@ class Agreement:
         self.nodes = 1
         self.armed = False
         self._warned = False  # 'off': device calls were warned about
-        self.undecided = collections.deque()  # non-blocking device calls not decided yet, in call order
-        self._lock = threading.Lock()          # settle(): one thread decides at a time
+        self.undecided = collections.deque()  # its non-blocking device calls not decided yet (mpigpu/_undecided.py)
+        self._broke = None                     # a timeout or break found while deciding them (host calls raise it)
 
     # ---- setup -----------------------------------------------------------------------------------
     def _record(self):
@@ -162,7 +147,7 @@ class Agreement:
             st.abandon(exc.pending, exc.why + ' (at the agreement setup)')
             raise CommunicatorBroken('collective', st.broken, rank=st.rank) from None
         self.mode = mode
-        self._route()
+        self.route()
         log.debug('rank %d: calls agreed by %s', st.rank, self.describe())
 
     def _broken(self):
@@ -176,7 +161,7 @@ class Agreement:
             return self.board
         return None if self.mode == 'solo' else False
 
-    def _route(self):
+    def route(self):
         """Points the fast posts (a host call's in _front, the engine's fast path) at the board, or at
         this object's methods where a call needs more (several nodes, undecided calls before it)."""
         st, mode = self.st, self.mode
@@ -256,7 +241,7 @@ class Agreement:
         whole ring of calls ahead of the slowest, as collectives may). `behind`: the fast post already
         waited that long for the slowest rank (it raises)."""
         if self.undecided:
-            self.settle()
+            self.settle_before(Coll(coll).mpi_name)
         if not self._ready(nonblocking):
             return
         if behind:
@@ -272,7 +257,7 @@ class Agreement:
                 self.give_up()
                 return
             if self.undecided:
-                self.settle()
+                _undecided.settle(agreement=self)
             if not self._ready(nonblocking):
                 return
             self._post(name, coll, Placement.REFUSED)
@@ -288,8 +273,11 @@ class Agreement:
         which raises."""
         board = self.board
         if board is not None:
-            waiting = self.undecided
-            board.give_up(waiting[0].call if waiting else 0)
+            try:
+                first = self.undecided[0].call  # another thread may be starting it
+            except IndexError:
+                first = 0
+            board.give_up(first)
         if self.st.broken is None:
             self.st.broken = 'this rank gave up on a call its peers may have begun'
         self._route_general()
@@ -312,9 +300,16 @@ class Agreement:
         `then(verdict)`: a non-blocking call's continuation; given, the call may come back `Undecided`
         (its peers had not all posted), and then(verdict) starts its path once the ranks agree."""
         defer = nonblocking and then is not None and placement == Placement.DEVICE
-        if self.undecided:
-            # the calls before this one are made first, in MPI's order (a non-blocking one need not wait)
-            self.settle(blocking=not defer)
+        if _undecided.pending():
+            # the calls before this one start first: a device call's engine kernels meet their peers'
+            # in launch order, on any communicator (all of them); a host call follows this
+            # communicator's in MPI's order; a non-blocking one queues behind them if it must
+            if defer:
+                _undecided.settle(blocking=False)
+            elif placement == Placement.DEVICE:
+                _undecided.settle()
+            else:
+                _undecided.settle(agreement=self)
             if not defer:
                 self.st.check_usable(name)
         if not self._ready(nonblocking):
@@ -340,8 +335,8 @@ class Agreement:
             verdict, who = got if got is not None else self.board.agree(coll)
             if verdict == Verdict.TIMEOUT:  # BEHIND: nothing posted, the slowest stayed a ring behind
                 self._timed_out(name, self.board.missing(), who == BEHIND)
-            return self._judged(name, Verdict(verdict), [who] if who >= 0 else [])
-        return self._judged(name, *self._exchange(coll))
+            return self.judged(name, Verdict(verdict), [who] if who >= 0 else [])
+        return self.judged(name, *self._exchange(coll))
 
     def _exchange(self, coll):
         """A device rank's 'net' exchange: (verdict, culprits)."""
@@ -382,21 +377,18 @@ class Agreement:
             call, exchange = self.board.calls, None
         else:
             call, exchange = 0, self._start_exchange(coll)
-        if not self.undecided:
+        if not _undecided.pending():
             got = self._look(coll, call, exchange, _LOOK_S)
             if got is not None:
-                return self._judged(name, *got)
-        u = Undecided(name, coll, then, call, exchange)
-        self.undecided.append(u)
-        if len(self.undecided) == 1:
-            unsettled.add(self)
-            self._route()
+                return self.judged(name, *got)
+        u = Undecided(self, name, coll, then, call, exchange)
+        _undecided.add(u)
         return u
 
     def started(self, u, blocking):
         """The request of undecided call `u` once the ranks agreed on it and its path started (raises
         what the decision or the start raised); None while some peer has not posted (not `blocking`)."""
-        if not u.decided and not self.settle(u, blocking):
+        if not u.decided and not _undecided.settle(u, blocking):
             return None
         if u.exc is not None:
             raise u.exc
@@ -423,39 +415,27 @@ class Agreement:
             if got is not None or time.monotonic() >= deadline:
                 return got
 
-    def settle(self, until=None, blocking=True):
-        """Decides this rank's undecided calls in call order, up to `until` (None: all), starting each
-        one's path (Undecided.then); a decision's error is kept for its request. True when `until` (or
-        every call) is decided; False when some peer has not posted yet (not `blocking`), or another
-        thread is deciding."""
-        if not self._lock.acquire(blocking):
-            return False
-        try:
-            while self.undecided:
-                u = self.undecided[0]
-                got = self._look(u.coll, u.call, u.exchange, 0.0, blocking)
-                if got is None:
-                    return False
-                # `u` leaves the queue only once its path has started: until then another thread's
-                # next collective on the communicator sees it undecided and waits for this lock (the
-                # request thread may be the one starting it), so MPI's order holds
-                try:
-                    u.result = u.then(self._judged(u.name, *got))
-                except Exception as exc:  # the request raises it
-                    u.exc = exc
-                u.then = u.exchange = None
-                u.decided = True
-                self.undecided.popleft()
-                if u is until:
-                    break
-            return until is None or until.decided
-        finally:
-            if not self.undecided:
-                unsettled.discard(self)
-                self._route()
-            self._lock.release()
+    def look(self, u, blocking):
+        """(verdict, culprits) of undecided call `u` once every rank has posted it, else None (not
+        `blocking`; blocking: up to the deadline)."""
+        return self._look(u.coll, u.call, u.exchange, 0.0, blocking)
 
-    def _judged(self, name, verdict, culprits):
+    def settled(self, u):
+        """Undecided call `u` was decided (mpigpu/_undecided.py): a timeout or break found there is kept
+        for the host call or collective that had it decided (settle_before raises it)."""
+        if isinstance(u.exc, CommunicatorBroken):
+            self._broke = u.exc
+
+    def settle_before(self, name):
+        """Before a collective of this communicator: its undecided calls start first (MPI's order).
+        Raises CommunicatorBroken where one of them found the communicator broken (the collective's
+        peers may never come)."""
+        _undecided.settle(agreement=self)
+        broke, self._broke = self._broke, None
+        if broke is not None:
+            raise CommunicatorBroken(name, self.st.broken or str(broke), rank=self.st.rank)
+
+    def judged(self, name, verdict, culprits):
         st = self.st
         if verdict in (Verdict.DEVICE, Verdict.HOST_MPI):
             return verdict
@@ -516,14 +496,17 @@ class Agreement:
         requests still under way (a setup started by a non-blocking call, a host rank's exchanges) are
         finished within one deadline where MPI may be called (every rank started as many), else kept
         with their buffers for MPI."""
-        while self.undecided:  # calls nobody waited for (the communicator is released): never run
-            u = self.undecided.popleft()
+        dropped = _undecided.drop(self)  # calls nobody waited for (the communicator is released): never run
+        if dropped and self.board is not None:
+            self.board.give_up(dropped[0].call)  # peers that read them learn it, rather than wait
+        pending = list(self._pending)
+        self._pending.clear()
+        for u in dropped:
+            if u.exchange is not None:
+                pending.append(u.exchange)  # its MPI_Iallreduce still runs on the private duplicate
             u.decided, u.then, u.exchange = True, None, None
             u.exc = CommunicatorBroken(u.name, 'the communicator was released before the call was agreed',
                                        rank=self.st.rank)
-        unsettled.discard(self)
-        pending = list(self._pending)
-        self._pending.clear()
         if self._setup is not None:
             pending.append(self._setup)
             self._setup = None

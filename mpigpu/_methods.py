@@ -13,7 +13,7 @@ import inspect
 
 from mpi4py import MPI
 
-from ._agree import unsettled
+from ._undecided import unsettled
 from ._ext._intake import is_device
 from ._state import settle_before
 from ._strided import as_spec

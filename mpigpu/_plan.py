@@ -13,7 +13,7 @@ know), every rank makes it: device buffers through host mirrors (the mirrored pa
 """
 from mpi4py import MPI
 
-from . import _cuda, _host_mpi, _plain
+from . import _cuda, _host_mpi, _plain, _undecided
 from ._call import build, is_in_place
 from ._config import config
 from ._ext._intake import is_device
@@ -21,7 +21,7 @@ from ._state import state_of
 from ._strided import as_spec
 from ._types import NATIVE
 from .errors import Error
-from ._agree import Undecided
+from ._undecided import Undecided
 from ._codes import Coll, Placement, Verdict
 from ._paths import engine, hier, mirrored, packing, requests, staged
 
@@ -257,6 +257,8 @@ class Plan:
         """Starts one round into persistent request `req` (points it at the round's generalized
         request); returns the ticket of the GPU work, or 0 when the round already completed."""
         st, c = self.st, self.c
+        if _undecided.pending():
+            _undecided.settle()  # the engine's kernels meet their peers' in launch order (mpigpu/_undecided.py)
         st.check_usable(c.name)
         if c.count == 0:
             requests.set_handle(req, requests.completed())

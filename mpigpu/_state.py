@@ -10,7 +10,7 @@ from contextlib import contextmanager
 
 from mpi4py import MPI
 
-from . import _agree, _cuda, _deadline, _plain, _team
+from . import _agree, _cuda, _deadline, _plain, _team, _undecided
 from ._config import config
 from .errors import CommunicatorBroken, Error
 
@@ -210,8 +210,8 @@ def cached(comm):
 
 def settle_before(comm):
     """Before a collective of any kind on `comm`: its undecided non-blocking calls are decided and
-    started first (MPI's order of collectives; mpigpu/_agree.py). Called where _agree.unsettled is
-    not empty."""
+    started first (MPI's order of collectives; mpigpu/_undecided.py). Called where
+    _undecided.unsettled is not empty."""
     st = cached(comm)
     if st is None:
         try:
@@ -219,7 +219,13 @@ def settle_before(comm):
         except MPI.Exception:
             return
     if st is not None and st.agreement.undecided:
-        st.agreement.settle()
+        st.agreement.settle_before('collective')
+
+
+def settle_all():
+    """Before an engine call on any communicator: every undecided call of the process starts first
+    (the engine's kernels meet their peers' in launch order; mpigpu/_undecided.py)."""
+    _undecided.settle()
 
 
 def state_of(comm):

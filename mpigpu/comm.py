@@ -10,7 +10,7 @@ from one of these is one of these too.
 from mpi4py import MPI
 
 from . import _bsend, _methods, _pickle, _plain, _state, objects
-from ._agree import unsettled as _unsettled
+from ._undecided import unsettled as _unsettled
 from ._codes import Coll
 from ._ext import _front
 from ._ext._intake import any_device, is_device
@@ -34,7 +34,7 @@ def _general(comm, name, coll, sendbuf, recvbuf, op, root):
 
 
 _front.bind(fast_entry(_front.ENTRY_CAPSULE), _general, _state._CACHE, _state.host_call, _unsettled,
-            _state.settle_before)
+            _state.settle_before, _state.settle_all)
 _note_host = _front.note_host  # a host-buffer call of an engine collective, posted for the peers
 # mpi4py's methods, bound once (the host path's call is then one lookup fewer)
 (_Isend, _Issend, _Irsend, _Ibsend, _Irecv, _Send, _Ssend, _Rsend, _Bsend, _Recv, _Sendrecv) = (

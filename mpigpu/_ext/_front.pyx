@@ -32,18 +32,20 @@ cdef object _state_key = None  # a communicator's state in its __dict__ (mpigpu.
 cdef object _host_slow = None  # (comm, coll, nonblocking, behind): posts a host call the slow way (mpigpu._agree)
 cdef object _unsettled = ()    # the agreements with undecided non-blocking calls (mpigpu._agree.unsettled)
 cdef object _settle = None     # (comm): has them decided before another collective (mpigpu._state.settle_before)
+cdef object _settle_all = None # (): has every one decided before an engine call (mpigpu._state.settle_all)
 cdef object _host_barrier = _plain.Comm.Barrier, _host_ibarrier = _plain.Comm.Ibarrier
 
 ENTRY_CAPSULE = b'mpigpu.fast_entry'
 
 
-def bind(entry, general, state_key, host_slow, unsettled, settle):
+def bind(entry, general, state_key, host_slow, unsettled, settle, settle_all):
     """What the methods call: `entry` the fast path (a capsule named ENTRY_CAPSULE holding the C
     function, or a Python callable with its arguments), `general` the general path, the key of a
     communicator's state, `host_slow` the posting of a host call without a board at hand, and the set
-    of agreements with undecided calls with what decides a communicator's (`settle`)."""
-    global _entry_c, _entry_py, _general, _state_key, _host_slow, _unsettled, _settle
-    _unsettled, _settle = unsettled, settle
+    of agreements with undecided calls with what decides a communicator's (`settle`) and all of them
+    (`settle_all`)."""
+    global _entry_c, _entry_py, _general, _state_key, _host_slow, _unsettled, _settle, _settle_all
+    _unsettled, _settle, _settle_all = unsettled, settle, settle_all
     if PyCapsule_IsValid(entry, ENTRY_CAPSULE):
         _entry_c, _entry_py = <entry_fn>PyCapsule_GetPointer(entry, ENTRY_CAPSULE), None
     else:
@@ -81,6 +83,8 @@ def note_host(comm, int coll, bint nonblocking=False):
 cdef inline bint _fast(object comm, int coll, object sendbuf, object recvbuf, object op, int root,
                        Py_ssize_t stream) except -1:
     """True when the fast path ran the call (stream >= 0: enqueued on that stream)."""
+    if _unsettled:  # undecided non-blocking calls (any communicator) launch first (mpigpu/_undecided.py)
+        _settle_all()
     if _entry_c != NULL:
         return _entry_c(comm, coll, sendbuf, recvbuf, op, root, stream) == 1
     return bool(_entry_py(comm, coll, sendbuf, recvbuf, op, root, stream))

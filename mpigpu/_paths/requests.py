@@ -221,7 +221,7 @@ class Deferred(Work):
                 elif not self.inner.Test():
                     return False
             except Exception as exc:  # the request reports it; its own Wait and Test raise it
-                self.exc = exc
+                self.exc = exc.with_traceback(None)  # its frames would keep the call's buffers
                 self.error = exc.Get_error_class() if isinstance(exc, MPI.Exception) else MPI.ERR_OTHER
             self.done = True
             self.inner = self.begin = None
@@ -271,6 +271,8 @@ class DeferredRequest(Request):
         if w.exc is None:
             return complete(self, status)
         exc, w.exc = w.exc, None  # raised once, as MPI reports a request's error once
+        if not MPI.Request.__bool__(self):  # completed already (mpi4py's Waitall reported the error)
+            return complete(self, status)
         try:
             complete(self, status)  # MPI frees the request; its error status is this one
         except MPI.Exception:

@@ -7,7 +7,9 @@ Patterns, each on the device (every rank) and mixed (rank 1 on the host), each r
 - rank 0 starts several calls before its peers reach them, then another collective of another kind
   on the same communicator (host buffers), which must follow them in MPI's order;
 - the requests completed through mpi4py's class-level Waitall (the request thread decides them);
-- Test in a loop until done.
+- Test in a loop until done; a Barrier and a pickled bcast after an undecided call;
+- a blocking call on another communicator after an undecided call (it starts first: launch order);
+- two calls, the first waited for before the Send the peers need for the second.
 
 Runs on CPUs with the fake CUDA layer (DEFERRED_ENGINE=1: the fake engine, whose device ranks meet in
 shared memory and never in MPI; else the staged path) and on GPUs with MPIGPU_CHECK_ON_GPU=1 (CuPy),
@@ -146,21 +148,60 @@ def then_blocking_barrier(comm, on_device):
     check(x, np.full(2, n), 'Iallreduce before Barrier')
 
 
+def then_another_communicator(comm, other, on_device):
+    """Rank 0 starts a call while the others stay away, then a blocking call on another communicator:
+    the undecided call starts first (the engine's kernels meet their peers' in launch order)."""
+    if rank != 0:
+        time.sleep(LATE_S)
+    a = buf(np.full(4, rank + 1, np.int64), on_device)
+    b = buf(np.full(4, 2 * rank, np.int64), on_device)
+    req = comm.Iallreduce(MPI.IN_PLACE, a)
+    other.Allreduce(MPI.IN_PLACE, b)
+    req.Wait()
+    check(a, np.full(4, n * (n + 1) // 2), 'Iallreduce before a call on another communicator')
+    check(b, np.full(4, n * (n - 1)), 'the call on another communicator')
+
+
+def wait_first_then_send(comm, on_device):
+    """Rank 0: two Ibcasts, waits for the first, then sends what the others wait for before their
+    second (the second must not be waited for by the first's Wait)."""
+    data = [np.arange(6, dtype=np.int64) + 10 * k for k in range(2)]
+    bufs = [buf(d if rank == 0 else np.zeros(6, np.int64), on_device) for d in data]
+    if rank == 0:
+        r0 = comm.Ibcast(bufs[0], root=0)
+        r1 = comm.Ibcast(bufs[1], root=0)
+        r0.Wait()
+        for peer in range(1, n):
+            comm.Send(np.array([1], np.int64), dest=peer, tag=12)
+        r1.Wait()
+    else:
+        comm.Ibcast(bufs[0], root=0).Wait()
+        comm.Recv(np.zeros(1, np.int64), source=0, tag=12)
+        comm.Ibcast(bufs[1], root=0).Wait()
+    for k in range(2):
+        check(bufs[k], data[k], f'Ibcast {k} of two, the first waited for before a Send')
+
+
 def main():
-    comm = world.Dup()
+    comm, other = world.Dup(), world.Dup()
     warm_up(comm)
+    warm_up(other)
     for on_device in (True, False):
         # mixed: rank 1 passes host buffers, so the ranks agree on the host MPI call
         mine = on_device or rank != 1
         for pattern in (send_after_start, then_other_collective, class_level_waitall, test_until_done,
-                        then_blocking_barrier):
+                        then_blocking_barrier, then_another_communicator, wait_first_then_send):
             before = deferred[0]
-            pattern(comm, mine)
+            if pattern is then_another_communicator:
+                pattern(comm, other, mine)
+            else:
+                pattern(comm, mine)
             comm.Barrier()
             if rank == 0 and n > 1 and deferred[0] == before:
                 raise AssertionError(f'{pattern.__name__}: no call of rank 0 returned undecided')
     status = comm.agreement_status()
     comm.Free()
+    other.Free()
     counts = world.gather(checks, root=0)
     if rank == 0:
         print(f'{sum(counts)} checks passed; agreed by {status}', flush=True)

@@ -240,7 +240,7 @@ class Agreement:
         """This rank makes call `coll` as the host MPI call (host buffers): post it. Never waits for peers (but at a first call's setup, and a
         whole ring of calls ahead of the slowest, as collectives may). `behind`: the fast post already
         waited that long for the slowest rank (it raises)."""
-        if self.undecided:
+        if self.undecided and not nonblocking:  # a non-blocking one posts now; its MPI call follows them
             self.settle_before(Coll(coll).mpi_name)
         if not self._ready(nonblocking):
             return
@@ -306,11 +306,13 @@ class Agreement:
             # communicator's in MPI's order; a non-blocking one queues behind them if it must
             if defer:
                 _undecided.settle(blocking=False)
+            elif nonblocking and placement != Placement.DEVICE:
+                pass  # posted now, in call order; its host MPI call follows them (Plan.request)
             elif placement == Placement.DEVICE:
                 _undecided.settle()
             else:
                 _undecided.settle(agreement=self)
-            if not defer:
+            if not nonblocking:
                 self.st.check_usable(name)
         if not self._ready(nonblocking):
             return Verdict.HOST_MPI
@@ -417,7 +419,10 @@ class Agreement:
 
     def look(self, u, blocking):
         """(verdict, culprits) of undecided call `u` once every rank has posted it, else None (not
-        `blocking`; blocking: up to the deadline)."""
+        `blocking`; blocking: up to the deadline). A call that follows (no path to agree on) is ready
+        as soon as it is the oldest."""
+        if u.coll is None:
+            return None, []
         return self._look(u.coll, u.call, u.exchange, 0.0, blocking)
 
     def settled(self, u):

@@ -15,7 +15,7 @@ from mpi4py import MPI
 
 from ._undecided import unsettled
 from ._ext._intake import is_device
-from ._state import settle_before
+from ._state import follow, settle_before
 from ._strided import as_spec
 from ._paths import mirrored, packing
 from ._paths.mirrored import IN, INOUT, OUT
@@ -173,16 +173,22 @@ def ordered(owner, name):
 
 def _source(name, params, defaults, bufs, settles):
     """Python source of a method with mpi4py's signature that routes device buffers (`settles`: a
-    collective, which first has the communicator's undecided calls decided)."""
+    collective, which first has the communicator's undecided calls decided; 'follows': a non-blocking
+    one, made after them without waiting)."""
     sig = ', '.join(f'{p}=_default_{p}' if p in defaults else p for p in params)
     test = ' or '.join(f'_is_device({b})' for b in bufs)
     args = ', '.join(params)
-    settle = '    if _unsettled:\n        _settle(self)\n' if settles else ''
-    return (f'def {name}(self, {sig}):\n'
-            f'{settle}'
-            f'    if {test}:\n'
+    body = (f'    if {test}:\n'
             f'        return _device_call(self, ({args},))\n'
             f'    return _base(self, {args})\n')
+    if settles == 'follows':  # a non-blocking collective: made after the undecided calls, never waiting
+        return (f'def {name}(self, {sig}):\n'
+                f'    if _unsettled:\n'
+                f'        return _follow(self, {name!r}, lambda: _route(self, {args}))\n'
+                f'    return _route(self, {args})\n\n\n'
+                f'def _route(self, {", ".join(params)}):\n' + body)
+    settle = '    if _unsettled:\n        _settle(self)\n' if settles else ''
+    return f'def {name}(self, {sig}):\n{settle}' + body
 
 
 def make(owner, name, base, state_of):
@@ -193,9 +199,10 @@ def make(owner, name, base, state_of):
     defaults = {p.name: p.default for p in sig.parameters.values() if p.default is not inspect.Parameter.empty}
     bufs = buffer_params(base)
     namespace = {'_is_device': is_device, '_base': base, '_unsettled': unsettled, '_settle': settle_before,
-                 '_device_call': _handler(owner, name, base, params, bufs, state_of)}
+                 '_follow': follow, '_device_call': _handler(owner, name, base, params, bufs, state_of)}
     namespace.update({f'_default_{p}': v for p, v in defaults.items()})
-    exec(_source(name, params, defaults, bufs, ordered(owner, name)), namespace)
+    settles = ordered(owner, name) and ('follows' if _kind(name, owner) == 'start' else True)
+    exec(_source(name, params, defaults, bufs, settles), namespace)
     fn = namespace[name]
     fn.__qualname__ = f'{owner.__name__}.{name}'
     fn.__doc__ = base.__doc__

@@ -17,7 +17,7 @@ from . import _cuda, _host_mpi, _plain, _undecided
 from ._call import build, is_in_place
 from ._config import config
 from ._ext._intake import is_device
-from ._state import state_of
+from ._state import follow as _state_follow, state_of
 from ._strided import as_spec
 from ._types import NATIVE
 from .errors import Error
@@ -213,8 +213,8 @@ class Plan:
         return self._start_request()
 
     def _start_request(self):
-        if self.host_mpi:
-            return self._mirrored('start')
+        if self.host_mpi:  # after the communicator's undecided calls, where it has some (a post made now)
+            return _state_follow(self.comm, self.name, lambda: self._mirrored('start'))
         if not self.c.count:
             return requests.completed()
         with self.st.errors(self.name):

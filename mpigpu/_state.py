@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from mpi4py import MPI
 
 from . import _agree, _cuda, _deadline, _plain, _team, _undecided
+from ._paths import requests
 from ._config import config
 from .errors import CommunicatorBroken, Error
 
@@ -220,6 +221,23 @@ def settle_before(comm):
             return
     if st is not None and st.agreement.undecided:
         st.agreement.settle_before('collective')
+
+
+def follow(comm, name, start):
+    """A non-blocking collective's host MPI call (`start()` returns its request), made at once, or,
+    where the communicator has undecided calls, once they have started: a request for it now."""
+    st = cached(comm)
+    if st is None:
+        try:
+            st = comm.Get_attr(_KEYVAL)
+        except MPI.Exception:
+            st = None
+    if st is None or not st.agreement.undecided or _undecided.deciding_here():
+        return start()
+    agreement = st.agreement
+    u = _undecided.follow(agreement, name, start)
+    return requests.start(requests.Deferred(lambda blocking: agreement.started(u, blocking)),
+                          requests.DeferredRequest)
 
 
 def settle_all():

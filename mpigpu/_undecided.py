@@ -38,6 +38,12 @@ def pending():
     return bool(_order)
 
 
+def deciding_here():
+    """True inside settle() on this thread: the call being started is the oldest, so what it makes
+    now is in order."""
+    return _deciding[0] == threading.get_ident()
+
+
 def add(u):
     """Queues undecided call `u` after every earlier one."""
     with _lock:
@@ -47,6 +53,16 @@ def add(u):
         if len(agreement.undecided) == 1:
             unsettled.add(agreement)
             agreement.route()
+
+
+def follow(agreement, name, start):
+    """A non-blocking call with no path to agree on (host MPI's own: `Ibarrier`, a mirrored `I*`
+    collective, the MPI call of a host-buffer `I*` whose post is already made) made while `agreement`
+    has undecided calls: it joins the order, and `start()` (which returns its MPI request) runs once
+    the calls before it have started, so it never waits for them (MPI: it returns at once)."""
+    u = Undecided(agreement, name, None, lambda _verdict: start(), 0, None)
+    add(u)
+    return u
 
 
 def settle(until=None, blocking=True, agreement=None):
@@ -82,7 +98,7 @@ def _start(u, got):
     """Starts the head of the order, `u`, on its verdict `got` (verdict, culprits), then lets it go."""
     agreement, interrupt = u.agreement, None
     try:
-        u.result = u.then(agreement.judged(u.name, *got))
+        u.result = u.then(agreement.judged(u.name, *got) if u.coll is not None else None)
     except Exception as exc:  # its request raises it
         u.exc = exc.with_traceback(None)
     except BaseException as exc:  # an interrupt: the call is given up, the interrupt goes on

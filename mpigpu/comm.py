@@ -34,7 +34,7 @@ def _general(comm, name, coll, sendbuf, recvbuf, op, root):
 
 
 _front.bind(fast_entry(_front.ENTRY_CAPSULE), _general, _state._CACHE, _state.host_call, _unsettled,
-            _state.settle_before, _state.settle_all)
+            _state.settle_before, _state.settle_all, _state.follow)
 _note_host = _front.note_host  # a host-buffer call of an engine collective, posted for the peers
 # mpi4py's methods, bound once (the host path's call is then one lookup fewer)
 (_Isend, _Issend, _Irsend, _Ibsend, _Irecv, _Send, _Ssend, _Rsend, _Bsend, _Recv, _Sendrecv) = (
@@ -272,12 +272,16 @@ class _EngineCollectives:
         if _any_device(sendbuf, recvbuf):
             return Plan(self, 'Iallreduce', _ALLREDUCE, sendbuf, recvbuf, op, 0, nonblocking=True).request()
         _note_host(self, _ALLREDUCE, True)
+        if _unsettled:  # after this communicator's undecided calls (mpigpu/_undecided.py)
+            return _state.follow(self, 'Iallreduce', lambda: _plain.Intracomm.Iallreduce(self, sendbuf, recvbuf, op))
         return _plain.Intracomm.Iallreduce(self, sendbuf, recvbuf, op)
 
     def Ibcast(self, buf, root=0):
         if buf is not None and is_device(buf):
             return Plan(self, 'Ibcast', _BCAST, None, buf, None, root, nonblocking=True).request()
         _note_host(self, _BCAST, True)
+        if _unsettled:
+            return _state.follow(self, 'Ibcast', lambda: _plain.Intracomm.Ibcast(self, buf, root))
         return _plain.Intracomm.Ibcast(self, buf, root)
 
     def Ireduce_scatter_block(self, sendbuf, recvbuf, op=_SUM):
@@ -285,6 +289,9 @@ class _EngineCollectives:
             return Plan(self, 'Ireduce_scatter_block', _REDUCE_SCATTER_BLOCK, sendbuf, recvbuf, op, 0,
                         nonblocking=True).request()
         _note_host(self, _REDUCE_SCATTER_BLOCK, True)
+        if _unsettled:
+            return _state.follow(self, 'Ireduce_scatter_block',
+                                 lambda: _plain.Intracomm.Ireduce_scatter_block(self, sendbuf, recvbuf, op))
         return _plain.Intracomm.Ireduce_scatter_block(self, sendbuf, recvbuf, op)
 
     def Ireduce(self, sendbuf, recvbuf, op=_SUM, root=0):
@@ -292,12 +299,16 @@ class _EngineCollectives:
         if _any_device(sendbuf, rbuf):
             return Plan(self, 'Ireduce', _REDUCE, sendbuf, rbuf, op, root, nonblocking=True).request()
         _note_host(self, _REDUCE, True)
+        if _unsettled:
+            return _state.follow(self, 'Ireduce', lambda: _plain.Intracomm.Ireduce(self, sendbuf, recvbuf, op, root))
         return _plain.Intracomm.Ireduce(self, sendbuf, recvbuf, op, root)
 
     def Iallgather(self, sendbuf, recvbuf):
         if _any_device(sendbuf, recvbuf):
             return Plan(self, 'Iallgather', _ALLGATHER, sendbuf, recvbuf, None, 0, nonblocking=True).request()
         _note_host(self, _ALLGATHER, True)
+        if _unsettled:
+            return _state.follow(self, 'Iallgather', lambda: _plain.Intracomm.Iallgather(self, sendbuf, recvbuf))
         return _plain.Intracomm.Iallgather(self, sendbuf, recvbuf)
 
     def Allreduce_init(self, sendbuf, recvbuf, op=_SUM, info=MPI.INFO_NULL):

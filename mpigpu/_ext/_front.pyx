@@ -33,19 +33,20 @@ cdef object _host_slow = None  # (comm, coll, nonblocking, behind): posts a host
 cdef object _unsettled = ()    # the agreements with undecided non-blocking calls (mpigpu._agree.unsettled)
 cdef object _settle = None     # (comm): has them decided before another collective (mpigpu._state.settle_before)
 cdef object _settle_all = None # (): has every one decided before an engine call (mpigpu._state.settle_all)
+cdef object _follow = None     # (comm, name, start): a non-blocking call made after them (mpigpu._state.follow)
 cdef object _host_barrier = _plain.Comm.Barrier, _host_ibarrier = _plain.Comm.Ibarrier
 
 ENTRY_CAPSULE = b'mpigpu.fast_entry'
 
 
-def bind(entry, general, state_key, host_slow, unsettled, settle, settle_all):
+def bind(entry, general, state_key, host_slow, unsettled, settle, settle_all, follow):
     """What the methods call: `entry` the fast path (a capsule named ENTRY_CAPSULE holding the C
     function, or a Python callable with its arguments), `general` the general path, the key of a
     communicator's state, `host_slow` the posting of a host call without a board at hand, and the set
     of agreements with undecided calls with what decides a communicator's (`settle`) and all of them
-    (`settle_all`)."""
-    global _entry_c, _entry_py, _general, _state_key, _host_slow, _unsettled, _settle, _settle_all
-    _unsettled, _settle, _settle_all = unsettled, settle, settle_all
+    (`settle_all`), and what makes a non-blocking call after them (`follow`)."""
+    global _entry_c, _entry_py, _general, _state_key, _host_slow, _unsettled, _settle, _settle_all, _follow
+    _unsettled, _settle, _settle_all, _follow = unsettled, settle, settle_all, follow
     if PyCapsule_IsValid(entry, ENTRY_CAPSULE):
         _entry_c, _entry_py = <entry_fn>PyCapsule_GetPointer(entry, ENTRY_CAPSULE), None
     else:
@@ -192,6 +193,6 @@ def Barrier(self):
 
 
 def Ibarrier(self):
-    if _unsettled:
-        _settle(self)
+    if _unsettled:  # made after the undecided calls, without waiting for them
+        return _follow(self, 'Ibarrier', lambda: _host_ibarrier(self))
     return _host_ibarrier(self)

@@ -9,7 +9,8 @@ Patterns, each on the device (every rank) and mixed (rank 1 on the host), each r
 - the requests completed through mpi4py's class-level Waitall (the request thread decides them);
 - Test in a loop until done; a Barrier and a pickled bcast after an undecided call;
 - a blocking call on another communicator after an undecided call (it starts first: launch order);
-- two calls, the first waited for before the Send the peers need for the second.
+- two calls, the first waited for before the Send the peers need for the second;
+- Ibarrier and host-buffer non-blocking collectives after an undecided call, before that Send.
 
 Runs on CPUs with the fake CUDA layer (DEFERRED_ENGINE=1: the fake engine, whose device ranks meet in
 shared memory and never in MPI; else the staged path) and on GPUs with MPIGPU_CHECK_ON_GPU=1 (CuPy),
@@ -182,6 +183,25 @@ def wait_first_then_send(comm, on_device):
         check(bufs[k], data[k], f'Ibcast {k} of two, the first waited for before a Send')
 
 
+def followers_never_wait(comm, on_device):
+    """Rank 0: a device Ibcast, then Ibarrier, a host-buffer Iallreduce and Ialltoall, then the message
+    its peers wait for before they start any: none of rank 0's calls waits (each later one follows the
+    undecided Ibcast in MPI's order)."""
+    data = np.arange(5, dtype=np.int64) + 40
+    b = buf(data if rank == 0 else np.zeros(5, np.int64), on_device)
+    x, sent, got = np.full(3, rank + 1, np.int64), np.arange(n, dtype=np.int64) + 10 * rank, np.zeros(n, np.int64)
+    if rank != 0:
+        comm.Recv(np.zeros(1, np.int64), source=0, tag=13)
+    reqs = [comm.Ibcast(b, root=0), comm.Ibarrier(), comm.Iallreduce(MPI.IN_PLACE, x), comm.Ialltoall(sent, got)]
+    if rank == 0:
+        for peer in range(1, n):
+            comm.Send(np.array([1], np.int64), dest=peer, tag=13)
+    MPI.Request.Waitall(reqs)
+    check(b, data, 'Ibcast followed by Ibarrier, Iallreduce, Ialltoall')
+    check(x, np.full(3, n * (n + 1) // 2), 'host Iallreduce after an undecided call')
+    check(got, np.arange(n, dtype=np.int64) * 10 + rank, 'Ialltoall after an undecided call')
+
+
 def main():
     comm, other = world.Dup(), world.Dup()
     warm_up(comm)
@@ -190,7 +210,8 @@ def main():
         # mixed: rank 1 passes host buffers, so the ranks agree on the host MPI call
         mine = on_device or rank != 1
         for pattern in (send_after_start, then_other_collective, class_level_waitall, test_until_done,
-                        then_blocking_barrier, then_another_communicator, wait_first_then_send):
+                        then_blocking_barrier, then_another_communicator, wait_first_then_send,
+                        followers_never_wait):
             before = deferred[0]
             if pattern is then_another_communicator:
                 pattern(comm, other, mine)

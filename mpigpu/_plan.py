@@ -20,8 +20,8 @@ from ._ext._intake import is_device
 from ._state import follow as _state_follow, state_of
 from ._strided import as_spec
 from ._types import NATIVE
-from .errors import Error
 from ._undecided import Undecided
+from .errors import Error
 from ._codes import Coll, Placement, Verdict
 from ._paths import engine, hier, mirrored, packing, requests, staged
 
@@ -203,8 +203,8 @@ class Plan:
 
     def request(self):
         """Starts the call and returns a request for it (non-blocking). An undecided call's request
-        starts it once its ranks agree (when it is waited for or tested, by the request thread, or at
-        this rank's next collective on the communicator)."""
+        starts it once its ranks agree (when it is waited for or tested, by the request thread, at this
+        rank's next collective on the communicator, or at its next engine call on any; mpigpu/_undecided.py)."""
         u = self.undecided
         if u is not None:
             agreement = self.st.agreement

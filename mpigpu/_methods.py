@@ -13,7 +13,7 @@ import inspect
 
 from mpi4py import MPI
 
-from ._undecided import unsettled
+from ._undecided import ordered as is_collective, unsettled
 from ._ext._intake import is_device
 from ._state import follow, settle_before
 from ._strided import as_spec
@@ -168,7 +168,7 @@ def _handler(owner, name, base, params, bufs, state_of):
 def ordered(owner, name):
     """True for a collective of a communicator: it follows the communicator's undecided non-blocking
     engine calls in MPI's order (mpigpu/_agree.py), so it has them decided first."""
-    return issubclass(owner, MPI.Comm) and 'send' not in name.lower() and 'recv' not in name.lower()
+    return issubclass(owner, MPI.Comm) and is_collective(name)
 
 
 def _source(name, params, defaults, bufs, settles):

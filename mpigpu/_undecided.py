@@ -17,6 +17,7 @@ unsettled = set()                # the agreements with undecided calls (every co
 _order = collections.deque()     # the process's undecided calls, in call order
 _lock = threading.Lock()
 _deciding = [None]               # the thread inside settle() (a call's start may make collectives)
+_DROP_WAIT_S = 5.0               # a release waits this long for a call being started on another thread
 
 
 class Undecided:
@@ -31,6 +32,13 @@ class Undecided:
         self.exchange = exchange  # 'net': (request, send, recv) of the one-word exchange
         self.result = self.exc = None
         self.decided = False
+
+
+def ordered(name):
+    """True for a collective method's name (not point-to-point): MPI orders it after the
+    communicator's earlier collectives, undecided ones included."""
+    low = name.lower()
+    return 'send' not in low and 'recv' not in low
 
 
 def pending():
@@ -118,7 +126,7 @@ def _start(u, got):
 def drop(agreement):
     """Takes a released communicator's undecided calls out of the order (they never run); returns them.
     Waits a moment for a call being started on another thread."""
-    got = _lock.acquire(timeout=5.0) if _deciding[0] != threading.get_ident() else False
+    got = _lock.acquire(timeout=_DROP_WAIT_S) if _deciding[0] != threading.get_ident() else False
     try:
         mine = list(agreement.undecided)
         agreement.undecided.clear()

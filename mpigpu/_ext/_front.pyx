@@ -30,7 +30,7 @@ cdef object _entry_py = None   # else a Python one (the CPU tests' fake layer)
 cdef object _general = None    # (comm, name, coll, sendbuf, recvbuf, op, root) -> the general path's result
 cdef object _state_key = None  # a communicator's state in its __dict__ (mpigpu._state)
 cdef object _host_slow = None  # (comm, coll, nonblocking, behind): posts a host call the slow way (mpigpu._agree)
-cdef object _unsettled = ()    # the agreements with undecided non-blocking calls (mpigpu._agree.unsettled)
+cdef object _unsettled = ()    # the agreements with undecided non-blocking calls (mpigpu._undecided.unsettled)
 cdef object _settle = None     # (comm): has them decided before another collective (mpigpu._state.settle_before)
 cdef object _settle_all = None # (): has every one decided before an engine call (mpigpu._state.settle_all)
 cdef object _follow = None     # (comm, name, start): a non-blocking call made after them (mpigpu._state.follow)
@@ -187,7 +187,7 @@ def Allgather(self, sendbuf, recvbuf, *, stream=None):
 
 # ---- collectives without buffers: in MPI's order after the undecided non-blocking calls ------------
 def Barrier(self):
-    if _unsettled:  # a set, empty unless a non-blocking call is undecided (mpigpu/_agree.py)
+    if _unsettled:  # a set, empty unless a non-blocking call is undecided (mpigpu/_undecided.py)
         _settle(self)
     return _host_barrier(self)
 

@@ -25,7 +25,7 @@ import threading
 import numpy as np
 from mpi4py import MPI
 
-from .. import _cuda
+from .. import _cuda, _undecided
 from .._call import read_whole, within
 from .._codes import Dtype
 from .._types import HOST_FLOAT16
@@ -279,6 +279,8 @@ class Persistent(requests.Startable, requests.Finishing, MPI.Prequest):
     def Start(self):
         self._check_startable(self._st.rank)
         st, name = self._st, self._name
+        if _undecided.unsettled and _undecided.ordered(name):  # a collective: after the undecided calls
+            st.agreement.settle_before(name)
         with _cuda.errors_as(name, st.rank):
             self._copy_in()
         self._host.Start()

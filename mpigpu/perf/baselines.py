@@ -241,11 +241,9 @@ class NcclImpl:
             raise Unavailable(f'NCCL has no {name}')
         dt, nop = getattr(nc, self._DT[name]), getattr(nc, self._OP[op])
         stream = b.xp.cuda.get_current_stream()
-        sp = b.recv.data.ptr if (b.inplace and b.coll != 'allgather') else b.send.data.ptr
         rp = b.recv.data.ptr
+        sp = self.input_of(b, b.send.data.ptr, rp)
         c, count, root = b.coll, b.count, b.root
-        if c == 'allgather' and b.inplace:
-            sp = rp + b.rank * count * b.send.itemsize
         if c == 'allreduce':
             call = lambda: cm.allReduce(sp, rp, count, dt, nop, stream.ptr)
         elif c == 'bcast':
@@ -267,7 +265,20 @@ class NcclImpl:
                 nc.groupEnd()
         else:
             raise Unavailable(f'no NCCL {c} in this tool')
+        return self.timed_form(call, stream, stream_mode)
 
+    @staticmethod
+    def input_of(b, send, recv):
+        """The address a row's NCCL call reads (send, recv: the addresses of b's buffers, or of copies):
+        in place, the receive buffer (Allgather: this rank's block of it)."""
+        if not b.inplace:
+            return send
+        return recv + b.rank * b.count * b.send.itemsize if b.coll == 'allgather' else recv
+
+    @staticmethod
+    def timed_form(call, stream, stream_mode):
+        """What make() returns for an enqueueing `call`: (launch, sync) for stream timing, else one
+        blocking call (MPI semantics: synchronized after every call)."""
         if stream_mode:
             return call, stream.synchronize
 

@@ -124,12 +124,8 @@ class NcclSymmImpl(NcclImpl):
         xp.cuda.runtime.memcpy(sw, b.send.data.ptr, b.send.nbytes, xp.cuda.runtime.memcpyDeviceToDevice)
         xp.cuda.runtime.memcpy(rw, b.recv.data.ptr, b.recv.nbytes, xp.cuda.runtime.memcpyDeviceToDevice)
         s = xp.cuda.get_current_stream()
-        sp = None if b.inplace and b.coll != 'allgather' else sw
+        sp = self.input_of(b, sw, rw)
         c, count, root = b.coll, b.count, b.root
-        if c == 'allgather' and b.inplace:
-            sp = rw + b.rank * count * b.send.itemsize
-        elif sp is None:
-            sp = rw
         if c == 'allreduce':
             call = lambda: self._check('ncclAllReduce', sp, rw, count, dt, nop, h, s.ptr)  # noqa: E731
         elif c == 'bcast':  # mpi_call's Bcast runs on the send buffer (b.result reads it)
@@ -139,13 +135,7 @@ class NcclSymmImpl(NcclImpl):
         else:
             call = lambda: self._check('ncclAllGather', sp, rw, count, dt, h, s.ptr)  # noqa: E731
         self._result = (c, sw, rw)
-        if stream:
-            return call, s.synchronize
-
-        def run():
-            call()
-            s.synchronize()
-        return run
+        return self.timed_form(call, s, stream)
 
     def copy_result(self, b):
         """Copies the last row's result from its window into b's buffer (for the check)."""

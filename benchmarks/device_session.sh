@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device-tool session on the offline GPU host: build, GPU suite, benchmarks against NCCL.
 #   bash .whl/build.sh && bash benchmarks/device_session.sh [PARTS] [bench args...]
-# PARTS: comma-separated from suite, api, async, p2p, mixed, agree, examples, sanitize, probe, floor, bench,
+# PARTS: comma-separated from suite, api, async, p2p, mixed, exchange, agree, examples, sanitize, probe, floor, bench,
 # resident, linger, final, tables, tables2 (final = suite, api, async, p2p, mixed, examples, tables, tables2). TABLE_ARGS: more
 # mpigpu-perf arguments for the blocking tables (--calls).
 # The GPU checks (tests/gpu/test_*.py) run under pytest inside every rank: the ranks agree at the end
@@ -96,6 +96,19 @@ if has mixed; then
       > "$OUT/deferred-$n.log" 2>&1
     summary+=("undecided non-blocking calls n=$n rc=$?: $(grep -E 'checks passed' "$OUT/deferred-$n.log")")
     grep -E 'Error|assert' "$OUT/deferred-$n.log" | head -5
+  done
+fi
+if has exchange; then
+  # the all-to-all family GPU to GPU (tests/mpi/exchange_collectives.py), then a larger check of every
+  # size class against mpi4py's result (tests/gpu/exchange_sizes.py)
+  for n in $counts; do
+    timeout 240 $run -n "$n" -x MPIGPU_CHECK_ON_GPU=1 python3 -m mpi4py tests/mpi/exchange_collectives.py \
+      > "$OUT/exchange-$n.log" 2>&1
+    summary+=("exchange collectives n=$n rc=$?: $(grep -E 'checks identical' "$OUT/exchange-$n.log")")
+    grep -E 'Error|assert' "$OUT/exchange-$n.log" | head -5
+    timeout 240 $run -n "$n" python3 -m mpi4py tests/gpu/exchange_sizes.py > "$OUT/exchange-sizes-$n.log" 2>&1
+    summary+=("exchange sizes n=$n rc=$?: $(grep -E 'checks passed' "$OUT/exchange-sizes-$n.log")")
+    grep -E 'Error|assert' "$OUT/exchange-sizes-$n.log" | head -5
   done
 fi
 if has agree; then

@@ -236,7 +236,7 @@ static int prepare(const mg_team *t, const mg_call *call, mg_call *c) {
   for (int r = 0; r < t->cfg.nranks; ++r)
     if (!t->opened[r]) return MG_ERR_TEAM;
   if (call->root < 0 || call->root >= t->cfg.nranks) return MG_ERR_ARG;  // every form indexes by it
-  if (call->coll < 0 || call->coll >= MG_NCOLLS) return MG_ERR_ARG;
+  if (call->coll < 0 || call->coll > MG_LAST_ENGINE_COLL) return MG_ERR_ARG;  // the rest: exchange.cu
   *c = *call;
   return mg_select(t, c);
 }
@@ -277,15 +277,14 @@ static int after_previous(const mg_team *t, uintptr_t stream) {
   return rc(cudaStreamWaitEvent((cudaStream_t)stream, t->done, 0));
 }
 
-// Enqueues a call on `stream` after the team's previous one; `prepared`, when not null, is the call
-// already prepared.
-static int enqueue(mg_team *t, const mg_call *call, const mg_call *prepared, uintptr_t stream, int async) {
+// Enqueues launch(t, ctx, stream) on `stream` after the team's previous call (team.cuh).
+int team_enqueue(mg_team *t, team_launch_fn launch, const void *ctx, uintptr_t stream, int async) {
   // A call captured into a graph runs when the graph is launched, ordered by the user's stream: no
   // event crosses the capture boundary (CUDA forbids it), and nothing is in flight now.
   const bool cap = async && capturing(stream);
   int e = cap ? 0 : after_previous(t, stream);
   if (e) return e;
-  e = prepared ? launch_prepared(t, prepared, stream) : launch(t, call, stream);
+  e = launch(t, ctx, stream);
   if (e) return e;
   t->last_stream = stream;
   t->inflight = 0;
@@ -295,6 +294,21 @@ static int enqueue(mg_team *t, const mg_call *call, const mg_call *prepared, uin
     t->inflight = 1;
   }
   return 0;
+}
+
+// A collective's launch for team_enqueue: the call, and the call already prepared (or null).
+struct CollectiveLaunch {
+  const mg_call *call, *prepared;
+};
+
+static int launch_collective(mg_team *t, const void *ctx, uintptr_t stream) {
+  const CollectiveLaunch *l = (const CollectiveLaunch *)ctx;
+  return l->prepared ? launch_prepared(t, l->prepared, stream) : launch(t, l->call, stream);
+}
+
+static int enqueue(mg_team *t, const mg_call *call, const mg_call *prepared, uintptr_t stream, int async) {
+  const CollectiveLaunch l{call, prepared};
+  return team_enqueue(t, launch_collective, &l, stream, async);
 }
 
 extern "C" int mg_collective(mg_team *t, const mg_call *call, uintptr_t stream, int async) {
@@ -347,7 +361,7 @@ static bool resident_form(const mg_team *t, const mg_call *c, mg::ResidentCall *
 
 // A blocking call's result: the CUDA error, else the fault its kernel recorded (fault.cuh). After a
 // fault the resident instance is told to return: no call runs on a broken team.
-static int call_result(mg_team *t, int e) {
+int team_call_result(mg_team *t, int e) {
   if (e) return e;
   const uint32_t word = *(volatile uint32_t *)&t->fault->fault;
   if (!word) return 0;
@@ -373,7 +387,7 @@ static int wait_resident(mg_team *t, const mg_call *call, const mg_call *prepare
   else if (gate && gate(ctx)) e = MG_ERR_DECLINED;
   else if (!(e = enqueue(t, call, prepared, stream, 0))) e = stream_done_wait(t, stream);
   resident_returned(t);
-  return e == MG_ERR_DECLINED ? e : call_result(t, e);
+  return e == MG_ERR_DECLINED ? e : team_call_result(t, e);
 }
 
 extern "C" int mg_collective_nothing(mg_team *t, uintptr_t stream, int *idle) {
@@ -406,7 +420,7 @@ extern "C" int mg_collective_wait_gated(mg_team *t, const mg_call *call, uintptr
   }
   if (gate && gate(ctx)) return MG_ERR_DECLINED;
   int e = enqueue(t, call, prepared, stream, 0);
-  return call_result(t, e ? e : stream_done_wait(t, stream));
+  return team_call_result(t, e ? e : stream_done_wait(t, stream));
 }
 
 extern "C" int mg_collective_wait(mg_team *t, const mg_call *call, uintptr_t stream) {

@@ -37,8 +37,13 @@ extern "C" {
 /* Reduction operators, named as MPI names them (MPI.SUM ...). */
 #define MG_OPS(X) X(SUM) X(PROD) X(MAX) X(MIN) X(LAND) X(LOR) X(LXOR) X(BAND) X(BOR) X(BXOR)
 
-/* The engine's collectives, named as MPI names them (MPI_Allreduce ...). */
-#define MG_COLLS(X) X(ALLREDUCE) X(BCAST) X(REDUCE_SCATTER_BLOCK) X(REDUCE) X(ALLGATHER)
+/* The collectives that run GPU to GPU, named as MPI names them (MPI_Allreduce ...): the engine's five
+ * (mg_collective, up to MG_LAST_ENGINE_COLL), then the all-to-all family on the exchange transport
+ * (mg_exchange: Python turns each call into per-peer byte ranges). Their codes also name a call on
+ * the placement board (mpigpu/_ext/board.h), where the ranks of every such call agree on its path. */
+#define MG_COLLS(X) X(ALLREDUCE) X(BCAST) X(REDUCE_SCATTER_BLOCK) X(REDUCE) X(ALLGATHER) \
+  X(ALLTOALL) X(ALLTOALLV) X(ALLGATHERV) X(GATHER) X(GATHERV) X(SCATTER) X(SCATTERV)
+#define MG_LAST_ENGINE_COLL MG_ALLGATHER
 
 /* Algorithms. AUTO lets the cost model (mg_select) choose. Python's knob names are these in lower
  * case with '-' for '_' (MPIGPU_ALGO=ll128-twoshot).
@@ -251,6 +256,21 @@ int mg_collective_wait_queued(mg_team *team, uintptr_t stream);
  * MG_ERR_ABORTED) if its kernel stopped. The team's device is current. */
 int mg_collective_request(mg_team *team, const mg_call *call, uintptr_t stream, void *request, int watch,
                           uint64_t *ticket);
+
+/* ---- the all-to-all family on the exchange transport (exchange.cu, exchange_kernel.cuh) ---- */
+/* Rank r's call: send_bytes[p] bytes from send + send_off[p] go to rank p, which receives them with
+ * recv_bytes[r] bytes at recv + recv_off[r] (the two must be equal, as MPI requires); the rank's own
+ * block is a local copy (none where both addresses are equal: in place). Every rank of the team
+ * makes the call. */
+typedef struct mg_exchange_call {
+  uintptr_t send, recv;
+  size_t send_bytes[MG_MAX_RANKS], send_off[MG_MAX_RANKS];
+  size_t recv_bytes[MG_MAX_RANKS], recv_off[MG_MAX_RANKS];
+} mg_exchange_call;
+/* Enqueues the exchange on stream (async as for mg_collective). */
+int mg_exchange(mg_team *team, const mg_exchange_call *call, uintptr_t stream, int async);
+/* A blocking exchange: returns once recv holds what every peer sent, ordered after stream's work. */
+int mg_exchange_wait(mg_team *team, const mg_exchange_call *call, uintptr_t stream);
 
 /* ---- user buffers over CUDA IPC, for point-to-point (ipc_buffers.cu) ---- */
 /* The allocation holding ptr: its base, size, process-wide unique id, and whether cudaIpcGetMemHandle

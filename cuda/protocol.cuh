@@ -28,6 +28,15 @@ constexpr int kThreads = 256;      // threads per channel (block)
 constexpr size_t kFlagBytes = 2 * kLanes * MG_MAX_CHANNELS * MG_MAX_RANKS * sizeof(uint64_t);
 constexpr size_t kStateOffset = kFlagBytes;  // TeamState follows the counters
 constexpr size_t kSlotsOffset = 65536;  // slots start here, 64 KiB aligned, after the counters
+// The exchange transport (exchange_kernel.cuh: the all-to-all family) has connections of its own, on
+// up to kExchangeChannels channels: counters data[ch][src] at dst and ack[ch][dst] at src, here, and
+// FIFOs after the LL128 areas (Layout::xchg_off). Its own, because its steps per connection follow
+// that connection's bytes, which only its two ends know: the lanes' bases (one per lane and channel,
+// advanced alike by every rank) cannot count them.
+constexpr int kExchangeChannels = 32;
+constexpr size_t kXFlagsOffset = 57344;
+constexpr size_t kXFlagBytes = 2 * kExchangeChannels * MG_MAX_RANKS * sizeof(uint64_t);
+static_assert(kXFlagsOffset + kXFlagBytes <= kSlotsOffset, "exchange counters must fit before the slots");
 
 // Per-rank sequence state, in the rank's own workspace. Only its own kernels touch it, except
 // ll_started, which each peer writes (the LL-family Bcast's acks, see ll_reuse_guard), and broken,
@@ -45,8 +54,10 @@ struct TeamState {
                                            // number of the last call k had finished by then
   uint64_t resident_call[8];               // the resident kernel's call, relayed by its first block to
                                            // the others (resident_kernel.cuh)
+  uint64_t xsent[kExchangeChannels][MG_MAX_RANKS];  // exchange: steps sent to each peer per channel
+  uint64_t xrecvd[kExchangeChannels][MG_MAX_RANKS]; // exchange: steps received from each peer per channel
 };
-static_assert(kStateOffset + sizeof(TeamState) <= kSlotsOffset, "state must fit before the slots");
+static_assert(kStateOffset + sizeof(TeamState) <= kXFlagsOffset, "state must fit before the exchange counters");
 
 __host__ __device__ inline TeamState *team_state(char *ws) { return reinterpret_cast<TeamState *>(ws + kStateOffset); }
 
@@ -82,7 +93,16 @@ struct Layout {
     size_t base = (ll_off(2, 0) + 4095) / 4096 * 4096;
     return base + (((size_t)parity * 2 + phase) * nranks + src) * ll128_area_bytes();
   }
-  __host__ __device__ size_t total_bytes() const { return ll128_off(2, 0, 0); }
+  // The exchange transport's counters and FIFOs (exchange_kernel.cuh): slot s of (channel, source).
+  __host__ __device__ static size_t xdata_off(int ch, int src) {
+    return kXFlagsOffset + ((size_t)ch * MG_MAX_RANKS + src) * sizeof(uint64_t);
+  }
+  __host__ __device__ static size_t xack_off(int ch, int dst) { return kXFlagBytes / 2 + xdata_off(ch, dst); }
+  __host__ __device__ size_t xchg_off(int ch, int src, uint64_t step) const {
+    const size_t s = (size_t)(step % (uint64_t)nslots);
+    return ll128_off(2, 0, 0) + (((size_t)ch * nranks + src) * nslots + s) * slot_bytes;
+  }
+  __host__ __device__ size_t total_bytes() const { return xchg_off(kExchangeChannels, 0, 0); }
 };
 
 // Geometry shared by the kernels. A message is cut into shards of at most `cap` units (elements or

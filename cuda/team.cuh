@@ -88,6 +88,14 @@ void resident_returned(mg_team *t);
 // gate (may be null): asked just before the call is rung; MG_ERR_DECLINED when it declines.
 int resident_run(mg_team *t, const mg::ResidentCall &c, mg_gate_fn gate = nullptr, void *ctx = nullptr);
 
+// collectives.cu: a call's launch on `stream` (its arguments at ctx), enqueued by team_enqueue after the
+// team's previous call (a non-blocking one on another stream is waited for through the team's event);
+// async: this call may still run when the next is enqueued. team_call_result: a blocking call's
+// result, the CUDA error or else the fault its kernel recorded.
+typedef int (*team_launch_fn)(mg_team *t, const void *ctx, uintptr_t stream);
+int team_enqueue(mg_team *t, team_launch_fn launch, const void *ctx, uintptr_t stream, int async);
+int team_call_result(mg_team *t, int e);
+
 // Runs `body` with cfg.device current, restoring the caller's device after (the user's framework
 // owns the current device; we never leave it changed).
 #define MG_WITH_DEVICE(dev, body)                                        \

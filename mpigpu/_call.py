@@ -86,6 +86,9 @@ def _datatype(call, argname, rank, spec_type):
                             arg=argname, rank=rank, error_class=MPI.ERR_TYPE)
 
 
+datatype_of = _datatype  # for the paths that read specifications of their own (mpigpu/_paths/exchange.py)
+
+
 def unpack_spec(call, argname, rank, spec):
     """(buffer object, count or None, displ, datatype or None) from a buffer specification."""
     n = len(spec)

@@ -37,6 +37,8 @@ class _Dtype(IntEnum):
 
 
 Coll = _Coll('Coll', [(name, i) for i, name in enumerate(_table.COLLS)], module=__name__)
+# The engine's collectives (mg_collective); the other codes are the all-to-all family's (mg_exchange).
+ENGINE_COLLS = tuple(Coll[name] for name in _table.ENGINE_COLLS)
 Algo = _Algo('Algo', [(name, i) for i, name in enumerate(_table.ALGOS)], module=__name__)
 Op = IntEnum('Op', [(name, i) for i, name in enumerate(_table.OPS)], module=__name__)
 Dtype = _Dtype('Dtype', [(name.upper(), i) for i, name in enumerate(_table.NAMES)], module=__name__)

@@ -93,6 +93,11 @@ class Config:
         self.stage_chunk_bytes = _int('MPIGPU_STAGE_CHUNK_BYTES', 4 << 20, 4096, 1 << 30)
         # Point-to-point: messages from this size up go GPU to GPU over the peer mappings.
         self.p2p_ipc_bytes = _int('MPIGPU_P2P_IPC_BYTES', 64 * 1024, 128, 1 << 62)
+        # The all-to-all family (Alltoall(v), Allgatherv, Gather(v), Scatter(v)) GPU to GPU over the
+        # device team's exchange transport (1, the default), or on host mirrors (0). Set alike on every
+        # rank: it decides whether their calls are agreed on the placement board.
+        self.exchange = _choice('MPIGPU_EXCHANGE', '1', {
+            '1': ('1', 'yes', 'true', 'on'), '0': ('0', 'no', 'false', 'off')}) == '1'
         # CUDA-aware MPI: 'auto' asks the library (MPIX_Query_cuda_support), '1'/'0' force it.
         self.mpi_cuda_aware = _choice('MPIGPU_MPI_CUDA_AWARE', 'auto', {
             'auto': ('auto',), '1': ('1', 'yes', 'true', 'on'), '0': ('0', 'no', 'false', 'off')})

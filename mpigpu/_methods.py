@@ -13,11 +13,13 @@ import inspect
 
 from mpi4py import MPI
 
+from ._config import config
 from ._undecided import ordered as is_collective, unsettled
+from ._ext._front import note_host
 from ._ext._intake import is_device
 from ._state import follow, settle_before
 from ._strided import as_spec
-from ._paths import mirrored, packing
+from ._paths import exchange, mirrored, packing
 from ._paths.mirrored import IN, INOUT, OUT
 from .errors import BufferArgumentError
 
@@ -125,9 +127,19 @@ def _form(obj, method, param, in_place):
     return packing.form_of(obj, method, param, in_place)
 
 
+def _exchanged(owner, name):
+    """The placement board's code of a blocking method the exchange path may take on `owner`'s
+    communicators (mpigpu/_paths/exchange.py), else None. Its host-buffer calls are posted for the
+    ranks that may bring device buffers, as the engine's collectives are (mpigpu/_agree.py)."""
+    if config.exchange and issubclass(owner, MPI.Intracomm) and _kind(name, owner) == 'blocking':
+        return exchange.CODES.get(name)
+    return None
+
+
 def _handler(owner, name, base, params, bufs, state_of):
     """The device-buffer side of one generated method."""
     kind = _kind(name, owner)
+    exchanged = _exchanged(owner, name) is not None
     reduces = 'op' in params or name in ('Accumulate', 'Raccumulate', 'Get_accumulate', 'Rget_accumulate',
                                          'Reduce_local')
     receive = kind == 'start' and ('recv' in name.lower() or 'read' in name.lower())
@@ -152,6 +164,8 @@ def _handler(owner, name, base, params, bufs, state_of):
             for i, h in zip(where, hosts):
                 full[i] = h
             return base(self, *full)
+        if exchanged:
+            return exchange.run(st, self, name, args, lambda: mirrored.run(st, name, call, items, reduces))
         if kind == 'blocking':
             return mirrored.run(st, name, call, items, reduces)
         if kind == 'start':
@@ -171,15 +185,17 @@ def ordered(owner, name):
     return issubclass(owner, MPI.Comm) and is_collective(name)
 
 
-def _source(name, params, defaults, bufs, settles):
+def _source(name, params, defaults, bufs, settles, posts):
     """Python source of a method with mpi4py's signature that routes device buffers (`settles`: a
     collective, which first has the communicator's undecided calls decided; 'follows': a non-blocking
-    one, made after them without waiting)."""
+    one, made after them without waiting; `posts`: a host-buffer call is posted for the peers first)."""
     sig = ', '.join(f'{p}=_default_{p}' if p in defaults else p for p in params)
     test = ' or '.join(f'_is_device({b})' for b in bufs)
     args = ', '.join(params)
+    post = '    _note_host(self, _code, False)\n' if posts else ''
     body = (f'    if {test}:\n'
             f'        return _device_call(self, ({args},))\n'
+            f'{post}'
             f'    return _base(self, {args})\n')
     if settles == 'follows':  # a non-blocking collective: made after the undecided calls, never waiting
         return (f'def {name}(self, {sig}):\n'
@@ -198,11 +214,13 @@ def make(owner, name, base, state_of):
     params = [p for p in sig.parameters if p != 'self']
     defaults = {p.name: p.default for p in sig.parameters.values() if p.default is not inspect.Parameter.empty}
     bufs = buffer_params(base)
+    code = _exchanged(owner, name)
     namespace = {'_is_device': is_device, '_base': base, '_unsettled': unsettled, '_settle': settle_before,
-                 '_follow': follow, '_device_call': _handler(owner, name, base, params, bufs, state_of)}
+                 '_follow': follow, '_device_call': _handler(owner, name, base, params, bufs, state_of),
+                 '_note_host': note_host, '_code': int(code) if code is not None else -1}
     namespace.update({f'_default_{p}': v for p, v in defaults.items()})
     settles = ordered(owner, name) and ('follows' if _kind(name, owner) == 'start' else True)
-    exec(_source(name, params, defaults, bufs, settles), namespace)
+    exec(_source(name, params, defaults, bufs, settles, code is not None), namespace)
     fn = namespace[name]
     fn.__qualname__ = f'{owner.__name__}.{name}'
     fn.__doc__ = base.__doc__

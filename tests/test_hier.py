@@ -5,7 +5,7 @@ import pytest
 
 from conftest import run_ranks
 from mpigpu import _config
-from mpigpu._codes import Coll
+from mpigpu._codes import ENGINE_COLLS, Coll
 from mpigpu._paths import hier_model
 from mpigpu._topology import simulated_node
 
@@ -42,7 +42,7 @@ def test_model_prefers_rails_for_large_messages_and_leaders_for_small():
 
 def test_model_uneven_nodes_take_the_leader_form_and_forcing_cannot_change_that():
     s = _shape([3, 2])
-    for coll in Coll:
+    for coll in ENGINE_COLLS:
         assert hier_model.choose(coll, 1 << 26, s, forced='rail')[0] == 'leader', coll
 
 
@@ -54,7 +54,7 @@ def test_model_pipelines_large_messages_and_honours_the_chunk_knob():
 
 
 def test_model_predictions_grow_with_nodes_and_bytes():
-    for coll in Coll:
+    for coll in ENGINE_COLLS:
         small = hier_model.predict(coll, 1 << 20, _shape([8] * 2))
         large = hier_model.predict(coll, 1 << 20, _shape([8] * 64))
         more = hier_model.predict(coll, 1 << 24, _shape([8] * 2))

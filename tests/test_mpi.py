@@ -84,6 +84,17 @@ def test_mixed_placement_on_simulated_nodes(n, engine):
     assert 'checks identical to mpi4py' in out and 'exchange between 2 nodes' in out
 
 
+@pytest.mark.parametrize('n,engine,env', [(1, True, {}), (2, True, {}), (3, True, {}), (4, True, {}),
+                                          (3, False, {}), (4, True, {'MPIGPU_SIMULATE_NODES': '2'}),
+                                          (3, True, {'MPIGPU_EXCHANGE': '0'})])
+def test_exchange_collectives(n, engine, env):
+    # Alltoall(v), Allgatherv, Gather(v), Scatter(v) on device buffers: the exchange transport where
+    # every rank brought device buffers, the host MPI call elsewhere; mpi4py's result either way
+    env = {'EXCHANGE_ENGINE': '1' if engine else '0', 'MPIGPU_TIMEOUT_S': '60', **env}
+    out = run_ranks(n, 'exchange_collectives.py', env=env)
+    assert 'checks identical to mpi4py' in out
+
+
 @pytest.mark.parametrize('n,engine,env', [(2, True, {}), (3, True, {}), (3, False, {}),
                                             (3, True, {'DEFERRED_NO_BOARD': '1'}),
                                             (4, True, {'MPIGPU_SIMULATE_NODES': '2'})])

@@ -134,7 +134,8 @@ def test_nccl_symm_beside_nccl_unavailable_rows_go_on(tmp_path):
 @pytest.mark.parametrize('args, message', [
     (['-e', '1X'], "argument -e/--maxbytes: '1X' is not a size"),
     (['-r', '5', 'reduce'], '-r 5: the root must be a rank of the 2 (0..1)'),
-    (['alltoall'], 'unknown collective alltoall'),
+    (['alltoallw'], 'unknown collective alltoallw'),
+    (['-r', '2', 'scatterv'], '-r 2: the root must be a rank of the 2 (0..1)'),
     (['allreduce,bcst'], 'unknown collective bcst'),
     (['-d', 'float128'], 'unknown datatype float128'),
     (['--compare', 'nccl,gloo'], 'unknown baseline gloo'),
@@ -187,3 +188,177 @@ def test_interleaved_rounds_alternate_and_take_the_best(monkeypatch):
     assert abs(ta - 1e-3) < 1e-12 and abs(tb - 2e-3) < 1e-12
     rounds = ''.join(order[2:])  # after one warm-up call of each
     assert rounds == 'aabb' 'bbaa' 'aabb' 'bbaa' 'aabb'
+
+
+# ---- the exchange rows: alltoall, alltoallv, allgatherv, gatherv, scatterv --------------------------
+EXCHANGE = ('alltoall', 'alltoallv', 'allgatherv', 'gatherv', 'scatterv')
+
+
+def test_rows_are_spelled_out():
+    # the rows do not follow mpigpu._codes.Coll, which grows with the library's collectives
+    from mpigpu.perf import sweep
+    assert sweep.COLLS == ('allreduce', 'bcast', 'reduce_scatter_block', 'reduce', 'allgather') + EXCHANGE + (
+        'sendrecv',)
+    assert all(sweep.bus_factor(c, 4) == 0.75 for c in EXCHANGE)
+
+
+def test_v_counts_are_uneven_and_reported_bytes():
+    from mpigpu.perf import sweep, vrows
+    c, n = 40, 3  # spread 10
+    assert [vrows.rank_count(c, r) for r in range(n)] == [30, 40, 50]
+    assert sorted({vrows.pair_count(c, s, d) for s in range(n) for d in range(n)}) == [30, 40, 50]
+    # the gathered buffer, the same on every rank; alltoallv: the largest send buffer of the ranks
+    assert sweep.counts('allgatherv', 4 * n * c, 4, n) == (c, 4 * 120)
+    sends = [sum(vrows.pair_count(c, s, d) for d in range(n)) for s in range(n)]
+    assert sweep.counts('alltoallv', 4 * n * c, 4, n) == (c, 4 * max(sends))
+    assert sweep.counts('alltoall', 4 * n * c + 5, 4, n) == (c, 4 * n * c)
+    assert vrows.rank_count(1, 0) == 0 and vrows.rank_count(1, 2) == 2  # a few elements: uneven too
+
+
+class _Mem:
+    """A NumPy array standing in for a device array: CuPy's .data.ptr, .get(out=) and .set()."""
+
+    def __init__(self, arr):
+        import types
+        self.arr = arr
+        self.data = types.SimpleNamespace(ptr=arr.ctypes.data)
+        self.dtype, self.size, self.shape = arr.dtype, arr.size, arr.shape
+
+    def get(self, out):
+        out[...] = self.arr
+
+    def set(self, arr):
+        self.arr[...] = arr
+
+
+def _fake_xp():
+    import ctypes
+    import types
+    import numpy as np
+    runtime = types.SimpleNamespace(memcpyDeviceToDevice=3,
+                                    memcpyAsync=lambda dst, src, nbytes, kind, stream: ctypes.memmove(dst, src, nbytes))
+    stream = types.SimpleNamespace(ptr=0, synchronize=lambda: None)
+    cuda = types.SimpleNamespace(runtime=runtime, get_current_stream=lambda: stream)
+    return types.SimpleNamespace(asarray=lambda a: _Mem(np.array(a)), asnumpy=lambda m: m.arr.copy(),
+                                 zeros=lambda k, dtype: _Mem(np.zeros(k, dtype)), cuda=cuda), stream
+
+
+class _FakeNccl:
+    """cupy.cuda.nccl for n ranks in one process: each rank's sends and receives are logged, then
+    matched pair by pair in order (as NCCL matches them) and copied."""
+    NCCL_UINT8 = 7
+
+    def __init__(self):
+        self.log = []
+
+    def groupStart(self):
+        pass
+
+    def groupEnd(self):
+        pass
+
+    def comm(self, rank):
+        import types
+        return types.SimpleNamespace(
+            send=lambda ptr, k, dt, peer, st: self.log.append(('send', rank, peer, ptr, k, dt)),
+            recv=lambda ptr, k, dt, peer, st: self.log.append(('recv', peer, rank, ptr, k, dt)))
+
+    def deliver(self):
+        import ctypes
+        pairs = {}
+        for kind, src, dst, ptr, k, dt in self.log:
+            assert dt == self.NCCL_UINT8 and k > 0 and src != dst
+            pairs.setdefault((src, dst), {'send': [], 'recv': []})[kind].append((ptr, k))
+        for (src, dst), ops in pairs.items():
+            assert [k for _, k in ops['send']] == [k for _, k in ops['recv']], (src, dst, ops)
+            for (sp, k), (rp, _) in zip(ops['send'], ops['recv']):
+                ctypes.memmove(rp, sp, k)
+
+
+@pytest.mark.parametrize('coll', EXCHANGE)
+@pytest.mark.parametrize('n', [1, 2, 3, 5])
+def test_nccl_point_to_point_moves_each_block(coll, n):
+    # The nccl baseline's grouped sends and receives and local copy, on host memory for every rank
+    # of a job in one process: each rank's receive buffer is then what the check expects.
+    from mpigpu.perf import vrows
+    xp, stream = _fake_xp()
+    for c, dtype, root in ((0, 'float32', 0), (1, 'int16', n - 1), (7, 'float64', n // 2), (40, 'uint8', 0)):
+        nccl = _FakeNccl()
+        bufs = [vrows.VBuffers(xp, coll, c, dtype, n, r, root) for r in range(n)]
+        for r, b in enumerate(bufs):
+            vrows.nccl_call(nccl, nccl.comm(r), b, stream)()
+        nccl.deliver()
+        for b in bufs:
+            assert (b.result() == b.expected('sum')).all(), (coll, n, c, b.rank)
+
+
+def test_the_check_sees_a_misplaced_block():
+    # alltoallv's blocks swapped between two senders: the expected result tells them apart
+    import numpy as np
+    from mpigpu.perf import vrows
+    xp, stream = _fake_xp()
+    n, c = 3, 8
+    bufs = [vrows.VBuffers(xp, 'alltoallv', c, 'float32', n, r, 0) for r in range(n)]
+    nccl = _FakeNccl()
+    for r, b in enumerate(bufs):
+        vrows.nccl_call(nccl, nccl.comm(r), b, stream)()
+    nccl.deliver()
+    got = bufs[0].result()
+    (_, o1, k1), (_, o2, k2) = bufs[0].recvs[1:3]
+    swapped = np.concatenate([got[:o1], got[o2:o2 + k2], got[o1:o1 + k1]])
+    assert np.count_nonzero(swapped != bufs[0].expected('sum')) > 0
+
+
+@pytest.mark.parametrize('coll', EXCHANGE + ('allreduce', 'bcast'))
+def test_hand_stages_through_host_arrays(coll):
+    # one rank (COMM_SELF): the device buffers are copied out, plain mpi4py runs on host arrays, and
+    # the result is copied back; staged leaves the exchange rows to it
+    import numpy as np
+    from mpi4py import MPI
+    from mpigpu.perf.baselines import StagedImpl, Unavailable, make_buffers
+    from mpigpu.perf.hand import HandImpl
+    xp, _stream = _fake_xp()
+    b = make_buffers(np, coll, 6, 'int32', 1, 0, False, 0)
+    expected = b.expected('sum')
+    b.xp, b.send, b.recv = xp, _Mem(b.send), _Mem(b.recv)  # the same arrays, as "device" memory
+    HandImpl(MPI.COMM_SELF).make(b, 'sum')()
+    got = b.send.arr if coll == 'bcast' else b.recv.arr
+    assert (got == expected).all()
+    if coll in EXCHANGE:
+        with pytest.raises(Unavailable, match='compare hand'):
+            StagedImpl(MPI.COMM_SELF).make(b, 'sum')
+
+
+def _exchange_run(n, *args):
+    cmd = [mpiexec(), '-n', str(n), sys.executable, '-m', 'mpi4py', '-m', 'mpigpu.perf', *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, PYTHONUNBUFFERED='1'))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc.stdout
+
+
+@pytest.mark.parametrize('n', [2, 3])
+def test_exchange_rows_on_host_buffers(tmp_path, n):
+    # every exchange row, checked (-c 1), beside plain mpi4py; gatherv and scatterv rooted at -r
+    from mpigpu.perf import sweep
+    out_json = tmp_path / 'perf.json'
+    text = _exchange_run(n, ','.join(EXCHANGE), '-b', '8', '-e', '64K', '-f', '8', '-d', 'float32,int16',
+                         '-r', str(n - 1), '-n', '3', '-w', '1', '--rounds', '2', '-c', '1', '--mem', 'host',
+                         '--compare', 'hand,staged,nccl-symm', '--json', str(out_json))
+    assert '#wrong' in text and 'Out of bounds values : 0 OK' in text
+    assert '# unavailable: hand: host buffers: nothing to stage' in text
+    rows = json.loads(out_json.read_text())['rows']
+    # the rows in the tool's order, each with the count and bytes sweep.counts gives its size
+    want = [(c, t, *sweep.counts(c, s, 4 if t == 'float32' else 2, n))
+            for c in EXCHANGE for t in ('float32', 'int16') for s in sweep.sizes(8, 64 << 10, 8)]
+    assert [(r['coll'], r['type'], r['count'], r['bytes']) for r in rows] == want
+    for r in rows:
+        theirs = r['baselines']['mpi4py']
+        assert r['oop']['wrong'] == 0 and theirs['wrong'] == 0 and theirs['time_us'] > 0
+        assert r['ip'] is None  # out of place only
+        assert r['root'] == (n - 1 if r['coll'] in ('gatherv', 'scatterv') else -1)
+        if r['oop']['time_us'] > 0:
+            assert abs(r['oop']['busbw'] - r['oop']['algbw'] * (n - 1) / n) < 1e-9
+    # the table: a row per size, none wrong, n/a in place
+    table = [line.split() for line in text.splitlines() if line.strip()[:1].isdigit()]
+    assert len(table) == len(rows) and all(t[8] == '0' and t[9] == 'n/a' for t in table)  # #wrong, in place

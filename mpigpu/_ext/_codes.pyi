@@ -1,6 +1,7 @@
 DTYPES: tuple[tuple[str, int, int, str], ...]
 OPS: tuple[str, ...]
 COLLS: tuple[str, ...]
+ENGINE_COLLS: tuple[str, ...]
 ALGOS: tuple[str, ...]
 PLACEMENTS: tuple[str, ...]
 VERDICTS: tuple[str, ...]

@@ -9,6 +9,7 @@ cdef extern from "mpigpu_cuda.h":
         MG_NOPS
         MG_NCOLLS
         MG_NALGOS
+        MG_LAST_ENGINE_COLL
     ctypedef struct mg_dtype_info:
         const char *name
         int size
@@ -33,6 +34,7 @@ cdef const mg_dtype_info *_dt = mg_dtype_table()
 DTYPES = tuple((_dt[i].name.decode(), _dt[i].size, _dt[i].align, chr(_dt[i].kind)) for i in range(MG_NDTYPES))
 OPS = tuple(mg_op_name(i).decode() for i in range(MG_NOPS))
 COLLS = tuple(mg_coll_name(i).decode() for i in range(MG_NCOLLS))
+ENGINE_COLLS = COLLS[:MG_LAST_ENGINE_COLL + 1]  # the engine's five; the rest take the exchange transport
 ALGOS = tuple(mg_algo_name(i).decode() for i in range(MG_NALGOS))
 
 # The placement board's codes (board.h): what a rank brings to a call, what the call's ranks agreed.

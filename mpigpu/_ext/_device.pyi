@@ -1,5 +1,7 @@
 """Type stub of mpigpu._ext._device (CUDA runtime, pinned memory, device teams)."""
 
+from collections.abc import Sequence
+
 MAX_RANKS: int
 MAX_CHANNELS: int
 MEM_UNREGISTERED: int
@@ -76,6 +78,8 @@ class Team:
             root: int, nchannels: int, stream: int, sync: bool, chunk: int = ...) -> None: ...
     def run_request(self, coll: int, algo: int, dtype: int, op: int, send: int, recv: int, count: int,
                     root: int, nchannels: int, stream: int, request: int, watch: bool) -> int: ...
+    def exchange(self, send: int, recv: int, send_bytes: Sequence[int], send_off: Sequence[int],
+                 recv_bytes: Sequence[int], recv_off: Sequence[int], stream: int, sync: bool) -> None: ...
 
 def ipc_describe(ptr: int) -> tuple[int, int, int, bool]: ...
 def ipc_export(base: int) -> bytes: ...

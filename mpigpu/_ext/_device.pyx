@@ -12,7 +12,7 @@ from cpython.buffer cimport PyBUF_WRITABLE, PyBUF_FORMAT, PyBUF_ND
 from libc.stdint cimport intptr_t, uint32_t, uint64_t, uintptr_t
 from cpython.pyport cimport PY_SSIZE_T_MAX
 from cpython.pycapsule cimport PyCapsule_GetName, PyCapsule_GetPointer, PyCapsule_IsValid, PyCapsule_New
-from libc.string cimport memcpy
+from libc.string cimport memcpy, memset
 
 from mpigpu._ext._board cimport Board, mg_board
 
@@ -36,6 +36,7 @@ cdef extern from "mpigpu_cuda.h" nogil:
         MG_SUM
         MG_ALGO_AUTO
     enum:
+        MG_ERR_ARG
         MG_ERR_TEAM
         MG_ERR_TIMEOUT
         MG_ERR_ABORTED
@@ -115,6 +116,15 @@ cdef extern from "mpigpu_cuda.h" nogil:
     int mg_collective_wait_queued(mg_team *team, uintptr_t stream)
     int mg_collective_request(mg_team *team, const mg_call *call, uintptr_t stream, void *request, int watch,
                               uint64_t *ticket)
+
+    ctypedef struct mg_exchange_call:
+        uintptr_t send, recv
+        size_t send_bytes[MG_MAX_RANKS]
+        size_t send_off[MG_MAX_RANKS]
+        size_t recv_bytes[MG_MAX_RANKS]
+        size_t recv_off[MG_MAX_RANKS]
+    int mg_exchange(mg_team *team, const mg_exchange_call *call, uintptr_t stream, int async_)
+    int mg_exchange_wait(mg_team *team, const mg_exchange_call *call, uintptr_t stream)
 
     int mg_ipc_describe(uintptr_t ptr, uintptr_t *base, size_t *size, uint64_t *buffer_id, int *ipc_capable)
     int mg_ipc_export(uintptr_t base, void *handle)
@@ -513,6 +523,29 @@ cdef class Team:
             check(e, 'collective')
         else:
             check(mg_collective(self.t, &c, stream, 1), 'collective launch')
+
+    def exchange(self, uintptr_t send, uintptr_t recv, send_bytes, send_off, recv_bytes, recv_off,
+                 uintptr_t stream, bint sync):
+        """The all-to-all family's exchange (mg_exchange): send_bytes[p] bytes from send + send_off[p]
+        to rank p, recv_bytes[p] bytes from rank p into recv + recv_off[p]; with `sync`, returns with
+        the result (GIL released), else enqueued on `stream` as run() does."""
+        cdef int e, r, n = len(send_bytes)
+        cdef mg_exchange_call x
+        if self.t == NULL:
+            raise DeviceError(MG_ERR_TEAM, 'exchange on a released team')
+        if n > MG_MAX_RANKS or len(send_off) != n or len(recv_bytes) != n or len(recv_off) != n:
+            raise DeviceError(MG_ERR_ARG, f'exchange: {n} ranks of byte ranges (at most {MG_MAX_RANKS})')
+        memset(&x, 0, sizeof(x))
+        x.send, x.recv = send, recv
+        for r in range(n):
+            x.send_bytes[r], x.send_off[r] = send_bytes[r], send_off[r]
+            x.recv_bytes[r], x.recv_off[r] = recv_bytes[r], recv_off[r]
+        if sync:
+            with nogil:
+                e = mg_exchange_wait(self.t, &x, stream)
+            check(e, 'exchange')
+        else:
+            check(mg_exchange(self.t, &x, stream, 1), 'exchange launch')
 
     cdef int run_agreed(self, Board board, int coll, int algo, int dtype, int op, uintptr_t send, uintptr_t recv,
                         size_t count, int root, int nchannels, uintptr_t stream) except -1:

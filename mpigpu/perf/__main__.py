@@ -15,6 +15,11 @@ import numpy as np
 
 from .._cli import UsageError, say, usage_error
 from . import options
+from .vrows import COLLS as EXCHANGE_COLLS
+
+# The rows with no in-place column: bcast and sendrecv have no such form; the exchange rows time the
+# out-of-place calls only (--inplace applies to the reductions and allgather).
+OUT_OF_PLACE_ONLY = ('bcast', 'sendrecv') + EXCHANGE_COLLS
 
 
 def _memory(a, comm, rank):
@@ -105,7 +110,7 @@ def main(argv=None):
                            'root': root, 'baselines': {}}
 
                     def buffers(inplace):
-                        return baselines.Buffers(xp, coll, count, dtype, n, rank, inplace, max(root, 0))
+                        return baselines.make_buffers(xp, coll, count, dtype, n, rank, inplace, max(root, 0))
 
                     # mpigpu and its baselines in alternating rounds (blocking timing): each ratio then
                     # compares the two at the same moments (on host buffers, what mpigpu adds), on the
@@ -122,7 +127,7 @@ def main(argv=None):
                         row['baselines'].update(zip(paired, res[1:]))
                     else:
                         row['oop'] = measure.one(mine, buffers(False), bop)
-                    if a.inplace and coll not in ('bcast', 'sendrecv'):
+                    if a.inplace and coll not in OUT_OF_PLACE_ONLY:
                         row['ip'] = measure.one(mine, buffers(True), bop)
                     else:
                         row['ip'] = None

@@ -11,6 +11,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import _plain
+from . import vrows
 
 
 class Unavailable(Exception):
@@ -74,11 +75,20 @@ class Buffers:
         return host(self.recv)
 
 
+def make_buffers(xp, coll, count, dtype, n, rank, inplace, root):
+    """A row's buffers: Buffers, or for an exchange row vrows.VBuffers (out of place only)."""
+    if coll in vrows.COLLS:
+        return vrows.VBuffers(xp, coll, count, dtype, n, rank, root)
+    return Buffers(xp, coll, count, dtype, n, rank, inplace, root)
+
+
 def mpi_call(comm, b, op, **kw):
     """The mpi4py-style call of a row on communicator `comm` (mpigpu or plain mpi4py); `kw` takes
     mpigpu's stream= for stream-ordered timing. Bound once (functools.partial): each call is then the
     method's call alone, as in a program, with no keyword dictionary built when there is none."""
     c, root = b.coll, b.root
+    if c in vrows.COLLS:
+        return vrows.mpi_call(comm, b)
     mop = _OPS[op]
     s = MPI.IN_PLACE if b.inplace else b.send
     if c == 'allreduce':
@@ -110,6 +120,8 @@ class MpigpuImpl:
             return mpi_call(self.comm, b, op)  # device Sendrecv goes through pinned host mirrors
         if b.xp is np or b.coll == 'sendrecv':
             raise Unavailable('stream-ordered timing needs device buffers and a collective')
+        if b.coll in vrows.COLLS:  # stream= is the engine collectives' (mpigpu/comm.py)
+            raise Unavailable(f'mpigpu\'s {b.coll} takes no stream=: the exchange rows time blocking calls')
         st = b.xp.cuda.get_current_stream()
         return mpi_call(self.comm, b, op, stream=st.ptr), st.synchronize
 
@@ -142,6 +154,11 @@ class StagedImpl:
             raise Unavailable('host buffers: nothing to stage')
         if stream:
             raise Unavailable('host staging has no stream-ordered form')
+        if b.coll in vrows.COLLS:
+            # this row's staged path is mpigpu's own with its device path off (MPIGPU_EXCHANGE=0), a
+            # setting of the whole run; within a run, `hand` stages as a program would
+            raise Unavailable(f'staged times the engine rows: for {b.coll} compare hand (staging by hand), or '
+                              'run mpigpu-perf again with MPIGPU_EXCHANGE=0')
         xp, comm, mop = b.xp, self.comm, _OPS[op]
         c, root = b.coll, b.root
 
@@ -236,6 +253,9 @@ class NcclImpl:
         if b.xp is np:
             raise Unavailable('host buffers')
         nc, cm, stream_mode = self.nccl, self.comm, stream
+        if b.coll in vrows.COLLS:  # grouped point-to-point, of bytes (vrows.nccl_call)
+            stream = b.xp.cuda.get_current_stream()
+            return self.timed_form(vrows.nccl_call(nc, cm, b, stream), stream, stream_mode)
         name = b.send.dtype.name
         if name not in self._DT:
             raise Unavailable(f'NCCL has no {name}')

@@ -1,5 +1,6 @@
-"""The implementations `--compare` names, by name: baselines.py's and the nccl-symm baseline's."""
+"""The implementations `--compare` names, by name: baselines.py's, the nccl-symm baseline's and hand's."""
 from .baselines import IMPLS as _BASE
+from .hand import HandImpl
 from .nccl_symm import NcclSymmImpl
 
-IMPLS = {**_BASE, NcclSymmImpl.name: NcclSymmImpl}
+IMPLS = {**_BASE, NcclSymmImpl.name: NcclSymmImpl, HandImpl.name: HandImpl}

@@ -78,7 +78,7 @@ class Measure:
 
     def wrong(self, impl, b, op):
         """Elements of a fresh call's result that differ from the expected one, summed over the ranks."""
-        b2 = baselines.Buffers(self.xp, b.coll, b.count, b.send.dtype, self.n, self.rank, b.inplace, b.root)
+        b2 = baselines.make_buffers(self.xp, b.coll, b.count, b.send.dtype, self.n, self.rank, b.inplace, b.root)
         self._blocking(impl.make(b2, op, self.streamed))()
         copy = getattr(impl, 'copy_result', None)  # an implementation that runs on buffers of its own
         if copy is not None:

@@ -15,6 +15,7 @@ import ctypes
 
 import numpy as np
 
+from . import vrows
 from .baselines import NcclImpl, Unavailable
 
 _WIN_COLL_SYMMETRIC = 0x01  # nccl.h: NCCL_WIN_COLL_SYMMETRIC
@@ -111,6 +112,8 @@ class NcclSymmImpl(NcclImpl):
             raise Unavailable(self.err)
         if b.xp is np:
             raise Unavailable('host buffers')
+        if b.coll in vrows.COLLS:
+            raise Unavailable(f'{b.coll} is point-to-point in NCCL (no symmetric collective kernel): compare nccl')
         if b.coll not in self._COLLS:
             raise Unavailable(f'NCCL has no symmetric kernel for {b.coll}')
         name = b.send.dtype.name

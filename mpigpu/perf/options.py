@@ -12,7 +12,7 @@ HINT = f'usage: {PROG} [collective] [-b MIN] [-e MAX] [-f FACTOR] [options]  (se
 OPS = ('sum', 'prod', 'max', 'min')  # the ops whose results the check computes (baselines.Buffers)
 # The element types NumPy has (not bfloat16) that every op of OPS takes (not bool, not complex).
 TYPES = tuple(name for name, kind in zip(NAMES, KINDS) if kind in 'iuf')
-ROOTED = ('bcast', 'reduce')  # the collectives -r applies to
+ROOTED = ('bcast', 'reduce', 'gatherv', 'scatterv')  # the collectives -r applies to
 _DEFAULT_ENV_NCCL = {'nccl', 'nccl-symm'}  # the NCCL baselines that leave NCCL's environment as it is
 
 
@@ -80,7 +80,8 @@ def parser(description):
     p.add_argument('-f', '--stepfactor', type=_at_least(2), default=2, help='size multiplication factor, default 2')
     p.add_argument('-d', '--datatype', default='float32', help=f'{", ".join(TYPES)}, a comma list, or all')
     p.add_argument('-o', '--op', default='sum', help=f'{", ".join(OPS)}, a comma list, or all')
-    p.add_argument('-r', '--root', type=_at_least(0), default=0, help='root of bcast/reduce (a rank), default 0')
+    p.add_argument('-r', '--root', type=_at_least(0), default=0,
+                   help='root of bcast, reduce, gatherv, scatterv (a rank), default 0')
     p.add_argument('-n', '--iters', type=_at_least(1), default=20, help='timed iterations per row')
     p.add_argument('-w', '--warmup_iters', type=_at_least(0), default=5, help='warm-up iterations per row')
     p.add_argument('-c', '--check', type=int, choices=(0, 1), default=1, help='check results (1) or not (0)')
@@ -90,8 +91,9 @@ def parser(description):
     p.add_argument('--inplace', type=int, choices=(0, 1), default=1, help='also time in-place calls (1) or not (0)')
     p.add_argument('--compare', default='',
                    help='baselines in the same run: nccl, nccl-symm (NCCL\'s symmetric kernels on windows '
-                        'registered with ncclCommWindowRegister, NCCL >= 2.27), staged, cuda-aware-mpi (device '
-                        'buffers); across '
+                        'registered with ncclCommWindowRegister, NCCL >= 2.27), staged, hand (staging by hand: '
+                        'device buffers copied to host arrays around plain mpi4py\'s call, as on an MPI that '
+                        'is not CUDA-aware), cuda-aware-mpi (device buffers); across '
                         '(simulated) nodes also nccl-socket (NCCL on sockets only: NCCL_P2P_DISABLE=1 '
                         'NCCL_SHM_DISABLE=1), nccl-nodes (NCCL with a host id per node: NVLink inside, '
                         'sockets between; one NCCL baseline per run) and net-bound (host MPI\'s own '

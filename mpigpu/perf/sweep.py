@@ -5,10 +5,13 @@ import contextlib
 import gc
 import time
 
-from .._codes import Coll
+from . import vrows
 
-# The engine's collectives by lower-case name, and point-to-point.
-COLLS = tuple(c.name.lower() for c in Coll) + ('sendrecv',)
+# The rows by name, spelled out rather than read from mpigpu._codes.Coll: that enum grows with the
+# library's collectives, and a row exists only where this tool knows its buffers, check and baselines.
+# The engine's collectives (reductions, bcast, allgather), the exchange rows (vrows.py), point-to-point.
+ENGINE_COLLS = ('allreduce', 'bcast', 'reduce_scatter_block', 'reduce', 'allgather')
+COLLS = ENGINE_COLLS + vrows.COLLS + ('sendrecv',)
 
 
 def parse_size(text):
@@ -30,16 +33,21 @@ def sizes(begin, end, factor):
 
 
 def bus_factor(coll, n):
-    """nccl-tests' busbw = algbw x factor."""
+    """nccl-tests' busbw = algbw x factor. The exchange rows take (n-1)/n, as nccl-tests' alltoall,
+    gather and scatter do: of the bytes a rank sends or receives, the 1/n that stay on it cross no link."""
     if coll == 'allreduce':
         return 2 * (n - 1) / n if n > 1 else 1
-    if coll in ('reduce_scatter_block', 'allgather'):
+    if coll in ('reduce_scatter_block', 'allgather') or coll in vrows.COLLS:
         return (n - 1) / n if n > 1 else 1
     return 1.0
 
 
 def counts(coll, nbytes, itemsize, n):
-    """(count per call argument, bytes the row reports): size is the whole buffer, as nccl-tests."""
+    """(count per call argument, bytes the row reports): size is the whole buffer, as nccl-tests.
+    An exchange row's count is its base block count (vrows.row_bytes says which bytes it reports)."""
+    if coll in vrows.COLLS:
+        per = nbytes // itemsize // n
+        return per, vrows.row_bytes(coll, per, n, itemsize)
     if coll in ('reduce_scatter_block', 'allgather'):
         per = nbytes // itemsize // n
         return per, per * n * itemsize

@@ -163,6 +163,34 @@ class FakeTeam:
                         host_reduce(rows, dtype, op)).view(np.uint8)
             self._round(put, take)
 
+    def exchange(self, send, recv, send_bytes, send_off, recv_bytes, recv_off, stream, sync):
+        """The exchange transport's call (cuda/exchange_kernel.cuh): block p of send to rank p, in rounds
+        of a share of the region per destination; a first round agrees on how many rounds."""
+        if self.mine is None:
+            raise DeviceError('exchange on a released team')
+        self.calls += 1
+        n, me = self.nranks, self.rank
+        share = _REGION // n
+        most = [0]
+
+        def put_most(region):
+            region[:8] = np.frombuffer(np.int64(max(list(send_bytes) + list(recv_bytes))).tobytes(), np.uint8)
+
+        def take_most(regions):
+            most[0] = max(int(regions[p][:8].view(np.int64)[0]) for p in range(n))
+        self._round(put_most, take_most)
+        for a in range(0, most[0], share):
+            def put(region, a=a):
+                for p in range(n):
+                    m = max(0, min(share, send_bytes[p] - a))
+                    region[p * share:p * share + m] = _memory(send + send_off[p] + a, m)
+
+            def take(regions, a=a):
+                for p in range(n):
+                    m = max(0, min(share, recv_bytes[p] - a))
+                    _memory(recv + recv_off[p] + a, m)[:] = regions[p][me * share:me * share + m]
+            self._round(put, take)
+
     def run_request(self, *args):
         raise DeviceError('fake engine: requests complete before they return (no C completion)')
 

@@ -1,0 +1,171 @@
+// exchange_kernel.cuh: the all-to-all family over the team's exchange connections (the algorithm of
+// Alltoall(v), Allgatherv, Gather(v) and Scatter(v): every one is "rank r sends bytes [off, off + len)
+// of its input to rank p, which writes them at its own offset", with per-pair lengths that only the
+// pair's two ends know).
+//
+// Protocol (protocol.cuh's, on connections of their own): a connection src -> dst is a FIFO of
+// nslots slots in dst's workspace (Layout::xchg_off) with a data counter at dst and an ack counter at
+// src. Its steps are numbered per connection and channel (TeamState::xsent at the sender,
+// xrecvd at the receiver), and both ends count the same steps for a call because both derive them
+// from the pair's byte count (exchange_geometry), which MPI requires to match.
+//
+// Each channel (block) splits its warps: four send, four receive, on named barriers of their own, so a
+// rank always drains what its peers push while it pushes (a FIFO that fills waits for the receiver).
+// Rounds pair them without a cycle: in round i every rank sends to rank me + i and receives from
+// rank me - i, the matching half of its peers' round i; round 0 is the rank's own block, a local copy.
+#pragma once
+#include "protocol.cuh"
+
+namespace mg {
+
+struct ExchangeArgs {
+  char *ws[MG_MAX_RANKS];
+  const char *send;
+  char *recv;
+  Layout layout;
+  int rank, nranks;
+  size_t send_bytes[MG_MAX_RANKS], send_off[MG_MAX_RANKS];  // what goes to each rank, from send
+  size_t recv_bytes[MG_MAX_RANKS], recv_off[MG_MAX_RANKS];  // what comes from each rank, into recv
+  size_t channel_bytes;  // a pair's bytes per channel before it takes another (exchange_channels)
+  Watch watch;
+};
+
+constexpr int kExchangeGroupThreads = kThreads / 2;
+
+// The channels a pair of `bytes` uses: one per channel_bytes, at most kExchangeChannels. A pure
+// function of the pair's bytes, so its two ends agree.
+__host__ __device__ inline int exchange_channels(size_t bytes, size_t channel_bytes) {
+  const size_t c = (bytes + channel_bytes - 1) / channel_bytes;
+  return c < 1 ? 1 : c > (size_t)kExchangeChannels ? kExchangeChannels : (int)c;
+}
+
+// Channel ch's part of a pair's bytes: [lo, lo + len), cut into steps of one slot.
+struct ExchangeSpan {
+  size_t lo, len;
+  int steps;
+};
+
+__device__ __forceinline__ ExchangeSpan exchange_span(const ExchangeArgs &a, size_t bytes, int ch) {
+  const int nch = exchange_channels(bytes, a.channel_bytes);
+  if (ch >= nch || bytes == 0) return ExchangeSpan{0, 0, 0};
+  const size_t span = vector_share(bytes, (size_t)nch, 16);
+  const size_t lo = (size_t)ch * span;
+  const size_t len = shard_extent(bytes, span, span, (size_t)ch);
+  return ExchangeSpan{lo, len, (int)((len + a.layout.slot_bytes - 1) / a.layout.slot_bytes)};
+}
+
+// Copies n bytes in words of W (every thread of the group), through volatile loads: a slot is
+// rewritten every nslots steps and L1 is not coherent across GPUs.
+template <typename W>
+__device__ __forceinline__ void copy_words(const Group &g, const char *s, char *d, size_t n) {
+  const size_t nw = n / sizeof(W);
+  size_t i = (size_t)g.tid;
+  constexpr int U = 4;
+  for (; i + (U - 1) * (size_t)g.nthreads < nw; i += U * (size_t)g.nthreads) {
+    W w[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if constexpr (sizeof(W) == 16) {
+        const uint4 v = ld_volatile_v4(s + (i + u * (size_t)g.nthreads) * 16);
+        memcpy(&w[u], &v, 16);
+      } else {
+        w[u] = *reinterpret_cast<const volatile W *>(s + (i + u * (size_t)g.nthreads) * sizeof(W));
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) *reinterpret_cast<W *>(d + (i + u * (size_t)g.nthreads) * sizeof(W)) = w[u];
+  }
+  for (; i < nw; i += (size_t)g.nthreads) {
+    W w;
+    if constexpr (sizeof(W) == 16) {
+      const uint4 v = ld_volatile_v4(s + i * 16);
+      memcpy(&w, &v, 16);
+    } else {
+      w = *reinterpret_cast<const volatile W *>(s + i * sizeof(W));
+    }
+    *reinterpret_cast<W *>(d + i * sizeof(W)) = w;
+  }
+  for (size_t j = nw * sizeof(W) + (size_t)g.tid; j < n; j += (size_t)g.nthreads)
+    d[j] = *reinterpret_cast<const volatile char *>(s + j);
+}
+
+// In the widest word both addresses are aligned to (a user's block may start at any element).
+__device__ __forceinline__ void copy_bytes(const Group &g, const char *s, char *d, size_t n) {
+  const uintptr_t bits = (uintptr_t)s | (uintptr_t)d;
+  if ((bits & 15) == 0) copy_words<uint4>(g, s, d, n);
+  else if ((bits & 7) == 0) copy_words<uint64_t>(g, s, d, n);
+  else if ((bits & 3) == 0) copy_words<uint32_t>(g, s, d, n);
+  else if ((bits & 1) == 0) copy_words<uint16_t>(g, s, d, n);
+  else copy_words<uint8_t>(g, s, d, n);
+}
+
+// The sending warps of channel ch: round 0 copies the rank's own block, round i pushes to me + i.
+// False when a wait stopped (the call is poisoned: nothing more is stored or published).
+__device__ __forceinline__ bool exchange_send(const Group &g, const ExchangeArgs &a, TeamState *state, int ch) {
+  const int me = a.rank, n = a.nranks, D = a.layout.nslots;
+  const char *mine = a.ws[me];
+  {
+    const ExchangeSpan own = exchange_span(a, a.send_bytes[me], ch);
+    const char *s = a.send + a.send_off[me] + own.lo;
+    char *d = a.recv + a.recv_off[me] + own.lo;
+    if (own.len && s != d) copy_bytes(g, s, d, own.len);
+  }
+  for (int i = 1; i < n; ++i) {
+    const int dst = (me + i) % n;
+    const ExchangeSpan sp = exchange_span(a, a.send_bytes[dst], ch);
+    const uint64_t base = state->xsent[ch][dst];
+    for (int t = 0; t < sp.steps; ++t) {
+      const uint64_t step = base + (uint64_t)t;
+      bool stop = false;
+      if (g.tid == 0 && step + 1 > (uint64_t)D)
+        stop = !wait_at_least((const uint64_t *)(mine + Layout::xack_off(ch, dst)), step + 1 - D, a);
+      if (g.sync_or(stop)) return false;
+      const size_t lo = (size_t)t * a.layout.slot_bytes;
+      const size_t len = sp.len - lo < a.layout.slot_bytes ? sp.len - lo : a.layout.slot_bytes;
+      copy_bytes(g, a.send + a.send_off[dst] + sp.lo + lo, a.ws[dst] + a.layout.xchg_off(ch, me, step), len);
+      g.sync();
+      if (g.tid == 0) st_release_sys((uint64_t *)(a.ws[dst] + Layout::xdata_off(ch, me)), step + 1);
+    }
+    if (g.tid == 0) state->xsent[ch][dst] = base + (uint64_t)sp.steps;
+  }
+  return true;
+}
+
+// The receiving warps of channel ch: round i drains what rank me - i pushes.
+__device__ __forceinline__ bool exchange_receive(const Group &g, const ExchangeArgs &a, TeamState *state, int ch) {
+  const int me = a.rank, n = a.nranks;
+  const char *mine = a.ws[me];
+  for (int i = 1; i < n; ++i) {
+    const int src = (me - i + n) % n;
+    const ExchangeSpan sp = exchange_span(a, a.recv_bytes[src], ch);
+    const uint64_t base = state->xrecvd[ch][src];
+    for (int t = 0; t < sp.steps; ++t) {
+      const uint64_t step = base + (uint64_t)t;
+      bool stop = false;
+      if (g.tid == 0) stop = !wait_at_least((const uint64_t *)(mine + Layout::xdata_off(ch, src)), step + 1, a);
+      if (g.sync_or(stop)) return false;
+      const size_t lo = (size_t)t * a.layout.slot_bytes;
+      const size_t len = sp.len - lo < a.layout.slot_bytes ? sp.len - lo : a.layout.slot_bytes;
+      copy_bytes(g, mine + a.layout.xchg_off(ch, src, step), a.recv + a.recv_off[src] + sp.lo + lo, len);
+      g.sync();
+      if (g.tid == 0) st_release_sys((uint64_t *)(a.ws[src] + Layout::xack_off(ch, me)), step + 1);
+    }
+    if (g.tid == 0) state->xrecvd[ch][src] = base + (uint64_t)sp.steps;
+  }
+  return true;
+}
+
+__global__ void __launch_bounds__(kThreads, 1) exchange_kernel(const __grid_constant__ ExchangeArgs a) {
+  const int ch = blockIdx.x, tid = threadIdx.x;
+  TeamState *state = team_state(a.ws[a.rank]);
+  bool dead = __syncthreads_or(call_enter(state, ch == 0));
+  if (!dead) {
+    if (tid < kExchangeGroupThreads)
+      dead = !exchange_send(Group{tid, kExchangeGroupThreads, 1}, a, state, ch);
+    else
+      dead = !exchange_receive(Group{tid - kExchangeGroupThreads, kExchangeGroupThreads, 2}, a, state, ch);
+  }
+  if (__syncthreads_or(dead) && tid == 0) record_fault(state, a.watch);
+}
+
+}  // namespace mg

@@ -1,0 +1,290 @@
+"""The exchange path: Alltoall, Alltoallv, Allgatherv, Gather, Gatherv, Scatter and Scatterv on device
+buffers, GPU to GPU over the device team's exchange transport (cuda/exchange_kernel.cuh).
+
+Each of them is "rank r sends a byte range of its input to rank p, which writes it at an offset of its
+output": `describe` reads this rank's arguments into those ranges (`Ranges`), or None where only the
+mirrored path can read them (a non-contiguous datatype, a specification it does not take, an
+intercommunicator, host memory among the significant buffers, in-place Alltoall). The ranks agree on the
+call's path as for the engine's collectives (mpigpu/_agree.py: a host rank of the call posts on the
+placement board, comm's generated method): the exchange when every rank described its call, else the
+host MPI call on every rank (device buffers through mirrors, mpigpu/_paths/mirrored.py), which also
+raises mpi4py's own errors for arguments it refuses.
+"""
+import operator
+
+from mpi4py import MPI
+
+from .. import _cuda
+from .._call import datatype_of, read_whole
+from .._codes import Coll, Placement, Verdict
+from .._config import config
+
+# The blocking methods this path takes, with their code on the placement board.
+CODES = {'Alltoall': Coll.ALLTOALL, 'Alltoallv': Coll.ALLTOALLV, 'Allgatherv': Coll.ALLGATHERV,
+         'Gather': Coll.GATHER, 'Gatherv': Coll.GATHERV, 'Scatter': Coll.SCATTER, 'Scatterv': Coll.SCATTERV}
+_ROOTED = frozenset(('Gather', 'Gatherv', 'Scatter', 'Scatterv'))
+_exchanged = [0]  # calls this process ran on the exchange transport (calls(): tests and debugging)
+
+
+def calls():
+    """How many calls this process has run on the exchange transport."""
+    return _exchanged[0]
+
+
+class _Unread(Exception):
+    """The arguments are not ones this path reads: the host MPI call takes the call."""
+
+
+class Ranges:
+    """One rank's exchange: send_bytes[p] bytes from send + send_off[p] go to rank p; recv_bytes[p]
+    bytes from rank p land at recv + recv_off[p]; `bufs` the device buffers (their streams order the
+    call)."""
+    __slots__ = ('send', 'recv', 'send_bytes', 'send_off', 'recv_bytes', 'recv_off', 'bufs')
+
+    def __init__(self, n):
+        self.send = self.recv = 0
+        self.send_bytes, self.send_off = [0] * n, [0] * n
+        self.recv_bytes, self.recv_off = [0] * n, [0] * n
+        self.bufs = []
+
+
+def eligible(comm):
+    """True where this path may take a call: an intracommunicator whose ranks fit one device team."""
+    return isinstance(comm, MPI.Intracomm) and config.exchange
+
+
+def _is_datatype(x):
+    return isinstance(x, (MPI.Datatype, str))
+
+
+def _spec(value, vector):
+    """(buffer object, count(s), displacement(s), datatype) of a buffer or a specification, exactly as
+    mpi4py's message_simple (`vector` False) and message_vector read them (None: not given)."""
+    if type(value) not in (list, tuple):
+        return value, None, None, None
+    items = list(value)
+    pair = (tuple,) if vector else (tuple, list)  # a v-message's counts may be a list, never a pair
+    if len(items) == 2:
+        obj, x = items
+        if _is_datatype(x):
+            return obj, None, None, x
+        if type(x) in pair:
+            counts, displs = x
+            return obj, counts, displs, None
+        return obj, x, None, None
+    if len(items) == 3:
+        obj, x, dt = items
+        if type(x) in pair:
+            counts, displs = x
+            return obj, counts, displs, dt
+        return obj, x, None, dt
+    if len(items) == 4:
+        return tuple(items)
+    raise _Unread
+
+
+def _int(value):
+    if isinstance(value, bool):
+        raise _Unread
+    v = operator.index(value)
+    if v < 0:
+        raise _Unread
+    return v
+
+
+class _Buffer:
+    """A device buffer argument as mpi4py reads it (a simple message, or a v-message with `vector`),
+    of a contiguous datatype: its DeviceBuffer, element extent, counts and displacements as given."""
+
+    def __init__(self, name, label, rank, value, writable, vector):
+        obj, counts, displs, dt = _spec(value, vector)
+        if obj is None or obj is MPI.IN_PLACE:
+            raise _Unread
+        self.buf = read_whole(name, label, rank, obj, writable, _cuda.consumer_stream)
+        if dt is None:
+            if self.buf.dtype < 0:
+                raise _Unread
+            self.extent = self.buf.itemsize
+        else:
+            _code, _mpi_type, extent, contiguous = datatype_of(name, label, rank, dt)
+            if not contiguous or extent <= 0:
+                raise _Unread
+            self.extent = extent
+        self.counts, self.displs = counts, displs
+
+    def simple(self, blocks):
+        """A simple message of `blocks` equal blocks: (bytes of one block, offset of the first)."""
+        displ = 0 if self.displs is None else _int(self.displs)
+        offset = displ * self.extent
+        if offset > self.buf.nbytes:
+            raise _Unread
+        if self.counts is not None:
+            count = _int(self.counts)
+        else:
+            length = self.buf.nbytes - offset
+            if length % self.extent or (length // self.extent) % blocks:
+                raise _Unread
+            count = length // self.extent // blocks
+        self.check([count * self.extent * blocks], [offset])
+        return count * self.extent, offset
+
+    def blocks(self, n):
+        """The simple message of a buffer holding one block per rank: (bytes, offsets) per block."""
+        size, offset = self.simple(n)
+        return [size] * n, [offset + p * size for p in range(n)]
+
+    def vector(self, n):
+        """A v-message's n blocks: (bytes, offsets), as mpi4py fills counts and displacements."""
+        counts, displs = self.counts, self.displs
+        if counts is None:
+            if self.buf.nbytes % self.extent:
+                raise _Unread
+            total = self.buf.nbytes // self.extent
+            counts = [total // n + (total % n > i) for i in range(n)]
+        elif type(counts) in (list, tuple):
+            counts = [_int(c) for c in counts]
+        else:
+            counts = [_int(counts)] * n
+        if len(counts) != n:
+            raise _Unread
+        if displs is None:
+            displs, at = [], 0
+            for c in counts:
+                displs.append(at)
+                at += c
+        elif type(displs) in (list, tuple):
+            displs = [_int(d) for d in displs]
+        else:
+            step = _int(displs)
+            displs = [step * i for i in range(n)]
+        if len(displs) != n:
+            raise _Unread
+        sizes, offsets = [c * self.extent for c in counts], [d * self.extent for d in displs]
+        self.check(sizes, offsets)
+        return sizes, offsets
+
+    def check(self, sizes, offsets):
+        """Every block within the buffer (beyond it, the host MPI call says what is wrong)."""
+        for size, off in zip(sizes, offsets):
+            if size and off + size > self.buf.nbytes:
+                raise _Unread
+
+
+def describe(name, comm, rank, n, args):
+    """The Ranges of this rank's call `name` (mpi4py's arguments `args`), or None where only the host MPI
+    call can take it."""
+    try:
+        return _describe(name, rank, n, args)
+    except (_Unread, TypeError, ValueError, OverflowError, AttributeError):
+        return None
+    except Exception:  # noqa: BLE001 - what the intake raises for arguments it refuses: mpi4py says it
+        return None
+
+
+def _describe(name, rank, n, args):
+    sendbuf, recvbuf = args[0], args[1]
+    root = _int(args[2]) if name in _ROOTED else -1
+    if root >= n:
+        raise _Unread
+    at_root = root == rank
+    r = Ranges(n)
+    in_place = sendbuf is None or sendbuf is MPI.IN_PLACE or (
+        type(sendbuf) in (list, tuple) and sendbuf and sendbuf[0] is MPI.IN_PLACE)
+    recv = send = None
+    if name in ('Alltoall', 'Alltoallv'):
+        if in_place:
+            raise _Unread  # its own block would be overwritten while it is sent
+        v = name == 'Alltoallv'
+        send = _Buffer(name, 'sendbuf', rank, sendbuf, False, v)
+        recv = _Buffer(name, 'recvbuf', rank, recvbuf, True, v)
+        sizes, offs = send.vector(n) if v else send.blocks(n)
+        rsizes, roffs = recv.vector(n) if v else recv.blocks(n)
+        r.send_bytes, r.send_off, r.recv_bytes, r.recv_off = sizes, offs, rsizes, roffs
+    elif name == 'Allgatherv':
+        recv = _Buffer(name, 'recvbuf', rank, recvbuf, True, True)
+        r.recv_bytes, r.recv_off = recv.vector(n)
+        if in_place:  # its own block is already in place: sent from there
+            size, base = r.recv_bytes[rank], r.recv_off[rank]
+            r.send = recv.buf.ptr + base
+        else:
+            send = _Buffer(name, 'sendbuf', rank, sendbuf, False, False)
+            size, base = send.simple(1)
+        r.send_bytes = [size] * n
+        r.send_off = [base] * n if not in_place else [0] * n
+    elif name in ('Gather', 'Gatherv'):
+        if at_root:
+            v = name == 'Gatherv'
+            recv = _Buffer(name, 'recvbuf', rank, recvbuf, True, v)
+            r.recv_bytes, r.recv_off = recv.vector(n) if v else recv.blocks(n)
+        if in_place and at_root:  # the root's own block is in place: nothing to copy
+            r.send = recv.buf.ptr + r.recv_off[rank]
+            r.send_bytes[root] = r.recv_bytes[rank]
+        else:
+            send = _Buffer(name, 'sendbuf', rank, sendbuf, False, False)
+            r.send_bytes[root], r.send_off[root] = send.simple(1)
+    else:  # Scatter, Scatterv
+        if at_root:
+            v = name == 'Scatterv'
+            send = _Buffer(name, 'sendbuf', rank, sendbuf, False, v)
+            r.send_bytes, r.send_off = send.vector(n) if v else send.blocks(n)
+        recv_in_place = at_root and (recvbuf is None or recvbuf is MPI.IN_PLACE)
+        if recv_in_place:
+            r.send_bytes[rank] = 0  # the root's own block stays where it is
+        else:
+            recv = _Buffer(name, 'recvbuf', rank, recvbuf, True, False)
+            r.recv_bytes[root], r.recv_off[root] = recv.simple(1)
+    for b in (send, recv):
+        if b is not None:
+            r.bufs.append(b.buf)
+            if b.buf.nbytes and _cuda.device_of(name, 'buffer', rank, b.buf) != _cuda.device_of(
+                    name, 'buffer', rank, r.bufs[0]):
+                raise _Unread  # buffers on two GPUs: the mirrors take them
+    if send is not None:
+        r.send = send.buf.ptr
+    if recv is not None:
+        r.recv = recv.buf.ptr
+    if not r.send:
+        r.send = r.recv
+    return r
+
+
+def run(st, comm, name, args, host_call):
+    """Runs blocking call `name` on device buffers: on the exchange transport when every rank described
+    its call and the communicator's team is up, else host_call() (the host MPI call on mirrors), as
+    every rank of the call does."""
+    ranges = describe(name, comm, st.rank, st.size, args)
+    placement = Placement.DEVICE if ranges is not None else Placement.HOST_MPI
+    verdict = st.agreement.decide(name, CODES[name], placement)
+    if verdict != Verdict.DEVICE:
+        return host_call()
+    dev = _device(st, name, ranges)
+    with _cuda.errors_as(name, st.rank):
+        st.bind_device(name, dev)
+    if st.team is None:  # no device team on this communicator (agreed at its setup): every rank stages
+        return host_call()
+    with st.errors(name):
+        _cuda.with_device(st.device, _exchange, st, ranges)
+    _exchanged[0] += 1
+    return None
+
+
+def _device(st, name, ranges):
+    """The GPU of the call's buffers (describe checked they share one), else the rank's."""
+    for buf in ranges.bufs:
+        if buf.nbytes:
+            return _cuda.device_of(name, 'buffer', st.rank, buf)
+    return st.device if st.device is not None else _cuda.device.get_device()
+
+
+def _exchange(st, ranges):
+    dm = _cuda.device
+    stream = None
+    for buf in ranges.bufs:
+        s = _cuda.stream_of(buf, st.device)
+        if stream is None:
+            stream = s
+        elif s != stream:
+            dm.event_record(st.dep_event, s)
+            dm.stream_wait_event(stream, st.dep_event)
+    st.team.exchange(ranges.send, ranges.recv, ranges.send_bytes, ranges.send_off, ranges.recv_bytes,
+                     ranges.recv_off, 0 if stream is None else stream, True)

@@ -1,0 +1,198 @@
+"""The all-to-all family on device buffers (mpigpu/_paths/exchange.py): Alltoall, Alltoallv, Allgatherv,
+Gather, Gatherv, Scatter and Scatterv, in the buffer forms programs use (bare arrays, counts and
+displacements, displacements out of order, in place, zero counts, every root), on every rank's device,
+on the host, and mixed across ranks; each result compared with plain mpi4py's on host copies (int32:
+exactly). Where every rank brought device buffers the call must have taken the exchange transport (the
+path's counter), elsewhere the host MPI call.
+
+Runs on CPUs with the fake CUDA layer (EXCHANGE_ENGINE=1: the fake engine of fake_engine.py, whose ranks
+meet in shared memory, never in MPI) and on GPUs with MPIGPU_CHECK_ON_GPU=1 (CuPy), under mpiexec -n 1..6.
+"""
+import os
+
+import numpy as np
+from mpi4py import MPI
+
+from fake_device import install_unless_gpu
+
+cp = install_unless_gpu()
+engine = cp is not None or os.environ.get('EXCHANGE_ENGINE') == '1'
+one_node = int(os.environ.get('MPIGPU_SIMULATE_NODES', '0') or 0) <= 1  # else no team spans the ranks
+if cp is None and engine:
+    from fake_engine import install_engine
+    FakeCAI = install_engine()
+elif cp is None:
+    from fake_device import FakeCAI
+
+import mpigpu  # noqa: E402
+from mpigpu._config import config  # noqa: E402
+from mpigpu._paths import exchange  # noqa: E402
+
+plain = MPI.COMM_WORLD
+comm = mpigpu.COMM_WORLD
+rank, n = plain.Get_rank(), plain.Get_size()
+checks = 0
+
+
+def device(arr):
+    return cp.asarray(arr) if cp is not None else FakeCAI(arr.copy())
+
+
+def values(obj):
+    if cp is not None and isinstance(obj, cp.ndarray):
+        return cp.asnumpy(obj)
+    return np.asarray(obj.a if hasattr(obj, '__cuda_array_interface__') else obj)
+
+
+def placed(arr, on_device):
+    return device(arr) if on_device else arr.copy()
+
+
+def spec(buf, form, counts, displs):
+    """`buf` in one of mpi4py's message forms."""
+    if form == 'bare':
+        return buf
+    if form == 'pair':
+        return [buf, (counts, displs), MPI.INT]
+    if form == 'four':
+        return [buf, counts, displs, MPI.INT]
+    return [buf, counts, MPI.INT]  # 'counts': displacements packed in order
+
+
+def v_layout(counts, order):
+    """Displacements of blocks of `counts`: packed in rank order, or in reverse order with a gap of one
+    element after each (out of order); and the buffer's length."""
+    displs, at = [0] * len(counts), 0
+    for p in (range(len(counts)) if order == 'in order' else reversed(range(len(counts)))):
+        displs[p] = at
+        at += counts[p] + (order != 'in order')
+    return displs, at
+
+
+def cases():
+    """(name, description, builder) for every case; builder(on_device, root) -> (args for mpigpu, args
+    for plain mpi4py, index of the output among them or None for the root-less ranks' nothing)."""
+    c = 3
+    for count in (c, 0):
+        def alltoall(dev, root, form, count=count):
+            s = (np.arange(n * count, dtype=np.int32) + 100 * rank)
+            r = np.full(n * count, -1, np.int32)
+            a = [spec(placed(s, dev), form, count, None), spec(placed(r, dev), form, count, None)]
+            b = [spec(s.copy(), form, count, None), spec(r.copy(), form, count, None)]
+            return a, b, 1
+        for form in ('bare', 'counts'):
+            yield 'Alltoall', f'count {count}, {form}', lambda d, rt, f=form, g=alltoall: g(d, rt, f)
+    for order in ('in order', 'out of order'):
+        for form in ('pair', 'four', 'counts'):
+            if form == 'counts' and order != 'in order':
+                continue
+
+            def alltoallv(dev, root, order=order, form=form):
+                # zero-count blocks between some pairs, never a rank with nothing at all (the fake layer
+                # reads an empty array as host memory)
+                scounts = [(rank + p) % 3 + (p == rank) for p in range(n)]
+                rcounts = [(p + rank) % 3 + (p == rank) for p in range(n)]
+                sd, slen = v_layout(scounts, order)
+                rd, rlen = v_layout(rcounts, order)
+                s = np.arange(slen, dtype=np.int32) + 1000 * rank
+                r = np.full(rlen, -1, np.int32)
+                a = [spec(placed(s, dev), form, scounts, sd), spec(placed(r, dev), form, rcounts, rd)]
+                b = [spec(s.copy(), form, scounts, sd), spec(r.copy(), form, rcounts, rd)]
+                return a, b, 1
+            yield 'Alltoallv', f'{order}, {form}', alltoallv
+    for in_place in (False, True):
+        def allgatherv(dev, root, in_place=in_place):
+            counts = [p % 3 + 1 for p in range(n)]
+            displs, rlen = v_layout(counts, 'out of order')
+            s = np.arange(counts[rank], dtype=np.int32) + 10 * rank
+            r = np.full(rlen, -1, np.int32)
+            if in_place:
+                r[displs[rank]:displs[rank] + counts[rank]] = s
+            a = [MPI.IN_PLACE if in_place else placed(s, dev), [placed(r, dev), (counts, displs), MPI.INT]]
+            b = [MPI.IN_PLACE if in_place else s.copy(), [r.copy(), (counts, displs), MPI.INT]]
+            return a, b, 1
+        yield 'Allgatherv', 'in place' if in_place else 'out of place', allgatherv
+    for in_place in (False, True):
+        def gather(dev, root, in_place=in_place):
+            s = np.arange(c, dtype=np.int32) + 10 * rank
+            r = np.full(n * c, -1, np.int32)
+            ip = in_place and rank == root
+            if ip:
+                r[root * c:(root + 1) * c] = s
+            a = [MPI.IN_PLACE if ip else placed(s, dev), placed(r, dev) if rank == root else None, root]
+            b = [MPI.IN_PLACE if ip else s.copy(), r.copy() if rank == root else None, root]
+            return a, b, 1 if rank == root else None
+        yield 'Gather', 'in place' if in_place else 'out of place', gather
+
+        def gatherv(dev, root, in_place=in_place):
+            counts = [p % 3 + 1 for p in range(n)]
+            displs, rlen = v_layout(counts, 'out of order')
+            s = np.arange(counts[rank], dtype=np.int32) + 10 * rank
+            r = np.full(rlen, -1, np.int32)
+            ip = in_place and rank == root
+            if ip:
+                r[displs[rank]:displs[rank] + counts[rank]] = s
+            rv = [placed(r, dev), (counts, displs), MPI.INT] if rank == root else None
+            a = [MPI.IN_PLACE if ip else placed(s, dev), rv, root]
+            b = [MPI.IN_PLACE if ip else s.copy(), [r.copy(), (counts, displs), MPI.INT] if rank == root else None, root]
+            return a, b, 1 if rank == root else None
+        yield 'Gatherv', 'in place' if in_place else 'out of place', gatherv
+
+        def scatter(dev, root, in_place=in_place):
+            s = np.arange(n * c, dtype=np.int32) + 7
+            r = np.full(c, -1, np.int32)
+            ip = in_place and rank == root
+            a = [placed(s, dev) if rank == root else None, MPI.IN_PLACE if ip else placed(r, dev), root]
+            b = [s.copy() if rank == root else None, MPI.IN_PLACE if ip else r.copy(), root]
+            return a, b, (0 if ip else 1)
+        yield 'Scatter', 'in place' if in_place else 'out of place', scatter
+
+        def scatterv(dev, root, in_place=in_place):
+            counts = [(p + 1) % 3 + 1 for p in range(n)]
+            displs, slen = v_layout(counts, 'out of order')
+            s = np.arange(slen, dtype=np.int32) + 7
+            r = np.full(counts[rank], -1, np.int32)
+            ip = in_place and rank == root
+            sv = [placed(s, dev), (counts, displs), MPI.INT] if rank == root else None
+            a = [sv, MPI.IN_PLACE if ip else placed(r, dev), root]
+            b = [[s.copy(), (counts, displs), MPI.INT] if rank == root else None, MPI.IN_PLACE if ip else r.copy(), root]
+            return a, b, (0 if ip else 1)
+        yield 'Scatterv', 'in place' if in_place else 'out of place', scatterv
+
+
+def output(args, k):
+    x = args[k]
+    return x[0] if type(x) in (list, tuple) else x
+
+
+PLACEMENTS = {'device': lambda r, root: True, 'host': lambda r, root: False,
+              'alternate': lambda r, root: r % 2 == 0, 'root only': lambda r, root: r == root}
+
+for name, what, build in cases():
+    for placement, on in PLACEMENTS.items():
+        for root in sorted({0, n - 1}):
+            dev = on(rank, root)
+            a, b, k = build(dev, root)
+            before = exchange.calls()
+            getattr(comm, name)(*a)
+            taken = exchange.calls() - before
+            getattr(plain, name)(*b)
+            where = f'{name} {what}, {placement}, root {root}, rank {rank}'
+            if k is not None:
+                got, want = values(output(a, k)), values(output(b, k))
+                assert np.array_equal(got, want), f'{where}: {got} != {want}'
+                checks += 1
+            everywhere = all(on(p, root) for p in range(n))
+            # the rooted calls' insignificant buffers aside, all ranks on the device: the transport
+            expect = int(engine and everywhere and one_node and config.exchange)
+            if 'count 0' in what:  # an empty array may read as host memory (no pointer): either path
+                expect = taken
+            assert taken == expect, f'{where}: exchange path taken {taken} times, expected {expect}'
+            checks += 1
+            if name not in ('Gather', 'Gatherv', 'Scatter', 'Scatterv'):
+                break  # one root is enough for the rootless ones
+
+total = plain.allreduce(checks)
+if rank == 0:
+    print(f'exchange collectives on {n} ranks: {total} checks identical to mpi4py '
+          f'({"the exchange transport" if engine else "no device team"})')

@@ -5,10 +5,6 @@
 #include "exchange_kernel.cuh"
 #include "status.cuh"
 
-// A pair's bytes per channel before it takes another: below this one block per pair moves a step at a
-// time; above, more channels keep more steps in flight (up to kExchangeChannels).
-static const size_t kExchangeChannelBytes = 128 * 1024;
-
 static int launch_exchange(mg_team *t, const void *ctx, uintptr_t stream) {
   const mg_exchange_call *x = (const mg_exchange_call *)ctx;
   const int n = t->cfg.nranks;
@@ -19,7 +15,7 @@ static int launch_exchange(mg_team *t, const void *ctx, uintptr_t stream) {
   a.layout = t->layout;
   a.rank = t->cfg.rank;
   a.nranks = n;
-  a.channel_bytes = kExchangeChannelBytes;
+  a.channel_bytes = t->cfg.exchange_channel_bytes;  // MPIGPU_EXCHANGE_CHANNEL_BYTES
   a.watch = mg::Watch{t->timeout_ns, t->fault_dev, t->status};
   int grid = 1;  // the most channels any of this rank's pairs uses (the others skip the extra ones)
   for (int r = 0; r < MG_MAX_RANKS; ++r) {

@@ -179,6 +179,8 @@ typedef struct mg_team_config {
   int resident_blocks;       /* that kernel's blocks (1 .. MG_MAX_CHANNELS) */
   size_t resident_max_bytes; /* largest LL128 message it runs (LL calls: all); 0: LL calls only */
   size_t resident_copy_max_bytes; /* a one-rank team: the largest copy it runs (resident_copy_kernel) */
+  size_t exchange_channel_bytes;  /* the exchange: a pair's bytes per channel before it takes another
+                                     (the same on every rank: both ends of a pair count its channels) */
 } mg_team_config;
 
 int mg_team_create(const mg_team_config *cfg, mg_team **team);

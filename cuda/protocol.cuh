@@ -33,7 +33,7 @@ constexpr size_t kSlotsOffset = 65536;  // slots start here, 64 KiB aligned, aft
 // FIFOs after the LL128 areas (Layout::xchg_off). Its own, because its steps per connection follow
 // that connection's bytes, which only its two ends know: the lanes' bases (one per lane and channel,
 // advanced alike by every rank) cannot count them.
-constexpr int kExchangeChannels = 32;
+constexpr int kExchangeChannels = 64;
 constexpr size_t kXFlagsOffset = 57344;
 constexpr size_t kXFlagBytes = 2 * kExchangeChannels * MG_MAX_RANKS * sizeof(uint64_t);
 static_assert(kXFlagsOffset + kXFlagBytes <= kSlotsOffset, "exchange counters must fit before the slots");

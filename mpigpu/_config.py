@@ -98,6 +98,12 @@ class Config:
         # rank: it decides whether their calls are agreed on the placement board.
         self.exchange = _choice('MPIGPU_EXCHANGE', '1', {
             '1': ('1', 'yes', 'true', 'on'), '0': ('0', 'no', 'false', 'off')}) == '1'
+        # The exchange: a rank whose call moves fewer bytes (sent and received) votes for the host MPI
+        # call instead: below ~32 KiB the mirrors' fixed cost is the smaller (docs/benchmarks.md).
+        self.exchange_min_bytes = _int('MPIGPU_EXCHANGE_MIN_BYTES', 32 * 1024, 0, 1 << 62)
+        # The exchange: a pair's bytes per channel before it takes another (at most 64 channels); the same
+        # on every rank, fixed when a communicator's team is set up.
+        self.exchange_channel_bytes = _int('MPIGPU_EXCHANGE_CHANNEL_BYTES', 16 * 1024, 4096, 1 << 40)
         # CUDA-aware MPI: 'auto' asks the library (MPIX_Query_cuda_support), '1'/'0' force it.
         self.mpi_cuda_aware = _choice('MPIGPU_MPI_CUDA_AWARE', 'auto', {
             'auto': ('auto',), '1': ('1', 'yes', 'true', 'on'), '0': ('0', 'no', 'false', 'off')})

@@ -149,6 +149,11 @@ def _handler(owner, name, base, params, bufs, state_of):
         if kind == 'refused':
             raise BufferArgumentError(name, f'device memory is not supported here: {_REFUSED[name]}', arg=bufs[0],
                         rank=st.rank, error_class=MPI.ERR_BUFFER)
+        if exchanged:  # the mirrors' forms are read only where the ranks agree on the host MPI call
+            return exchange.run(st, self, name, args, lambda: mirrored_call(self, st, args, 'blocking'))
+        return mirrored_call(self, st, args, kind)
+
+    def mirrored_call(self, st, args, kind):
         skip = _significant(self, name, params, args)
         where = [i for i, p in enumerate(params) if p in bufs and p not in skip]
         in_place = 'sendbuf' in params and args[params.index('sendbuf')] is MPI.IN_PLACE
@@ -164,8 +169,6 @@ def _handler(owner, name, base, params, bufs, state_of):
             for i, h in zip(where, hosts):
                 full[i] = h
             return base(self, *full)
-        if exchanged:
-            return exchange.run(st, self, name, args, lambda: mirrored.run(st, name, call, items, reduces))
         if kind == 'blocking':
             return mirrored.run(st, name, call, items, reduces)
         if kind == 'start':

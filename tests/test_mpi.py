@@ -86,7 +86,8 @@ def test_mixed_placement_on_simulated_nodes(n, engine):
 
 @pytest.mark.parametrize('n,engine,env', [(1, True, {}), (2, True, {}), (3, True, {}), (4, True, {}),
                                           (3, False, {}), (4, True, {'MPIGPU_SIMULATE_NODES': '2'}),
-                                          (3, True, {'MPIGPU_EXCHANGE': '0'})])
+                                          (3, True, {'MPIGPU_EXCHANGE': '0'}),
+                                          (3, True, {'MPIGPU_EXCHANGE_MIN_BYTES': '1000000'})])
 def test_exchange_collectives(n, engine, env):
     # Alltoall(v), Allgatherv, Gather(v), Scatter(v) on device buffers: the exchange transport where
     # every rank brought device buffers, the host MPI call elsewhere; mpi4py's result either way

@@ -89,6 +89,7 @@ cdef extern from "mpigpu_cuda.h" nogil:
         int resident_blocks
         size_t resident_max_bytes
         size_t resident_copy_max_bytes
+        size_t exchange_channel_bytes
     int mg_team_create(const mg_team_config *cfg, mg_team **team)
     int mg_team_export(mg_team *team, void *handle)
     int mg_team_open_peer(mg_team *team, int peer, const void *handle)
@@ -401,7 +402,8 @@ cdef class Team:
 
     def __cinit__(self, int rank, int nranks, int device, object config):
         """`config`: the knobs (mpigpu.config: chunk_bytes, nslots, max_channels, timeout_s,
-        split_steps, ll128_bytes, resident_us, resident_blocks, resident_max_bytes, resident_copy_max_bytes)."""
+        split_steps, ll128_bytes, resident_us, resident_blocks, resident_max_bytes, resident_copy_max_bytes,
+        exchange_channel_bytes)."""
         cdef mg_team_config cfg
         cfg.rank = rank
         cfg.nranks = nranks
@@ -416,6 +418,7 @@ cdef class Team:
         cfg.resident_blocks = config.resident_blocks
         cfg.resident_max_bytes = config.resident_max_bytes
         cfg.resident_copy_max_bytes = config.resident_copy_max_bytes
+        cfg.exchange_channel_bytes = config.exchange_channel_bytes
         self.t = NULL
         check(mg_team_create(&cfg, &self.t), 'workspace allocation')
         self.rank, self.nranks, self.device = rank, nranks, device

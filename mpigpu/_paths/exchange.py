@@ -39,13 +39,14 @@ class Ranges:
     """One rank's exchange: send_bytes[p] bytes from send + send_off[p] go to rank p; recv_bytes[p]
     bytes from rank p land at recv + recv_off[p]; `bufs` the device buffers (their streams order the
     call)."""
-    __slots__ = ('send', 'recv', 'send_bytes', 'send_off', 'recv_bytes', 'recv_off', 'bufs')
+    __slots__ = ('send', 'recv', 'send_bytes', 'send_off', 'recv_bytes', 'recv_off', 'bufs', 'device')
 
     def __init__(self, n):
         self.send = self.recv = 0
         self.send_bytes, self.send_off = [0] * n, [0] * n
         self.recv_bytes, self.recv_off = [0] * n, [0] * n
         self.bufs = []
+        self.device = None  # the GPU of its buffers (None: none holds a byte)
 
 
 def eligible(comm):
@@ -236,9 +237,11 @@ def _describe(name, rank, n, args):
     for b in (send, recv):
         if b is not None:
             r.bufs.append(b.buf)
-            if b.buf.nbytes and _cuda.device_of(name, 'buffer', rank, b.buf) != _cuda.device_of(
-                    name, 'buffer', rank, r.bufs[0]):
-                raise _Unread  # buffers on two GPUs: the mirrors take them
+            if b.buf.nbytes:
+                dev = _cuda.device_of(name, 'buffer', rank, b.buf)
+                if r.device is not None and dev != r.device:
+                    raise _Unread  # buffers on two GPUs: the mirrors take them
+                r.device = dev
     if send is not None:
         r.send = send.buf.ptr
     if recv is not None:
@@ -253,11 +256,15 @@ def run(st, comm, name, args, host_call):
     its call and the communicator's team is up, else host_call() (the host MPI call on mirrors), as
     every rank of the call does."""
     ranges = describe(name, comm, st.rank, st.size, args)
+    if ranges is not None and sum(ranges.send_bytes) + sum(ranges.recv_bytes) < config.exchange_min_bytes:
+        ranges = None  # a small call: the mirrors' fixed cost is the smaller (every rank then takes them)
     placement = Placement.DEVICE if ranges is not None else Placement.HOST_MPI
     verdict = st.agreement.decide(name, CODES[name], placement)
     if verdict != Verdict.DEVICE:
         return host_call()
-    dev = _device(st, name, ranges)
+    dev = ranges.device
+    if dev is None:
+        dev = st.device if st.device is not None else _cuda.device.get_device()
     with _cuda.errors_as(name, st.rank):
         st.bind_device(name, dev)
     if st.team is None:  # no device team on this communicator (agreed at its setup): every rank stages
@@ -266,14 +273,6 @@ def run(st, comm, name, args, host_call):
         _cuda.with_device(st.device, _exchange, st, ranges)
     _exchanged[0] += 1
     return None
-
-
-def _device(st, name, ranges):
-    """The GPU of the call's buffers (describe checked they share one), else the rank's."""
-    for buf in ranges.bufs:
-        if buf.nbytes:
-            return _cuda.device_of(name, 'buffer', st.rank, buf)
-    return st.device if st.device is not None else _cuda.device.get_device()
 
 
 def _exchange(st, ranges):

@@ -6,9 +6,12 @@ other forms at 4 MiB per pair. Every result is checked against values each rank 
 
     mpirun -n 2..8 python3 -m mpi4py tests/gpu/exchange_sizes.py   (one GPU per rank)
 """
-import cupy as cp
-import numpy as np
-from mpi4py import MPI
+import os
+
+os.environ.setdefault('MPIGPU_EXCHANGE_MIN_BYTES', '0')  # the transport at every size, small ones too
+import cupy as cp  # noqa: E402
+import numpy as np  # noqa: E402
+from mpi4py import MPI  # noqa: E402
 
 cp.cuda.Device(MPI.COMM_WORLD.Get_rank() % cp.cuda.runtime.getDeviceCount()).use()
 import mpigpu  # noqa: E402

@@ -84,6 +84,11 @@ def _spec(value, vector):
     raise _Unread
 
 
+def _sequence(value):
+    """Counts or displacements given per block: a list, a tuple or an array, as mpi4py's chkarray takes."""
+    return not isinstance(value, (str, bytes)) and hasattr(value, '__len__') and hasattr(value, '__getitem__')
+
+
 def _int(value):
     if isinstance(value, bool):
         raise _Unread
@@ -142,7 +147,7 @@ class _Buffer:
                 raise _Unread
             total = self.buf.nbytes // self.extent
             counts = [total // n + (total % n > i) for i in range(n)]
-        elif type(counts) in (list, tuple):
+        elif _sequence(counts):
             counts = [_int(c) for c in counts]
         else:
             counts = [_int(counts)] * n
@@ -153,7 +158,7 @@ class _Buffer:
             for c in counts:
                 displs.append(at)
                 at += c
-        elif type(displs) in (list, tuple):
+        elif _sequence(displs):
             displs = [_int(d) for d in displs]
         else:
             step = _int(displs)
@@ -248,7 +253,26 @@ def _describe(name, rank, n, args):
         r.recv = recv.buf.ptr
     if not r.send:
         r.send = r.recv
+    if r.send_bytes[rank] != r.recv_bytes[rank]:
+        raise _Unread  # its own block would not fit (host MPI says what is wrong)
+    if _overlap(r, rank):
+        raise _Unread  # aliased buffers: the rounds would overwrite blocks not sent yet; the mirrors copy first
     return r
+
+
+def _overlap(r, rank):
+    """True where bytes this rank sends overlap bytes it receives: MPI calls it erroneous, the mirrors
+    (which copy every input before MPI runs) give the sensible result, the transport's rounds would
+    overwrite blocks not sent yet. The own block in place (the same bytes) is no overlap."""
+    sent = [(r.send + o, r.send + o + b) for p, (b, o) in enumerate(zip(r.send_bytes, r.send_off))
+            if b and p != rank]
+    got = [(r.recv + o, r.recv + o + b) for p, (b, o) in enumerate(zip(r.recv_bytes, r.recv_off))
+           if b and p != rank]
+    src, dst, size = r.send + r.send_off[rank], r.recv + r.recv_off[rank], r.send_bytes[rank]
+    if size and src != dst:  # the own block is copied: its source is read, its destination written
+        sent.append((src, src + size))
+        got.append((dst, dst + size))
+    return any(a < d and c < b for a, b in sent for c, d in got)
 
 
 def run(st, comm, name, args, host_call):
@@ -258,6 +282,8 @@ def run(st, comm, name, args, host_call):
     ranges = describe(name, comm, st.rank, st.size, args)
     if ranges is not None and sum(ranges.send_bytes) + sum(ranges.recv_bytes) < config.exchange_min_bytes:
         ranges = None  # a small call: the mirrors' fixed cost is the smaller (every rank then takes them)
+    if ranges is not None and st.device is not None and ranges.device not in (None, st.device):
+        ranges = None  # buffers on another GPU than the communicator's: the mirrors take them
     placement = Placement.DEVICE if ranges is not None else Placement.HOST_MPI
     verdict = st.agreement.decide(name, CODES[name], placement)
     if verdict != Verdict.DEVICE:

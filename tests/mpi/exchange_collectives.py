@@ -57,6 +57,8 @@ def spec(buf, form, counts, displs):
         return [buf, (counts, displs), MPI.INT]
     if form == 'four':
         return [buf, counts, displs, MPI.INT]
+    if form == 'numpy':  # counts and displacements as arrays, as mpi4py's chkarray takes them
+        return [buf, (np.array(counts), np.array(displs)), MPI.INT]
     return [buf, counts, MPI.INT]  # 'counts': displacements packed in order
 
 
@@ -84,7 +86,7 @@ def cases():
         for form in ('bare', 'counts'):
             yield 'Alltoall', f'count {count}, {form}', lambda d, rt, f=form, g=alltoall: g(d, rt, f)
     for order in ('in order', 'out of order'):
-        for form in ('pair', 'four', 'counts'):
+        for form in ('pair', 'four', 'counts', 'numpy'):
             if form == 'counts' and order != 'in order':
                 continue
 

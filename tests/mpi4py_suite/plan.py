@@ -9,7 +9,9 @@ Per rank count, three jobs over the same modules:
 - fake-gpu: through mpigpu's runner with the fake CUDA layer, the backends reduced to the fake GPU
   arrays and their memory registered as device memory, under the device-pointer guard. Only the
   modules that make such buffers run here (the others have nothing the layer would change).
-A test method that passes in the yardstick must pass in host and fake-gpu (the fake GPU arrays are
+- fake-engine (three ranks, the collective modules): as fake-gpu, on the fake engine's device teams,
+  every size on the exchange transport (the all-to-all family read from mpi4py's buffer forms).
+A test method that passes in the yardstick must pass in host, fake-gpu and fake-engine (the fake GPU arrays are
 among the yardstick's backends, so it has passed the very same method with them); no job may crash
 or hang; the guard must see no registered pointer reach MPI.
 
@@ -58,19 +60,26 @@ SETUP = {  # per rank count: modules, classes left out, backends per mode (None:
             typecodes='bidF',
             backends={'host': ('ArrayNumPy', 'FakeGPUArrayNumPy'), 'fake-gpu': ('FakeGPUArrayNumPy',)}),
 }
-MODES = ('host', 'fake-gpu')
+# fake-engine: the fake GPU arrays on the fake engine's device teams (tests/mpi/fake_engine.py), every size on
+# the exchange transport: the all-to-all family's reading of mpi4py's buffer forms meets the suite's checks
+ENGINE_MODULES = {3: ['test_cco_buf', 'test_cco_vec']}
+ENGINE_ENV = {'MPIGPU_SUITE_FAKE_ENGINE': '1', 'MPIGPU_EXCHANGE_MIN_BYTES': '0', 'MPIGPU_TIMEOUT_S': '60'}
+MODES = ('host', 'fake-gpu', 'fake-engine')
 STALL_S = 60  # a job in which no test starts or ends for this long is hung (a test takes seconds here)
 
 WORK = Path(fetch.CACHE) / 'runs'
 
 
 def modules_for(mode, n):
+    if mode == 'fake-engine':
+        return ENGINE_MODULES.get(n, [])
     mods = SETUP[n]['modules']
     return [m for m in mods if m in FAKE_GPU_MODULES] if mode == 'fake-gpu' else mods
 
 
 def run_rank_count(n, suite, guard, work=WORK):
-    """The three jobs on n ranks: {'yardstick': Run, 'host': Run, 'fake-gpu': Run}."""
+    """The jobs on n ranks: {'yardstick': Run, 'host': Run, 'fake-gpu': Run, and 'fake-engine': Run where it
+    has modules}."""
     setup = SETUP[n]
     common = dict(nranks=n, suite=suite, skip_classes=setup['skip_classes'], typecodes=setup['typecodes'],
                   stall_s=STALL_S)
@@ -81,6 +90,9 @@ def run_rank_count(n, suite, guard, work=WORK):
         'fake-gpu': dict(modules=modules_for('fake-gpu', n), runner='mpigpu', fake_device=True, guard=guard,
                          backends=','.join(setup['backends']['fake-gpu'])),
     }
+    if modules_for('fake-engine', n):
+        jobs_of['fake-engine'] = dict(modules=modules_for('fake-engine', n), runner='mpigpu', fake_device=True,
+                                      guard=guard, backends=','.join(setup['backends']['fake-gpu']), env=ENGINE_ENV)
 
     def one(name):
         kw = dict(jobs_of[name])

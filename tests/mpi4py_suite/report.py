@@ -37,8 +37,8 @@ def report(all_runs):
               f'{"; ".join(run.exit_crashes) or "-"} |')
     p('\n## Counts per module\n\nrun / failed / errored / crashed / hung / skipped test methods; regressed: passes '
       'under plain mpi4py, not here; guard: calls in which a fake device pointer reached MPI.\n')
-    p('| module | ranks | mpi4py | host | regressed | fake-gpu | regressed | guard |')
-    p('|---|---|---|---|---|---|---|---|')
+    p('| module | ranks | mpi4py | host | regressed | fake-gpu | regressed | fake-engine | regressed | guard |')
+    p('|---|---|---|---|---|---|---|---|---|---|')
     failures, hits = [], defaultdict(set)
     for module in plan.JUDGED + plan.EXTRA:
         for n, runs in all_runs.items():

@@ -150,7 +150,7 @@ def _handler(owner, name, base, params, bufs, state_of):
             raise BufferArgumentError(name, f'device memory is not supported here: {_REFUSED[name]}', arg=bufs[0],
                         rank=st.rank, error_class=MPI.ERR_BUFFER)
         if exchanged:  # the mirrors' forms are read only where the ranks agree on the host MPI call
-            return exchange.run(st, self, name, args, lambda: mirrored_call(self, st, args, 'blocking'))
+            return exchange.run(st, name, args, lambda: mirrored_call(self, st, args, 'blocking'))
         return mirrored_call(self, st, args, kind)
 
     def mirrored_call(self, st, args, kind):

@@ -49,11 +49,6 @@ class Ranges:
         self.device = None  # the GPU of its buffers (None: none holds a byte)
 
 
-def eligible(comm):
-    """True where this path may take a call: an intracommunicator whose ranks fit one device team."""
-    return isinstance(comm, MPI.Intracomm) and config.exchange
-
-
 def _is_datatype(x):
     return isinstance(x, (MPI.Datatype, str))
 
@@ -176,14 +171,12 @@ class _Buffer:
                 raise _Unread
 
 
-def describe(name, comm, rank, n, args):
-    """The Ranges of this rank's call `name` (mpi4py's arguments `args`), or None where only the host MPI
-    call can take it."""
+def describe(name, rank, n, args):
+    """The Ranges of this rank's call `name` (mpi4py's arguments `args`) on a communicator of n ranks,
+    or None where only the host MPI call can take it."""
     try:
         return _describe(name, rank, n, args)
-    except (_Unread, TypeError, ValueError, OverflowError, AttributeError):
-        return None
-    except Exception:  # noqa: BLE001 - what the intake raises for arguments it refuses: mpi4py says it
+    except Exception:  # noqa: BLE001 - _Unread, or what the intake raised: the host MPI call says it
         return None
 
 
@@ -275,11 +268,11 @@ def _overlap(r, rank):
     return any(a < d and c < b for a, b in sent for c, d in got)
 
 
-def run(st, comm, name, args, host_call):
+def run(st, name, args, host_call):
     """Runs blocking call `name` on device buffers: on the exchange transport when every rank described
     its call and the communicator's team is up, else host_call() (the host MPI call on mirrors), as
     every rank of the call does."""
-    ranges = describe(name, comm, st.rank, st.size, args)
+    ranges = describe(name, st.rank, st.size, args)
     if ranges is not None and sum(ranges.send_bytes) + sum(ranges.recv_bytes) < config.exchange_min_bytes:
         ranges = None  # a small call: the mirrors' fixed cost is the smaller (every rank then takes them)
     if ranges is not None and st.device is not None and ranges.device not in (None, st.device):

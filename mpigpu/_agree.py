@@ -45,7 +45,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import _cuda, _deadline, _undecided
-from ._codes import Coll, Placement, Verdict
+from ._codes import ENGINE_COLLS, Coll, Placement, Verdict
 from ._config import config
 from ._ext._board import BEHIND, Board, board_bytes
 from ._topology import simulated_node
@@ -66,6 +66,10 @@ _CLOSE_WAIT_S = 5.0            # at exit, how long a host rank's last exchanges 
 # A non-blocking device call spins this long for its peers' posts before it returns undecided: the ranks
 # of a call arrive within microseconds of each other, and a decided call launches at once.
 _LOOK_S = 20e-6
+# The all-to-all family's codes (mpigpu/_paths/exchange.py): its transport lives within one node's team,
+# so on a communicator spanning nodes these calls are the host MPI call whatever the ranks bring, and
+# nothing is posted for them (no MPI_Iallreduce per host call).
+_NODE_ONLY = frozenset(Coll) - frozenset(ENGINE_COLLS)
 
 
 def _host_key():
@@ -282,7 +286,14 @@ class Agreement:
             self.st.broken = 'this rank gave up on a call its peers may have begun'
         self._route_general()
 
+    def _host_only(self, coll):
+        """True for a call that can only be the host MPI call here (every rank reaches the same answer
+        once the setup is done): the all-to-all family across nodes."""
+        return self.nodes > 1 and coll in _NODE_ONLY
+
     def _post(self, name, coll, placement):
+        if self._host_only(coll):
+            return
         mode = self.mode
         if mode == 'board':
             if not self.board.post(coll, placement):
@@ -314,7 +325,7 @@ class Agreement:
                 _undecided.settle(agreement=self)
             if not nonblocking:
                 self.st.check_usable(name)
-        if not self._ready(nonblocking):
+        if not self._ready(nonblocking) or self._host_only(coll):
             return Verdict.HOST_MPI
         mode = self.mode
         if defer and mode in ('board', 'net'):

@@ -196,6 +196,9 @@ for name, what, build in cases():
             if name not in ('Gather', 'Gatherv', 'Scatter', 'Scatterv'):
                 break  # one root is enough for the rootless ones
 
+if not one_node:  # across nodes the family is the host MPI call: nothing posted, no exchange started
+    from mpigpu._state import state_of
+    assert not state_of(comm).agreement._pending, 'the all-to-all family posted across nodes'
 total = plain.allreduce(checks)
 if rank == 0:
     print(f'exchange collectives on {n} ranks: {total} checks identical to mpi4py '

@@ -18,9 +18,24 @@ def agree(comm, reason):
     return next((r for r in reasons if r), '')
 
 
-def _why_not(comm, rank, n, dev, bus, buses, shared):
+# The knobs every rank's workspace layout and protocols read alike: a rank addresses its peers' workspaces
+# with its own layout, and both ends of an exchange pair count its channels (docs/tuning.md).
+_SHARED_KNOBS = ('chunk_bytes', 'nslots', 'max_channels', 'll128_bytes', 'exchange_channel_bytes')
+
+
+def _knobs():
+    return tuple(getattr(config, k) for k in _SHARED_KNOBS)
+
+
+def _why_not(comm, rank, n, dev, bus, buses, shared, knobs):
     """'' when these ranks can form a team, else why not (this rank's view)."""
     dm = _cuda.device
+    for peer, theirs in enumerate(knobs):
+        if theirs != knobs[0]:
+            diff = ', '.join(f'{k}: {a} on rank 0, {b} on rank {peer}'
+                             for k, a, b in zip(_SHARED_KNOBS, knobs[0], theirs) if a != b)
+            return f'the ranks set the team knobs differently ({diff})'
+
     node = node_comm(comm)  # a simulated node under MPIGPU_SIMULATE_NODES
     try:
         local = node.Get_size() == n
@@ -52,9 +67,9 @@ def setup(comm, rank, n, dev):
     Returns (team or None, reason ('' with a team), the team's control communicator or None)."""
     dm = _cuda.device
     bus = dm.pci_bus_id(dev)
-    buses = _deadline.allgather(comm, bus)
+    buses, knobs = zip(*_deadline.allgather(comm, (bus, _knobs())))
     shared = len(set(buses)) != n
-    reason = agree(comm, _why_not(comm, rank, n, dev, bus, buses, shared))
+    reason = agree(comm, _why_not(comm, rank, n, dev, bus, buses, shared, knobs))
     team = handle = None
     try:
         if not reason:

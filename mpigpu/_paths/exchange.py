@@ -15,9 +15,10 @@ import operator
 from mpi4py import MPI
 
 from .. import _cuda
-from .._call import datatype_of, read_whole
+from .._call import datatype_of, read_whole, unpack_spec
 from .._codes import Coll, Placement, Verdict
 from .._config import config
+from . import packing
 
 # The blocking methods this path takes, with their code on the placement board.
 CODES = {'Alltoall': Coll.ALLTOALL, 'Alltoallv': Coll.ALLTOALLV, 'Allgatherv': Coll.ALLGATHERV,
@@ -49,41 +50,6 @@ class Ranges:
         self.device = None  # the GPU of its buffers (None: none holds a byte)
 
 
-def _is_datatype(x):
-    return isinstance(x, (MPI.Datatype, str))
-
-
-def _spec(value, vector):
-    """(buffer object, count(s), displacement(s), datatype) of a buffer or a specification, exactly as
-    mpi4py's message_simple (`vector` False) and message_vector read them (None: not given)."""
-    if type(value) not in (list, tuple):
-        return value, None, None, None
-    items = list(value)
-    pair = (tuple,) if vector else (tuple, list)  # a v-message's counts may be a list, never a pair
-    if len(items) == 2:
-        obj, x = items
-        if _is_datatype(x):
-            return obj, None, None, x
-        if type(x) in pair:
-            counts, displs = x
-            return obj, counts, displs, None
-        return obj, x, None, None
-    if len(items) == 3:
-        obj, x, dt = items
-        if type(x) in pair:
-            counts, displs = x
-            return obj, counts, displs, dt
-        return obj, x, None, dt
-    if len(items) == 4:
-        return tuple(items)
-    raise _Unread
-
-
-def _sequence(value):
-    """Counts or displacements given per block: a list, a tuple or an array, as mpi4py's chkarray takes."""
-    return not isinstance(value, (str, bytes)) and hasattr(value, '__len__') and hasattr(value, '__getitem__')
-
-
 def _int(value):
     if isinstance(value, bool):
         raise _Unread
@@ -98,7 +64,14 @@ class _Buffer:
     of a contiguous datatype: its DeviceBuffer, element extent, counts and displacements as given."""
 
     def __init__(self, name, label, rank, value, writable, vector):
-        obj, counts, displs, dt = _spec(value, vector)
+        if type(value) not in (list, tuple):
+            obj, counts, displs, dt = value, None, 0, None
+        elif not vector:
+            obj, counts, displs, dt = unpack_spec(name, label, rank, value)
+        elif 2 <= len(value) <= 4:
+            obj, (counts, displs, dt) = value[0], packing.vector_spec(list(value[1:]))
+        else:
+            raise _Unread  # mpi4py's "expecting 2 to 4 items"
         if obj is None or obj is MPI.IN_PLACE:
             raise _Unread
         self.buf = read_whole(name, label, rank, obj, writable, _cuda.consumer_stream)
@@ -115,12 +88,11 @@ class _Buffer:
 
     def simple(self, blocks):
         """A simple message of `blocks` equal blocks: (bytes of one block, offset of the first)."""
-        displ = 0 if self.displs is None else _int(self.displs)
-        offset = displ * self.extent
+        offset = self.displs * self.extent
         if offset > self.buf.nbytes:
             raise _Unread
         if self.counts is not None:
-            count = _int(self.counts)
+            count = self.counts
         else:
             length = self.buf.nbytes - offset
             if length % self.extent or (length // self.extent) % blocks:
@@ -136,30 +108,9 @@ class _Buffer:
 
     def vector(self, n):
         """A v-message's n blocks: (bytes, offsets), as mpi4py fills counts and displacements."""
-        counts, displs = self.counts, self.displs
-        if counts is None:
-            if self.buf.nbytes % self.extent:
-                raise _Unread
-            total = self.buf.nbytes // self.extent
-            counts = [total // n + (total % n > i) for i in range(n)]
-        elif _sequence(counts):
-            counts = [_int(c) for c in counts]
-        else:
-            counts = [_int(counts)] * n
-        if len(counts) != n:
+        if self.counts is None and self.buf.nbytes % self.extent:
             raise _Unread
-        if displs is None:
-            displs, at = [], 0
-            for c in counts:
-                displs.append(at)
-                at += c
-        elif _sequence(displs):
-            displs = [_int(d) for d in displs]
-        else:
-            step = _int(displs)
-            displs = [step * i for i in range(n)]
-        if len(displs) != n:
-            raise _Unread
+        counts, displs = packing.vector_counts(self.counts, self.displs, self.buf.nbytes // self.extent, n)
         sizes, offsets = [c * self.extent for c in counts], [d * self.extent for d in displs]
         self.check(sizes, offsets)
         return sizes, offsets

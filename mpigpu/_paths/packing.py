@@ -199,13 +199,13 @@ def _simple(name, label, rank, rest, nbytes, blocks, elementwise, itemsize=0):
     return [(lay, instances, offset, 0)], spec
 
 
-def _vector(rest, nbytes, blocks, itemsize=0):
-    """(runs, rewritten rest) of a vector message: one run per block, packed in block order (`itemsize`:
-    any datatype, read for `reach`)."""
+def vector_spec(rest):
+    """(counts, displacements, datatype) from the items after a vector message's buffer, as mpi4py's
+    message_vector reads them (None: not given)."""
     counts = displs = dt = None
     if len(rest) == 1:
         x = rest[0]
-        if isinstance(x, MPI.Datatype):
+        if isinstance(x, (MPI.Datatype, str)):
             dt = x
         elif type(x) is tuple and len(x) == 2:
             counts, displs = x
@@ -217,19 +217,15 @@ def _vector(rest, nbytes, blocks, itemsize=0):
             counts, displs = counts
     elif len(rest) == 3:
         counts, displs, dt = rest
-    if itemsize:
-        if counts is None:
-            raise _Unsupported  # inferred from the length: within it
-        lay = _layout_of(dt, itemsize)
-    elif not _wanted(dt, not nbytes):
-        raise _Unsupported
-    else:
-        lay = _datatypes.layout(dt)
+    return counts, displs, dt
+
+
+def vector_counts(counts, displs, instances, blocks):
+    """Each block's count and displacement (in extents) of a vector message over `instances` instances,
+    filled as message_vector fills what is not given: counts split evenly, displacements packed in block
+    order, or a stride. Raises _Unsupported where mpi4py would raise."""
     if counts is None:
-        if nbytes and (lay.extent <= 0 or nbytes % lay.extent):
-            raise _Unsupported
-        total = nbytes // lay.extent if nbytes else 0
-        counts = [total // blocks + (total % blocks > i) for i in range(blocks)]
+        counts = [instances // blocks + (instances % blocks > i) for i in range(blocks)]
     elif _integral(counts):
         counts = [_index(counts)] * blocks
     else:
@@ -244,6 +240,24 @@ def _vector(rest, nbytes, blocks, itemsize=0):
         displs = [step * i for i in range(blocks)]
     else:
         displs = _ints(displs, blocks)
+    return counts, displs
+
+
+def _vector(rest, nbytes, blocks, itemsize=0):
+    """(runs, rewritten rest) of a vector message: one run per block, packed in block order (`itemsize`:
+    any datatype, read for `reach`)."""
+    counts, displs, dt = vector_spec(rest)
+    if itemsize:
+        if counts is None:
+            raise _Unsupported  # inferred from the length: within it
+        lay = _layout_of(dt, itemsize)
+    elif not _wanted(dt, not nbytes):
+        raise _Unsupported
+    else:
+        lay = _datatypes.layout(dt)
+    if counts is None and nbytes and (lay.extent <= 0 or nbytes % lay.extent):
+        raise _Unsupported
+    counts, displs = vector_counts(counts, displs, nbytes // lay.extent if nbytes else 0, blocks)
     runs, packed_at, at = [], [], 0
     for c, d in zip(counts, displs):
         runs.append((lay, c, d * lay.extent, at * lay.size))

@@ -142,6 +142,14 @@ class Mpi4pyImpl:
         return mpi_call(self.comm, b, op)
 
 
+def require_staging(b, stream):
+    """Raises Unavailable for a row that no staging through the host times: host buffers, stream order."""
+    if b.xp is np:
+        raise Unavailable('host buffers: nothing to stage')
+    if stream:
+        raise Unavailable('host staging has no stream-ordered form')
+
+
 class StagedImpl:
     """How users move GPU arrays through a non-CUDA-aware MPI today: asnumpy -> MPI -> asarray."""
     name = 'staged'
@@ -150,10 +158,7 @@ class StagedImpl:
         self.comm = _plain.Intracomm(comm)
 
     def make(self, b, op, stream=False):
-        if b.xp is np:
-            raise Unavailable('host buffers: nothing to stage')
-        if stream:
-            raise Unavailable('host staging has no stream-ordered form')
+        require_staging(b, stream)
         if b.coll in vrows.COLLS:
             # this row's staged path is mpigpu's own with its device path off (MPIGPU_EXCHANGE=0), a
             # setting of the whole run; within a run, `hand` stages as a program would

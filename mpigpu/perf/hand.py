@@ -2,7 +2,7 @@
 import numpy as np
 
 from .. import _plain
-from .baselines import Unavailable, make_buffers, mpi_call
+from .baselines import Unavailable, make_buffers, mpi_call, require_staging
 
 
 class HandImpl:
@@ -16,10 +16,7 @@ class HandImpl:
         self.comm = _plain.Intracomm(comm)
 
     def make(self, b, op, stream=False):
-        if b.xp is np:
-            raise Unavailable('host buffers: nothing to stage')
-        if stream:
-            raise Unavailable('host staging has no stream-ordered form')
+        require_staging(b, stream)
         if b.inplace:
             raise Unavailable('in-place calls are not staged by hand')
         host = make_buffers(np, b.coll, b.count, b.send.dtype, b.n, b.rank, False, b.root)

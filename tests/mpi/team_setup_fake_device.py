@@ -89,6 +89,18 @@ if n >= 3:
     check('two GPUs without peer access', team is None and 'no peer access' in reason, reason)
 config.shared_gpu = False
 
+# A knob the workspace layout or the exchange reads set differently on one rank: no team on any rank,
+# with the knob named (each rank would address its peers' workspaces with its own layout).
+if n >= 2:
+    saved = config.exchange_channel_bytes
+    if rank == n - 1:
+        config.exchange_channel_bytes = saved * 2
+    team, reason = setup(lambda r: r, everyone)
+    check('knobs differ', team is None and 'exchange_channel_bytes' in reason and f'rank {n - 1}' in reason, reason)
+    config.exchange_channel_bytes = saved
+    team, reason = setup(lambda r: r, everyone)
+    check('knobs alike again', team is not None and reason == '', reason)
+
 comm.Barrier()
 if rank == 0:
     print(f'team setup decisions on {n} ranks: ok')

@@ -21,6 +21,14 @@ def test_alltoallv_ranges_follow_mpi4py_forms():
     assert got.send_off == [0, 16] and got.recv_off == [0, 16]
 
 
+def test_bare_buffers_split_evenly_and_packed():
+    # a bare v-message: counts split as mpi4py splits them, displacements packed (not all at 0)
+    got = exchange.describe('Allgatherv', 0, 3, [dev(2), dev(7)])
+    assert got is None  # the own block (2) is not the split's 3: the host MPI call says what is wrong
+    got = exchange.describe('Allgatherv', 0, 3, [dev(3), dev(7)])
+    assert got.recv_bytes == [12, 8, 8] and got.recv_off == [0, 12, 20]
+
+
 def test_simple_message_with_displacement_and_blocks():
     s, r = dev(9), dev(8)
     got = exchange.describe('Alltoall', 0, 2, [[s, (4, 1), MPI.INT], r])

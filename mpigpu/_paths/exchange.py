@@ -64,8 +64,8 @@ class _Buffer:
     of a contiguous datatype: its DeviceBuffer, element extent, counts and displacements as given."""
 
     def __init__(self, name, label, rank, value, writable, vector):
-        if type(value) not in (list, tuple):
-            obj, counts, displs, dt = value, None, 0, None
+        if type(value) not in (list, tuple):  # a v-message's displacements not given: packed, not 0
+            obj, counts, displs, dt = value, None, None if vector else 0, None
         elif not vector:
             obj, counts, displs, dt = unpack_spec(name, label, rank, value)
         elif 2 <= len(value) <= 4:

@@ -12,7 +12,7 @@
 // Each channel (block) splits its warps: four send, four receive, on named barriers of their own, so a
 // rank always drains what its peers push while it pushes (a FIFO that fills waits for the receiver).
 // Rounds pair them without a cycle: in round i every rank sends to rank me + i and receives from
-// rank me - i, the matching half of its peers' round i; round 0 is the rank's own block, a local copy.
+// rank me - i, the matching half of its peers' round i; the rank's own block is a local copy.
 #pragma once
 #include "protocol.cuh"
 
@@ -54,62 +54,60 @@ __device__ __forceinline__ ExchangeSpan exchange_span(const ExchangeArgs &a, siz
   return ExchangeSpan{lo, len, (int)((len + a.layout.slot_bytes - 1) / a.layout.slot_bytes)};
 }
 
-// Copies n bytes in words of W (every thread of the group), through volatile loads: a slot is
-// rewritten every nslots steps and L1 is not coherent across GPUs.
-template <typename W>
+// Loads one word of W: volatile where the source is a FIFO slot (rewritten every nslots steps, and L1
+// is not coherent across GPUs), plain where it is the caller's buffer, which no one writes during the
+// call (volatile loads there cost the sender's reads their caching).
+template <typename W, bool Volatile>
+__device__ __forceinline__ W load_word(const char *p) {
+  if constexpr (!Volatile) {
+    return *reinterpret_cast<const W *>(p);
+  } else if constexpr (sizeof(W) == 16) {
+    const uint4 v = ld_volatile_v4(p);
+    W w;
+    memcpy(&w, &v, 16);
+    return w;
+  } else {
+    return *reinterpret_cast<const volatile W *>(p);
+  }
+}
+
+// Copies n bytes in words of W (every thread of the group), U words in flight per thread.
+template <typename W, bool Volatile>
 __device__ __forceinline__ void copy_words(const Group &g, const char *s, char *d, size_t n) {
   const size_t nw = n / sizeof(W);
   size_t i = (size_t)g.tid;
-  constexpr int U = 4;
+  constexpr int U = 8;
   for (; i + (U - 1) * (size_t)g.nthreads < nw; i += U * (size_t)g.nthreads) {
     W w[U];
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      if constexpr (sizeof(W) == 16) {
-        const uint4 v = ld_volatile_v4(s + (i + u * (size_t)g.nthreads) * 16);
-        memcpy(&w[u], &v, 16);
-      } else {
-        w[u] = *reinterpret_cast<const volatile W *>(s + (i + u * (size_t)g.nthreads) * sizeof(W));
-      }
-    }
+    for (int u = 0; u < U; ++u) w[u] = load_word<W, Volatile>(s + (i + u * (size_t)g.nthreads) * sizeof(W));
 #pragma unroll
     for (int u = 0; u < U; ++u) *reinterpret_cast<W *>(d + (i + u * (size_t)g.nthreads) * sizeof(W)) = w[u];
   }
-  for (; i < nw; i += (size_t)g.nthreads) {
-    W w;
-    if constexpr (sizeof(W) == 16) {
-      const uint4 v = ld_volatile_v4(s + i * 16);
-      memcpy(&w, &v, 16);
-    } else {
-      w = *reinterpret_cast<const volatile W *>(s + i * sizeof(W));
-    }
-    *reinterpret_cast<W *>(d + i * sizeof(W)) = w;
-  }
+  for (; i < nw; i += (size_t)g.nthreads)
+    *reinterpret_cast<W *>(d + i * sizeof(W)) = load_word<W, Volatile>(s + i * sizeof(W));
   for (size_t j = nw * sizeof(W) + (size_t)g.tid; j < n; j += (size_t)g.nthreads)
-    d[j] = *reinterpret_cast<const volatile char *>(s + j);
+    d[j] = load_word<char, Volatile>(s + j);
 }
 
 // In the widest word both addresses are aligned to (a user's block may start at any element).
+template <bool Volatile>
 __device__ __forceinline__ void copy_bytes(const Group &g, const char *s, char *d, size_t n) {
   const uintptr_t bits = (uintptr_t)s | (uintptr_t)d;
-  if ((bits & 15) == 0) copy_words<uint4>(g, s, d, n);
-  else if ((bits & 7) == 0) copy_words<uint64_t>(g, s, d, n);
-  else if ((bits & 3) == 0) copy_words<uint32_t>(g, s, d, n);
-  else if ((bits & 1) == 0) copy_words<uint16_t>(g, s, d, n);
-  else copy_words<uint8_t>(g, s, d, n);
+  if ((bits & 15) == 0) copy_words<uint4, Volatile>(g, s, d, n);
+  else if ((bits & 7) == 0) copy_words<uint64_t, Volatile>(g, s, d, n);
+  else if ((bits & 3) == 0) copy_words<uint32_t, Volatile>(g, s, d, n);
+  else if ((bits & 1) == 0) copy_words<uint16_t, Volatile>(g, s, d, n);
+  else copy_words<uint8_t, Volatile>(g, s, d, n);
 }
 
-// The sending warps of channel ch: round 0 copies the rank's own block, round i pushes to me + i.
-// False when a wait stopped (the call is poisoned: nothing more is stored or published).
+// The sending warps of channel ch: round i pushes to me + i, then the rank's own block is copied
+// (last: the copy overlaps the peers' pushes this rank's receiving warps drain, where first it
+// delayed every push by the time of a local copy). False when a wait stopped (the call is poisoned:
+// nothing more is stored or published).
 __device__ __forceinline__ bool exchange_send(const Group &g, const ExchangeArgs &a, TeamState *state, int ch) {
   const int me = a.rank, n = a.nranks, D = a.layout.nslots;
   const char *mine = a.ws[me];
-  {
-    const ExchangeSpan own = exchange_span(a, a.send_bytes[me], ch);
-    const char *s = a.send + a.send_off[me] + own.lo;
-    char *d = a.recv + a.recv_off[me] + own.lo;
-    if (own.len && s != d) copy_bytes(g, s, d, own.len);
-  }
   for (int i = 1; i < n; ++i) {
     const int dst = (me + i) % n;
     const ExchangeSpan sp = exchange_span(a, a.send_bytes[dst], ch);
@@ -122,12 +120,16 @@ __device__ __forceinline__ bool exchange_send(const Group &g, const ExchangeArgs
       if (g.sync_or(stop)) return false;
       const size_t lo = (size_t)t * a.layout.slot_bytes;
       const size_t len = sp.len - lo < a.layout.slot_bytes ? sp.len - lo : a.layout.slot_bytes;
-      copy_bytes(g, a.send + a.send_off[dst] + sp.lo + lo, a.ws[dst] + a.layout.xchg_off(ch, me, step), len);
+      copy_bytes<false>(g, a.send + a.send_off[dst] + sp.lo + lo, a.ws[dst] + a.layout.xchg_off(ch, me, step), len);
       g.sync();
       if (g.tid == 0) st_release_sys((uint64_t *)(a.ws[dst] + Layout::xdata_off(ch, me)), step + 1);
     }
     if (g.tid == 0) state->xsent[ch][dst] = base + (uint64_t)sp.steps;
   }
+  const ExchangeSpan own = exchange_span(a, a.send_bytes[me], ch);
+  const char *s = a.send + a.send_off[me] + own.lo;
+  char *d = a.recv + a.recv_off[me] + own.lo;
+  if (own.len && s != d) copy_bytes<false>(g, s, d, own.len);
   return true;
 }
 
@@ -146,7 +148,7 @@ __device__ __forceinline__ bool exchange_receive(const Group &g, const ExchangeA
       if (g.sync_or(stop)) return false;
       const size_t lo = (size_t)t * a.layout.slot_bytes;
       const size_t len = sp.len - lo < a.layout.slot_bytes ? sp.len - lo : a.layout.slot_bytes;
-      copy_bytes(g, mine + a.layout.xchg_off(ch, src, step), a.recv + a.recv_off[src] + sp.lo + lo, len);
+      copy_bytes<true>(g, mine + a.layout.xchg_off(ch, src, step), a.recv + a.recv_off[src] + sp.lo + lo, len);
       g.sync();
       if (g.tid == 0) st_release_sys((uint64_t *)(a.ws[src] + Layout::xack_off(ch, me)), step + 1);
     }

@@ -144,7 +144,13 @@ def _handler(owner, name, base, params, bufs, state_of):
                                          'Reduce_local')
     receive = kind == 'start' and ('recv' in name.lower() or 'read' in name.lower())
 
+    fast = exchange.fast_entry() if exchanged else None
+    code = int(exchange.CODES[name]) if exchanged else -1
+    rooted = 'root' in params
+
     def device_call(self, args):
+        if fast is not None and fast(self, code, args[0], args[1], args[2] if rooted else None):
+            return None  # the exchange's fast path ran it (mpigpu/_ext/_exchange.pxi)
         st = state_of(self)
         if kind == 'refused':
             raise BufferArgumentError(name, f'device memory is not supported here: {_REFUSED[name]}', arg=bufs[0],

@@ -60,3 +60,86 @@ def test_what_it_does_not_read():
     assert exchange.describe('Alltoall', 0, 2, [np.zeros(8, np.int32), dev(8)]) is None  # host memory
     assert exchange.describe('Alltoallv', 0, 2, [[dev(4), [2, 2], [0, 3]], dev(4)]) is None  # past the end
     assert exchange.describe('Gather', 0, 2, [dev(2), dev(4), 5]) is None  # no such root
+
+
+# ---- the fast path's reader (mpigpu/_ext/_exchange.pxi) against describe --------------------------
+def _fast_reader():
+    from mpigpu._ext import _device
+    _device.bind_exchange_entry((), None, MPI.Datatype, MPI.IN_PLACE)
+    return _device.exchange_ranges_of
+
+
+def _forms(n, rank):
+    """(name, args) of one rank's call in forms both readers take (and some both decline)."""
+    rng = np.random.default_rng(n * 10 + rank)
+    counts = [int(c) for c in rng.integers(0, 4, n)]
+    displs = [int(d) for d in np.cumsum([0] + counts[:-1])][::-1]  # out of order, may overlap: describe decides
+    order = [int(d) for d in np.cumsum([0] + counts[:-1])]
+    total = sum(counts)
+    yield 'Alltoall', [dev(3 * n), dev(3 * n)]
+    yield 'Alltoall', [dev(2 * n, np.float64), dev(4 * n, np.float32)]
+    yield 'Gather', [dev(3), dev(3 * n), n - 1]
+    yield 'Gather', [dev(3), dev(3 * n), 0]
+    yield 'Gather', [MPI.IN_PLACE, dev(3 * n), rank]
+    yield 'Scatter', [dev(3 * n), dev(3), n - 1]
+    yield 'Scatter', [dev(3 * n), MPI.IN_PLACE, rank]
+    yield 'Scatter', [dev(3 * n), dev(3, np.float64), rank]
+    for dt in (None, MPI.INT, MPI.FLOAT):
+        extra = [] if dt is None else [dt]
+        yield 'Alltoallv', [[dev(total), counts, order] + extra, [dev(total), counts, order] + extra]
+        yield 'Alltoallv', [[dev(total + 4), (counts, displs)] + extra, [dev(total), counts] + extra]
+        yield 'Alltoallv', [[dev(total), np.array(counts), np.array(order)] + extra, [dev(total), counts] + extra]
+        yield 'Allgatherv', [dev(counts[rank]), [dev(total), counts, order] + extra]
+        yield 'Allgatherv', [MPI.IN_PLACE, [dev(total), (counts, order)] + extra]
+        yield 'Allgatherv', [None, [dev(total + 2), counts, displs] + extra]
+        yield 'Gatherv', [dev(counts[rank]), [dev(total), counts, order] + extra, 0]
+        yield 'Gatherv', [MPI.IN_PLACE, [dev(total), counts, order] + extra, rank]
+        yield 'Scatterv', [[dev(total), counts, displs] + extra, dev(counts[rank]), rank]
+        yield 'Scatterv', [[dev(total), (counts, order)] + extra, MPI.IN_PLACE, rank]
+        yield 'Scatterv', [[dev(total), counts] + extra, dev(counts[0]), 0]
+    x = dev(4 * n)
+    yield 'Alltoall', [x, x]  # aliased
+    yield 'Alltoallv', [[dev(4), [2, 2] + [0] * (n - 2)], [dev(4), [1, 3] + [0] * (n - 2)]]  # own block differs
+    yield 'Alltoallv', [[dev(total), counts, order, MPI.INT.Create_vector(1, 1, 1)], [dev(total), counts]]
+
+
+def test_fast_reader_reads_what_describe_reads():
+    """The fast path's reader gives describe's byte ranges for the common forms (bare arrays; counts and
+    displacements as lists, tuples or NumPy arrays; contiguous datatypes; in place) and declines where
+    describe does."""
+    fast = _fast_reader()
+    from mpigpu._codes import Coll
+    taken, declined = set(), 0
+    for n in (1, 2, 3, 5):
+        for rank in range(n):
+            for name, args in _forms(n, rank):
+                root = args[2] if name in ('Gather', 'Gatherv', 'Scatter', 'Scatterv') else -1
+                want = exchange.describe(name, rank, n, args)
+                got = fast(int(getattr(Coll, name.upper())), rank, n, args[0], args[1], root)
+                assert (got is None) == (want is None), (name, n, rank, args)
+                if got is None:
+                    declined += 1
+                    continue
+                assert got == (want.send, want.recv, want.send_bytes, want.send_off, want.recv_bytes,
+                               want.recv_off), (name, n, rank)
+                taken.add(name)
+    assert taken == {'Alltoall', 'Alltoallv', 'Allgatherv', 'Gather', 'Gatherv', 'Scatter', 'Scatterv'}
+    assert declined  # the corpus holds calls both decline (aliased, mismatched, a list as datatype)
+
+
+def test_fast_reader_declines_what_it_does_not_read():
+    fast = _fast_reader()
+    from mpigpu._codes import Coll
+    vec = MPI.INT.Create_vector(2, 1, 2).Commit()
+    try:
+        assert fast(int(Coll.ALLTOALLV), 0, 2, [dev(8), [1, 1], [0, 2], vec], [dev(8), [1, 1], [0, 2], vec]) is None
+    finally:
+        vec.Free()
+    x = dev(8)
+    assert fast(int(Coll.ALLTOALL), 0, 2, x, x) is None  # aliased
+    assert fast(int(Coll.ALLTOALL), 0, 2, MPI.IN_PLACE, x) is None
+    assert fast(int(Coll.ALLTOALL), 0, 2, [dev(8), 4, MPI.INT], dev(8)) is None  # another form: describe reads it
+    assert fast(int(Coll.ALLTOALLV), 0, 2, [dev(4), [2, 2], [0, 3]], [dev(4), [2, 2]]) is None  # past the end
+    assert fast(int(Coll.ALLTOALLV), 0, 2, [dev(4), [2, True]], [dev(4), [2, 2]]) is None  # not an int
+    assert fast(int(Coll.ALLTOALL), 0, 2, np.zeros(8, np.int32), dev(8)) is None  # host memory
+    assert fast(int(Coll.ALLTOALL), 0, 2, dev(7), dev(8)) is None  # not n equal blocks

@@ -532,7 +532,7 @@ cdef class Team:
         """The all-to-all family's exchange (mg_exchange): send_bytes[p] bytes from send + send_off[p]
         to rank p, recv_bytes[p] bytes from rank p into recv + recv_off[p]; with `sync`, returns with
         the result (GIL released), else enqueued on `stream` as run() does."""
-        cdef int e, r, n = len(send_bytes)
+        cdef int r, n = len(send_bytes)
         cdef mg_exchange_call x
         if self.t == NULL:
             raise DeviceError(MG_ERR_TEAM, 'exchange on a released team')
@@ -544,11 +544,17 @@ cdef class Team:
             x.send_bytes[r], x.send_off[r] = send_bytes[r], send_off[r]
             x.recv_bytes[r], x.recv_off[r] = recv_bytes[r], recv_off[r]
         if sync:
-            with nogil:
-                e = mg_exchange_wait(self.t, &x, stream)
-            check(e, 'exchange')
+            self.run_exchange(&x, stream)
         else:
             check(mg_exchange(self.t, &x, stream, 1), 'exchange launch')
+
+    cdef int run_exchange(self, const mg_exchange_call *x, uintptr_t stream) except -1:
+        """A blocking exchange (mg_exchange_wait, the GIL released) of a team that is up."""
+        cdef int e
+        with nogil:
+            e = mg_exchange_wait(self.t, x, stream)
+        check(e, 'exchange')
+        return 0
 
     cdef int run_agreed(self, Board board, int coll, int algo, int dtype, int op, uintptr_t send, uintptr_t recv,
                         size_t count, int root, int nchannels, uintptr_t stream) except -1:
@@ -997,3 +1003,4 @@ def fast_entry_capsule(bytes name):
 
 
 include "_pack.pxi"
+include "_exchange.pxi"

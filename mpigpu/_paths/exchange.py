@@ -18,6 +18,7 @@ from .. import _cuda
 from .._call import datatype_of, read_whole, unpack_spec
 from .._codes import Coll, Placement, Verdict
 from .._config import config
+from .._undecided import unsettled
 from . import packing
 
 # The blocking methods this path takes, with their code on the placement board.
@@ -28,8 +29,21 @@ _exchanged = [0]  # calls this process ran on the exchange transport (calls(): t
 
 
 def calls():
-    """How many calls this process has run on the exchange transport."""
-    return _exchanged[0]
+    """How many calls this process has run on the exchange transport (either path)."""
+    fast = getattr(_cuda.device, 'exchange_fast_calls', None)
+    return _exchanged[0] + (fast() if fast is not None else 0)
+
+
+def fast_entry():
+    """The CUDA layer's fast path for these calls (mpigpu/_ext/_exchange.pxi: the common forms read and
+    agreed in one Cython call), bound to what it reads, or None where the layer has none (the CPU
+    tests' fake layer): `entry(comm, code, sendbuf, recvbuf, root or None)` is 1 when it ran the call,
+    else 0 and `run` takes it."""
+    entry = getattr(_cuda.device, 'exchange_entry', None)
+    if entry is None:
+        return None
+    _cuda.device.bind_exchange_entry(unsettled, config, MPI.Datatype, MPI.IN_PLACE)
+    return entry
 
 
 class _Unread(Exception):

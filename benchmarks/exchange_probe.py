@@ -1,0 +1,106 @@
+"""Where an exchange call's time goes (not a user tool): `mpirun -n N python3 -m mpi4py
+benchmarks/exchange_probe.py [bytes,...]`.
+
+An Alltoall of device buffers (bytes: a rank's whole send buffer) runs as a program calls it, and its
+parts run alone, each in a loop of back-to-back calls on every rank:
+  call        comm.Alltoall, the whole call
+  describe    exchange.describe: reading the arguments into byte ranges (the general path)
+  reader      the fast path's reader of the same (mpigpu/_ext/_exchange.pxi)
+  decide      the agreement on the call's path (placement board)
+  kernel      the team's exchange with the ranges read once, blocking (launch, kernel, wait)
+  enqueue     the same without its wait, the stream synchronized after the loop (launch cost + kernel)
+  sync        a synchronize of the idle stream
+  nccl        NCCL's grouped send/recv of the same bytes, the stream synchronized (CuPy's binding)
+Prints rank 0's table of the slowest rank's medians, us.
+"""
+import sys
+import time
+
+import cupy as cp
+import numpy as np
+from mpi4py import MPI
+
+import mpigpu
+from mpigpu import _cuda
+from mpigpu._codes import Coll, Placement
+from mpigpu._paths import exchange
+from mpigpu._state import state_of
+
+comm = mpigpu.COMM_WORLD
+rank, n = comm.Get_rank(), comm.Get_size()
+cp.cuda.Device(rank % cp.cuda.runtime.getDeviceCount()).use()
+SIZES = [int(v) for v in (sys.argv[1] if len(sys.argv) > 1 else '1024,65536,1048576,16777216').split(',')]
+ROUNDS, ITERS = 5, 50
+mpigpu.config.exchange_min_bytes = 0  # every size on the transport: the probe times the transport
+
+
+def nccl_comm():
+    try:
+        from cupy.cuda import nccl
+    except ImportError:
+        return None, None
+    uid = comm.bcast(nccl.get_unique_id() if rank == 0 else None)
+    return nccl, nccl.NcclCommunicator(n, uid, rank)
+
+
+nccl, nc = nccl_comm()
+
+
+def timed(fn, iters=ITERS):
+    best = []
+    for _ in range(ROUNDS):
+        comm.Barrier()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        cp.cuda.get_current_stream().synchronize()
+        best.append((time.perf_counter() - t0) / iters * 1e6)
+    return float(np.median(best))
+
+
+def parts(nbytes):
+    count = max(nbytes // 4 // n, 1)
+    s = cp.arange(count * n, dtype=cp.float32) + rank
+    r = cp.empty_like(s)
+    st = state_of(comm)
+    comm.Alltoall(s, r)  # the team exists after the first call
+    ranges = exchange.describe('Alltoall', rank, n, (s, r))
+    stream = cp.cuda.get_current_stream().ptr
+    team = st.team
+    got = {}
+    got['call'] = timed(lambda: comm.Alltoall(s, r))
+    got['describe'] = timed(lambda: exchange.describe('Alltoall', rank, n, (s, r)))
+    reader = _cuda.device.exchange_ranges_of
+    got['reader'] = timed(lambda: reader(int(Coll.ALLTOALL), rank, n, s, r))
+    got['kernel'] = timed(lambda: team.exchange(ranges.send, ranges.recv, ranges.send_bytes, ranges.send_off,
+                                                ranges.recv_bytes, ranges.recv_off, stream, True))
+    got['enqueue'] = timed(lambda: team.exchange(ranges.send, ranges.recv, ranges.send_bytes, ranges.send_off,
+                                                 ranges.recv_bytes, ranges.recv_off, stream, False))
+    got['sync'] = timed(lambda: cp.cuda.get_current_stream().synchronize())
+    got['decide'] = timed(lambda: st.agreement.decide('Alltoall', Coll.ALLTOALL, Placement.DEVICE))
+    if nc is not None:
+        block = count * 4
+
+        def grouped():
+            nccl.groupStart()
+            for p in range(n):
+                nc.send(s.data.ptr + p * block, count, nccl.NCCL_FLOAT32, p, stream)
+                nc.recv(r.data.ptr + p * block, count, nccl.NCCL_FLOAT32, p, stream)
+            nccl.groupEnd()
+            cp.cuda.get_current_stream().synchronize()
+        got['nccl'] = timed(grouped)
+    return got
+
+
+rows = []
+for nbytes in SIZES:
+    got = parts(nbytes)
+    worst = {k: comm.allreduce(v, op=MPI.MAX) for k, v in got.items()}
+    rows.append((nbytes, worst))
+if rank == 0:
+    keys = list(rows[0][1])
+    print(f'{n} ranks, medians of {ROUNDS} rounds of {ITERS} calls, slowest rank, us')
+    print('| bytes | ' + ' | '.join(keys) + ' |')
+    print('|---' * (len(keys) + 1) + '|')
+    for nbytes, worst in rows:
+        print(f'| {nbytes} | ' + ' | '.join(f'{worst[k]:.1f}' for k in keys) + ' |')

@@ -1,0 +1,364 @@
+# The all-to-all family's fast path (included by _device.pyx): Alltoall, Alltoallv, Allgatherv, Gather,
+# Gatherv, Scatter and Scatterv of device arrays in the forms programs use, read into per-peer byte
+# ranges and agreed on the board in one Cython call. The general path (mpigpu/_paths/exchange.py:
+# describe, then the agreement in Python) cost ~30 us per call on 2 H100s where the exchange kernel
+# itself took ~18 (docs/benchmarks.md, "The exchange's fixed cost"). Same rules as `describe`: what
+# this path declines (another form, a datatype with gaps, anything unusual) the general path reads,
+# and where that one declines too, the host MPI call says what is wrong.
+
+cdef extern from "mpigpu_cuda.h":
+    enum:
+        MG_ALLTOALL
+        MG_ALLTOALLV
+        MG_ALLGATHERV
+        MG_GATHER
+        MG_GATHERV
+        MG_SCATTER
+        MG_SCATTERV
+
+
+cdef struct XBuf:
+    uintptr_t ptr
+    Py_ssize_t nbytes   # the whole buffer
+    Py_ssize_t extent   # bytes per element of the message (the datatype's extent, else the array's item)
+    Py_ssize_t stream   # the producer's stream (0: none given)
+    int device          # its GPU where the array says (-1: the driver is asked)
+    bint ro
+
+
+cdef object _x_unsettled = ()     # the agreements with undecided non-blocking calls (mpigpu/_undecided.py)
+cdef object _x_config = None      # mpigpu's config (exchange_min_bytes read per call: tests change it)
+cdef object _x_datatype = None    # MPI.Datatype
+cdef object _x_in_place_obj = None  # MPI.IN_PLACE
+cdef object _x_last_dt = None     # the last datatype read and its handle and extent (programs repeat them)
+cdef object _x_last_handle = None
+cdef Py_ssize_t _x_last_extent = -1
+cdef unsigned long long _x_calls = 0
+
+
+def bind_exchange_entry(unsettled, config, datatype, in_place):
+    """Gives exchange_entry what it reads (see the declarations above)."""
+    global _x_unsettled, _x_config, _x_datatype, _x_in_place_obj, _x_last_dt
+    _x_unsettled, _x_config, _x_datatype, _x_in_place_obj, _x_last_dt = unsettled, config, datatype, in_place, None
+
+
+def exchange_fast_calls():
+    """How many calls exchange_entry ran."""
+    return _x_calls
+
+
+cdef int _xread(object obj, XBuf *b) except -1:
+    """Reads a contiguous device array (CuPy's attributes, else its CAI); 0 where this path declines it."""
+    cdef int code = -1, dev = -1
+    cdef Py_ssize_t count = 0, s = 0
+    cdef bint ro = False
+    if _cupy(obj, &b.ptr, &count, &code, &dev):
+        s = _cupy_stream()
+    elif not _cai(obj, &b.ptr, &count, &code, &ro, &s):
+        return 0
+    b.extent = _SIZES[code]
+    b.nbytes = count * b.extent
+    b.stream, b.device, b.ro = s, dev, ro
+    return 1
+
+
+cdef Py_ssize_t _xextent(object dt) except -2:
+    """The extent of a datatype whose bytes have no gaps (lower bound 0, size equal to extent), else -1."""
+    global _x_last_dt, _x_last_handle, _x_last_extent
+    if not isinstance(dt, _x_datatype):
+        return -1  # a typecode string and the like: the general path reads it
+    h = dt.handle
+    if dt is _x_last_dt and h == _x_last_handle:
+        return _x_last_extent
+    try:
+        lb, extent = dt.Get_extent()
+        tlb, textent = dt.Get_true_extent()
+        size = dt.Get_size()
+    except Exception:  # noqa: BLE001 - a null or freed datatype: the host MPI call says so
+        return -1
+    e = extent if lb == 0 and tlb == 0 and extent == textent == size and extent > 0 else -1
+    _x_last_dt, _x_last_handle, _x_last_extent = dt, h, e
+    return e
+
+
+cdef int _xints(object seq, int n, Py_ssize_t *out) except -1:
+    """n non-negative ints from a list, tuple or NumPy array; 0 where it is anything else."""
+    cdef int i
+    if type(seq) is not list and type(seq) is not tuple:
+        to_list = getattr(seq, 'tolist', None)  # a NumPy array
+        if to_list is None:
+            return 0
+        seq = to_list()
+        if type(seq) is not list:
+            return 0
+    if len(seq) != n:
+        return 0
+    for i in range(n):
+        v = seq[i]
+        if type(v) is not int or v < 0 or v > <object>PY_SSIZE_T_MAX:
+            return 0
+        out[i] = v
+    return 1
+
+
+cdef int _xsimple(object obj, int blocks, XBuf *b, Py_ssize_t *size) except -1:
+    """A bare array as a simple message of `blocks` equal blocks: *size the bytes of one; 0: declined."""
+    if type(obj) is list or type(obj) is tuple or not _xread(obj, b):
+        return 0
+    if b.nbytes % (b.extent * blocks):
+        return 0
+    size[0] = b.nbytes // blocks
+    return 1
+
+
+cdef int _xvector(object spec, int n, XBuf *b, size_t *sizes, size_t *offs) except -1:
+    """A v-message [array, counts, displs, datatype] in mpi4py's forms with the counts given (packing.
+    vector_spec's rules): each block's bytes and offset; 0 where this path declines it."""
+    cdef Py_ssize_t counts[MG_MAX_RANKS]
+    cdef Py_ssize_t displs[MG_MAX_RANKS]
+    cdef Py_ssize_t extent, at = 0, k = 0
+    cdef int i
+    if type(spec) is not list and type(spec) is not tuple:
+        return 0
+    k = len(spec)
+    c = d = dt = None
+    if k == 2:
+        c = spec[1]
+        if type(c) is tuple and len(c) == 2:
+            c, d = c
+    elif k == 3:
+        c, dt = spec[1], spec[2]
+        if type(c) is tuple and len(c) == 2:
+            c, d = c
+    elif k == 4:
+        c, d, dt = spec[1], spec[2], spec[3]
+    else:
+        return 0
+    if c is None or not _xread(spec[0], b) or not _xints(c, n, counts):
+        return 0
+    if d is not None and not _xints(d, n, displs):
+        return 0
+    if dt is not None:
+        extent = _xextent(dt)
+        if extent <= 0:
+            return 0
+        b.extent = extent
+    for i in range(n):
+        if d is None:
+            displs[i] = at
+            at += counts[i]
+        if counts[i] > b.nbytes // b.extent or displs[i] > b.nbytes // b.extent:
+            return 0
+        sizes[i] = <size_t>(counts[i] * b.extent)
+        offs[i] = <size_t>(displs[i] * b.extent)
+        if sizes[i] and offs[i] + sizes[i] > <size_t>b.nbytes:
+            return 0  # beyond the array: the host MPI call says what is wrong
+    return 1
+
+
+cdef inline bint _x_in_place(object buf):
+    return buf is None or buf is _x_in_place_obj
+
+
+cdef void _xblocks(int n, Py_ssize_t size, size_t *sizes, size_t *offs) noexcept:
+    """A simple message's n equal blocks of `size` bytes, back to back."""
+    cdef int p
+    for p in range(n):
+        sizes[p], offs[p] = <size_t>size, <size_t>(p * size)
+
+
+cdef int exchange_ranges(int coll, int me, int n, object sendbuf, object recvbuf, int root, mg_exchange_call *x,
+                         XBuf *send, XBuf *recv, int *read) except -1:
+    """describe (mpigpu/_paths/exchange.py) for the forms this path reads: fills x, and the arrays read
+    into send and recv (*read: 1 for send, 2 for recv, or both); 0 where it declines the call."""
+    cdef Py_ssize_t size = 0
+    cdef int p
+    cdef bint at_root = me == root
+    memset(x, 0, sizeof(mg_exchange_call))
+    read[0] = 0
+    if coll == MG_ALLTOALL or coll == MG_ALLTOALLV:
+        if _x_in_place(sendbuf):
+            return 0  # its own block would be overwritten while it is sent
+        if coll == MG_ALLTOALL:
+            if not _xsimple(sendbuf, n, send, &size):
+                return 0
+            _xblocks(n, size, x.send_bytes, x.send_off)
+            if not _xsimple(recvbuf, n, recv, &size):
+                return 0
+            _xblocks(n, size, x.recv_bytes, x.recv_off)
+        elif not _xvector(sendbuf, n, send, x.send_bytes, x.send_off) or \
+                not _xvector(recvbuf, n, recv, x.recv_bytes, x.recv_off):
+            return 0
+        read[0] = 3
+    elif coll == MG_ALLGATHERV:
+        if not _xvector(recvbuf, n, recv, x.recv_bytes, x.recv_off):
+            return 0
+        read[0] = 2
+        if _x_in_place(sendbuf):  # its own block is already in place: sent from there
+            size = x.recv_bytes[me]
+            x.send = recv.ptr + x.recv_off[me]
+        elif _xsimple(sendbuf, 1, send, &size):
+            read[0] = 3
+        else:
+            return 0
+        for p in range(n):
+            x.send_bytes[p] = <size_t>size
+    elif coll == MG_GATHER or coll == MG_GATHERV:
+        if at_root:
+            if coll == MG_GATHERV:
+                if not _xvector(recvbuf, n, recv, x.recv_bytes, x.recv_off):
+                    return 0
+            elif _xsimple(recvbuf, n, recv, &size):
+                _xblocks(n, size, x.recv_bytes, x.recv_off)
+            else:
+                return 0
+            read[0] = 2
+        if at_root and _x_in_place(sendbuf):  # the root's own block is in place: nothing to copy
+            x.send = recv.ptr + x.recv_off[me]
+            x.send_bytes[root] = x.recv_bytes[me]
+        elif _xsimple(sendbuf, 1, send, &size):
+            x.send_bytes[root] = <size_t>size
+            read[0] |= 1
+        else:
+            return 0
+    elif coll == MG_SCATTER or coll == MG_SCATTERV:
+        if at_root:
+            if coll == MG_SCATTERV:
+                if not _xvector(sendbuf, n, send, x.send_bytes, x.send_off):
+                    return 0
+            elif _xsimple(sendbuf, n, send, &size):
+                _xblocks(n, size, x.send_bytes, x.send_off)
+            else:
+                return 0
+            read[0] = 1
+        if at_root and _x_in_place(recvbuf):
+            x.send_bytes[me] = 0  # the root's own block stays where it is
+        elif _xsimple(recvbuf, 1, recv, &size):
+            x.recv_bytes[root] = <size_t>size
+            read[0] |= 2
+        else:
+            return 0
+    else:
+        return 0
+    if read[0] & 2:
+        if recv.ro:
+            return 0  # the general path raises for a read-only receive buffer
+        x.recv = recv.ptr
+    if read[0] & 1:
+        x.send = send.ptr
+    if x.send == 0:
+        x.send = x.recv
+    if x.send_bytes[me] != x.recv_bytes[me]:
+        return 0  # its own block would not fit (host MPI says what is wrong)
+    return 0 if _xoverlap(x, me, n) else 1
+
+
+cdef bint _xoverlap(const mg_exchange_call *x, int me, int n) noexcept:
+    """exchange._overlap: bytes this rank sends overlap bytes it receives (aliased buffers)."""
+    cdef uintptr_t a, b, c, d
+    cdef int p, q
+    cdef size_t own = x.send_bytes[me]
+    cdef uintptr_t src = x.send + x.send_off[me], dst = x.recv + x.recv_off[me]
+    cdef bint own_copied = own != 0 and src != dst
+    for p in range(n + 1):
+        if p < n:
+            if p == me or x.send_bytes[p] == 0:
+                continue
+            a, b = x.send + x.send_off[p], x.send + x.send_off[p] + x.send_bytes[p]
+        elif own_copied:
+            a, b = src, src + own
+        else:
+            continue
+        for q in range(n + 1):
+            if q < n:
+                if q == me or x.recv_bytes[q] == 0:
+                    continue
+                c, d = x.recv + x.recv_off[q], x.recv + x.recv_off[q] + x.recv_bytes[q]
+            elif own_copied:
+                c, d = dst, dst + own
+            else:
+                continue
+            if a < d and c < b:
+                return True
+    return False
+
+
+def exchange_ranges_of(int coll, int me, int n, sendbuf, recvbuf, int root=-1):
+    """exchange_ranges for tests: (send, recv, send_bytes, send_off, recv_bytes, recv_off) as lists, or
+    None where the fast path declines (buffers' devices not checked)."""
+    cdef mg_exchange_call x
+    cdef XBuf send, recv
+    cdef int read = 0
+    if n < 1 or n > MG_MAX_RANKS or not exchange_ranges(coll, me, n, sendbuf, recvbuf, root, &x, &send, &recv, &read):
+        return None
+    return (x.send, x.recv, [x.send_bytes[p] for p in range(n)], [x.send_off[p] for p in range(n)],
+            [x.recv_bytes[p] for p in range(n)], [x.recv_off[p] for p in range(n)])
+
+
+cpdef int exchange_entry(object comm, int coll, object sendbuf, object recvbuf, object root) except -1:
+    """Runs a blocking call of the all-to-all family on device arrays on the exchange transport when
+    the call is one this path reads, the communicator's team is up on the current device and every rank
+    brought device arrays: 1 when it ran, 0 for the general path (the verdict stashed on the board where
+    the ranks agreed on another path)."""
+    global _x_calls
+    cdef mg_exchange_call x
+    cdef XBuf bufs[2]
+    cdef int read = 0, i, current = -1, who = -1, verdict, r = 0
+    cdef Py_ssize_t stream = 0
+    cdef size_t total = 0
+    cdef Team team
+    if _x_unsettled:
+        return 0  # undecided non-blocking calls start first (the general path settles them)
+    try:
+        attrs = comm.__dict__
+    except AttributeError:
+        return 0
+    st = attrs.get(_entry_key)
+    if st is None:
+        return 0
+    t = st.team
+    if type(t) is not Team:
+        return 0
+    team = <Team>t
+    if team.t == NULL or team.nranks > MG_MAX_RANKS:
+        return 0
+    if root is not None:
+        if type(root) is not int or root < 0 or root >= team.nranks:
+            return 0
+        r = root
+    if mg_get_device(&current) != 0 or current != team.device:
+        return 0
+    if not exchange_ranges(coll, team.rank, team.nranks, sendbuf, recvbuf, r, &x, &bufs[0], &bufs[1], &read):
+        return 0
+    for i in range(team.nranks):
+        total += x.send_bytes[i] + x.recv_bytes[i]
+    if total < <size_t>_x_config.exchange_min_bytes:
+        return 0  # the general path votes for the mirrors
+    for i in range(2):
+        if not read & (1 << i):
+            continue
+        if read == 3 and bufs[0].stream != bufs[1].stream:
+            return 0  # two producers' streams: the general path orders them
+        stream = bufs[i].stream
+        if bufs[i].nbytes and not (bufs[i].device == team.device if bufs[i].device >= 0
+                                   else _on_device(bufs[i].ptr, team.device)):
+            return 0
+    board = team.board
+    if board is not None:
+        if type(board) is not Board:
+            return 0  # the ranks agree on the general path (across nodes, a broken communicator)
+        if (<Board>board).post_device(coll) != 0:
+            (<Board>board).stash(MG_VERDICT_TIMEOUT, MG_BOARD_BEHIND)  # nothing posted
+            return 0
+        verdict = (<Board>board).wait_device(coll, &who)
+        if verdict != MG_VERDICT_DEVICE:
+            (<Board>board).stash(verdict, who)
+            return 0
+    elif team.nranks != 1:
+        return 0
+    try:
+        team.run_exchange(&x, <uintptr_t>stream)
+    except DeviceError as exc:
+        raise _entry_failed(st, coll, exc) from None
+    _x_calls += 1
+    return 1

@@ -42,7 +42,8 @@ extern "C" {
  * (mg_exchange: Python turns each call into per-peer byte ranges). Their codes also name a call on
  * the placement board (mpigpu/_ext/board.h), where the ranks of every such call agree on its path. */
 #define MG_COLLS(X) X(ALLREDUCE) X(BCAST) X(REDUCE_SCATTER_BLOCK) X(REDUCE) X(ALLGATHER) \
-  X(ALLTOALL) X(ALLTOALLV) X(ALLGATHERV) X(GATHER) X(GATHERV) X(SCATTER) X(SCATTERV)
+  X(ALLTOALL) X(ALLTOALLV) X(ALLGATHERV) X(GATHER) X(GATHERV) X(SCATTER) X(SCATTERV) X(ALLTOALLW) \
+  X(NEIGHBOR_ALLGATHER) X(NEIGHBOR_ALLGATHERV) X(NEIGHBOR_ALLTOALL) X(NEIGHBOR_ALLTOALLV) X(NEIGHBOR_ALLTOALLW)
 #define MG_LAST_ENGINE_COLL MG_ALLGATHER
 
 /* Algorithms. AUTO lets the cost model (mg_select) choose. Python's knob names are these in lower

@@ -93,9 +93,10 @@ class Config:
         self.stage_chunk_bytes = _int('MPIGPU_STAGE_CHUNK_BYTES', 4 << 20, 4096, 1 << 30)
         # Point-to-point: messages from this size up go GPU to GPU over the peer mappings.
         self.p2p_ipc_bytes = _int('MPIGPU_P2P_IPC_BYTES', 64 * 1024, 128, 1 << 62)
-        # The all-to-all family (Alltoall(v), Allgatherv, Gather(v), Scatter(v)) GPU to GPU over the
-        # device team's exchange transport (1, the default), or on host mirrors (0). Set alike on every
-        # rank: it decides whether their calls are agreed on the placement board.
+        # The all-to-all family (Alltoall(v/w), Allgatherv, Gather(v), Scatter(v), the neighbourhood
+        # collectives) GPU to GPU over the device team's exchange transport (1, the default), or on
+        # host mirrors (0). Set alike on every rank: it decides whether their calls are agreed on the
+        # placement board.
         self.exchange = _choice('MPIGPU_EXCHANGE', '1', {
             '1': ('1', 'yes', 'true', 'on'), '0': ('0', 'no', 'false', 'off')}) == '1'
         # The exchange: a rank whose call moves fewer bytes (sent and received) votes for the host MPI

@@ -144,7 +144,7 @@ def _handler(owner, name, base, params, bufs, state_of):
                                          'Reduce_local')
     receive = kind == 'start' and ('recv' in name.lower() or 'read' in name.lower())
 
-    fast = exchange.fast_entry() if exchanged else None
+    fast = exchange.fast_entry() if exchanged and name in exchange.FAST else None
     code = int(exchange.CODES[name]) if exchanged else -1
     rooted = 'root' in params
 

@@ -356,7 +356,8 @@ class Intercomm(_Comm, MPI.Intercomm, metaclass=_plain.StandsIn):
 
 
 class Topocomm(_EngineCollectives, _Comm, MPI.Topocomm, metaclass=_plain.StandsIn):
-    """A topology communicator: its neighbourhood collectives take device arrays (mirrored path)."""
+    """A topology communicator: its neighbourhood collectives take device arrays (the exchange path
+    where every rank brings them, else the mirrored one)."""
     stands_for = MPI.Topocomm
 
 

@@ -1,5 +1,7 @@
-"""The exchange path: Alltoall, Alltoallv, Allgatherv, Gather, Gatherv, Scatter and Scatterv on device
-buffers, GPU to GPU over the device team's exchange transport (cuda/exchange_kernel.cuh).
+"""The exchange path: Alltoall, Alltoallv, Alltoallw, Allgatherv, Gather, Gatherv, Scatter, Scatterv and
+the neighbourhood collectives (Neighbor_allgather(v), Neighbor_alltoall(v/w): each block to or from its
+neighbour, a topology's edges read once) on device buffers, GPU to GPU over the device team's exchange
+transport (cuda/exchange_kernel.cuh).
 
 Each of them is "rank r sends a byte range of its input to rank p, which writes it at an offset of its
 output": `describe` reads this rank's arguments into those ranges (`Ranges`), or None where only the
@@ -22,9 +24,14 @@ from .._undecided import unsettled
 from . import packing
 
 # The blocking methods this path takes, with their code on the placement board.
-CODES = {'Alltoall': Coll.ALLTOALL, 'Alltoallv': Coll.ALLTOALLV, 'Allgatherv': Coll.ALLGATHERV,
-         'Gather': Coll.GATHER, 'Gatherv': Coll.GATHERV, 'Scatter': Coll.SCATTER, 'Scatterv': Coll.SCATTERV}
+CODES = {'Alltoall': Coll.ALLTOALL, 'Alltoallv': Coll.ALLTOALLV, 'Alltoallw': Coll.ALLTOALLW,
+         'Allgatherv': Coll.ALLGATHERV, 'Gather': Coll.GATHER, 'Gatherv': Coll.GATHERV, 'Scatter': Coll.SCATTER,
+         'Scatterv': Coll.SCATTERV, 'Neighbor_allgather': Coll.NEIGHBOR_ALLGATHER,
+         'Neighbor_allgatherv': Coll.NEIGHBOR_ALLGATHERV, 'Neighbor_alltoall': Coll.NEIGHBOR_ALLTOALL,
+         'Neighbor_alltoallv': Coll.NEIGHBOR_ALLTOALLV, 'Neighbor_alltoallw': Coll.NEIGHBOR_ALLTOALLW}
 _ROOTED = frozenset(('Gather', 'Gatherv', 'Scatter', 'Scatterv'))
+# The methods the fast path reads (mpigpu/_ext/_exchange.pxi); the others only `describe`.
+FAST = frozenset(('Alltoall', 'Alltoallv', 'Allgatherv', 'Gather', 'Gatherv', 'Scatter', 'Scatterv'))
 _exchanged = [0]  # calls this process ran on the exchange transport (calls(): tests and debugging)
 
 
@@ -136,10 +143,106 @@ class _Buffer:
                 raise _Unread
 
 
-def describe(name, rank, n, args):
-    """The Ranges of this rank's call `name` (mpi4py's arguments `args`) on a communicator of n ranks,
-    or None where only the host MPI call can take it."""
+def _wmessage(name, label, rank, value, writable, blocks):
+    """A w-message [array, counts, byte displacements, datatypes] in mpi4py's forms (message_vector_w:
+    [array, types] is one of each at 0), of datatypes without gaps: (DeviceBuffer, bytes, offsets)."""
+    if type(value) not in (list, tuple) or not 2 <= len(value) <= 4:
+        raise _Unread
+    if len(value) == 2:
+        (obj, types), counts, displs = value, None, None
+    elif len(value) == 3:
+        obj, (counts, displs), types = value
+    else:
+        obj, counts, displs, types = value
+    if obj is None or obj is MPI.IN_PLACE:
+        raise _Unread
+    if counts is None and displs is None:
+        counts, displs = [1] * blocks, [0] * blocks
+    elif counts is None or displs is None:
+        raise _Unread  # mpi4py raises for it
+    counts, displs = packing.vector_counts(counts, displs, 0, blocks)
+    if isinstance(types, MPI.Datatype):
+        types = [types] * blocks
+    elif type(types) not in (list, tuple) or len(types) != blocks:
+        raise _Unread
+    buf = read_whole(name, label, rank, obj, writable, _cuda.consumer_stream)
+    sizes = []
+    for count, dt in zip(counts, types):
+        _code, _mpi_type, extent, contiguous = datatype_of(name, label, rank, dt)
+        if count and (not contiguous or extent <= 0):
+            raise _Unread
+        sizes.append(count * extent)
+    for size, off in zip(sizes, displs):
+        if size and off + size > buf.nbytes:
+            raise _Unread
+    return buf, sizes, list(displs)
+
+
+def _onto_ranks(n, peers, sizes, offsets):
+    """Blocks addressed to neighbours (peers[i] for block i; PROC_NULL: none) as per-rank byte ranges.
+    A rank that is a neighbour twice (a periodic dimension of 1 or 2 ranks) would need two ranges of one
+    pair: the host MPI call takes that call."""
+    got, at, seen = [0] * n, [0] * n, set()
+    for peer, size, off in zip(peers, sizes, offsets):
+        if peer == MPI.PROC_NULL:
+            continue
+        if peer in seen or not 0 <= peer < n:
+            raise _Unread
+        seen.add(peer)
+        got[peer], at[peer] = size, off
+    return got, at
+
+
+class _Neighbors:
+    """A topology communicator's neighbours, (sources, destinations) as mpi4py's inoutedges gives them
+    (a communicator's topology never changes: read once, kept in its state)."""
+
+    def __init__(self, st):
+        kind = st.comm.Get_topology()
+        cls = {MPI.CART: MPI.Cartcomm, MPI.GRAPH: MPI.Graphcomm, MPI.DIST_GRAPH: MPI.Distgraphcomm}.get(kind)
+        self.edges = None if cls is None else tuple(list(e) for e in cls(st.comm).inoutedges)
+
+    def close(self):
+        """Nothing to release (the communicator's close() calls it for every path's state)."""
+
+
+def _neighborly(name, rank, n, args, edges):
+    """The Ranges of a neighbourhood collective: each block goes to or comes from its neighbour."""
+    if edges is None:
+        raise _Unread  # no topology: host MPI raises
+    sources, dests = edges
+    sendbuf, recvbuf = args[0], args[1]
+    if sendbuf is None or sendbuf is MPI.IN_PLACE or recvbuf is None or recvbuf is MPI.IN_PLACE:
+        raise _Unread  # MPI has no in-place form of these
+    r = Ranges(n)
+    kind = name[len('Neighbor_'):]
+    if kind == 'alltoallw':
+        send, sizes, offs = _wmessage(name, 'sendbuf', rank, sendbuf, False, len(dests))
+        recv, rsizes, roffs = _wmessage(name, 'recvbuf', rank, recvbuf, True, len(sources))
+    else:
+        v = kind in ('allgatherv', 'alltoallv')
+        sb = _Buffer(name, 'sendbuf', rank, sendbuf, False, kind == 'alltoallv')
+        rb = _Buffer(name, 'recvbuf', rank, recvbuf, True, v)
+        if kind.startswith('allgather'):
+            size, base = sb.simple(1)
+            sizes, offs = [size] * len(dests), [base] * len(dests)
+        else:
+            sizes, offs = sb.vector(len(dests)) if v else sb.blocks(len(dests))
+        rsizes, roffs = rb.vector(len(sources)) if v else rb.blocks(len(sources))
+        send, recv = sb.buf, rb.buf
+    r.send_bytes, r.send_off = _onto_ranks(n, dests, sizes, offs)
+    r.recv_bytes, r.recv_off = _onto_ranks(n, sources, rsizes, roffs)
+    r.send, r.recv = send.ptr, recv.ptr
+    return _finish(name, rank, r, [send, recv])
+
+
+def describe(name, rank, n, args, edges=None):
+    """The Ranges of this rank's call `name` (mpi4py's arguments `args`) on a communicator of n ranks
+    (a neighbourhood collective's: `edges`, its topology's (sources, destinations)), or None where only
+    the host MPI call can take it."""
     try:
+        if name.startswith('Neighbor_'):
+            return _neighborly(name, rank, n, args, edges)
         return _describe(name, rank, n, args)
     except Exception:  # noqa: BLE001 - _Unread, or what the intake raised: the host MPI call says it
         return None
@@ -155,6 +258,13 @@ def _describe(name, rank, n, args):
     in_place = sendbuf is None or sendbuf is MPI.IN_PLACE or (
         type(sendbuf) in (list, tuple) and sendbuf and sendbuf[0] is MPI.IN_PLACE)
     recv = send = None
+    if name == 'Alltoallw':
+        if in_place:
+            raise _Unread  # its own block would be overwritten while it is sent
+        sb, r.send_bytes, r.send_off = _wmessage(name, 'sendbuf', rank, sendbuf, False, n)
+        rb, r.recv_bytes, r.recv_off = _wmessage(name, 'recvbuf', rank, recvbuf, True, n)
+        r.send, r.recv = sb.ptr, rb.ptr
+        return _finish(name, rank, r, [sb, rb])
     if name in ('Alltoall', 'Alltoallv'):
         if in_place:
             raise _Unread  # its own block would be overwritten while it is sent
@@ -197,18 +307,23 @@ def _describe(name, rank, n, args):
         else:
             recv = _Buffer(name, 'recvbuf', rank, recvbuf, True, False)
             r.recv_bytes[root], r.recv_off[root] = recv.simple(1)
-    for b in (send, recv):
-        if b is not None:
-            r.bufs.append(b.buf)
-            if b.buf.nbytes:
-                dev = _cuda.device_of(name, 'buffer', rank, b.buf)
-                if r.device is not None and dev != r.device:
-                    raise _Unread  # buffers on two GPUs: the mirrors take them
-                r.device = dev
     if send is not None:
         r.send = send.buf.ptr
     if recv is not None:
         r.recv = recv.buf.ptr
+    return _finish(name, rank, r, [b.buf for b in (send, recv) if b is not None])
+
+
+def _finish(name, rank, r, bufs):
+    """Ranges r with the call's device buffers `bufs` checked: one GPU, the own block's two sizes equal,
+    nothing received over bytes sent."""
+    for buf in bufs:
+        r.bufs.append(buf)
+        if buf.nbytes:
+            dev = _cuda.device_of(name, 'buffer', rank, buf)
+            if r.device is not None and dev != r.device:
+                raise _Unread  # buffers on two GPUs: the mirrors take them
+            r.device = dev
     if not r.send:
         r.send = r.recv
     if r.send_bytes[rank] != r.recv_bytes[rank]:
@@ -237,7 +352,8 @@ def run(st, name, args, host_call):
     """Runs blocking call `name` on device buffers: on the exchange transport when every rank described
     its call and the communicator's team is up, else host_call() (the host MPI call on mirrors), as
     every rank of the call does."""
-    ranges = describe(name, st.rank, st.size, args)
+    edges = st.owned(_Neighbors).edges if name.startswith('Neighbor_') else None
+    ranges = describe(name, st.rank, st.size, args, edges)
     if ranges is not None and sum(ranges.send_bytes) + sum(ranges.recv_bytes) < config.exchange_min_bytes:
         ranges = None  # a small call: the mirrors' fixed cost is the smaller (every rank then takes them)
     if ranges is not None and st.device is not None and ranges.device not in (None, st.device):

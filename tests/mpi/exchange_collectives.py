@@ -163,6 +163,26 @@ def cases():
         yield 'Scatterv', 'in place' if in_place else 'out of place', scatterv
 
 
+def alltoallw_case(dev, root):
+    """Alltoallw with byte displacements out of order and a datatype per peer (int32 and a contiguous
+    pair of them)."""
+    pair = MPI.INT.Create_contiguous(2).Commit()
+    types = [pair if p % 2 else MPI.INT for p in range(n)]
+    scounts = [1 + (rank + p) % 2 for p in range(n)]  # in each peer's type
+    rcounts = [1 + (p + rank) % 2 for p in range(n)]
+    sints = [c * (2 if p % 2 else 1) for p, c in enumerate(scounts)]
+    rints = [c * (2 if rank % 2 else 1) for c in rcounts]
+    rtypes = [pair if rank % 2 else MPI.INT] * n  # what peer p sends me is in my type
+    sd, slen = v_layout(sints, 'out of order')
+    rd, rlen = v_layout(rints, 'out of order')
+    s = np.arange(slen, dtype=np.int32) + 1000 * rank
+    r = np.full(rlen, -1, np.int32)
+    sb, rb = [d * 4 for d in sd], [d * 4 for d in rd]
+    a = [[placed(s, dev), scounts, sb, types], [placed(r, dev), (rcounts, rb), rtypes]]
+    b = [[s.copy(), scounts, sb, types], [r.copy(), (rcounts, rb), rtypes]]
+    return a, b, 1
+
+
 def output(args, k):
     x = args[k]
     return x[0] if type(x) in (list, tuple) else x
@@ -195,6 +215,94 @@ for name, what, build in cases():
             checks += 1
             if name not in ('Gather', 'Gatherv', 'Scatter', 'Scatterv'):
                 break  # one root is enough for the rootless ones
+
+# Alltoallw: counts in each peer's datatype (the pairs' bytes match, the types differ)
+transport = config.exchange and config.exchange_min_bytes == 0  # these calls' few bytes: else the mirrors
+for placement, on in PLACEMENTS.items():
+    a, b, k = alltoallw_case(on(rank, 0), 0)
+    before = exchange.calls()
+    comm.Alltoallw(*a)
+    taken = exchange.calls() - before
+    plain.Alltoallw(*b)
+    assert np.array_equal(values(output(a, k)), values(output(b, k))), f'Alltoallw, {placement}, rank {rank}'
+    expect = int(engine and all(on(p, 0) for p in range(n)) and one_node and transport)
+    assert taken == expect, f'Alltoallw, {placement}, rank {rank}: exchange taken {taken}, expected {expect}'
+    checks += 2
+
+
+def topologies():
+    """(name, mpigpu communicator, plain one, every rank's (sources, destinations)) of the
+    neighbourhood collectives' checks: a line, a ring, a 2-D grid and a directed graph."""
+    dims = MPI.Compute_dims(n, 2)
+    for what, d, periods in (('line', [n], [False]), ('ring', [n], [True]), ('grid', dims, [False, True])):
+        cart, pcart = comm.Create_cart(d, periods), plain.Create_cart(d, periods)
+        every = plain.allgather(tuple(list(e) for e in pcart.inoutedges))
+        yield f'cart {what} {d} {periods}', cart, pcart, every
+    dests = sorted({(rank + 1) % n, (rank - 2) % n})
+    srcs = sorted({(rank - 1) % n, (rank + 2) % n})
+    graph = comm.Create_dist_graph_adjacent(srcs, dests)
+    pgraph = plain.Create_dist_graph_adjacent(srcs, dests)
+    yield 'dist graph', graph, pgraph, plain.allgather((srcs, dests))
+
+
+def unique(edges):
+    """True where no rank is a neighbour twice in one direction (else the host MPI call takes it)."""
+    return all(len(set(p for p in side if p != MPI.PROC_NULL)) == len([p for p in side if p != MPI.PROC_NULL])
+               for sides in edges for side in sides)
+
+
+def neighbor_case(kind, srcs, dests, dev):
+    """Arguments of Neighbor_<kind> on this rank for mpigpu and plain mpi4py."""
+    c, indeg, outdeg = 2, len(srcs), len(dests)
+    if kind == 'allgather':
+        s, r = np.arange(c, dtype=np.int32) + 100 * rank, np.full(c * indeg, -1, np.int32)
+        return [placed(s, dev), placed(r, dev)], [s.copy(), r.copy()]
+    if kind == 'allgatherv':
+        counts = [1 + srcs[j] % 2 if srcs[j] != MPI.PROC_NULL else 0 for j in range(indeg)]  # source j's
+        displs, rlen = v_layout(counts, 'out of order')
+        s = np.arange(1 + rank % 2, dtype=np.int32) + 100 * rank
+        r = np.full(rlen, -1, np.int32)
+        return [placed(s, dev), [placed(r, dev), (counts, displs), MPI.INT]], [s.copy(), [r.copy(), (counts, displs), MPI.INT]]
+    if kind == 'alltoall':
+        s = np.arange(c * outdeg, dtype=np.int32) + 100 * rank
+        r = np.full(c * indeg, -1, np.int32)
+        return [placed(s, dev), placed(r, dev)], [s.copy(), r.copy()]
+    # alltoallv and alltoallw: block i to dests[i] holds 1 + (rank + dests[i]) % 3 ints, in both counts
+    sc = [1 + (rank + d) % 3 if d != MPI.PROC_NULL else 0 for d in dests]
+    rc = [1 + (q + rank) % 3 if q != MPI.PROC_NULL else 0 for q in srcs]
+    sd, slen = v_layout(sc, 'out of order')
+    rd, rlen = v_layout(rc, 'out of order')
+    s = np.arange(slen, dtype=np.int32) + 100 * rank
+    r = np.full(rlen, -1, np.int32)
+    if kind == 'alltoallv':
+        return ([[placed(s, dev), sc, sd, MPI.INT], [placed(r, dev), (rc, rd), MPI.INT]],
+                [[s.copy(), sc, sd, MPI.INT], [r.copy(), (rc, rd), MPI.INT]])
+    sb, rb = [x * 4 for x in sd], [x * 4 for x in rd]
+    return ([[placed(s, dev), sc, sb, [MPI.INT] * outdeg], [placed(r, dev), (rc, rb), [MPI.INT] * indeg]],
+            [[s.copy(), sc, sb, [MPI.INT] * outdeg], [r.copy(), (rc, rb), [MPI.INT] * indeg]])
+
+
+for what, topo, ptopo, every in topologies():
+    srcs, dests = (list(e) for e in ptopo.inoutedges)
+    for kind in ('allgather', 'allgatherv', 'alltoall', 'alltoallv', 'alltoallw'):
+        for placement, on in PLACEMENTS.items():
+            a, b = neighbor_case(kind, srcs, dests, on(rank, 0))
+            name = f'Neighbor_{kind}'
+            before = exchange.calls()
+            getattr(topo, name)(*a)
+            taken = exchange.calls() - before
+            getattr(ptopo, name)(*b)
+            where = f'{name} on {what}, {placement}, rank {rank}'
+            got, want = values(output(a, 1)), values(output(b, 1))
+            assert np.array_equal(got, want), f'{where}: {got} != {want}'
+            empty = any(len(e[0]) == 0 or len(e[1]) == 0 for e in every)  # an empty array may read as host memory
+            expect = int(engine and all(on(p, 0) for p in range(n)) and one_node and transport and unique(every))
+            if empty:
+                expect = taken
+            assert taken == expect, f'{where}: exchange taken {taken}, expected {expect}'
+            checks += 2
+    topo.Free()
+    ptopo.Free()
 
 if not one_node:  # across nodes the family is the host MPI call: nothing posted, no exchange started
     from mpigpu._state import state_of

@@ -37,6 +37,8 @@ def bus_factor(coll, n):
     gather and scatter do: of the bytes a rank sends or receives, the 1/n that stay on it cross no link."""
     if coll == 'allreduce':
         return 2 * (n - 1) / n if n > 1 else 1
+    if coll == 'neighbor_alltoall':
+        return 1.0  # no block stays on its rank: every byte sent to a neighbour crosses a link
     if coll in ('reduce_scatter_block', 'allgather') or coll in vrows.COLLS:
         return (n - 1) / n if n > 1 else 1
     return 1.0

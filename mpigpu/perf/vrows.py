@@ -1,4 +1,5 @@
-"""The exchange rows of mpigpu-perf: alltoall, alltoallv, allgatherv, gatherv and scatterv.
+"""The exchange rows of mpigpu-perf: alltoall, alltoallv, allgatherv, gatherv, scatterv and
+neighbor_alltoall.
 
 A row of S bytes on n ranks has a base block of c = S / (itemsize * n) elements. The v-rows make the
 blocks uneven, by a fixed rule every rank computes alike, so that the counts and displacements
@@ -10,6 +11,10 @@ matter (an even v-row would be a regular collective under another name):
 with spread(c) = c / 4 rounded up, so that rows of a few elements are uneven too. Blocks lie in rank
 order, packed (each displacement is the sum of the counts before it).
 
+neighbor_alltoall is a halo exchange: Neighbor_alltoall on a 2-D Cart of the ranks (MPI.Compute_dims,
+not periodic, ranks not reordered), c elements to and from each of the four neighbours in the Cart's
+order (dimension 0 down and up, then dimension 1); a block at the grid's edge (PROC_NULL) moves nothing.
+
 A rank's plan is two lists of (peer, offset, count), in elements: the blocks it sends (at offsets
 of its send buffer) and those it receives (at offsets of its receive buffer). The MPI calls' counts
 and displacements, the check's expected result and NCCL's grouped point-to-point all read that one
@@ -20,7 +25,7 @@ from functools import partial
 import numpy as np
 from mpi4py import MPI
 
-COLLS = ('alltoall', 'alltoallv', 'allgatherv', 'gatherv', 'scatterv')
+COLLS = ('alltoall', 'alltoallv', 'allgatherv', 'gatherv', 'scatterv', 'neighbor_alltoall')
 ROOTED = ('gatherv', 'scatterv')
 # The rows where a rank sends one block, the same to every rank that receives it.
 _ONE_BLOCK = ('allgatherv', 'gatherv')
@@ -49,9 +54,26 @@ def _packed(blocks):
     return out
 
 
+def grid_neighbors(n, rank):
+    """neighbor_alltoall's Cart: its dimensions, and `rank`'s neighbours as Topocomm.inoutedges lists
+    them (each dimension's lower then upper one, PROC_NULL at an edge), from the Cart's row-major order."""
+    dims = MPI.Compute_dims(n, 2)
+    coords = [rank // dims[1], rank % dims[1]]
+    out = []
+    for d in range(2):
+        for step in (-1, 1):
+            at = list(coords)
+            at[d] += step
+            out.append(at[0] * dims[1] + at[1] if 0 <= at[d] < dims[d] else MPI.PROC_NULL)
+    return dims, out
+
+
 def plan(coll, c, n, rank, root):
     """(sends, recvs) of `rank` in a row of base count c: lists of (peer, offset, count)."""
     peers = range(n)
+    if coll == 'neighbor_alltoall':
+        _dims, nbrs = grid_neighbors(n, rank)
+        return _packed([(j, c) for j in nbrs]), _packed([(j, c) for j in nbrs])
     if coll == 'alltoall':
         return _packed([(j, c) for j in peers]), _packed([(j, c) for j in peers])
     if coll == 'alltoallv':
@@ -75,7 +97,7 @@ def length(blocks):
 
 def row_bytes(coll, c, n, itemsize):
     """The bytes an exchange row of base count c reports (nccl-tests: the whole buffer)."""
-    if coll in ('alltoall', 'alltoallv'):
+    if coll in ('alltoall', 'alltoallv', 'neighbor_alltoall'):
         # a rank's send buffer; alltoallv's differ by rank: the largest, as the busiest rank bounds the
         # time (computed from the counts every rank knows, no communication)
         return itemsize * max(length(plan(coll, c, n, r, 0)[0]) for r in range(n))
@@ -90,10 +112,12 @@ def block_values(count, src, dst):
 
 
 def _filled(blocks, dtype, values_of):
-    """A NumPy array holding each (peer, offset, count) block as values_of(peer, count) gives it."""
+    """A NumPy array holding each (peer, offset, count) block as values_of(peer, count) gives it (0 for
+    a PROC_NULL block: nothing is sent from or written into it)."""
     out = np.zeros(length(blocks), dtype)
     for peer, offset, count in blocks:
-        out[offset:offset + count] = values_of(peer, count)
+        if peer != MPI.PROC_NULL:
+            out[offset:offset + count] = values_of(peer, count)
     return out
 
 
@@ -130,11 +154,23 @@ def _counts(blocks):
     return [count for _, _, count in blocks], [offset for _, offset, _ in blocks]
 
 
+_carts = {}  # neighbor_alltoall's Cart of each communicator the rows run on (made once: collective)
+
+
+def _cart(comm):
+    key = (type(comm), comm.py2f())
+    if key not in _carts:
+        _carts[key] = comm.Create_cart(MPI.Compute_dims(comm.Get_size(), 2), [False, False], reorder=False)
+    return _carts[key]
+
+
 def mpi_call(comm, b):
     """The mpi4py call of an exchange row on `comm` (mpigpu's or plain mpi4py's), in the buffer forms a
     program writes: [buffer, (counts, displacements), datatype] for the v-arguments, None for the
     buffer a rooted call does not use off its root. Bound once, as baselines.mpi_call does."""
     c, t = b.coll, b.mpi_type
+    if c == 'neighbor_alltoall':
+        return partial(_cart(comm).Neighbor_alltoall, b.send, b.recv)
     if c == 'alltoall':
         return partial(comm.Alltoall, b.send, b.recv)
     if c == 'alltoallv':
@@ -157,8 +193,8 @@ def nccl_ops(b):
     own_send = [(offset, count) for peer, offset, count in b.sends if peer == me and count]
     own_recv = [(offset, count) for peer, offset, count in b.recvs if peer == me and count]
     local = (own_send[0][0], own_recv[0][0], own_recv[0][1]) if own_recv else None
-    sends = [x for x in b.sends if x[0] != me and x[2]]
-    recvs = [x for x in b.recvs if x[0] != me and x[2]]
+    sends = [x for x in b.sends if x[0] not in (me, MPI.PROC_NULL) and x[2]]
+    recvs = [x for x in b.recvs if x[0] not in (me, MPI.PROC_NULL) and x[2]]
     return local, sends, recvs
 
 

@@ -147,9 +147,11 @@ def _handler(owner, name, base, params, bufs, state_of):
     fast = exchange.fast_entry() if exchanged and name in exchange.FAST else None
     code = int(exchange.CODES[name]) if exchanged else -1
     rooted = 'root' in params
+    topology = name.startswith('Neighbor_')
 
     def device_call(self, args):
-        if fast is not None and fast(self, code, args[0], args[1], args[2] if rooted else None):
+        if fast is not None and fast(self, code, args[0], args[1], args[2] if rooted else None,
+                                     exchange.edges_of(state_of(self)) if topology else None):
             return None  # the exchange's fast path ran it (mpigpu/_ext/_exchange.pxi)
         st = state_of(self)
         if kind == 'refused':

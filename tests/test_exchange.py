@@ -65,7 +65,7 @@ def test_what_it_does_not_read():
 # ---- the fast path's reader (mpigpu/_ext/_exchange.pxi) against describe --------------------------
 def _fast_reader():
     from mpigpu._ext import _device
-    _device.bind_exchange_entry((), None, MPI.Datatype, MPI.IN_PLACE)
+    _device.bind_exchange_entry((), None, MPI.Datatype, MPI.IN_PLACE, MPI.PROC_NULL)
     return _device.exchange_ranges_of
 
 
@@ -143,3 +143,44 @@ def test_fast_reader_declines_what_it_does_not_read():
     assert fast(int(Coll.ALLTOALLV), 0, 2, [dev(4), [2, True]], [dev(4), [2, 2]]) is None  # not an int
     assert fast(int(Coll.ALLTOALL), 0, 2, np.zeros(8, np.int32), dev(8)) is None  # host memory
     assert fast(int(Coll.ALLTOALL), 0, 2, dev(7), dev(8)) is None  # not n equal blocks
+
+
+def _neighbor_forms(n, rank):
+    """(name, args, edges) of neighbourhood collectives over made-up topologies: neighbours out of
+    order, PROC_NULL among them, a rank twice (both readers decline), itself."""
+    null = MPI.PROC_NULL
+    topologies = [([(rank - 1) % n, (rank + 1) % n], [(rank - 1) % n, (rank + 1) % n]),
+                  ([null, (rank + 1) % n, rank], [rank, null, (rank - 1) % n]),
+                  ([], [(rank + 2) % n])]
+    for srcs, dests in topologies:
+        edges = (list(srcs), list(dests))
+        ki, ko = len(srcs), len(dests)
+        yield 'Neighbor_allgather', [dev(2), dev(2 * ki)], edges
+        yield 'Neighbor_alltoall', [dev(3 * ko), dev(3 * ki)], edges
+        rc = [1 + j for j in range(ki)]
+        sc = [1 + i for i in range(ko)]
+        yield 'Neighbor_allgatherv', [dev(2), [dev(sum(rc) + 3), rc, [3 + sum(rc[:j]) for j in range(ki)], MPI.INT]], edges
+        yield 'Neighbor_alltoallv', [[dev(sum(sc)), sc, MPI.INT], [dev(sum(rc)), (rc, None), MPI.INT]], edges
+        yield 'Neighbor_alltoallv', [[dev(sum(sc)), (sc, [0] * ko)], [dev(sum(rc)), rc]], edges
+        yield 'Neighbor_alltoall', [MPI.IN_PLACE, dev(3 * ki)], edges
+        yield 'Neighbor_alltoall', [dev(3 * ko), dev(3 * ki)], None  # no topology
+
+
+def test_fast_reader_reads_neighbors_as_describe_does():
+    fast = _fast_reader()
+    from mpigpu._codes import Coll
+    taken, declined = set(), 0
+    for n in (1, 2, 3, 5):
+        for rank in range(n):
+            for name, args, edges in _neighbor_forms(n, rank):
+                want = exchange.describe(name, rank, n, args, edges)
+                got = fast(int(getattr(Coll, name.upper())), rank, n, args[0], args[1], -1, edges)
+                assert (got is None) == (want is None), (name, n, rank, args, edges)
+                if got is None:
+                    declined += 1
+                    continue
+                assert got == (want.send, want.recv, want.send_bytes, want.send_off, want.recv_bytes,
+                               want.recv_off), (name, n, rank, edges)
+                taken.add(name)
+    assert taken == {'Neighbor_allgather', 'Neighbor_allgatherv', 'Neighbor_alltoall', 'Neighbor_alltoallv'}
+    assert declined

@@ -15,6 +15,13 @@ cdef extern from "mpigpu_cuda.h":
         MG_GATHERV
         MG_SCATTER
         MG_SCATTERV
+        MG_NEIGHBOR_ALLGATHER
+        MG_NEIGHBOR_ALLGATHERV
+        MG_NEIGHBOR_ALLTOALL
+        MG_NEIGHBOR_ALLTOALLV
+
+cdef enum:
+    kMaxBlocks = 64  # the most blocks of a message this path reads (a topology's neighbours, PROC_NULL included)
 
 
 cdef struct XBuf:
@@ -30,16 +37,18 @@ cdef object _x_unsettled = ()     # the agreements with undecided non-blocking c
 cdef object _x_config = None      # mpigpu's config (exchange_min_bytes read per call: tests change it)
 cdef object _x_datatype = None    # MPI.Datatype
 cdef object _x_in_place_obj = None  # MPI.IN_PLACE
+cdef int _x_proc_null = -1          # MPI.PROC_NULL
 cdef object _x_last_dt = None     # the last datatype read and its handle and extent (programs repeat them)
 cdef object _x_last_handle = None
 cdef Py_ssize_t _x_last_extent = -1
 cdef unsigned long long _x_calls = 0
 
 
-def bind_exchange_entry(unsettled, config, datatype, in_place):
+def bind_exchange_entry(unsettled, config, datatype, in_place, int proc_null):
     """Gives exchange_entry what it reads (see the declarations above)."""
-    global _x_unsettled, _x_config, _x_datatype, _x_in_place_obj, _x_last_dt
+    global _x_unsettled, _x_config, _x_datatype, _x_in_place_obj, _x_last_dt, _x_proc_null
     _x_unsettled, _x_config, _x_datatype, _x_in_place_obj, _x_last_dt = unsettled, config, datatype, in_place, None
+    _x_proc_null = proc_null
 
 
 def exchange_fast_calls():
@@ -112,10 +121,11 @@ cdef int _xsimple(object obj, int blocks, XBuf *b, Py_ssize_t *size) except -1:
 
 
 cdef int _xvector(object spec, int n, XBuf *b, size_t *sizes, size_t *offs) except -1:
-    """A v-message [array, counts, displs, datatype] in mpi4py's forms with the counts given (packing.
-    vector_spec's rules): each block's bytes and offset; 0 where this path declines it."""
-    cdef Py_ssize_t counts[MG_MAX_RANKS]
-    cdef Py_ssize_t displs[MG_MAX_RANKS]
+    """A v-message [array, counts, displs, datatype] of n blocks (at most kMaxBlocks) in mpi4py's forms
+    with the counts given (packing.vector_spec's rules): each block's bytes and offset; 0 where this
+    path declines it."""
+    cdef Py_ssize_t counts[kMaxBlocks]
+    cdef Py_ssize_t displs[kMaxBlocks]
     cdef Py_ssize_t extent, at = 0, k = 0
     cdef int i
     if type(spec) is not list and type(spec) is not tuple:
@@ -134,7 +144,7 @@ cdef int _xvector(object spec, int n, XBuf *b, size_t *sizes, size_t *offs) exce
         c, d, dt = spec[1], spec[2], spec[3]
     else:
         return 0
-    if c is None or not _xread(spec[0], b) or not _xints(c, n, counts):
+    if n > kMaxBlocks or c is None or not _xread(spec[0], b) or not _xints(c, n, counts):
         return 0
     if d is not None and not _xints(d, n, displs):
         return 0
@@ -167,10 +177,80 @@ cdef void _xblocks(int n, Py_ssize_t size, size_t *sizes, size_t *offs) noexcept
         sizes[p], offs[p] = <size_t>size, <size_t>(p * size)
 
 
-cdef int exchange_ranges(int coll, int me, int n, object sendbuf, object recvbuf, int root, mg_exchange_call *x,
-                         XBuf *send, XBuf *recv, int *read) except -1:
-    """describe (mpigpu/_paths/exchange.py) for the forms this path reads: fills x, and the arrays read
-    into send and recv (*read: 1 for send, 2 for recv, or both); 0 where it declines the call."""
+cdef int _xpeers(object seq, int n, int *out, int *k) except -1:
+    """A topology side's neighbours (ranks below n, or PROC_NULL) into out[:*k]; 0 where it declines."""
+    cdef int i
+    if type(seq) is not list or len(seq) > kMaxBlocks:
+        return 0
+    k[0] = len(seq)
+    for i in range(k[0]):
+        v = seq[i]
+        if type(v) is not int or not (v == _x_proc_null or 0 <= v < n):
+            return 0
+        out[i] = v
+    return 1
+
+
+cdef int _xonto(const int *peers, int k, int n, const size_t *sizes, const size_t *offs, size_t *got,
+                size_t *at) except -1:
+    """exchange._onto_ranks: blocks addressed to neighbours as per-rank ranges; 0 where a rank is a
+    neighbour twice (two ranges of one pair)."""
+    cdef bint seen[MG_MAX_RANKS]
+    cdef int i, p
+    for p in range(n):
+        seen[p] = False
+    for i in range(k):
+        p = peers[i]
+        if p == _x_proc_null:
+            continue
+        if seen[p]:
+            return 0
+        seen[p] = True
+        got[p], at[p] = sizes[i], offs[i]
+    return 1
+
+
+cdef int _xneighbors(int coll, int n, object sendbuf, object recvbuf, object edges, mg_exchange_call *x,
+                     XBuf *send, XBuf *recv) except -1:
+    """describe's _neighborly for Neighbor_allgather(v) and Neighbor_alltoall(v) in the forms this path
+    reads: block i to the i-th destination, block j from the j-th source; 0 where it declines."""
+    cdef int src[kMaxBlocks]
+    cdef int dst[kMaxBlocks]
+    cdef size_t sizes[kMaxBlocks]
+    cdef size_t offs[kMaxBlocks]
+    cdef int ki = 0, ko = 0, i
+    cdef Py_ssize_t size = 0
+    if type(edges) is not tuple or len(edges) != 2 or _x_in_place(sendbuf) or _x_in_place(recvbuf):
+        return 0  # no topology, or in place (MPI has no such form): the general path
+    if not _xpeers(edges[0], n, src, &ki) or not _xpeers(edges[1], n, dst, &ko):
+        return 0
+    if coll == MG_NEIGHBOR_ALLGATHER or coll == MG_NEIGHBOR_ALLGATHERV:
+        if not _xsimple(sendbuf, 1, send, &size):
+            return 0
+        for i in range(ko):
+            sizes[i], offs[i] = <size_t>size, 0
+    elif coll == MG_NEIGHBOR_ALLTOALL:
+        if ko == 0 or not _xsimple(sendbuf, ko, send, &size):
+            return 0
+        _xblocks(ko, size, sizes, offs)
+    elif not _xvector(sendbuf, ko, send, sizes, offs):
+        return 0
+    if not _xonto(dst, ko, n, sizes, offs, x.send_bytes, x.send_off):
+        return 0
+    if coll == MG_NEIGHBOR_ALLGATHER or coll == MG_NEIGHBOR_ALLTOALL:
+        if ki == 0 or not _xsimple(recvbuf, ki, recv, &size):
+            return 0
+        _xblocks(ki, size, sizes, offs)
+    elif not _xvector(recvbuf, ki, recv, sizes, offs):
+        return 0
+    return _xonto(src, ki, n, sizes, offs, x.recv_bytes, x.recv_off)
+
+
+cdef int exchange_ranges(int coll, int me, int n, object sendbuf, object recvbuf, int root, object edges,
+                         mg_exchange_call *x, XBuf *send, XBuf *recv, int *read) except -1:
+    """describe (mpigpu/_paths/exchange.py) for the forms this path reads (`edges`: a topology's
+    (sources, destinations), for the neighbourhood collectives): fills x, and the arrays read into send
+    and recv (*read: 1 for send, 2 for recv, or both); 0 where it declines the call."""
     cdef Py_ssize_t size = 0
     cdef int p
     cdef bint at_root = me == root
@@ -221,6 +301,11 @@ cdef int exchange_ranges(int coll, int me, int n, object sendbuf, object recvbuf
             read[0] |= 1
         else:
             return 0
+    elif coll == MG_NEIGHBOR_ALLGATHER or coll == MG_NEIGHBOR_ALLGATHERV or coll == MG_NEIGHBOR_ALLTOALL or \
+            coll == MG_NEIGHBOR_ALLTOALLV:
+        if not _xneighbors(coll, n, sendbuf, recvbuf, edges, x, send, recv):
+            return 0
+        read[0] = 3
     elif coll == MG_SCATTER or coll == MG_SCATTERV:
         if at_root:
             if coll == MG_SCATTERV:
@@ -283,23 +368,26 @@ cdef bint _xoverlap(const mg_exchange_call *x, int me, int n) noexcept:
     return False
 
 
-def exchange_ranges_of(int coll, int me, int n, sendbuf, recvbuf, int root=-1):
+def exchange_ranges_of(int coll, int me, int n, sendbuf, recvbuf, int root=-1, edges=None):
     """exchange_ranges for tests: (send, recv, send_bytes, send_off, recv_bytes, recv_off) as lists, or
     None where the fast path declines (buffers' devices not checked)."""
     cdef mg_exchange_call x
     cdef XBuf send, recv
     cdef int read = 0
-    if n < 1 or n > MG_MAX_RANKS or not exchange_ranges(coll, me, n, sendbuf, recvbuf, root, &x, &send, &recv, &read):
+    if n < 1 or n > MG_MAX_RANKS or not exchange_ranges(coll, me, n, sendbuf, recvbuf, root, edges, &x, &send,
+                                                         &recv, &read):
         return None
     return (x.send, x.recv, [x.send_bytes[p] for p in range(n)], [x.send_off[p] for p in range(n)],
             [x.recv_bytes[p] for p in range(n)], [x.recv_off[p] for p in range(n)])
 
 
-cpdef int exchange_entry(object comm, int coll, object sendbuf, object recvbuf, object root) except -1:
+cpdef int exchange_entry(object comm, int coll, object sendbuf, object recvbuf, object root,
+                         object edges=None) except -1:
     """Runs a blocking call of the all-to-all family on device arrays on the exchange transport when
     the call is one this path reads, the communicator's team is up on the current device and every rank
-    brought device arrays: 1 when it ran, 0 for the general path (the verdict stashed on the board where
-    the ranks agreed on another path)."""
+    brought device arrays (`edges`: a neighbourhood collective's topology, as exchange_ranges takes it):
+    1 when it ran, 0 for the general path (the verdict stashed on the board where the ranks agreed on
+    another path)."""
     global _x_calls
     cdef mg_exchange_call x
     cdef XBuf bufs[2]
@@ -328,7 +416,8 @@ cpdef int exchange_entry(object comm, int coll, object sendbuf, object recvbuf, 
         r = root
     if mg_get_device(&current) != 0 or current != team.device:
         return 0
-    if not exchange_ranges(coll, team.rank, team.nranks, sendbuf, recvbuf, r, &x, &bufs[0], &bufs[1], &read):
+    if not exchange_ranges(coll, team.rank, team.nranks, sendbuf, recvbuf, r, edges, &x, &bufs[0], &bufs[1],
+                           &read):
         return 0
     for i in range(team.nranks):
         total += x.send_bytes[i] + x.recv_bytes[i]

@@ -31,7 +31,8 @@ CODES = {'Alltoall': Coll.ALLTOALL, 'Alltoallv': Coll.ALLTOALLV, 'Alltoallw': Co
          'Neighbor_alltoallv': Coll.NEIGHBOR_ALLTOALLV, 'Neighbor_alltoallw': Coll.NEIGHBOR_ALLTOALLW}
 _ROOTED = frozenset(('Gather', 'Gatherv', 'Scatter', 'Scatterv'))
 # The methods the fast path reads (mpigpu/_ext/_exchange.pxi); the others only `describe`.
-FAST = frozenset(('Alltoall', 'Alltoallv', 'Allgatherv', 'Gather', 'Gatherv', 'Scatter', 'Scatterv'))
+FAST = frozenset(('Alltoall', 'Alltoallv', 'Allgatherv', 'Gather', 'Gatherv', 'Scatter', 'Scatterv',
+                  'Neighbor_allgather', 'Neighbor_allgatherv', 'Neighbor_alltoall', 'Neighbor_alltoallv'))
 _exchanged = [0]  # calls this process ran on the exchange transport (calls(): tests and debugging)
 
 
@@ -44,12 +45,12 @@ def calls():
 def fast_entry():
     """The CUDA layer's fast path for these calls (mpigpu/_ext/_exchange.pxi: the common forms read and
     agreed in one Cython call), bound to what it reads, or None where the layer has none (the CPU
-    tests' fake layer): `entry(comm, code, sendbuf, recvbuf, root or None)` is 1 when it ran the call,
-    else 0 and `run` takes it."""
+    tests' fake layer): `entry(comm, code, sendbuf, recvbuf, root or None, edges_of(state) or None)` is 1
+    when it ran the call, else 0 and `run` takes it."""
     entry = getattr(_cuda.device, 'exchange_entry', None)
     if entry is None:
         return None
-    _cuda.device.bind_exchange_entry(unsettled, config, MPI.Datatype, MPI.IN_PLACE)
+    _cuda.device.bind_exchange_entry(unsettled, config, MPI.Datatype, MPI.IN_PLACE, MPI.PROC_NULL)
     return entry
 
 
@@ -348,11 +349,16 @@ def _overlap(r, rank):
     return any(a < d and c < b for a, b in sent for c, d in got)
 
 
+def edges_of(st):
+    """The (sources, destinations) of a topology communicator's state, read once (None: no topology)."""
+    return st.owned(_Neighbors).edges
+
+
 def run(st, name, args, host_call):
     """Runs blocking call `name` on device buffers: on the exchange transport when every rank described
     its call and the communicator's team is up, else host_call() (the host MPI call on mirrors), as
     every rank of the call does."""
-    edges = st.owned(_Neighbors).edges if name.startswith('Neighbor_') else None
+    edges = edges_of(st) if name.startswith('Neighbor_') else None
     ranges = describe(name, st.rank, st.size, args, edges)
     if ranges is not None and sum(ranges.send_bytes) + sum(ranges.recv_bytes) < config.exchange_min_bytes:
         ranges = None  # a small call: the mirrors' fixed cost is the smaller (every rank then takes them)

@@ -1,9 +1,10 @@
 // exchange.cu: the host side of the all-to-all family's exchange (exchange_kernel.cuh): the launch of
-// one call, enqueued in the team's order like any collective, and its blocking wait.
+// one call, enqueued in the team's order like any collective, its blocking wait, and its request.
 #include <cuda_runtime.h>
 #include "team.cuh"
 #include "exchange_kernel.cuh"
 #include "status.cuh"
+#include "completion.cuh"
 
 static int launch_exchange(mg_team *t, const void *ctx, uintptr_t stream) {
   const mg_exchange_call *x = (const mg_exchange_call *)ctx;
@@ -55,4 +56,21 @@ extern "C" int mg_exchange_wait(mg_team *t, const mg_exchange_call *x, uintptr_t
   if (e) return e;
   e = team_enqueue(t, launch_exchange, x, stream, 0);
   return team_call_result(t, e ? e : stream_done_wait(t, stream));
+}
+
+extern "C" int mg_exchange_request(mg_team *t, const mg_exchange_call *x, uintptr_t stream, void *request, int watch,
+                                   uint64_t *ticket) {
+  *ticket = 0;
+  int e = check(t);
+  if (e) return e;
+  int slot = -1;
+  e = completion_reserve(&slot, &t->status);  // the kernel's fault word goes to the request's status too
+  if (e) return e;
+  e = team_enqueue(t, launch_exchange, x, stream, 1);
+  t->status = nullptr;
+  if (e) {
+    completion_cancel(slot);
+    return e;
+  }
+  return completion_begin(slot, stream, t->cfg.device, request, watch, ticket);
 }

@@ -274,6 +274,10 @@ typedef struct mg_exchange_call {
 int mg_exchange(mg_team *team, const mg_exchange_call *call, uintptr_t stream, int async);
 /* A blocking exchange: returns once recv holds what every peer sent, ordered after stream's work. */
 int mg_exchange_wait(mg_team *team, const mg_exchange_call *call, uintptr_t stream);
+/* A non-blocking exchange: enqueued on stream, with the generalized request that completes after it
+ * (as mg_collective_request: a fault completes it with the fault's code). */
+int mg_exchange_request(mg_team *team, const mg_exchange_call *call, uintptr_t stream, void *request, int watch,
+                        uint64_t *ticket);
 
 /* ---- user buffers over CUDA IPC, for point-to-point (ipc_buffers.cu) ---- */
 /* The allocation holding ptr: its base, size, process-wide unique id, and whether cudaIpcGetMemHandle

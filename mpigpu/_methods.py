@@ -128,11 +128,16 @@ def _form(obj, method, param, in_place):
 
 
 def _exchanged(owner, name):
-    """The placement board's code of a blocking method the exchange path may take on `owner`'s
-    communicators (mpigpu/_paths/exchange.py), else None. Its host-buffer calls are posted for the
-    ranks that may bring device buffers, as the engine's collectives are (mpigpu/_agree.py)."""
-    if config.exchange and issubclass(owner, MPI.Intracomm) and _kind(name, owner) == 'blocking':
+    """The placement board's code of a blocking or non-blocking (I*) method the exchange path may take
+    on `owner`'s communicators (mpigpu/_paths/exchange.py), else None. Its host-buffer calls are posted
+    for the ranks that may bring device buffers, as the engine's collectives are (mpigpu/_agree.py)."""
+    if not config.exchange or not issubclass(owner, MPI.Intracomm):
+        return None
+    kind = _kind(name, owner)
+    if kind == 'blocking':
         return exchange.CODES.get(name)
+    if kind == 'start':
+        return exchange.CODES.get(_blocking_name(name, owner))
     return None
 
 
@@ -144,8 +149,8 @@ def _handler(owner, name, base, params, bufs, state_of):
                                          'Reduce_local')
     receive = kind == 'start' and ('recv' in name.lower() or 'read' in name.lower())
 
-    fast = exchange.fast_entry() if exchanged and name in exchange.FAST else None
-    code = int(exchange.CODES[name]) if exchanged else -1
+    fast = exchange.fast_entry() if exchanged and kind == 'blocking' and name in exchange.FAST else None
+    code = int(exchange.CODES[name]) if exchanged and kind == 'blocking' else -1
     rooted = 'root' in params
     topology = name.startswith('Neighbor_')
 
@@ -157,6 +162,9 @@ def _handler(owner, name, base, params, bufs, state_of):
         if kind == 'refused':
             raise BufferArgumentError(name, f'device memory is not supported here: {_REFUSED[name]}', arg=bufs[0],
                         rank=st.rank, error_class=MPI.ERR_BUFFER)
+        if exchanged and kind == 'start':  # its host MPI call after the undecided calls, as MPI orders it
+            return exchange.start(st, name, _blocking_name(name, owner), args, lambda: follow(
+                self, name, lambda: mirrored_call(self, st, args, 'start')))
         if exchanged:  # the mirrors' forms are read only where the ranks agree on the host MPI call
             return exchange.run(st, name, args, lambda: mirrored_call(self, st, args, 'blocking'))
         return mirrored_call(self, st, args, kind)
@@ -199,10 +207,19 @@ def ordered(owner, name):
 def _source(name, params, defaults, bufs, settles, posts):
     """Python source of a method with mpi4py's signature that routes device buffers (`settles`: a
     collective, which first has the communicator's undecided calls decided; 'follows': a non-blocking
-    one, made after them without waiting; `posts`: a host-buffer call is posted for the peers first)."""
+    one, made after them without waiting; `posts`: a host-buffer call is posted for the peers first;
+    a non-blocking one that posts agrees on its device calls itself, mpigpu/_paths/exchange.py)."""
     sig = ', '.join(f'{p}=_default_{p}' if p in defaults else p for p in params)
     test = ' or '.join(f'_is_device({b})' for b in bufs)
     args = ', '.join(params)
+    if posts and settles == 'follows':  # posted now, in call order; its host MPI call after the undecided
+        return (f'def {name}(self, {sig}):\n'
+                f'    if {test}:\n'
+                f'        return _device_call(self, ({args},))\n'
+                f'    _note_host(self, _code, True)\n'
+                f'    if _unsettled:\n'
+                f'        return _follow(self, {name!r}, lambda: _base(self, {args}))\n'
+                f'    return _base(self, {args})\n')
     post = '    _note_host(self, _code, False)\n' if posts else ''
     body = (f'    if {test}:\n'
             f'        return _device_call(self, ({args},))\n'

@@ -126,6 +126,8 @@ cdef extern from "mpigpu_cuda.h" nogil:
         size_t recv_off[MG_MAX_RANKS]
     int mg_exchange(mg_team *team, const mg_exchange_call *call, uintptr_t stream, int async_)
     int mg_exchange_wait(mg_team *team, const mg_exchange_call *call, uintptr_t stream)
+    int mg_exchange_request(mg_team *team, const mg_exchange_call *call, uintptr_t stream, void *request, int watch,
+                            uint64_t *ticket)
 
     int mg_ipc_describe(uintptr_t ptr, uintptr_t *base, size_t *size, uint64_t *buffer_id, int *ipc_capable)
     int mg_ipc_export(uintptr_t base, void *handle)
@@ -532,21 +534,38 @@ cdef class Team:
         """The all-to-all family's exchange (mg_exchange): send_bytes[p] bytes from send + send_off[p]
         to rank p, recv_bytes[p] bytes from rank p into recv + recv_off[p]; with `sync`, returns with
         the result (GIL released), else enqueued on `stream` as run() does."""
-        cdef int r, n = len(send_bytes)
         cdef mg_exchange_call x
-        if self.t == NULL:
-            raise DeviceError(MG_ERR_TEAM, 'exchange on a released team')
-        if n > MG_MAX_RANKS or len(send_off) != n or len(recv_bytes) != n or len(recv_off) != n:
-            raise DeviceError(MG_ERR_ARG, f'exchange: {n} ranks of byte ranges (at most {MG_MAX_RANKS})')
-        memset(&x, 0, sizeof(x))
-        x.send, x.recv = send, recv
-        for r in range(n):
-            x.send_bytes[r], x.send_off[r] = send_bytes[r], send_off[r]
-            x.recv_bytes[r], x.recv_off[r] = recv_bytes[r], recv_off[r]
+        self._exchange_call(&x, send, recv, send_bytes, send_off, recv_bytes, recv_off)
         if sync:
             self.run_exchange(&x, stream)
         else:
             check(mg_exchange(self.t, &x, stream, 1), 'exchange launch')
+
+    cpdef uint64_t exchange_request(self, uintptr_t send, uintptr_t recv, send_bytes, send_off, recv_bytes,
+                                    recv_off, uintptr_t stream, uintptr_t request, bint watch) except? 0:
+        """The exchange (as exchange()) enqueued on `stream`, with the generalized request that
+        completes after it (its handle written at address `request`), as run_request: returns the
+        request's ticket; a fault completes the request with the fault's code. The device is current."""
+        cdef uint64_t ticket = 0
+        cdef mg_exchange_call x
+        self._exchange_call(&x, send, recv, send_bytes, send_off, recv_bytes, recv_off)
+        check(mg_exchange_request(self.t, &x, stream, <void *>request, watch, &ticket), 'exchange request')
+        return ticket
+
+    cdef int _exchange_call(self, mg_exchange_call *x, uintptr_t send, uintptr_t recv, send_bytes, send_off,
+                            recv_bytes, recv_off) except -1:
+        """Fills x from per-rank lists (exchange, exchange_request)."""
+        cdef int r, n = len(send_bytes)
+        if self.t == NULL:
+            raise DeviceError(MG_ERR_TEAM, 'exchange on a released team')
+        if n > MG_MAX_RANKS or len(send_off) != n or len(recv_bytes) != n or len(recv_off) != n:
+            raise DeviceError(MG_ERR_ARG, f'exchange: {n} ranks of byte ranges (at most {MG_MAX_RANKS})')
+        memset(x, 0, sizeof(mg_exchange_call))
+        x.send, x.recv = send, recv
+        for r in range(n):
+            x.send_bytes[r], x.send_off[r] = send_bytes[r], send_off[r]
+            x.recv_bytes[r], x.recv_off[r] = recv_bytes[r], recv_off[r]
+        return 0
 
     cdef int run_exchange(self, const mg_exchange_call *x, uintptr_t stream) except -1:
         """A blocking exchange (mg_exchange_wait, the GIL released) of a team that is up."""

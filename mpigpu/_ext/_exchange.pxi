@@ -1,6 +1,6 @@
 # The all-to-all family's fast path (included by _device.pyx): Alltoall, Alltoallv, Allgatherv, Gather,
-# Gatherv, Scatter and Scatterv of device arrays in the forms programs use, read into per-peer byte
-# ranges and agreed on the board in one Cython call. The general path (mpigpu/_paths/exchange.py:
+# Gatherv, Scatter, Scatterv, Neighbor_allgather(v) and Neighbor_alltoall(v) of device arrays in the
+# forms programs use, read into per-peer byte ranges and agreed on the board in one Cython call. The general path (mpigpu/_paths/exchange.py:
 # describe, then the agreement in Python) cost ~30 us per call on 2 H100s where the exchange kernel
 # itself took ~18 (docs/benchmarks.md, "The exchange's fixed cost"). Same rules as `describe`: what
 # this path declines (another form, a datatype with gaps, anything unusual) the general path reads,

@@ -10,7 +10,8 @@ intercommunicator, host memory among the significant buffers, in-place Alltoall)
 call's path as for the engine's collectives (mpigpu/_agree.py: a host rank of the call posts on the
 placement board, comm's generated method): the exchange when every rank described its call, else the
 host MPI call on every rank (device buffers through mirrors, mpigpu/_paths/mirrored.py), which also
-raises mpi4py's own errors for arguments it refuses.
+raises mpi4py's own errors for arguments it refuses. `run` takes the blocking calls, `start` their
+non-blocking (I*) forms.
 """
 import operator
 
@@ -20,8 +21,8 @@ from .. import _cuda
 from .._call import datatype_of, read_whole, unpack_spec
 from .._codes import Coll, Placement, Verdict
 from .._config import config
-from .._undecided import unsettled
-from . import packing
+from .._undecided import Undecided, unsettled
+from . import packing, requests
 
 # The blocking methods this path takes, with their code on the placement board.
 CODES = {'Alltoall': Coll.ALLTOALL, 'Alltoallv': Coll.ALLTOALLV, 'Alltoallw': Coll.ALLTOALLW,
@@ -354,16 +355,66 @@ def edges_of(st):
     return st.owned(_Neighbors).edges
 
 
+def _ranges_for(st, name, args):
+    """The Ranges of blocking call `name` on this rank, or None where this rank votes for the host MPI
+    call (describe declined it, fewer bytes than MPIGPU_EXCHANGE_MIN_BYTES, buffers on another GPU)."""
+    edges = edges_of(st) if name.startswith('Neighbor_') else None
+    ranges = describe(name, st.rank, st.size, args, edges)
+    if ranges is not None and sum(ranges.send_bytes) + sum(ranges.recv_bytes) < config.exchange_min_bytes:
+        return None  # a small call: the mirrors' fixed cost is the smaller (every rank then takes them)
+    if ranges is not None and st.device is not None and ranges.device not in (None, st.device):
+        return None  # buffers on another GPU than the communicator's: the mirrors take them
+    return ranges
+
+
+def start(st, name, blocking, args, host_start):
+    """The non-blocking form `name` (Ialltoall ... Ineighbor_alltoallw) of blocking call `blocking` on
+    device buffers: its request. On the exchange transport, enqueued on the buffers' stream with a
+    request that completes after the kernel, where every rank described its call and the communicator's
+    team is up already (a team is set up by a blocking call: a rank without one votes for the host);
+    else host_start(), the host MPI call on mirrors in MPI's order. Its ranks agree without waiting
+    (mpigpu/_agree.py): the request of a call whose peers have not all posted starts its path once
+    they have."""
+    ranges = _ranges_for(st, blocking, args) if st.team is not None else None
+    placement = Placement.DEVICE if ranges is not None else Placement.HOST_MPI
+    agreement = st.agreement
+
+    def started(verdict):
+        return _request(st, name, ranges) if verdict == Verdict.DEVICE else host_start()
+    verdict = agreement.decide(name, CODES[blocking], placement, True, started)
+    if isinstance(verdict, Undecided):  # its request decides it
+        return requests.start(requests.Deferred(lambda wait: agreement.started(verdict, wait)),
+                              requests.DeferredRequest)
+    return started(verdict)
+
+
+def _request(st, name, ranges):
+    """The request of an agreed non-blocking exchange: GPU work that a generalized request completes
+    (requests.start_gpu), or, without C completion (the CPU tests' fake layer), the call run now."""
+    with st.errors(name):
+        req = _cuda.with_device(st.device, _start_request, st, name, ranges)
+    _exchanged[0] += 1
+    return req
+
+
+def _start_request(st, name, ranges):
+    stream = _launch_stream(st, ranges)
+    t, r = st.team, ranges
+    if not requests.c_completion():
+        t.exchange(r.send, r.recv, r.send_bytes, r.send_off, r.recv_bytes, r.recv_off, stream, True)
+        return requests.completed()
+    req = requests.start_gpu(requests.GpuRequest(), lambda addr, watch: t.exchange_request(
+        r.send, r.recv, r.send_bytes, r.send_off, r.recv_bytes, r.recv_off, stream, addr, watch),
+        lambda exc: st.failed(name, exc))
+    req._mpigpu_buffers = r.bufs  # the arrays the kernel reads and writes live as long as the request
+    return req
+
+
 def run(st, name, args, host_call):
     """Runs blocking call `name` on device buffers: on the exchange transport when every rank described
     its call and the communicator's team is up, else host_call() (the host MPI call on mirrors), as
     every rank of the call does."""
-    edges = edges_of(st) if name.startswith('Neighbor_') else None
-    ranges = describe(name, st.rank, st.size, args, edges)
-    if ranges is not None and sum(ranges.send_bytes) + sum(ranges.recv_bytes) < config.exchange_min_bytes:
-        ranges = None  # a small call: the mirrors' fixed cost is the smaller (every rank then takes them)
-    if ranges is not None and st.device is not None and ranges.device not in (None, st.device):
-        ranges = None  # buffers on another GPU than the communicator's: the mirrors take them
+    ranges = _ranges_for(st, name, args)
     placement = Placement.DEVICE if ranges is not None else Placement.HOST_MPI
     verdict = st.agreement.decide(name, CODES[name], placement)
     if verdict != Verdict.DEVICE:
@@ -381,7 +432,8 @@ def run(st, name, args, host_call):
     return None
 
 
-def _exchange(st, ranges):
+def _launch_stream(st, ranges):
+    """The stream the call is enqueued on: its first buffer's producer stream, after the others'."""
     dm = _cuda.device
     stream = None
     for buf in ranges.bufs:
@@ -391,5 +443,9 @@ def _exchange(st, ranges):
         elif s != stream:
             dm.event_record(st.dep_event, s)
             dm.stream_wait_event(stream, st.dep_event)
+    return 0 if stream is None else stream
+
+
+def _exchange(st, ranges):
     st.team.exchange(ranges.send, ranges.recv, ranges.send_bytes, ranges.send_off, ranges.recv_bytes,
-                     ranges.recv_off, 0 if stream is None else stream, True)
+                     ranges.recv_off, _launch_stream(st, ranges), True)

@@ -188,6 +188,29 @@ def output(args, k):
     return x[0] if type(x) in (list, tuple) else x
 
 
+def i_name(name):
+    """The non-blocking form's name: Ialltoall, Ineighbor_alltoall."""
+    return 'I' + name[0].lower() + name[1:]
+
+
+def nonblocking(topo, ptopo, name, build, dev, root, k, where, expect):
+    """The I* form of the same call, waited for (device buffers on the transport where the blocking
+    call took it: its team is up by then); its result against mpi4py's. Returns the checks made."""
+    a, b, k = build(dev, root)
+    before = exchange.calls()
+    req = getattr(topo, i_name(name))(*a)
+    req.Wait()
+    taken = exchange.calls() - before
+    getattr(ptopo, i_name(name))(*b).Wait()
+    made = 1
+    if k is not None:
+        got, want = values(output(a, k)), values(output(b, k))
+        assert np.array_equal(got, want), f'{i_name(name)} ({where}): {got} != {want}'
+        made += 1
+    assert taken == expect, f'{i_name(name)} ({where}): exchange path taken {taken} times, expected {expect}'
+    return made
+
+
 PLACEMENTS = {'device': lambda r, root: True, 'host': lambda r, root: False,
               'alternate': lambda r, root: r % 2 == 0, 'root only': lambda r, root: r == root}
 
@@ -213,6 +236,7 @@ for name, what, build in cases():
                 expect = taken
             assert taken == expect, f'{where}: exchange path taken {taken} times, expected {expect}'
             checks += 1
+            checks += nonblocking(comm, plain, name, build, dev, root, k, where, expect)
             if name not in ('Gather', 'Gatherv', 'Scatter', 'Scatterv'):
                 break  # one root is enough for the rootless ones
 
@@ -228,6 +252,7 @@ for placement, on in PLACEMENTS.items():
     expect = int(engine and all(on(p, 0) for p in range(n)) and one_node and transport)
     assert taken == expect, f'Alltoallw, {placement}, rank {rank}: exchange taken {taken}, expected {expect}'
     checks += 2
+    checks += nonblocking(comm, plain, 'Alltoallw', alltoallw_case, on(rank, 0), 0, 1, f'{placement}', expect)
 
 
 def topologies():
@@ -301,6 +326,9 @@ for what, topo, ptopo, every in topologies():
                 expect = taken
             assert taken == expect, f'{where}: exchange taken {taken}, expected {expect}'
             checks += 2
+            if not empty:
+                checks += nonblocking(topo, ptopo, name, lambda d, rt: (*neighbor_case(kind, srcs, dests, d), 1),
+                                      on(rank, 0), 0, 1, where, expect)
     topo.Free()
     ptopo.Free()
 

@@ -128,15 +128,15 @@ def _form(obj, method, param, in_place):
 
 
 def _exchanged(owner, name):
-    """The placement board's code of a blocking or non-blocking (I*) method the exchange path may take
-    on `owner`'s communicators (mpigpu/_paths/exchange.py), else None. Its host-buffer calls are posted
+    """The placement board's code of a blocking, non-blocking (I*) or persistent (*_init) method the
+    exchange path may take on `owner`'s communicators (mpigpu/_paths/exchange.py), else None. Its host-buffer calls are posted
     for the ranks that may bring device buffers, as the engine's collectives are (mpigpu/_agree.py)."""
     if not config.exchange or not issubclass(owner, MPI.Intracomm):
         return None
     kind = _kind(name, owner)
     if kind == 'blocking':
         return exchange.CODES.get(name)
-    if kind == 'start':
+    if kind in ('start', 'persistent'):
         return exchange.CODES.get(_blocking_name(name, owner))
     return None
 
@@ -162,6 +162,9 @@ def _handler(owner, name, base, params, bufs, state_of):
         if kind == 'refused':
             raise BufferArgumentError(name, f'device memory is not supported here: {_REFUSED[name]}', arg=bufs[0],
                         rank=st.rank, error_class=MPI.ERR_BUFFER)
+        if exchanged and kind == 'persistent':
+            return exchange.persistent(st, name, _blocking_name(name, owner), args,
+                                       lambda: mirrored_call(self, st, args, 'persistent'))
         if exchanged and kind == 'start':  # its host MPI call after the undecided calls, as MPI orders it
             return exchange.start(st, name, _blocking_name(name, owner), args, lambda: follow(
                 self, name, lambda: mirrored_call(self, st, args, 'start')))

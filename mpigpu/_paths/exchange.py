@@ -11,7 +11,7 @@ call's path as for the engine's collectives (mpigpu/_agree.py: a host rank of th
 placement board, comm's generated method): the exchange when every rank described its call, else the
 host MPI call on every rank (device buffers through mirrors, mpigpu/_paths/mirrored.py), which also
 raises mpi4py's own errors for arguments it refuses. `run` takes the blocking calls, `start` their
-non-blocking (I*) forms.
+non-blocking (I*) forms, `persistent` their *_init forms.
 """
 import operator
 
@@ -21,7 +21,9 @@ from .. import _cuda
 from .._call import datatype_of, read_whole, unpack_spec
 from .._codes import Coll, Placement, Verdict
 from .._config import config
+from .. import _undecided
 from .._undecided import Undecided, unsettled
+from ..errors import Error
 from . import packing, requests
 
 # The blocking methods this path takes, with their code on the placement board.
@@ -388,6 +390,54 @@ def start(st, name, blocking, args, host_start):
     return started(verdict)
 
 
+def persistent(st, name, blocking, args, host_init):
+    """The persistent form `name` (Alltoall_init ... Neighbor_alltoallw_init) of blocking call `blocking`
+    on device buffers: its path agreed once, here, as the blocking call's is (every rank makes the
+    *_init call); on the transport, a request whose every Start enqueues the exchange of the arguments
+    read now (requests.Persistent), else host_init(), mpi4py's persistent request on mirrors."""
+    ranges = _ranges_for(st, blocking, args)
+    placement = Placement.DEVICE if ranges is not None else Placement.HOST_MPI
+    if st.agreement.decide(name, CODES[blocking], placement) != Verdict.DEVICE:
+        return host_init()
+    with _cuda.errors_as(name, st.rank):
+        st.bind_device(name, ranges.device if ranges.device is not None else _default_device(st))
+    if st.team is None:  # no device team on this communicator (agreed at its setup): every rank stages
+        return host_init()
+    return requests.Persistent.create(_Rounds(st, name, ranges))
+
+
+class _Rounds:
+    """A persistent exchange's rounds: what requests.Persistent starts."""
+
+    def __init__(self, st, name, ranges):
+        self.st, self.name, self.ranges = st, name, ranges
+
+    def start(self, req):
+        """Starts one round into `req`: returns the GPU work's ticket, or 0 when the round already
+        completed (no C completion: the CPU tests' fake layer)."""
+        st, r = self.st, self.ranges
+        if _undecided.pending():
+            _undecided.settle()  # kernels meet their peers' in launch order (mpigpu/_undecided.py)
+        st.check_usable(self.name)
+        if st.team is None:
+            raise Error(self.name, 'persistent request used after its communicator was freed', rank=st.rank,
+                        error_class=MPI.ERR_REQUEST)
+        _exchanged[0] += 1
+        with st.errors(self.name):
+            if requests.c_completion():
+                return _cuda.with_device(st.device, requests.start_gpu, req, lambda addr, watch: st.team.exchange_request(
+                    r.send, r.recv, r.send_bytes, r.send_off, r.recv_bytes, r.recv_off, _launch_stream(st, r), addr,
+                    watch))._ticket
+            _cuda.with_device(st.device, _exchange, st, r)
+        requests.set_handle(req, requests.completed())
+        return 0
+
+
+def _default_device(st):
+    """The GPU of a call none of whose buffers holds a byte: the communicator's, else the current one."""
+    return st.device if st.device is not None else _cuda.device.get_device()
+
+
 def _request(st, name, ranges):
     """The request of an agreed non-blocking exchange: GPU work that a generalized request completes
     (requests.start_gpu), or, without C completion (the CPU tests' fake layer), the call run now."""
@@ -419,11 +469,8 @@ def run(st, name, args, host_call):
     verdict = st.agreement.decide(name, CODES[name], placement)
     if verdict != Verdict.DEVICE:
         return host_call()
-    dev = ranges.device
-    if dev is None:
-        dev = st.device if st.device is not None else _cuda.device.get_device()
     with _cuda.errors_as(name, st.rank):
-        st.bind_device(name, dev)
+        st.bind_device(name, ranges.device if ranges.device is not None else _default_device(st))
     if st.team is None:  # no device team on this communicator (agreed at its setup): every rank stages
         return host_call()
     with st.errors(name):

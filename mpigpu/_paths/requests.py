@@ -443,9 +443,11 @@ class Persistent(Startable, _WaitsForGpu, MPI.Prequest):
 
     @classmethod
     def create(cls, plan):
+        """The request of `plan` (its `st`, `name` and `start(req)`: mpigpu._plan.Plan, or the exchange's
+        persistent call)."""
         req = cls()
         req._plan, req._rank = plan, plan.st.rank
-        req._failed = lambda exc: plan.st.failed(plan.c.name, exc)
+        req._failed = lambda exc: plan.st.failed(plan.name, exc)
         return req
 
     _plan = None

@@ -62,7 +62,8 @@ SETUP = {  # per rank count: modules, classes left out, backends per mode (None:
 }
 # fake-engine: the fake GPU arrays on the fake engine's device teams (tests/mpi/fake_engine.py), every size on
 # the exchange transport: the all-to-all family's reading of mpi4py's buffer forms meets the suite's checks
-ENGINE_MODULES = {3: ['test_cco_buf', 'test_cco_vec', 'test_cco_ngh_buf', 'test_cco_nb_buf', 'test_cco_nb_vec']}
+ENGINE_MODULES = {3: ['test_cco_buf', 'test_cco_vec', 'test_cco_ngh_buf', 'test_cco_nb_buf', 'test_cco_nb_vec',
+                     'test_cco_pr_buf']}
 ENGINE_ENV = {'MPIGPU_SUITE_FAKE_ENGINE': '1', 'MPIGPU_EXCHANGE_MIN_BYTES': '0', 'MPIGPU_TIMEOUT_S': '60'}
 MODES = ('host', 'fake-gpu', 'fake-engine')
 STALL_S = 60  # a job in which no test starts or ends for this long is hung (a test takes seconds here)

@@ -570,6 +570,8 @@ cdef class Team:
     cdef int run_exchange(self, const mg_exchange_call *x, uintptr_t stream) except -1:
         """A blocking exchange (mg_exchange_wait, the GIL released) of a team that is up."""
         cdef int e
+        if self.t == NULL:  # released meanwhile (the board's wait releases the GIL)
+            raise DeviceError(MG_ERR_TEAM, 'exchange on a released team')
         with nogil:
             e = mg_exchange_wait(self.t, x, stream)
         check(e, 'exchange')

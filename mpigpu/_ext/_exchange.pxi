@@ -374,8 +374,10 @@ def exchange_ranges_of(int coll, int me, int n, sendbuf, recvbuf, int root=-1, e
     cdef mg_exchange_call x
     cdef XBuf send, recv
     cdef int read = 0
-    if n < 1 or n > MG_MAX_RANKS or not exchange_ranges(coll, me, n, sendbuf, recvbuf, root, edges, &x, &send,
-                                                         &recv, &read):
+    cdef bint rooted = coll == MG_GATHER or coll == MG_GATHERV or coll == MG_SCATTER or coll == MG_SCATTERV
+    if n < 1 or n > MG_MAX_RANKS or not 0 <= me < n or (rooted and not 0 <= root < n):
+        return None  # exchange_entry checks the same before it reads
+    if not exchange_ranges(coll, me, n, sendbuf, recvbuf, root, edges, &x, &send, &recv, &read):
         return None
     return (x.send, x.recv, [x.send_bytes[p] for p in range(n)], [x.send_off[p] for p in range(n)],
             [x.recv_bytes[p] for p in range(n)], [x.recv_off[p] for p in range(n)])

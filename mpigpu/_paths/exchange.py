@@ -162,13 +162,12 @@ def _wmessage(name, label, rank, value, writable, blocks):
         raise _Unread
     if counts is None and displs is None:
         counts, displs = [1] * blocks, [0] * blocks
-    elif counts is None or displs is None:
-        raise _Unread  # mpi4py raises for it
+    elif not hasattr(counts, '__len__') or not hasattr(displs, '__len__'):
+        raise _Unread  # mpi4py raises for it (message_vector_w takes sequences)
     counts, displs = packing.vector_counts(counts, displs, 0, blocks)
-    if isinstance(types, MPI.Datatype):
-        types = [types] * blocks
-    elif type(types) not in (list, tuple) or len(types) != blocks:
-        raise _Unread
+    if type(types) not in (list, tuple) or len(types) != blocks or not all(
+            isinstance(t, MPI.Datatype) for t in types):
+        raise _Unread  # a sequence of datatypes, as message_vector_w reads them
     buf = read_whole(name, label, rank, obj, writable, _cuda.consumer_stream)
     sizes = []
     for count, dt in zip(counts, types):
@@ -377,6 +376,7 @@ def start(st, name, blocking, args, host_start):
     else host_start(), the host MPI call on mirrors in MPI's order. Its ranks agree without waiting
     (mpigpu/_agree.py): the request of a call whose peers have not all posted starts its path once
     they have."""
+    _usable(st, name, CODES[blocking], True)
     ranges = _ranges_for(st, blocking, args) if st.team is not None else None
     placement = Placement.DEVICE if ranges is not None else Placement.HOST_MPI
     agreement = st.agreement
@@ -395,6 +395,7 @@ def persistent(st, name, blocking, args, host_init):
     on device buffers: its path agreed once, here, as the blocking call's is (every rank makes the
     *_init call); on the transport, a request whose every Start enqueues the exchange of the arguments
     read now (requests.Persistent), else host_init(), mpi4py's persistent request on mirrors."""
+    _usable(st, name, CODES[blocking], False)
     ranges = _ranges_for(st, blocking, args)
     placement = Placement.DEVICE if ranges is not None else Placement.HOST_MPI
     if st.agreement.decide(name, CODES[blocking], placement) != Verdict.DEVICE:
@@ -433,6 +434,16 @@ class _Rounds:
         return 0
 
 
+def _usable(st, name, code, nonblocking):
+    """Raises on a communicator that a fault or an abort has broken, as Plan does, telling the peers
+    (they raise too, instead of waiting for this rank's post)."""
+    try:
+        st.check_usable(name)
+    except Exception:
+        st.agreement.refuse(name, code, nonblocking)
+        raise
+
+
 def _default_device(st):
     """The GPU of a call none of whose buffers holds a byte: the communicator's, else the current one."""
     return st.device if st.device is not None else _cuda.device.get_device()
@@ -464,6 +475,7 @@ def run(st, name, args, host_call):
     """Runs blocking call `name` on device buffers: on the exchange transport when every rank described
     its call and the communicator's team is up, else host_call() (the host MPI call on mirrors), as
     every rank of the call does."""
+    _usable(st, name, CODES[name], False)
     ranges = _ranges_for(st, name, args)
     placement = Placement.DEVICE if ranges is not None else Placement.HOST_MPI
     verdict = st.agreement.decide(name, CODES[name], placement)

@@ -163,10 +163,13 @@ def cases():
         yield 'Scatterv', 'in place' if in_place else 'out of place', scatterv
 
 
+PAIR = MPI.INT.Create_contiguous(2).Commit()  # Alltoallw's second datatype (freed at the end)
+
+
 def alltoallw_case(dev, root):
     """Alltoallw with byte displacements out of order and a datatype per peer (int32 and a contiguous
     pair of them)."""
-    pair = MPI.INT.Create_contiguous(2).Commit()
+    pair = PAIR
     types = [pair if p % 2 else MPI.INT for p in range(n)]
     scounts = [1 + (rank + p) % 2 for p in range(n)]  # in each peer's type
     rcounts = [1 + (p + rank) % 2 for p in range(n)]
@@ -296,9 +299,12 @@ for placement, on in PLACEMENTS.items():
 
 def topologies():
     """(name, mpigpu communicator, plain one, every rank's (sources, destinations)) of the
-    neighbourhood collectives' checks: a line, a ring, a 2-D grid and a directed graph."""
+    neighbourhood collectives' checks: a line, a ring, 2-D grids and a directed graph."""
     dims = MPI.Compute_dims(n, 2)
-    for what, d, periods in (('line', [n], [False]), ('ring', [n], [True]), ('grid', dims, [False, True])):
+    # the ring and the periodic grid have a rank that is a neighbour twice where a periodic dimension
+    # holds 1 or 2 ranks (the host MPI call takes those); the plain grid never does
+    for what, d, periods in (('line', [n], [False]), ('ring', [n], [True]), ('grid', dims, [False, False]),
+                             ('periodic grid', dims, [True, True])):
         cart, pcart = comm.Create_cart(d, periods), plain.Create_cart(d, periods)
         every = plain.allgather(tuple(list(e) for e in pcart.inoutedges))
         yield f'cart {what} {d} {periods}', cart, pcart, every
@@ -372,6 +378,32 @@ for what, topo, ptopo, every in topologies():
     topo.Free()
     ptopo.Free()
 
+# A non-blocking call whose peers have not all posted when it returns (rank 0 comes late): its request
+# starts the path once they have, and a collective made meanwhile follows it in MPI's order.
+if engine and one_node and transport:
+    import time
+
+    from mpigpu import _undecided
+    for late_rank in sorted({0, n - 1}):
+        s = np.arange(2 * n, dtype=np.int32) + 100 * rank
+        r1, r2 = device(np.full(2 * n, -1, np.int32)), device(np.full(2 * n, -1, np.int32))
+        src = device(s)
+        comm.Alltoall(src, r1)  # the team is up, and the blocking result to compare with
+        if rank == late_rank:
+            time.sleep(0.2)
+        before = exchange.calls()
+        req = comm.Ialltoall(src, r2)
+        # the others' call returned undecided (rank late_rank had not posted within the agreement's spin)
+        assert _undecided.pending() or rank == late_rank or n == 1, f'Ialltoall, rank {late_rank} late: decided'
+        comm.Barrier()  # a collective after it: the undecided call starts first
+        req.Wait()
+        want = np.empty(2 * n, np.int32)
+        plain.Alltoall(s, want)
+        assert np.array_equal(values(r2), want), f'Ialltoall, rank {late_rank} late, rank {rank}'
+        assert np.array_equal(values(r1), want)
+        assert exchange.calls() - before == 1, f'Ialltoall, rank {late_rank} late, rank {rank}: not on the transport'
+        checks += 3
+
 if not one_node:  # across nodes the family is the host MPI call: nothing posted, no exchange started
     from mpigpu._state import state_of
     assert not state_of(comm).agreement._pending, 'the all-to-all family posted across nodes'
@@ -379,3 +411,4 @@ total = plain.allreduce(checks)
 if rank == 0:
     print(f'exchange collectives on {n} ranks: {total} checks identical to mpi4py '
           f'({"the exchange transport" if engine else "no device team"})')
+PAIR.Free()

@@ -190,8 +190,8 @@ def test_interleaved_rounds_alternate_and_take_the_best(monkeypatch):
     assert rounds == 'aabb' 'bbaa' 'aabb' 'bbaa' 'aabb'
 
 
-# ---- the exchange rows: alltoall, alltoallv, allgatherv, gatherv, scatterv, neighbor_alltoall --------
-EXCHANGE = ('alltoall', 'alltoallv', 'allgatherv', 'gatherv', 'scatterv', 'neighbor_alltoall')
+# ---- the exchange rows: alltoall, alltoallv, allgatherv, gatherv, scatterv, neighbor_alltoall, redistribute
+EXCHANGE = ('alltoall', 'alltoallv', 'allgatherv', 'gatherv', 'scatterv', 'neighbor_alltoall', 'redistribute')
 
 
 def test_rows_are_spelled_out():
@@ -216,7 +216,8 @@ def test_v_counts_are_uneven_and_reported_bytes():
 
 
 class _Mem:
-    """A NumPy array standing in for a device array: CuPy's .data.ptr, .get(out=) and .set()."""
+    """A NumPy array standing in for a device array: CuPy's .data.ptr, .get(out=), .set(), views
+    (reshape, transpose) and assignment from another."""
 
     def __init__(self, arr):
         import types
@@ -230,6 +231,15 @@ class _Mem:
     def set(self, arr):
         self.arr[...] = arr
 
+    def reshape(self, *shape):
+        return _Mem(self.arr.reshape(*shape))
+
+    def transpose(self, *axes):
+        return _Mem(self.arr.transpose(*axes))
+
+    def __setitem__(self, key, value):
+        self.arr[key] = value.arr if isinstance(value, _Mem) else value
+
 
 def _fake_xp():
     import ctypes
@@ -240,7 +250,8 @@ def _fake_xp():
     stream = types.SimpleNamespace(ptr=0, synchronize=lambda: None)
     cuda = types.SimpleNamespace(runtime=runtime, get_current_stream=lambda: stream)
     return types.SimpleNamespace(asarray=lambda a: _Mem(np.array(a)), asnumpy=lambda m: m.arr.copy(),
-                                 zeros=lambda k, dtype: _Mem(np.zeros(k, dtype)), cuda=cuda), stream
+                                 zeros=lambda k, dtype: _Mem(np.zeros(k, dtype)),
+                                 empty=lambda k, dtype: _Mem(np.empty(k, dtype)), cuda=cuda), stream
 
 
 class _FakeNccl:
@@ -281,12 +292,14 @@ def test_nccl_point_to_point_moves_each_block(coll, n):
     # The nccl baseline's grouped sends and receives and local copy, on host memory for every rank
     # of a job in one process: each rank's receive buffer is then what the check expects.
     from mpigpu.perf import vrows
+    from mpigpu.perf.baselines import make_buffers
     xp, stream = _fake_xp()
     for c, dtype, root in ((0, 'float32', 0), (1, 'int16', n - 1), (7, 'float64', n // 2), (40, 'uint8', 0)):
         nccl = _FakeNccl()
-        bufs = [vrows.VBuffers(xp, coll, c, dtype, n, r, root) for r in range(n)]
-        for r, b in enumerate(bufs):
-            vrows.nccl_call(nccl, nccl.comm(r), b, stream)()
+        bufs = [make_buffers(xp, coll, c, dtype, n, r, False, root) for r in range(n)]
+        calls = [vrows.nccl_call(nccl, nccl.comm(r), b, stream) for r, b in enumerate(bufs)]
+        for call in calls:  # kept until delivered: a call's staging array (redistribute) lives with it
+            call()
         nccl.deliver()
         for b in bufs:
             assert (b.result() == b.expected('sum')).all(), (coll, n, c, b.rank)

@@ -11,7 +11,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import _plain
-from . import vrows
+from . import redistribute, vrows
 
 
 class Unavailable(Exception):
@@ -76,7 +76,10 @@ class Buffers:
 
 
 def make_buffers(xp, coll, count, dtype, n, rank, inplace, root):
-    """A row's buffers: Buffers, or for an exchange row vrows.VBuffers (out of place only)."""
+    """A row's buffers: Buffers, or for an exchange row vrows.VBuffers or redistribute.RBuffers (out of
+    place only)."""
+    if coll == 'redistribute':
+        return redistribute.RBuffers(xp, coll, count, dtype, n, rank, root)
     if coll in vrows.COLLS:
         return vrows.VBuffers(xp, coll, count, dtype, n, rank, root)
     return Buffers(xp, coll, count, dtype, n, rank, inplace, root)

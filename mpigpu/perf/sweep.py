@@ -5,7 +5,7 @@ import contextlib
 import gc
 import time
 
-from . import vrows
+from . import redistribute, vrows
 
 # The rows by name, spelled out rather than read from mpigpu._codes.Coll: that enum grows with the
 # library's collectives, and a row exists only where this tool knows its buffers, check and baselines.
@@ -47,6 +47,9 @@ def bus_factor(coll, n):
 def counts(coll, nbytes, itemsize, n):
     """(count per call argument, bytes the row reports): size is the whole buffer, as nccl-tests.
     An exchange row's count is its base block count (vrows.row_bytes says which bytes it reports)."""
+    if coll == 'redistribute':  # the count is the side of one rank's block (redistribute.py)
+        b = redistribute.side(nbytes, itemsize, n)
+        return b, redistribute.row_bytes(b, n, itemsize)
     if coll in vrows.COLLS:
         per = nbytes // itemsize // n
         return per, vrows.row_bytes(coll, per, n, itemsize)

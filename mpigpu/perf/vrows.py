@@ -1,5 +1,5 @@
-"""The exchange rows of mpigpu-perf: alltoall, alltoallv, allgatherv, gatherv, scatterv and
-neighbor_alltoall.
+"""The exchange rows of mpigpu-perf: alltoall, alltoallv, allgatherv, gatherv, scatterv,
+neighbor_alltoall, and redistribute (its own module, redistribute.py: its send blocks are strided).
 
 A row of S bytes on n ranks has a base block of c = S / (itemsize * n) elements. The v-rows make the
 blocks uneven, by a fixed rule every rank computes alike, so that the counts and displacements
@@ -10,6 +10,9 @@ matter (an even v-row would be a regular collective under another name):
 
 with spread(c) = c / 4 rounded up, so that rows of a few elements are uneven too. Blocks lie in rank
 order, packed (each displacement is the sum of the counts before it).
+
+redistribute (redistribute.py) moves a distributed 2-D array from a split by rows to a split by
+columns: Alltoallv of one strided (vector) block per peer, the row issue 46 names.
 
 neighbor_alltoall is a halo exchange: Neighbor_alltoall on a 2-D Cart of the ranks (MPI.Compute_dims,
 not periodic, ranks not reordered), c elements to and from each of the four neighbours in the Cart's
@@ -25,7 +28,9 @@ from functools import partial
 import numpy as np
 from mpi4py import MPI
 
-COLLS = ('alltoall', 'alltoallv', 'allgatherv', 'gatherv', 'scatterv', 'neighbor_alltoall')
+from . import redistribute
+
+COLLS = ('alltoall', 'alltoallv', 'allgatherv', 'gatherv', 'scatterv', 'neighbor_alltoall', 'redistribute')
 ROOTED = ('gatherv', 'scatterv')
 # The rows where a rank sends one block, the same to every rank that receives it.
 _ONE_BLOCK = ('allgatherv', 'gatherv')
@@ -97,6 +102,8 @@ def length(blocks):
 
 def row_bytes(coll, c, n, itemsize):
     """The bytes an exchange row of base count c reports (nccl-tests: the whole buffer)."""
+    if coll == 'redistribute':
+        return redistribute.row_bytes(c, n, itemsize)
     if coll in ('alltoall', 'alltoallv', 'neighbor_alltoall'):
         # a rank's send buffer; alltoallv's differ by rank: the largest, as the busiest rank bounds the
         # time (computed from the counts every rank knows, no communication)
@@ -169,6 +176,8 @@ def mpi_call(comm, b):
     program writes: [buffer, (counts, displacements), datatype] for the v-arguments, None for the
     buffer a rooted call does not use off its root. Bound once, as baselines.mpi_call does."""
     c, t = b.coll, b.mpi_type
+    if c == 'redistribute':
+        return redistribute.mpi_call(comm, b)
     if c == 'neighbor_alltoall':
         return partial(_cart(comm).Neighbor_alltoall, b.send, b.recv)
     if c == 'alltoall':
@@ -203,6 +212,8 @@ def nccl_call(nc, comm, b, stream):
     block a rank keeps as a device-to-device copy, every other block a send or receive in one group
     (gatherv's root receives from, scatterv's sends to, everyone in it). NCCL's point-to-point moves
     bytes whatever their type, so blocks go as uint8: every -d type has this baseline."""
+    if b.coll == 'redistribute':
+        return redistribute.nccl_call(nc, comm, b, stream)
     local, sends, recvs = nccl_ops(b)
     e, sp, rp = b.dtype.itemsize, b.send.data.ptr, b.recv.data.ptr
     sends = [(peer, sp + offset * e, count * e) for peer, offset, count in sends]

@@ -202,6 +202,18 @@ def test_rows_are_spelled_out():
     assert all(sweep.bus_factor(c, 4) == (1.0 if c == 'neighbor_alltoall' else 0.75) for c in EXCHANGE)
 
 
+def test_redistribute_side_is_the_largest_that_fits():
+    from mpigpu.perf import redistribute, sweep
+    for n in (1, 2, 3, 4, 8):
+        for itemsize in (1, 2, 4, 8):
+            for nbytes in (1, 8, 100, 1000, 4096, 65536, 1 << 20, 3 << 20):
+                b = redistribute.side(nbytes, itemsize, n)
+                assert b >= 1
+                assert b == 1 or n * b * b * itemsize <= nbytes
+                assert n * (b + 1) * (b + 1) * itemsize > nbytes
+                assert sweep.counts('redistribute', nbytes, itemsize, n) == (b, n * b * b * itemsize)
+
+
 def test_v_counts_are_uneven_and_reported_bytes():
     from mpigpu.perf import sweep, vrows
     c, n = 40, 3  # spread 10

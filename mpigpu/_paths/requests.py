@@ -446,8 +446,9 @@ class Persistent(Startable, _WaitsForGpu, MPI.Prequest):
         """The request of `plan` (its `st`, `name` and `start(req)`: mpigpu._plan.Plan, or the exchange's
         persistent call)."""
         req = cls()
-        req._plan, req._rank = plan, plan.st.rank
-        req._failed = lambda exc: plan.st.failed(plan.name, exc)
+        st, name = plan.st, plan.name
+        req._plan, req._rank = plan, st.rank
+        req._failed = lambda exc: st.failed(name, exc)  # not the plan: Free lets go of its buffers
         return req
 
     _plan = None

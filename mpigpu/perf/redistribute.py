@@ -34,10 +34,11 @@ def row_bytes(b, n, itemsize):
     return n * b * b * itemsize
 
 
-def _values(rows, cols):
-    """Elements of the global array at (rows, cols) (index arrays): small, never 0, each position's
-    own (a block put in another's place shows)."""
-    return (rows * 7 + cols * 3) % 251 + 1
+def _values(rows, cols, b):
+    """Elements of the global array at (rows, cols) (index arrays) of blocks of side b: small (exact in
+    every type), never 0, and shifted by the block's row and column (a block put in another's place
+    shows, even where the pattern within blocks repeats)."""
+    return (rows * 7 + cols * 3 + (rows // b) * 11 + (cols // b) * 5) % 251 + 1
 
 
 class RBuffers:
@@ -51,7 +52,7 @@ class RBuffers:
         b = self.b = count
         rows = np.arange(rank * b, (rank + 1) * b)[:, None]
         cols = np.arange(n * b)[None, :]
-        self.send = xp.asarray(_values(rows, cols).astype(self.dtype))
+        self.send = xp.asarray(_values(rows, cols, max(b, 1)).astype(self.dtype))
         self.recv = xp.zeros((n * b, b), dtype=self.dtype)
 
     def expected(self, op):
@@ -59,7 +60,7 @@ class RBuffers:
         b, n = self.b, self.n
         rows = np.arange(n * b)[:, None]
         cols = np.arange(self.rank * b, (self.rank + 1) * b)[None, :]
-        return _values(rows, cols).astype(self.dtype)
+        return _values(rows, cols, max(b, 1)).astype(self.dtype)
 
     def result(self):
         return self.xp.asnumpy(self.recv) if hasattr(self.xp, 'asnumpy') else np.asarray(self.recv)
@@ -71,7 +72,9 @@ def _column_type(comm, b, n, base):
     t = _types.get(key)
     if t is None:
         _lb, extent = base.Get_extent()
-        t = _types[key] = base.Create_vector(b, b, n * b).Create_resized(0, b * extent).Commit()
+        vector = base.Create_vector(b, b, n * b)
+        t = _types[key] = vector.Create_resized(0, b * extent).Commit()
+        vector.Free()
     return t
 
 

@@ -423,13 +423,17 @@ class _Rounds:
         if st.team is None:
             raise Error(self.name, 'persistent request used after its communicator was freed', rank=st.rank,
                         error_class=MPI.ERR_REQUEST)
-        _exchanged[0] += 1
+        t = st.team
+
+        def launch(addr, watch):
+            return t.exchange_request(r.send, r.recv, r.send_bytes, r.send_off, r.recv_bytes, r.recv_off,
+                                      _launch_stream(st, r), addr, watch)
         with st.errors(self.name):
             if requests.c_completion():
-                return _cuda.with_device(st.device, requests.start_gpu, req, lambda addr, watch: st.team.exchange_request(
-                    r.send, r.recv, r.send_bytes, r.send_off, r.recv_bytes, r.recv_off, _launch_stream(st, r), addr,
-                    watch))._ticket
+                _exchanged[0] += 1
+                return _cuda.with_device(st.device, requests.start_gpu, req, launch)._ticket
             _cuda.with_device(st.device, _exchange, st, r)
+        _exchanged[0] += 1
         requests.set_handle(req, requests.completed())
         return 0
 

@@ -108,6 +108,20 @@ def stream_of(buf, dev):
     return consumer_stream(dev) if buf.stream_synced else max(buf.stream, 0)
 
 
+def launch_stream(bufs, dev, event):
+    """The stream a call on DeviceBuffers `bufs` (device `dev` current) is enqueued on: the first one's
+    producer stream, made to wait (through `event`) for each other producer stream; 0 for none."""
+    stream = None
+    for buf in bufs:
+        s = stream_of(buf, dev)
+        if stream is None:
+            stream = s
+        elif s != stream:
+            device.event_record(event, s)
+            device.stream_wait_event(stream, event)
+    return 0 if stream is None else stream
+
+
 def device_of(call, arg, rank, buf):
     """The device holding DeviceBuffer `buf`, checked to be device (or managed) memory; for an empty
     buffer the exporter's device or the current one."""

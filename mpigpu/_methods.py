@@ -153,6 +153,7 @@ def _handler(owner, name, base, params, bufs, state_of):
     code = int(exchange.CODES[name]) if exchanged and kind == 'blocking' else -1
     rooted = 'root' in params
     topology = name.startswith('Neighbor_')
+    blocking = _blocking_name(name, owner)  # what an I* or *_init method starts (None: it blocks)
 
     def device_call(self, args):
         if fast is not None and fast(self, code, args[0], args[1], args[2] if rooted else None,
@@ -163,10 +164,9 @@ def _handler(owner, name, base, params, bufs, state_of):
             raise BufferArgumentError(name, f'device memory is not supported here: {_REFUSED[name]}', arg=bufs[0],
                         rank=st.rank, error_class=MPI.ERR_BUFFER)
         if exchanged and kind == 'persistent':
-            return exchange.persistent(st, name, _blocking_name(name, owner), args,
-                                       lambda: mirrored_call(self, st, args, 'persistent'))
+            return exchange.persistent(st, name, blocking, args, lambda: mirrored_call(self, st, args, 'persistent'))
         if exchanged and kind == 'start':  # its host MPI call after the undecided calls, as MPI orders it
-            return exchange.start(st, name, _blocking_name(name, owner), args, lambda: follow(
+            return exchange.start(st, name, blocking, args, lambda: follow(
                 self, name, lambda: mirrored_call(self, st, args, 'start')))
         if exchanged:  # the mirrors' forms are read only where the ranks agree on the host MPI call
             return exchange.run(st, name, args, lambda: mirrored_call(self, st, args, 'blocking'))

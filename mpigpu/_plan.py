@@ -54,21 +54,6 @@ def _one_placement(coll, sendbuf, recvbuf):
     return is_device(sendbuf) == is_device(recvbuf)
 
 
-def _order_streams(st, c):
-    dm = _cuda.device
-    stream = None
-    for arg in (c.send, c.recv):
-        if arg is None:
-            continue
-        s = _cuda.stream_of(arg.buf, st.device)
-        if stream is None:
-            stream = s
-        elif s != stream:
-            dm.event_record(st.dep_event, s)
-            dm.stream_wait_event(stream, st.dep_event)
-    return 0 if stream is None else stream
-
-
 def _host_args(coll, sendbuf, recvbuf, op, root):
     """The call's arguments in mpi4py's order, and where its buffers are among them with their roles."""
     if coll == Coll.BCAST:
@@ -137,7 +122,8 @@ class Plan:
             return
         with _cuda.errors_as(name, st.rank):
             st.bind_device(name, self._dev)
-            launch = _cuda.with_device(st.device, _order_streams, st, c)
+            launch = _cuda.with_device(st.device, _cuda.launch_stream,
+                                       [a.buf for a in (c.send, c.recv) if a is not None], st.device, st.dep_event)
         self.stream = launch if self._user_stream is None else self._user_stream
         self.device = st.device
         if engine.runs(st, c):

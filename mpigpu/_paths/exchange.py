@@ -497,16 +497,7 @@ def run(st, name, args, host_call):
 
 def _launch_stream(st, ranges):
     """The stream the call is enqueued on: its first buffer's producer stream, after the others'."""
-    dm = _cuda.device
-    stream = None
-    for buf in ranges.bufs:
-        s = _cuda.stream_of(buf, st.device)
-        if stream is None:
-            stream = s
-        elif s != stream:
-            dm.event_record(st.dep_event, s)
-            dm.stream_wait_event(stream, st.dep_event)
-    return 0 if stream is None else stream
+    return _cuda.launch_stream(ranges.bufs, st.device, st.dep_event)
 
 
 def _exchange(st, ranges):

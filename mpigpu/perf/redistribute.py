@@ -16,7 +16,7 @@ from functools import partial
 import numpy as np
 from mpi4py import MPI
 
-_types = {}  # the committed send datatype of each (comm kind, b, n, element type): made once, kept
+_types = {}  # the committed send datatype of each (b, n, element type): made once, kept
 
 
 def side(nbytes, itemsize, n):
@@ -66,9 +66,9 @@ class RBuffers:
         return self.xp.asnumpy(self.recv) if hasattr(self.xp, 'asnumpy') else np.asarray(self.recv)
 
 
-def _column_type(comm, b, n, base):
+def _column_type(b, n, base):
     """b blocks of b elements, N = n b apart, resized to the extent of b elements (committed once)."""
-    key = (type(comm).__module__, b, n, base.handle)
+    key = (b, n, base.handle)
     t = _types.get(key)
     if t is None:
         _lb, extent = base.Get_extent()
@@ -81,7 +81,7 @@ def _column_type(comm, b, n, base):
 def mpi_call(comm, r):
     """The row's Alltoallv on `comm` (mpigpu's or plain mpi4py's), bound once."""
     b, n, t = r.b, r.n, r.mpi_type
-    col = _column_type(comm, b, n, t)
+    col = _column_type(b, n, t)
     send = [r.send, ([1] * n, list(range(n))), col]
     recv = [r.recv, ([b * b] * n, [p * b * b for p in range(n)]), t]
     return partial(comm.Alltoallv, send, recv)

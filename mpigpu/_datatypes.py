@@ -212,8 +212,8 @@ def _combine(name, p, children):
         lengths = p['blocklengths'] if 'blocklengths' in p else [p['blocklength']] * len(displs)
         return _indexed(pat, ext, np.asarray(lengths, _I64), displs)
     if name == 'SUBARRAY':
-        return _array(pat, ext, p['sizes'], [np.arange(s, s + n, dtype=_I64)
-                                              for s, n in zip(p['starts'], p['subsizes'])], p['order'])
+        return _array(pat, ext, p['sizes'], [range(s, s + n) for s, n in zip(p['starts'], p['subsizes'])],
+                      p['order'])
     if name == 'DARRAY':
         return _array(pat, ext, p['gsizes'], _darray_indices(p), p['order'])
     raise Error('datatype', f'unknown type constructor {name}', arg='datatype', error_class=MPI.ERR_TYPE)
@@ -238,12 +238,17 @@ def _indexed(pat, ext, lengths, displs):
 
 def _array(pat, ext, sizes, indices, order):
     """Elements of an n-dimensional array of `pat` (each `ext` bytes) at the given indices per
-    dimension: C order runs the last index fastest, Fortran order the first."""
+    dimension (an index array, or a range: a subarray's, one dimension without listing its indices,
+    which may number billions): C order runs the last index fastest, Fortran order the first."""
     nd = len(sizes)
     dims = range(nd - 1, -1, -1) if order == MPI.ORDER_C else range(nd)
     mult = 1
     for k in dims:  # fastest first: each wraps the pattern built so far
-        pat = _replicate(pat, indices[k] * (mult * ext))
+        idx, step = indices[k], mult * ext
+        if isinstance(idx, range):
+            pat = _Pat(pat.offs + idx.start * step, pat.lens, pat.dims + ((len(idx), step),), pat.codes)
+        else:
+            pat = _replicate(pat, idx * step)
         mult *= sizes[k]
     return pat
 

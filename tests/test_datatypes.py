@@ -74,6 +74,22 @@ def test_subarray_faces_collapse_to_strided_blocks():
     assert got[2] == (5 * 4, 4, ((n * n, n * 4),))                   # one element per row: rows merge
 
 
+def test_subarrays_of_billions_of_elements_decode_without_listing_them():
+    # an array library's resplit of a 2 x (2^31 + 2) byte array (heat's large-count test): each
+    # dimension of a subarray becomes one strided dimension, never an index per element (listing them
+    # took seconds and gigabytes per datatype)
+    big = 2 ** 31 + 2
+    half = big // 2
+    cases = {'column': ([big, 2], [half, 1], [half, 1], (half * 2 + 1, 1, ((half, 2),))),
+             'rows': ([2, big], [2, half], [0, half], (half, half, ((2, big),)))}
+    for name, (sizes, sub, start, want) in cases.items():
+        dt = MPI.INT8_T.Create_subarray(sizes, sub, start).Commit()
+        lay = layout(dt)
+        assert (lay.start, lay.block, lay.dims) == want, name
+        assert lay.size == sub[0] * sub[1]
+        dt.Free()
+
+
 def test_counts_compose_at_the_extent():
     vec = MPI.DOUBLE.Create_vector(4, 1, 4).Commit()
     lay = layout(vec)

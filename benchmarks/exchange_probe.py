@@ -11,7 +11,9 @@ parts run alone, each in a loop of back-to-back calls on every rank:
   enqueue     the same without its wait, the stream synchronized after the loop (launch cost + kernel)
   sync        a synchronize of the idle stream
   nccl        NCCL's grouped send/recv of the same bytes, the stream synchronized (CuPy's binding)
-Prints rank 0's table of the slowest rank's medians, us.
+Then the same parts of the redistribute row's call (mpigpu/perf/redistribute.py: an Alltoallv whose send
+blocks are a resized vector datatype, on the transport's block shapes), its NCCL baseline (a packing copy,
+then grouped send/recv) as `nccl`. Prints rank 0's tables of the slowest rank's medians, us.
 """
 import sys
 import time
@@ -92,15 +94,45 @@ def parts(nbytes):
     return got
 
 
-rows = []
-for nbytes in SIZES:
-    got = parts(nbytes)
-    worst = {k: comm.allreduce(v, op=MPI.MAX) for k, v in got.items()}
-    rows.append((nbytes, worst))
-if rank == 0:
-    keys = list(rows[0][1])
-    print(f'{n} ranks, medians of {ROUNDS} rounds of {ITERS} calls, slowest rank, us')
-    print('| bytes | ' + ' | '.join(keys) + ' |')
-    print('|---' * (len(keys) + 1) + '|')
-    for nbytes, worst in rows:
-        print(f'| {nbytes} | ' + ' | '.join(f'{worst[k]:.1f}' for k in keys) + ' |')
+def shaped_parts(nbytes):
+    from mpigpu.perf import redistribute as rd
+    r = rd.RBuffers(cp, 'redistribute', rd.side(nbytes, 4, n), np.float32, n, rank, 0)
+    call = rd.mpi_call(comm, r)
+    call()  # the team exists after the first call
+    args = call.args
+    st = state_of(comm)
+    ranges = exchange.describe('Alltoallv', rank, n, args)
+    assert ranges is not None and ranges.shapes is not None, 'the redistribute call is not on block shapes'
+    stream = cp.cuda.get_current_stream().ptr
+    team = st.team
+    got = {'call': timed(call), 'describe': timed(lambda: exchange.describe('Alltoallv', rank, n, args))}
+
+    def kernel(sync):
+        team.exchange(ranges.send, ranges.recv, ranges.send_bytes, ranges.send_off, ranges.recv_bytes,
+                      ranges.recv_off, stream, sync, ranges.shapes)
+    got['kernel'] = timed(lambda: kernel(True))
+    got['enqueue'] = timed(lambda: kernel(False))
+    got['decide'] = timed(lambda: st.agreement.decide('Alltoallv', Coll.ALLTOALLV, Placement.DEVICE))
+    if nc is not None:
+        base = rd.nccl_call(nccl, nc, r, cp.cuda.get_current_stream())
+
+        def grouped():
+            base()
+            cp.cuda.get_current_stream().synchronize()
+        got['nccl'] = timed(grouped)
+    return got
+
+
+for title, measure in (('Alltoall', parts), ('redistribute', shaped_parts)):
+    rows = []
+    for nbytes in SIZES:
+        got = measure(nbytes)
+        worst = {k: comm.allreduce(v, op=MPI.MAX) for k, v in got.items()}
+        rows.append((nbytes, worst))
+    if rank == 0:
+        keys = list(rows[0][1])
+        print(f'{title}: {n} ranks, medians of {ROUNDS} rounds of {ITERS} calls, slowest rank, us')
+        print('| bytes | ' + ' | '.join(keys) + ' |')
+        print('|---' * (len(keys) + 1) + '|')
+        for nbytes, worst in rows:
+            print(f'| {nbytes} | ' + ' | '.join(f'{worst[k]:.1f}' for k in keys) + ' |')

@@ -1,10 +1,49 @@
 // exchange.cu: the host side of the all-to-all family's exchange (exchange_kernel.cuh): the launch of
 // one call, enqueued in the team's order like any collective, its blocking wait, and its request.
+#include <string.h>
 #include <cuda_runtime.h>
 #include "team.cuh"
 #include "exchange_kernel.cuh"
 #include "status.cuh"
 #include "completion.cuh"
+
+static bool same(const mg_block_shape &a, const mg_block_shape &b) {
+  if (a.start != b.start || a.block != b.block || a.size != b.size || a.extent != b.extent || a.ndims != b.ndims)
+    return false;
+  for (int d = 0; d < a.ndims; ++d)
+    if (a.count[d] != b.count[d] || a.stride[d] != b.stride[d]) return false;
+  return true;
+}
+
+// The shaped kernel's argument for call x (false: no block of x has a shape).
+static int shapes_of(const mg_exchange_call *x, int n, int me, mg::ExchangeShapes *sh, bool *shaped) {
+  *shaped = false;
+  if (x->send_shape == nullptr && x->recv_shape == nullptr) return 0;
+  memset(sh, 0, sizeof(*sh));
+  for (int p = 0; p < MG_MAX_RANKS; ++p) {
+    sh->send[p] = sh->recv[p] = -1;
+    if (p >= n) continue;
+    const mg_block_shape *in[2] = {x->send_shape ? &x->send_shape[p] : nullptr,
+                                   x->recv_shape ? &x->recv_shape[p] : nullptr};
+    const uintptr_t at[2] = {x->send + x->send_off[p], x->recv + x->recv_off[p]};
+    const size_t bytes[2] = {x->send_bytes[p], x->recv_bytes[p]};
+    for (int side = 0; side < 2; ++side) {
+      const mg_block_shape *shape = in[side] != nullptr && in[side]->size > 0 && bytes[side] ? in[side] : nullptr;
+      const int k = side * MG_MAX_RANKS + p;
+      if (shape != nullptr) {
+        const int e = mg::prepare_shape(*shape, bytes[side], &sh->shape[k]);
+        if (e) return e;
+        *shaped = true;
+      }
+      (side ? sh->recv : sh->send)[p] = shape != nullptr ? (int8_t)k : (int8_t)-1;
+      (side ? sh->recv_unit : sh->send_unit)[p] = (uint8_t)mg::shape_unit(at[side], shape);
+    }
+  }
+  const int s = sh->send[me], r = sh->recv[me];
+  const bool same_shape = (s < 0 && r < 0) || (s >= 0 && r >= 0 && same(x->send_shape[me], x->recv_shape[me]));
+  sh->own_in_place = same_shape && x->send + x->send_off[me] == x->recv + x->recv_off[me];
+  return 0;
+}
 
 static int launch_exchange(mg_team *t, const void *ctx, uintptr_t stream) {
   const mg_exchange_call *x = (const mg_exchange_call *)ctx;
@@ -31,28 +70,36 @@ static int launch_exchange(mg_team *t, const void *ctx, uintptr_t stream) {
     grid = s > grid ? s : grid;
     grid = v > grid ? v : grid;
   }
+  mg::ExchangeShapes sh;
+  bool shaped = false;
+  const int e = shapes_of(x, n, a.rank, &sh, &shaped);
+  if (e) return e;
   resident_stop(t);  // its blocks take whole SMs, as the direct kernel's do
-  void *params[] = {&a};
-  return rc(cudaLaunchKernel((const void *)mg::exchange_kernel, dim3(grid), dim3(mg::kThreads), params, 0,
-                             (cudaStream_t)stream));
+  void *params[] = {&a, &sh};
+  const void *kernel = shaped ? (const void *)mg::exchange_shaped_kernel : (const void *)mg::exchange_kernel;
+  return rc(cudaLaunchKernel(kernel, dim3(grid), dim3(mg::kThreads), params, 0, (cudaStream_t)stream));
 }
 
-static int check(const mg_team *t) {
+// Whether call x may be enqueued on t: checked before the enqueue, so a bad shape raises on this rank
+// instead of leaving the peers waiting for a kernel that never starts.
+static int check(const mg_team *t, const mg_exchange_call *x) {
   if (team_broken(t)) return MG_ERR_BROKEN;
   for (int r = 0; r < t->cfg.nranks; ++r)
     if (!t->opened[r]) return MG_ERR_TEAM;
-  return 0;
+  mg::ExchangeShapes sh;
+  bool shaped;
+  return shapes_of(x, t->cfg.nranks, t->cfg.rank, &sh, &shaped);
 }
 
 extern "C" int mg_exchange(mg_team *t, const mg_exchange_call *x, uintptr_t stream, int async) {
-  int e = check(t);
+  int e = check(t, x);
   if (e) return e;
   // launched even with nothing to move here, so the call counts as entered (mg_team_missing_peers)
   return team_enqueue(t, launch_exchange, x, stream, async);
 }
 
 extern "C" int mg_exchange_wait(mg_team *t, const mg_exchange_call *x, uintptr_t stream) {
-  int e = check(t);
+  int e = check(t, x);
   if (e) return e;
   e = team_enqueue(t, launch_exchange, x, stream, 0);
   return team_call_result(t, e ? e : stream_done_wait(t, stream));
@@ -61,7 +108,7 @@ extern "C" int mg_exchange_wait(mg_team *t, const mg_exchange_call *x, uintptr_t
 extern "C" int mg_exchange_request(mg_team *t, const mg_exchange_call *x, uintptr_t stream, void *request, int watch,
                                    uint64_t *ticket) {
   *ticket = 0;
-  int e = check(t);
+  int e = check(t, x);
   if (e) return e;
   int slot = -1;
   e = completion_reserve(&slot, &t->status);  // the kernel's fault word goes to the request's status too

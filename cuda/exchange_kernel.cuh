@@ -13,8 +13,13 @@
 // rank always drains what its peers push while it pushes (a FIFO that fills waits for the receiver).
 // Rounds pair them without a cycle: in round i every rank sends to rank me + i and receives from
 // rank me - i, the matching half of its peers' round i; the rank's own block is a local copy.
+//
+// Blocks of a derived datatype (a call's shapes, block_shape.cuh) are packed by the sending warps as
+// they copy into the FIFO and unpacked by the receiving warps as they copy out (the shaped kernel):
+// a strided block crosses the link once, as a contiguous one does.
 #pragma once
 #include "protocol.cuh"
+#include "block_shape.cuh"
 
 namespace mg {
 
@@ -28,6 +33,16 @@ struct ExchangeArgs {
   size_t recv_bytes[MG_MAX_RANKS], recv_off[MG_MAX_RANKS];  // what comes from each rank, into recv
   size_t channel_bytes;  // a pair's bytes per channel before it takes another (exchange_channels)
   Watch watch;
+};
+
+// The shapes of a call with derived datatypes (the shaped kernel's second argument): shape[send[p]]
+// is the block to rank p (-1: plain bytes), shape[recv[p]] the one from it; unit[...] the width its
+// copies step in (shape_unit; for a plain block, its address's alignment).
+struct ExchangeShapes {
+  BlockShape shape[2 * MG_MAX_RANKS];
+  int8_t send[MG_MAX_RANKS], recv[MG_MAX_RANKS];
+  uint8_t send_unit[MG_MAX_RANKS], recv_unit[MG_MAX_RANKS];
+  bool own_in_place;  // the own block's two sides are the same bytes: nothing to copy
 };
 
 constexpr int kExchangeGroupThreads = kThreads / 2;
@@ -101,17 +116,78 @@ __device__ __forceinline__ void copy_bytes(const Group &g, const char *s, char *
   else copy_words<uint8_t, Volatile>(g, s, d, n);
 }
 
+// One side of a shaped copy: packed byte j of the block (from the copy's first, `pos`) lies where the
+// side's shape puts it from base (a thread's cursor follows its rows), else at base + j - pos (a FIFO
+// slot, a plain block).
+struct CopySide {
+  const char *base;
+  const BlockShape *shape;
+  ShapeCursor cursor;
+  __device__ __forceinline__ const char *at(uint64_t j, uint64_t pos) {
+    return shape != nullptr ? cursor.address(base, *shape, j) : base + (j - pos);
+  }
+};
+
+// Copies packed bytes [pos, pos + n) of a block from side s to side d in units of W (n and pos are
+// multiples of W: a shape's rows are, and so are the FIFO's steps), 128 bytes in flight per thread as
+// copy_words keeps (units narrower than 8 bytes keep 16 units: more costs registers for addresses).
+template <typename W, bool Volatile>
+__device__ __forceinline__ void copy_shaped_units(const Group &g, CopySide s, CopySide d, uint64_t pos, uint64_t n) {
+  const uint64_t nw = n / sizeof(W);
+  uint64_t i = (uint64_t)g.tid;
+  constexpr int U = sizeof(W) >= 8 ? 128 / (int)sizeof(W) : 16;
+  for (; i + (U - 1) * (uint64_t)g.nthreads < nw; i += U * (uint64_t)g.nthreads) {
+    W w[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const uint64_t j = pos + (i + u * (uint64_t)g.nthreads) * sizeof(W);
+      w[u] = load_word<W, Volatile>(s.at(j, pos));
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const uint64_t j = pos + (i + u * (uint64_t)g.nthreads) * sizeof(W);
+      *reinterpret_cast<W *>(const_cast<char *>(d.at(j, pos))) = w[u];
+    }
+  }
+  for (; i < nw; i += (uint64_t)g.nthreads) {
+    const uint64_t j = pos + i * sizeof(W);
+    *reinterpret_cast<W *>(const_cast<char *>(d.at(j, pos))) = load_word<W, Volatile>(s.at(j, pos));
+  }
+}
+
+template <bool Volatile>
+__device__ __forceinline__ void copy_shaped(const Group &g, CopySide s, CopySide d, uint64_t pos, uint64_t n,
+                                            int unit) {
+  switch (unit) {
+    case 16: copy_shaped_units<uint4, Volatile>(g, s, d, pos, n); break;
+    case 8: copy_shaped_units<uint64_t, Volatile>(g, s, d, pos, n); break;
+    case 4: copy_shaped_units<uint32_t, Volatile>(g, s, d, pos, n); break;
+    case 2: copy_shaped_units<uint16_t, Volatile>(g, s, d, pos, n); break;
+    default: copy_shaped_units<uint8_t, Volatile>(g, s, d, pos, n); break;
+  }
+}
+
+// The shape of a call's block (nullptr: plain bytes, or a call without shapes).
+__device__ __forceinline__ const BlockShape *shape_of(const ExchangeShapes *sh, bool sending, int peer) {
+  if (sh == nullptr) return nullptr;
+  const int k = sending ? sh->send[peer] : sh->recv[peer];
+  return k < 0 ? nullptr : &sh->shape[k];
+}
+
 // The sending warps of channel ch: round i pushes to me + i, then the rank's own block is copied
 // (last: the copy overlaps the peers' pushes this rank's receiving warps drain, where first it
 // delayed every push by the time of a local copy). False when a wait stopped (the call is poisoned:
 // nothing more is stored or published).
-__device__ __forceinline__ bool exchange_send(const Group &g, const ExchangeArgs &a, TeamState *state, int ch) {
+template <bool Shaped>
+__device__ __forceinline__ bool exchange_send(const Group &g, const ExchangeArgs &a, const ExchangeShapes *sh,
+                                              TeamState *state, int ch) {
   const int me = a.rank, n = a.nranks, D = a.layout.nslots;
   const char *mine = a.ws[me];
   for (int i = 1; i < n; ++i) {
     const int dst = (me + i) % n;
     const ExchangeSpan sp = exchange_span(a, a.send_bytes[dst], ch);
     const uint64_t base = state->xsent[ch][dst];
+    const BlockShape *shape = Shaped ? shape_of(sh, true, dst) : nullptr;
     for (int t = 0; t < sp.steps; ++t) {
       const uint64_t step = base + (uint64_t)t;
       bool stop = false;
@@ -120,27 +196,43 @@ __device__ __forceinline__ bool exchange_send(const Group &g, const ExchangeArgs
       if (g.sync_or(stop)) return false;
       const size_t lo = (size_t)t * a.layout.slot_bytes;
       const size_t len = sp.len - lo < a.layout.slot_bytes ? sp.len - lo : a.layout.slot_bytes;
-      copy_bytes<false>(g, a.send + a.send_off[dst] + sp.lo + lo, a.ws[dst] + a.layout.xchg_off(ch, me, step), len);
+      char *slot = a.ws[dst] + a.layout.xchg_off(ch, me, step);
+      if (Shaped && shape != nullptr)
+        copy_shaped<false>(g, CopySide{a.send + a.send_off[dst], shape, {}}, CopySide{slot, nullptr, {}},
+                           sp.lo + lo, len, sh->send_unit[dst]);
+      else
+        copy_bytes<false>(g, a.send + a.send_off[dst] + sp.lo + lo, slot, len);
       g.sync();
       if (g.tid == 0) st_release_sys((uint64_t *)(a.ws[dst] + Layout::xdata_off(ch, me)), step + 1);
     }
     if (g.tid == 0) state->xsent[ch][dst] = base + (uint64_t)sp.steps;
   }
   const ExchangeSpan own = exchange_span(a, a.send_bytes[me], ch);
-  const char *s = a.send + a.send_off[me] + own.lo;
-  char *d = a.recv + a.recv_off[me] + own.lo;
-  if (own.len && s != d) copy_bytes<false>(g, s, d, own.len);
+  const char *s = a.send + a.send_off[me];
+  char *d = a.recv + a.recv_off[me];
+  const BlockShape *ss = Shaped ? shape_of(sh, true, me) : nullptr, *ds = Shaped ? shape_of(sh, false, me) : nullptr;
+  if (Shaped && (ss != nullptr || ds != nullptr)) {  // a plain side's base is where the copy starts
+    const int su = sh->send_unit[me], ru = sh->recv_unit[me];
+    if (own.len && !sh->own_in_place)
+      copy_shaped<false>(g, CopySide{ss ? s : s + own.lo, ss, {}}, CopySide{ds ? d : d + own.lo, ds, {}}, own.lo,
+                         own.len, su < ru ? su : ru);
+    return true;
+  }
+  if (own.len && s != d) copy_bytes<false>(g, s + own.lo, d + own.lo, own.len);
   return true;
 }
 
 // The receiving warps of channel ch: round i drains what rank me - i pushes.
-__device__ __forceinline__ bool exchange_receive(const Group &g, const ExchangeArgs &a, TeamState *state, int ch) {
+template <bool Shaped>
+__device__ __forceinline__ bool exchange_receive(const Group &g, const ExchangeArgs &a, const ExchangeShapes *sh,
+                                                 TeamState *state, int ch) {
   const int me = a.rank, n = a.nranks;
   const char *mine = a.ws[me];
   for (int i = 1; i < n; ++i) {
     const int src = (me - i + n) % n;
     const ExchangeSpan sp = exchange_span(a, a.recv_bytes[src], ch);
     const uint64_t base = state->xrecvd[ch][src];
+    const BlockShape *shape = Shaped ? shape_of(sh, false, src) : nullptr;
     for (int t = 0; t < sp.steps; ++t) {
       const uint64_t step = base + (uint64_t)t;
       bool stop = false;
@@ -148,7 +240,12 @@ __device__ __forceinline__ bool exchange_receive(const Group &g, const ExchangeA
       if (g.sync_or(stop)) return false;
       const size_t lo = (size_t)t * a.layout.slot_bytes;
       const size_t len = sp.len - lo < a.layout.slot_bytes ? sp.len - lo : a.layout.slot_bytes;
-      copy_bytes<true>(g, mine + a.layout.xchg_off(ch, src, step), a.recv + a.recv_off[src] + sp.lo + lo, len);
+      const char *slot = mine + a.layout.xchg_off(ch, src, step);
+      if (Shaped && shape != nullptr)
+        copy_shaped<true>(g, CopySide{slot, nullptr, {}}, CopySide{a.recv + a.recv_off[src], shape, {}},
+                          sp.lo + lo, len, sh->recv_unit[src]);
+      else
+        copy_bytes<true>(g, slot, a.recv + a.recv_off[src] + sp.lo + lo, len);
       g.sync();
       if (g.tid == 0) st_release_sys((uint64_t *)(a.ws[src] + Layout::xack_off(ch, me)), step + 1);
     }
@@ -157,17 +254,29 @@ __device__ __forceinline__ bool exchange_receive(const Group &g, const ExchangeA
   return true;
 }
 
-__global__ void __launch_bounds__(kThreads, 1) exchange_kernel(const __grid_constant__ ExchangeArgs a) {
+template <bool Shaped>
+__device__ __forceinline__ void exchange_body(const ExchangeArgs &a, const ExchangeShapes *sh) {
   const int ch = blockIdx.x, tid = threadIdx.x;
   TeamState *state = team_state(a.ws[a.rank]);
   bool dead = __syncthreads_or(call_enter(state, ch == 0));
   if (!dead) {
     if (tid < kExchangeGroupThreads)
-      dead = !exchange_send(Group{tid, kExchangeGroupThreads, 1}, a, state, ch);
+      dead = !exchange_send<Shaped>(Group{tid, kExchangeGroupThreads, 1}, a, sh, state, ch);
     else
-      dead = !exchange_receive(Group{tid - kExchangeGroupThreads, kExchangeGroupThreads, 2}, a, state, ch);
+      dead = !exchange_receive<Shaped>(Group{tid - kExchangeGroupThreads, kExchangeGroupThreads, 2}, a, sh, state, ch);
   }
   if (__syncthreads_or(dead) && tid == 0) record_fault(state, a.watch);
+}
+
+// Every block plain bytes.
+__global__ void __launch_bounds__(kThreads, 1) exchange_kernel(const __grid_constant__ ExchangeArgs a) {
+  exchange_body<false>(a, nullptr);
+}
+
+// Some blocks of derived datatypes (its own kernel: the index arithmetic stays out of the plain one).
+__global__ void __launch_bounds__(kThreads, 1) exchange_shaped_kernel(const __grid_constant__ ExchangeArgs a,
+                                                                      const __grid_constant__ ExchangeShapes sh) {
+  exchange_body<true>(a, &sh);
 }
 
 }  // namespace mg

@@ -39,11 +39,14 @@ extern "C" {
 
 /* The collectives that run GPU to GPU, named as MPI names them (MPI_Allreduce ...): the engine's five
  * (mg_collective, up to MG_LAST_ENGINE_COLL), then the all-to-all family on the exchange transport
- * (mg_exchange: Python turns each call into per-peer byte ranges). Their codes also name a call on
- * the placement board (mpigpu/_ext/board.h), where the ranks of every such call agree on its path. */
+ * (mg_exchange: Python turns each call into per-peer byte ranges), then the reductions that gather
+ * their blocks over the exchange and reduce them on the GPU (mg_exchange, then mg_reduce_rows). Their
+ * codes also name a call on the placement board (mpigpu/_ext/board.h), where the ranks of every such
+ * call agree on its path. */
 #define MG_COLLS(X) X(ALLREDUCE) X(BCAST) X(REDUCE_SCATTER_BLOCK) X(REDUCE) X(ALLGATHER) \
   X(ALLTOALL) X(ALLTOALLV) X(ALLGATHERV) X(GATHER) X(GATHERV) X(SCATTER) X(SCATTERV) X(ALLTOALLW) \
-  X(NEIGHBOR_ALLGATHER) X(NEIGHBOR_ALLGATHERV) X(NEIGHBOR_ALLTOALL) X(NEIGHBOR_ALLTOALLV) X(NEIGHBOR_ALLTOALLW)
+  X(NEIGHBOR_ALLGATHER) X(NEIGHBOR_ALLGATHERV) X(NEIGHBOR_ALLTOALL) X(NEIGHBOR_ALLTOALLV) X(NEIGHBOR_ALLTOALLW) \
+  X(REDUCE_SCATTER) X(SCAN) X(EXSCAN)
 #define MG_LAST_ENGINE_COLL MG_ALLGATHER
 
 /* Algorithms. AUTO lets the cost model (mg_select) choose. Python's knob names are these in lower
@@ -265,10 +268,24 @@ int mg_collective_request(mg_team *team, const mg_call *call, uintptr_t stream, 
  * recv_bytes[r] bytes at recv + recv_off[r] (the two must be equal, as MPI requires); the rank's own
  * block is a local copy (none where both addresses are equal: in place). Every rank of the team
  * makes the call. */
+#define MG_SHAPE_MAX_DIMS 4  /* nested dimensions of a block shape (mpigpu/_paths/exchange.py refuses more) */
+/* A block of a derived datatype: count instances of a regular layout (mg_layout's regular form, one
+ * block repeated over nested dimensions, innermost first), each `extent` bytes after the last, the
+ * first at the block's offset. Packed byte j of the block (MPI_Pack's order) lies at
+ *   offset + (j / size) * extent + start + sum_k i_k * stride[k] + (j % size) % block
+ * with (i_0, i_1, ...) the digits of (j % size) / block in the counts. size 0: plain bytes. */
+typedef struct mg_block_shape {
+  int64_t start, block, size, extent;
+  int ndims;
+  int64_t count[MG_SHAPE_MAX_DIMS], stride[MG_SHAPE_MAX_DIMS];
+} mg_block_shape;
 typedef struct mg_exchange_call {
   uintptr_t send, recv;
   size_t send_bytes[MG_MAX_RANKS], send_off[MG_MAX_RANKS];
   size_t recv_bytes[MG_MAX_RANKS], recv_off[MG_MAX_RANKS];
+  /* NULL (every block plain bytes), or one shape per rank: the block to or from that rank is packed
+   * bytes of a derived datatype, moved straight between the caller's memory and the peers' FIFOs */
+  const mg_block_shape *send_shape, *recv_shape;
 } mg_exchange_call;
 /* Enqueues the exchange on stream (async as for mg_collective). */
 int mg_exchange(mg_team *team, const mg_exchange_call *call, uintptr_t stream, int async);

@@ -18,6 +18,7 @@
 #pragma once
 #include <stdint.h>
 #include "mpigpu_cuda.h"
+#include "divmod.cuh"
 
 // #pragma unroll for the device pass only: these bodies are host code too, where it means nothing.
 #ifdef __CUDA_ARCH__
@@ -37,24 +38,6 @@ constexpr int kPackTableMinBlocks = 3;
 constexpr int kPackDims = MG_PACK_MAX_DIMS + 1;         // a layout's dimensions and the count's
 constexpr int64_t kPackPieceUnits = 32 * kPackUnroll * 4;  // a long row's piece: 4 strides of a warp
 constexpr int64_t kPackTablePiece = 8192;               // longest table entry, in bytes, after upload
-
-// Division by a divisor fixed for the call. mul != 0: numerators are below 2^31 and the quotient is
-// (umulhi(n, mul) + n) >> shift (Granlund and Montgomery); mul == 0: plain 64-bit division.
-struct DivMod {
-  uint64_t d;
-  uint32_t mul, shift;
-
-  __host__ __device__ __forceinline__ uint64_t div(uint64_t n) const {
-    if (mul == 0) return n / d;
-    const uint32_t x = (uint32_t)n;
-#ifdef __CUDA_ARCH__
-    const uint32_t hi = __umulhi(x, mul);
-#else
-    const uint32_t hi = (uint32_t)(((uint64_t)x * mul) >> 32);
-#endif
-    return (hi + x) >> shift;
-  }
-};
 
 struct PackArgs {
   char *strided;      // regular: buffer pointer + the block's start; table: the buffer pointer

@@ -9,19 +9,6 @@
 
 namespace mg {
 
-constexpr int64_t kFastLimit = (int64_t)1 << 31;  // numerators below this divide by multiplication
-
-inline DivMod make_divmod(uint64_t d, bool fast) {
-  DivMod m{d, 0, 0};
-  if (fast && d >= 1 && d < (uint64_t)kFastLimit) {
-    uint32_t l = 0;
-    while (((uint64_t)1 << l) < d) ++l;
-    m.mul = (uint32_t)((((uint64_t)1 << 32) * (((uint64_t)1 << l) - d)) / d + 1);
-    m.shift = l;
-  }
-  return m;
-}
-
 inline int pow2_at_least(int64_t n, int cap) {
   int g = 1;
   while (g < n && g < cap) g <<= 1;

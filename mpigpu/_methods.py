@@ -19,7 +19,7 @@ from ._ext._front import note_host
 from ._ext._intake import is_device
 from ._state import follow, settle_before
 from ._strided import as_spec
-from ._paths import exchange, mirrored, packing
+from ._paths import exchange, exchange_reduce, mirrored, packing
 from ._paths.mirrored import IN, INOUT, OUT
 from .errors import BufferArgumentError
 
@@ -129,14 +129,15 @@ def _form(obj, method, param, in_place):
 
 def _exchanged(owner, name):
     """The placement board's code of a blocking, non-blocking (I*) or persistent (*_init) method the
-    exchange path may take on `owner`'s communicators (mpigpu/_paths/exchange.py), else None. Its host-buffer calls are posted
+    exchange path may take on `owner`'s communicators (mpigpu/_paths/exchange.py; blocking reductions:
+    exchange_reduce.py), else None. Its host-buffer calls are posted
     for the ranks that may bring device buffers, as the engine's collectives are (mpigpu/_agree.py)."""
     if not config.exchange or not issubclass(owner, MPI.Intracomm):
         return None
     kind = _kind(name, owner)
     if kind == 'blocking':
-        return exchange.CODES.get(name)
-    if kind in ('start', 'persistent'):
+        return exchange.CODES.get(name, exchange_reduce.CODES.get(name))
+    if kind in ('start', 'persistent'):  # the reductions' are the mirrors'
         return exchange.CODES.get(_blocking_name(name, owner))
     return None
 
@@ -150,7 +151,8 @@ def _handler(owner, name, base, params, bufs, state_of):
     receive = kind == 'start' and ('recv' in name.lower() or 'read' in name.lower())
 
     fast = exchange.fast_entry() if exchanged and kind == 'blocking' and name in exchange.FAST else None
-    code = int(exchange.CODES[name]) if exchanged and kind == 'blocking' else -1
+    code = int(exchange.CODES[name]) if fast is not None else -1
+    path = exchange_reduce if name in exchange_reduce.CODES else exchange  # a blocking call's
     rooted = 'root' in params
     topology = name.startswith('Neighbor_')
     blocking = _blocking_name(name, owner)  # what an I* or *_init method starts (None: it blocks)
@@ -169,7 +171,7 @@ def _handler(owner, name, base, params, bufs, state_of):
             return exchange.start(st, name, blocking, args, lambda: follow(
                 self, name, lambda: mirrored_call(self, st, args, 'start')))
         if exchanged:  # the mirrors' forms are read only where the ranks agree on the host MPI call
-            return exchange.run(st, name, args, lambda: mirrored_call(self, st, args, 'blocking'))
+            return path.run(st, name, args, lambda: mirrored_call(self, st, args, 'blocking'))
         return mirrored_call(self, st, args, kind)
 
     def mirrored_call(self, st, args, kind):

@@ -110,6 +110,18 @@ def mpiexec():
     return exe
 
 
+def host_emulator(tmp_path_factory, name):
+    """tests/<name>.cpp built with the host's C++ compiler against cuda/ (the kernels' index arithmetic
+    without nvcc); skips where there is no compiler."""
+    cxx = shutil.which('c++') or shutil.which('g++') or shutil.which('clang++')
+    if cxx is None:
+        pytest.skip('no C++ compiler on PATH')
+    exe = str(tmp_path_factory.mktemp(name) / name)
+    subprocess.run([cxx, '-std=c++17', '-O2', '-Wall', '-Werror', '-I' + os.path.join(os.path.dirname(HERE), 'cuda'),
+                    os.path.join(HERE, name + '.cpp'), '-o', exe], check=True)
+    return exe
+
+
 def run_ranks(n, script, *args, timeout=300, env=None):
     """Runs tests/mpi/<script> on n ranks through `python -m mpi4py`, so an exception on any rank
     calls MPI_Abort and ends the job instead of leaving the other ranks waiting."""

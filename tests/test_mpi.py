@@ -96,6 +96,26 @@ def test_exchange_collectives(n, engine, env):
     assert 'checks identical to mpi4py' in out
 
 
+@pytest.mark.parametrize('n,engine,env', [(1, True, {}), (2, True, {}), (3, True, {}), (3, False, {}),
+                                          (4, True, {'MPIGPU_SIMULATE_NODES': '2'})])
+def test_exchange_datatypes(n, engine, env):
+    # derived datatypes (resized vectors, nested vectors per peer, subarrays, negative strides, byte
+    # units) on the exchange transport's block shapes; a block table through the mirrors
+    env = {'EXCHANGE_ENGINE': '1' if engine else '0', 'MPIGPU_TIMEOUT_S': '60', **env}
+    out = run_ranks(n, 'exchange_datatypes.py', env=env)
+    assert 'checks identical to mpi4py' in out
+
+
+@pytest.mark.parametrize('n,engine,env', [(1, True, {}), (2, True, {}), (3, True, {}), (3, False, {}),
+                                          (4, True, {'MPIGPU_SIMULATE_NODES': '2'})])
+def test_exchange_reductions(n, engine, env):
+    # Reduce_scatter, Scan and Exscan: rows over the exchange transport, reduced on the (fake) GPU in
+    # rank order; what the device does not reduce through the mirrors
+    env = {'EXCHANGE_ENGINE': '1' if engine else '0', 'MPIGPU_TIMEOUT_S': '60', **env}
+    out = run_ranks(n, 'exchange_reductions.py', env=env)
+    assert 'checks identical to mpi4py' in out
+
+
 @pytest.mark.parametrize('n,engine,env', [(2, True, {}), (3, True, {}), (3, False, {}),
                                             (3, True, {'DEFERRED_NO_BOARD': '1'}),
                                             (4, True, {'MPIGPU_SIMULATE_NODES': '2'})])

@@ -2,8 +2,6 @@
 cuda/pack.cu does and runs every thread of the grid on the host; its bytes must equal MPI's own
 packing and unpacking of the same host arrays, for every case of datatype_cases.py, at several
 buffer alignments (which pick the unit width) and grid sizes (which exercise the grid-stride loops)."""
-import os
-import shutil
 import struct
 import subprocess
 
@@ -12,9 +10,9 @@ import pytest
 from mpi4py import MPI
 
 from mpigpu._datatypes import MAX_DIMS, layout
+from conftest import host_emulator
 from datatype_cases import CASES, host_buffer, make, mpi_pack, mpi_unpack
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # (buffer misalignment, packed-side misalignment, grid cap in blocks): an H100's full grid
 # (132 SMs x 4 blocks), then small grids so each thread loops over many items
 VARIANTS = ((0, 0, 528), (4, 0, 1), (1, 3, 2), (8, 8, 5), (2, 6, 3))
@@ -22,14 +20,7 @@ VARIANTS = ((0, 0, 528), (4, 0, 1), (1, 3, 2), (8, 8, 5), (2, 6, 3))
 
 @pytest.fixture(scope='module')
 def emulator(tmp_path_factory):
-    cxx = shutil.which('c++') or shutil.which('g++') or shutil.which('clang++')
-    if cxx is None:
-        pytest.skip('no C++ compiler on PATH')
-    exe = str(tmp_path_factory.mktemp('pack') / 'pack_emulator')
-    subprocess.run([cxx, '-std=c++17', '-O2', '-Wall', '-Werror',
-                    '-I' + os.path.join(ROOT, 'cuda'), os.path.join(ROOT, 'tests', 'pack_emulator.cpp'), '-o', exe],
-                   check=True)
-    return exe
+    return host_emulator(tmp_path_factory, 'pack_emulator')
 
 
 def _call(lay, direction, count, buf, base, packed, variant):

@@ -1,10 +1,12 @@
 # The all-to-all family's fast path (included by _device.pyx): Alltoall, Alltoallv, Allgatherv, Gather,
 # Gatherv, Scatter, Scatterv, Neighbor_allgather(v) and Neighbor_alltoall(v) of device arrays in the
-# forms programs use, read into per-peer byte ranges and agreed on the board in one Cython call. The general path (mpigpu/_paths/exchange.py:
-# describe, then the agreement in Python) cost ~30 us per call on 2 H100s where the exchange kernel
-# itself took ~18 (docs/benchmarks.md, "The exchange's fixed cost"). Same rules as `describe`: what
-# this path declines (another form, a datatype with gaps, anything unusual) the general path reads,
-# and where that one declines too, the host MPI call says what is wrong.
+# forms programs use, read into per-peer byte ranges and agreed on the board in one Cython call. The
+# general path (mpigpu/_paths/exchange.py: describe, then the agreement in Python) cost ~30 us per call
+# on 2 H100s where the exchange kernel itself took ~18 (docs/benchmarks.md, "The exchange's fixed
+# cost"). Same rules as `describe`: what this path declines (another form, a datatype with gaps,
+# anything unusual) the general path reads, and where that one declines too, the host MPI call says
+# what is wrong. At the end: the block shapes of a general-path call with derived datatypes, as the
+# C call description takes them (Team.exchange's `shapes`).
 
 cdef extern from "mpigpu_cuda.h":
     enum:
@@ -453,3 +455,34 @@ cpdef int exchange_entry(object comm, int coll, object sendbuf, object recvbuf, 
         raise _entry_failed(st, coll, exc) from None
     _x_calls += 1
     return 1
+
+
+cdef int _shapes(mg_exchange_call *x, shapes, mg_block_shape *send, mg_block_shape *recv) except -1:
+    """Points x at the block shapes of `shapes` ((send, recv) per-rank lists of a regular layout or
+    None), filled into the arrays send and recv (MG_MAX_RANKS each); None: every block plain."""
+    cdef int r
+    if shapes is None:
+        return 0
+    memset(send, 0, sizeof(mg_block_shape) * MG_MAX_RANKS)
+    memset(recv, 0, sizeof(mg_block_shape) * MG_MAX_RANKS)
+    for r, lay in enumerate(shapes[0]):
+        if lay is not None:
+            _block_shape(&send[r], lay)
+    for r, lay in enumerate(shapes[1]):
+        if lay is not None:
+            _block_shape(&recv[r], lay)
+    x.send_shape, x.recv_shape = send, recv
+    return 0
+
+
+cdef int _block_shape(mg_block_shape *s, lay) except -1:
+    """s from a regular layout (mpigpu/_datatypes.py) of at most MG_SHAPE_MAX_DIMS dimensions."""
+    cdef int d
+    dims = lay.dims
+    if not lay.regular or len(dims) > MG_SHAPE_MAX_DIMS:
+        raise DeviceError(MG_ERR_ARG, f'exchange: a block shape of {len(dims)} dimensions or a block table')
+    s.start, s.block, s.size, s.extent = lay.start, lay.block, lay.size, lay.extent
+    s.ndims = len(dims)
+    for d in range(s.ndims):
+        s.count[d], s.stride[d] = dims[d]
+    return 0

@@ -4,9 +4,10 @@ neighbour, a topology's edges read once) on device buffers, GPU to GPU over the 
 transport (cuda/exchange_kernel.cuh).
 
 Each of them is "rank r sends a byte range of its input to rank p, which writes it at an offset of its
-output": `describe` reads this rank's arguments into those ranges (`Ranges`), or None where only the
-mirrored path can read them (a non-contiguous datatype, a specification it does not take, an
-intercommunicator, host memory among the significant buffers, in-place Alltoall). The ranks agree on the
+output": `describe` reads this rank's arguments into those ranges (`Ranges`; a block of a derived datatype with
+gaps as its packed bytes and its layout, which the kernel follows: cuda/block_shape.cuh), or None where
+only the mirrored path can read them (a datatype the kernel cannot follow, a specification it does not
+take, an intercommunicator, host memory among the significant buffers, in-place Alltoall). The ranks agree on the
 call's path as for the engine's collectives (mpigpu/_agree.py: a host rank of the call posts on the
 placement board, comm's generated method): the exchange when every rank described its call, else the
 host MPI call on every rank (device buffers through mirrors, mpigpu/_paths/mirrored.py), which also
@@ -17,7 +18,7 @@ import operator
 
 from mpi4py import MPI
 
-from .. import _cuda
+from .. import _cuda, _datatypes
 from .._call import datatype_of, read_whole, unpack_spec
 from .._codes import Coll, Placement, Verdict
 from .._config import config
@@ -37,6 +38,12 @@ _ROOTED = frozenset(('Gather', 'Gatherv', 'Scatter', 'Scatterv'))
 FAST = frozenset(('Alltoall', 'Alltoallv', 'Allgatherv', 'Gather', 'Gatherv', 'Scatter', 'Scatterv',
                   'Neighbor_allgather', 'Neighbor_allgatherv', 'Neighbor_alltoall', 'Neighbor_alltoallv'))
 _exchanged = [0]  # calls this process ran on the exchange transport (calls(): tests and debugging)
+SHAPE_MAX_DIMS = 4  # nested dimensions of a block shape the kernel takes (MG_SHAPE_MAX_DIMS, cuda/mpigpu_cuda.h)
+
+
+def count_call():
+    """Counts a call run on the transport by another module (mpigpu/_paths/exchange_reduce.py)."""
+    _exchanged[0] += 1
 
 
 def calls():
@@ -57,36 +64,68 @@ def fast_entry():
     return entry
 
 
-class _Unread(Exception):
+class Unread(Exception):
     """The arguments are not ones this path reads: the host MPI call takes the call."""
 
 
 class Ranges:
     """One rank's exchange: send_bytes[p] bytes from send + send_off[p] go to rank p; recv_bytes[p]
     bytes from rank p land at recv + recv_off[p]; `bufs` the device buffers (their streams order the
-    call)."""
-    __slots__ = ('send', 'recv', 'send_bytes', 'send_off', 'recv_bytes', 'recv_off', 'bufs', 'device')
+    call). A block of a datatype with gaps has a shape (send_shape[p], recv_shape[p]: its layout, else
+    None): its bytes are the packed bytes of its instances, the first of which lies at the offset."""
+    __slots__ = ('send', 'recv', 'send_bytes', 'send_off', 'recv_bytes', 'recv_off', 'send_shape', 'recv_shape',
+                 'shapes', 'bufs', 'device')
 
     def __init__(self, n):
         self.send = self.recv = 0
         self.send_bytes, self.send_off = [0] * n, [0] * n
         self.recv_bytes, self.recv_off = [0] * n, [0] * n
+        self.send_shape, self.recv_shape = [None] * n, [None] * n
+        self.shapes = None  # (send_shape, recv_shape) where a block has a shape (the team's `shapes`)
         self.bufs = []
         self.device = None  # the GPU of its buffers (None: none holds a byte)
 
 
-def _int(value):
+def count_of(value):
+    """A count, root or displacement given as a non-negative integer (bools and others: Unread)."""
     if isinstance(value, bool):
-        raise _Unread
+        raise Unread
     v = operator.index(value)
     if v < 0:
-        raise _Unread
+        raise Unread
     return v
 
 
-class _Buffer:
-    """A device buffer argument as mpi4py reads it (a simple message, or a v-message with `vector`),
-    of a contiguous datatype: its DeviceBuffer, element extent, counts and displacements as given."""
+def _shape(name, label, rank, dt):
+    """(layout or None, packed bytes of one instance, extent, element code) of datatype dt: the layout
+    where the datatype has gaps and the kernel can follow it (a regular layout of at most SHAPE_MAX_DIMS
+    dimensions, positive extent), None where it is contiguous; raises Unread for the others. The code
+    is the element type's (mpigpu._types; -1: none of ours, or derived)."""
+    code, mpi_type, extent, contiguous = datatype_of(name, label, rank, dt)
+    if extent <= 0:
+        raise Unread
+    if contiguous:
+        return None, extent, extent, code
+    lay = _datatypes.layout(mpi_type)
+    if not lay.regular or lay.size <= 0 or len(lay.dims) > SHAPE_MAX_DIMS:
+        raise Unread  # a block table, an empty type, deeper nesting: the mirrors pack it
+    return lay, lay.size, extent, -1
+
+
+def _span(off, nbytes, shape):
+    """[lo, hi): the bytes from the buffer pointer that a block of nbytes packed bytes at offset `off`
+    touches (of a shaped block: from its lowest to its highest byte)."""
+    if shape is None or not nbytes:
+        return off, off + nbytes
+    last = (nbytes // shape.size - 1) * shape.extent
+    return off + shape.true_lb, off + last + shape.true_lb + shape.true_extent
+
+
+class BufferArg:
+    """A device buffer argument as mpi4py reads it (a simple message, or a v-message with `vector`): its
+    DeviceBuffer, its datatype's packed bytes per instance (`size`), extent, element code (`code`, -1:
+    not one of ours) and shape (`layout`: its layout where the datatype has gaps, else None), counts and
+    displacements as given."""
 
     def __init__(self, name, label, rank, value, writable, vector):
         if type(value) not in (list, tuple):  # a v-message's displacements not given: packed, not 0
@@ -96,62 +135,72 @@ class _Buffer:
         elif 2 <= len(value) <= 4:
             obj, (counts, displs, dt) = value[0], packing.vector_spec(list(value[1:]))
         else:
-            raise _Unread  # mpi4py's "expecting 2 to 4 items"
+            raise Unread  # mpi4py's "expecting 2 to 4 items"
         if obj is None or obj is MPI.IN_PLACE:
-            raise _Unread
+            raise Unread
         self.buf = read_whole(name, label, rank, obj, writable, _cuda.consumer_stream)
+        self.layout = None
         if dt is None:
             if self.buf.dtype < 0:
-                raise _Unread
-            self.extent = self.buf.itemsize
+                raise Unread
+            self.size = self.extent = self.buf.itemsize
+            self.code = self.buf.dtype
         else:
-            _code, _mpi_type, extent, contiguous = datatype_of(name, label, rank, dt)
-            if not contiguous or extent <= 0:
-                raise _Unread
-            self.extent = extent
+            self.layout, self.size, self.extent, self.code = _shape(name, label, rank, dt)
+            if self.layout is not None and counts is None:
+                raise Unread  # a count read from the buffer's size: the host MPI call reads it
         self.counts, self.displs = counts, displs
 
     def simple(self, blocks):
         """A simple message of `blocks` equal blocks: (bytes of one block, offset of the first)."""
+        sizes, offsets = self._simple(blocks)
+        return sizes[0], offsets[0]
+
+    def blocks(self, n):
+        """The simple message of a buffer holding one block per rank: (bytes, offsets) per block."""
+        return self._simple(n)
+
+    def _simple(self, blocks):
         offset = self.displs * self.extent
         if offset > self.buf.nbytes:
-            raise _Unread
+            raise Unread
         if self.counts is not None:
             count = self.counts
         else:
             length = self.buf.nbytes - offset
             if length % self.extent or (length // self.extent) % blocks:
-                raise _Unread
+                raise Unread
             count = length // self.extent // blocks
-        self.check([count * self.extent * blocks], [offset])
-        return count * self.extent, offset
-
-    def blocks(self, n):
-        """The simple message of a buffer holding one block per rank: (bytes, offsets) per block."""
-        size, offset = self.simple(n)
-        return [size] * n, [offset + p * size for p in range(n)]
+        sizes, offsets = [count * self.size] * blocks, [offset + p * count * self.extent for p in range(blocks)]
+        self.check(sizes, offsets)
+        return sizes, offsets
 
     def vector(self, n):
         """A v-message's n blocks: (bytes, offsets), as mpi4py fills counts and displacements."""
         if self.counts is None and self.buf.nbytes % self.extent:
-            raise _Unread
+            raise Unread
         counts, displs = packing.vector_counts(self.counts, self.displs, self.buf.nbytes // self.extent, n)
-        sizes, offsets = [c * self.extent for c in counts], [d * self.extent for d in displs]
+        sizes, offsets = [c * self.size for c in counts], [d * self.extent for d in displs]
         self.check(sizes, offsets)
         return sizes, offsets
+
+    def shapes(self, n):
+        """The shape of each of n blocks."""
+        return [self.layout] * n
 
     def check(self, sizes, offsets):
         """Every block within the buffer (beyond it, the host MPI call says what is wrong)."""
         for size, off in zip(sizes, offsets):
-            if size and off + size > self.buf.nbytes:
-                raise _Unread
+            lo, hi = _span(off, size, self.layout)
+            if size and (lo < 0 or hi > self.buf.nbytes):
+                raise Unread
 
 
 def _wmessage(name, label, rank, value, writable, blocks):
     """A w-message [array, counts, byte displacements, datatypes] in mpi4py's forms (message_vector_w:
-    [array, types] is one of each at 0), of datatypes without gaps: (DeviceBuffer, bytes, offsets)."""
+    [array, types] is one of each at 0): (DeviceBuffer, bytes, offsets, shapes)."""
     if type(value) not in (list, tuple) or not 2 <= len(value) <= 4:
-        raise _Unread
+        raise Unread
     if len(value) == 2:
         (obj, types), counts, displs = value, None, None
     elif len(value) == 3:
@@ -159,41 +208,40 @@ def _wmessage(name, label, rank, value, writable, blocks):
     else:
         obj, counts, displs, types = value
     if obj is None or obj is MPI.IN_PLACE:
-        raise _Unread
+        raise Unread
     if counts is None and displs is None:
         counts, displs = [1] * blocks, [0] * blocks
     elif not hasattr(counts, '__len__') or not hasattr(displs, '__len__'):
-        raise _Unread  # mpi4py raises for it (message_vector_w takes sequences)
+        raise Unread  # mpi4py raises for it (message_vector_w takes sequences)
     counts, displs = packing.vector_counts(counts, displs, 0, blocks)
     if type(types) not in (list, tuple) or len(types) != blocks or not all(
             isinstance(t, MPI.Datatype) for t in types):
-        raise _Unread  # a sequence of datatypes, as message_vector_w reads them
+        raise Unread  # a sequence of datatypes, as message_vector_w reads them
     buf = read_whole(name, label, rank, obj, writable, _cuda.consumer_stream)
-    sizes = []
-    for count, dt in zip(counts, types):
-        _code, _mpi_type, extent, contiguous = datatype_of(name, label, rank, dt)
-        if count and (not contiguous or extent <= 0):
-            raise _Unread
-        sizes.append(count * extent)
-    for size, off in zip(sizes, displs):
-        if size and off + size > buf.nbytes:
-            raise _Unread
-    return buf, sizes, list(displs)
+    sizes, shapes = [], []
+    for count, dt, off in zip(counts, types, displs):
+        shape, size = _shape(name, label, rank, dt)[:2] if count else (None, 0)
+        lo, hi = _span(off, count * size, shape)
+        if count and (lo < 0 or hi > buf.nbytes):
+            raise Unread
+        sizes.append(count * size)
+        shapes.append(shape)
+    return buf, sizes, list(displs), shapes
 
 
-def _onto_ranks(n, peers, sizes, offsets):
-    """Blocks addressed to neighbours (peers[i] for block i; PROC_NULL: none) as per-rank byte ranges.
-    A rank that is a neighbour twice (a periodic dimension of 1 or 2 ranks) would need two ranges of one
-    pair: the host MPI call takes that call."""
-    got, at, seen = [0] * n, [0] * n, set()
-    for peer, size, off in zip(peers, sizes, offsets):
+def _onto_ranks(n, peers, sizes, offsets, shapes):
+    """Blocks addressed to neighbours (peers[i] for block i; PROC_NULL: none) as per-rank byte ranges
+    and shapes. A rank that is a neighbour twice (a periodic dimension of 1 or 2 ranks) would need two
+    ranges of one pair: the host MPI call takes that call."""
+    got, at, shaped, seen = [0] * n, [0] * n, [None] * n, set()
+    for peer, size, off, shape in zip(peers, sizes, offsets, shapes):
         if peer == MPI.PROC_NULL:
             continue
         if peer in seen or not 0 <= peer < n:
-            raise _Unread
+            raise Unread
         seen.add(peer)
-        got[peer], at[peer] = size, off
-    return got, at
+        got[peer], at[peer], shaped[peer] = size, off, shape
+    return got, at, shaped
 
 
 class _Neighbors:
@@ -212,20 +260,20 @@ class _Neighbors:
 def _neighborly(name, rank, n, args, edges):
     """The Ranges of a neighbourhood collective: each block goes to or comes from its neighbour."""
     if edges is None:
-        raise _Unread  # no topology: host MPI raises
+        raise Unread  # no topology: host MPI raises
     sources, dests = edges
     sendbuf, recvbuf = args[0], args[1]
     if sendbuf is None or sendbuf is MPI.IN_PLACE or recvbuf is None or recvbuf is MPI.IN_PLACE:
-        raise _Unread  # MPI has no in-place form of these
+        raise Unread  # MPI has no in-place form of these
     r = Ranges(n)
     kind = name[len('Neighbor_'):]
     if kind == 'alltoallw':
-        send, sizes, offs = _wmessage(name, 'sendbuf', rank, sendbuf, False, len(dests))
-        recv, rsizes, roffs = _wmessage(name, 'recvbuf', rank, recvbuf, True, len(sources))
+        send, sizes, offs, shapes = _wmessage(name, 'sendbuf', rank, sendbuf, False, len(dests))
+        recv, rsizes, roffs, rshapes = _wmessage(name, 'recvbuf', rank, recvbuf, True, len(sources))
     else:
         v = kind in ('allgatherv', 'alltoallv')
-        sb = _Buffer(name, 'sendbuf', rank, sendbuf, False, kind == 'alltoallv')
-        rb = _Buffer(name, 'recvbuf', rank, recvbuf, True, v)
+        sb = BufferArg(name, 'sendbuf', rank, sendbuf, False, kind == 'alltoallv')
+        rb = BufferArg(name, 'recvbuf', rank, recvbuf, True, v)
         if kind.startswith('allgather'):
             size, base = sb.simple(1)
             sizes, offs = [size] * len(dests), [base] * len(dests)
@@ -233,8 +281,9 @@ def _neighborly(name, rank, n, args, edges):
             sizes, offs = sb.vector(len(dests)) if v else sb.blocks(len(dests))
         rsizes, roffs = rb.vector(len(sources)) if v else rb.blocks(len(sources))
         send, recv = sb.buf, rb.buf
-    r.send_bytes, r.send_off = _onto_ranks(n, dests, sizes, offs)
-    r.recv_bytes, r.recv_off = _onto_ranks(n, sources, rsizes, roffs)
+        shapes, rshapes = sb.shapes(len(dests)), rb.shapes(len(sources))
+    r.send_bytes, r.send_off, r.send_shape = _onto_ranks(n, dests, sizes, offs, shapes)
+    r.recv_bytes, r.recv_off, r.recv_shape = _onto_ranks(n, sources, rsizes, roffs, rshapes)
     r.send, r.recv = send.ptr, recv.ptr
     return _finish(name, rank, r, [send, recv])
 
@@ -247,15 +296,15 @@ def describe(name, rank, n, args, edges=None):
         if name.startswith('Neighbor_'):
             return _neighborly(name, rank, n, args, edges)
         return _describe(name, rank, n, args)
-    except Exception:  # noqa: BLE001 - _Unread, or what the intake raised: the host MPI call says it
+    except Exception:  # noqa: BLE001 - Unread, or what the intake raised: the host MPI call says it
         return None
 
 
 def _describe(name, rank, n, args):
     sendbuf, recvbuf = args[0], args[1]
-    root = _int(args[2]) if name in _ROOTED else -1
+    root = count_of(args[2]) if name in _ROOTED else -1
     if root >= n:
-        raise _Unread
+        raise Unread
     at_root = root == rank
     r = Ranges(n)
     in_place = sendbuf is None or sendbuf is MPI.IN_PLACE or (
@@ -263,91 +312,119 @@ def _describe(name, rank, n, args):
     recv = send = None
     if name == 'Alltoallw':
         if in_place:
-            raise _Unread  # its own block would be overwritten while it is sent
-        sb, r.send_bytes, r.send_off = _wmessage(name, 'sendbuf', rank, sendbuf, False, n)
-        rb, r.recv_bytes, r.recv_off = _wmessage(name, 'recvbuf', rank, recvbuf, True, n)
+            raise Unread  # its own block would be overwritten while it is sent
+        sb, r.send_bytes, r.send_off, r.send_shape = _wmessage(name, 'sendbuf', rank, sendbuf, False, n)
+        rb, r.recv_bytes, r.recv_off, r.recv_shape = _wmessage(name, 'recvbuf', rank, recvbuf, True, n)
         r.send, r.recv = sb.ptr, rb.ptr
         return _finish(name, rank, r, [sb, rb])
     if name in ('Alltoall', 'Alltoallv'):
         if in_place:
-            raise _Unread  # its own block would be overwritten while it is sent
+            raise Unread  # its own block would be overwritten while it is sent
         v = name == 'Alltoallv'
-        send = _Buffer(name, 'sendbuf', rank, sendbuf, False, v)
-        recv = _Buffer(name, 'recvbuf', rank, recvbuf, True, v)
+        send = BufferArg(name, 'sendbuf', rank, sendbuf, False, v)
+        recv = BufferArg(name, 'recvbuf', rank, recvbuf, True, v)
         sizes, offs = send.vector(n) if v else send.blocks(n)
         rsizes, roffs = recv.vector(n) if v else recv.blocks(n)
         r.send_bytes, r.send_off, r.recv_bytes, r.recv_off = sizes, offs, rsizes, roffs
+        r.send_shape, r.recv_shape = send.shapes(n), recv.shapes(n)
     elif name == 'Allgatherv':
-        recv = _Buffer(name, 'recvbuf', rank, recvbuf, True, True)
+        recv = BufferArg(name, 'recvbuf', rank, recvbuf, True, True)
         r.recv_bytes, r.recv_off = recv.vector(n)
+        r.recv_shape = recv.shapes(n)
         if in_place:  # its own block is already in place: sent from there
             size, base = r.recv_bytes[rank], r.recv_off[rank]
             r.send = recv.buf.ptr + base
+            r.send_shape = [recv.layout] * n
         else:
-            send = _Buffer(name, 'sendbuf', rank, sendbuf, False, False)
+            send = BufferArg(name, 'sendbuf', rank, sendbuf, False, False)
             size, base = send.simple(1)
+            r.send_shape = send.shapes(n)
         r.send_bytes = [size] * n
         r.send_off = [base] * n if not in_place else [0] * n
     elif name in ('Gather', 'Gatherv'):
         if at_root:
             v = name == 'Gatherv'
-            recv = _Buffer(name, 'recvbuf', rank, recvbuf, True, v)
+            recv = BufferArg(name, 'recvbuf', rank, recvbuf, True, v)
             r.recv_bytes, r.recv_off = recv.vector(n) if v else recv.blocks(n)
+            r.recv_shape = recv.shapes(n)
         if in_place and at_root:  # the root's own block is in place: nothing to copy
             r.send = recv.buf.ptr + r.recv_off[rank]
             r.send_bytes[root] = r.recv_bytes[rank]
+            r.send_shape[root] = recv.layout
         else:
-            send = _Buffer(name, 'sendbuf', rank, sendbuf, False, False)
+            send = BufferArg(name, 'sendbuf', rank, sendbuf, False, False)
             r.send_bytes[root], r.send_off[root] = send.simple(1)
+            r.send_shape[root] = send.layout
     else:  # Scatter, Scatterv
         if at_root:
             v = name == 'Scatterv'
-            send = _Buffer(name, 'sendbuf', rank, sendbuf, False, v)
+            send = BufferArg(name, 'sendbuf', rank, sendbuf, False, v)
             r.send_bytes, r.send_off = send.vector(n) if v else send.blocks(n)
+            r.send_shape = send.shapes(n)
         recv_in_place = at_root and (recvbuf is None or recvbuf is MPI.IN_PLACE)
         if recv_in_place:
             r.send_bytes[rank] = 0  # the root's own block stays where it is
         else:
-            recv = _Buffer(name, 'recvbuf', rank, recvbuf, True, False)
+            recv = BufferArg(name, 'recvbuf', rank, recvbuf, True, False)
             r.recv_bytes[root], r.recv_off[root] = recv.simple(1)
+            r.recv_shape[root] = recv.layout
     if send is not None:
         r.send = send.buf.ptr
     if recv is not None:
         r.recv = recv.buf.ptr
-    return _finish(name, rank, r, [b.buf for b in (send, recv) if b is not None])
+    return _finish(name, rank, r, [b.buf for b in (send, recv) if b is not None], in_place and send is None)
 
 
-def _finish(name, rank, r, bufs):
-    """Ranges r with the call's device buffers `bufs` checked: one GPU, the own block's two sizes equal,
-    nothing received over bytes sent."""
+def one_device(name, rank, r, bufs):
+    """Adds the call's device buffers `bufs` to Ranges r, with their GPU (one: Unread on two)."""
     for buf in bufs:
         r.bufs.append(buf)
         if buf.nbytes:
             dev = _cuda.device_of(name, 'buffer', rank, buf)
             if r.device is not None and dev != r.device:
-                raise _Unread  # buffers on two GPUs: the mirrors take them
+                raise Unread  # buffers on two GPUs: the mirrors take them
             r.device = dev
+
+
+def _finish(name, rank, r, bufs, in_place=False):
+    """Ranges r with the call's device buffers `bufs` checked: one GPU, the own block's two sizes equal,
+    nothing received over bytes sent (`in_place`: what this rank sends is its own block of the output)."""
+    one_device(name, rank, r, bufs)
     if not r.send:
         r.send = r.recv
     if r.send_bytes[rank] != r.recv_bytes[rank]:
-        raise _Unread  # its own block would not fit (host MPI says what is wrong)
-    if _overlap(r, rank):
-        raise _Unread  # aliased buffers: the rounds would overwrite blocks not sent yet; the mirrors copy first
+        raise Unread  # its own block would not fit (host MPI says what is wrong)
+    for shapes, sizes in ((r.send_shape, r.send_bytes), (r.recv_shape, r.recv_bytes)):
+        for p, (shape, size) in enumerate(zip(shapes, sizes)):
+            if shape is not None and not size:
+                shapes[p] = None  # nothing moves: no shape to follow
+    if any(x is not None for x in r.send_shape) or any(x is not None for x in r.recv_shape):
+        r.shapes = (r.send_shape, r.recv_shape)
+    # aliased buffers: the rounds would overwrite blocks not sent yet; the mirrors copy first. In place,
+    # shaped blocks' spans interleave (columns of one array) where their bytes do not: MPI forbids
+    # receive blocks to overlap, so what the own block sends is never another's.
+    if (not in_place or r.shapes is None) and _overlap(r, rank):
+        raise Unread
     return r
 
 
 def _overlap(r, rank):
     """True where bytes this rank sends overlap bytes it receives: MPI calls it erroneous, the mirrors
     (which copy every input before MPI runs) give the sensible result, the transport's rounds would
-    overwrite blocks not sent yet. The own block in place (the same bytes) is no overlap."""
-    sent = [(r.send + o, r.send + o + b) for p, (b, o) in enumerate(zip(r.send_bytes, r.send_off))
-            if b and p != rank]
-    got = [(r.recv + o, r.recv + o + b) for p, (b, o) in enumerate(zip(r.recv_bytes, r.recv_off))
-           if b and p != rank]
-    src, dst, size = r.send + r.send_off[rank], r.recv + r.recv_off[rank], r.send_bytes[rank]
-    if size and src != dst:  # the own block is copied: its source is read, its destination written
-        sent.append((src, src + size))
-        got.append((dst, dst + size))
+    overwrite blocks not sent yet. The own block in place (the same bytes) is no overlap. A shaped
+    block counts from its lowest byte to its highest."""
+    def spans(base, sizes, offsets, shapes, own):
+        out = []
+        for p, (b, o, shape) in enumerate(zip(sizes, offsets, shapes)):
+            if b and (p != rank or own):
+                lo, hi = _span(o, b, shape)
+                out.append((base + lo, base + hi))
+        return out
+    same = (r.send + r.send_off[rank] == r.recv + r.recv_off[rank]
+            and r.send_shape[rank] is r.recv_shape[rank])
+    own = not same  # the own block is copied: its source is read, its destination written
+    sent = spans(r.send, r.send_bytes, r.send_off, r.send_shape, own)
+    got = spans(r.recv, r.recv_bytes, r.recv_off, r.recv_shape, own)
     return any(a < d and c < b for a, b in sent for c, d in got)
 
 
@@ -427,7 +504,7 @@ class _Rounds:
 
         def launch(addr, watch):
             return t.exchange_request(r.send, r.recv, r.send_bytes, r.send_off, r.recv_bytes, r.recv_off,
-                                      _launch_stream(st, r), addr, watch)
+                                      _launch_stream(st, r), addr, watch, r.shapes)
         with st.errors(self.name):
             if requests.c_completion():
                 _exchanged[0] += 1
@@ -466,10 +543,10 @@ def _start_request(st, name, ranges):
     stream = _launch_stream(st, ranges)
     t, r = st.team, ranges
     if not requests.c_completion():
-        t.exchange(r.send, r.recv, r.send_bytes, r.send_off, r.recv_bytes, r.recv_off, stream, True)
+        t.exchange(r.send, r.recv, r.send_bytes, r.send_off, r.recv_bytes, r.recv_off, stream, True, r.shapes)
         return requests.completed()
     req = requests.start_gpu(requests.GpuRequest(), lambda addr, watch: t.exchange_request(
-        r.send, r.recv, r.send_bytes, r.send_off, r.recv_bytes, r.recv_off, stream, addr, watch),
+        r.send, r.recv, r.send_bytes, r.send_off, r.recv_bytes, r.recv_off, stream, addr, watch, r.shapes),
         lambda exc: st.failed(name, exc))
     req._mpigpu_buffers = r.bufs  # the arrays the kernel reads and writes live as long as the request
     return req
@@ -502,4 +579,4 @@ def _launch_stream(st, ranges):
 
 def _exchange(st, ranges):
     st.team.exchange(ranges.send, ranges.recv, ranges.send_bytes, ranges.send_off, ranges.recv_bytes,
-                     ranges.recv_off, _launch_stream(st, ranges), True)
+                     ranges.recv_off, _launch_stream(st, ranges), True, ranges.shapes)

@@ -8,45 +8,18 @@ path's counter), elsewhere the host MPI call.
 Runs on CPUs with the fake CUDA layer (EXCHANGE_ENGINE=1: the fake engine of fake_engine.py, whose ranks
 meet in shared memory, never in MPI) and on GPUs with MPIGPU_CHECK_ON_GPU=1 (CuPy), under mpiexec -n 1..6.
 """
-import os
-
-os.environ.setdefault('MPIGPU_EXCHANGE_MIN_BYTES', '0')  # these calls are small: the transport takes them all
-import numpy as np  # noqa: E402
+import numpy as np
 from mpi4py import MPI
 
-from fake_device import install_unless_gpu  # noqa: E402
-
-cp = install_unless_gpu()
-engine = cp is not None or os.environ.get('EXCHANGE_ENGINE') == '1'
-one_node = int(os.environ.get('MPIGPU_SIMULATE_NODES', '0') or 0) <= 1  # else no team spans the ranks
-if cp is None and engine:
-    from fake_engine import install_engine
-    FakeCAI = install_engine()
-elif cp is None:
-    from fake_device import FakeCAI
-
+from exchange_common import (PLACEMENTS, compared, cp, device, engine, exchange, nonblocking, one_node, output,
+                             persistent, placed, values)
 import mpigpu  # noqa: E402
 from mpigpu._config import config  # noqa: E402
-from mpigpu._paths import exchange  # noqa: E402
 
 plain = MPI.COMM_WORLD
 comm = mpigpu.COMM_WORLD
 rank, n = plain.Get_rank(), plain.Get_size()
 checks = 0
-
-
-def device(arr):
-    return cp.asarray(arr) if cp is not None else FakeCAI(arr.copy())
-
-
-def values(obj):
-    if cp is not None and isinstance(obj, cp.ndarray):
-        return cp.asnumpy(obj)
-    return np.asarray(obj.a if hasattr(obj, '__cuda_array_interface__') else obj)
-
-
-def placed(arr, on_device):
-    return device(arr) if on_device else arr.copy()
 
 
 def spec(buf, form, counts, displs):
@@ -186,88 +159,14 @@ def alltoallw_case(dev, root):
     return a, b, 1
 
 
-def output(args, k):
-    x = args[k]
-    return x[0] if type(x) in (list, tuple) else x
-
-
-def i_name(name):
-    """The non-blocking form's name: Ialltoall, Ineighbor_alltoall."""
-    return 'I' + name[0].lower() + name[1:]
-
-
-def nonblocking(topo, ptopo, name, build, dev, root, k, where, expect):
-    """The I* form of the same call, waited for (device buffers on the transport where the blocking
-    call took it: its team is up by then); its result against mpi4py's. Returns the checks made."""
-    a, b, k = build(dev, root)
-    before = exchange.calls()
-    req = getattr(topo, i_name(name))(*a)
-    req.Wait()
-    taken = exchange.calls() - before
-    getattr(ptopo, i_name(name))(*b).Wait()
-    made = 1
-    if k is not None:
-        got, want = values(output(a, k)), values(output(b, k))
-        assert np.array_equal(got, want), f'{i_name(name)} ({where}): {got} != {want}'
-        made += 1
-    assert taken == expect, f'{i_name(name)} ({where}): exchange path taken {taken} times, expected {expect}'
-    return made
-
-
-def poison(x):
-    """Overwrites an output (CuPy, fake device or NumPy array) so that a round that writes nothing shows."""
-    if cp is not None and isinstance(x, cp.ndarray):
-        x.fill(-1)
-    else:
-        (x.a if hasattr(x, '__cuda_array_interface__') else x)[...] = -1
-
-
-def persistent(topo, ptopo, name, build, dev, root, where, expect):
-    """The *_init form of the same call, started twice (the output poisoned before each round), against
-    mpi4py's blocking call. Returns the checks made."""
-    a, b, k = build(dev, root)
-    getattr(ptopo, name)(*b)
-    try:
-        req = getattr(topo, name + '_init')(*a)
-    except NotImplementedError:  # a host MPI without persistent collectives (MPI < 4): mpi4py's too
-        assert not expect, f'{name}_init ({where}): the transport needs no host MPI call'
-        return 0
-    made = 0
-    in_place = any(x is MPI.IN_PLACE for x in a[:2])  # this rank's output holds its input
-    for _round in range(2):
-        if k is not None and not in_place:
-            poison(output(a, k))
-        before = exchange.calls()
-        req.Start()
-        req.Wait()
-        taken = exchange.calls() - before
-        if k is not None:
-            got, want = values(output(a, k)), values(output(b, k))
-            assert np.array_equal(got, want), f'{name}_init ({where}): {got} != {want}'
-            made += 1
-        assert taken == expect, f'{name}_init ({where}): exchange path taken {taken} times, expected {expect}'
-        made += 1
-    req.Free()
-    return made
-
-
-PLACEMENTS = {'device': lambda r, root: True, 'host': lambda r, root: False,
-              'alternate': lambda r, root: r % 2 == 0, 'root only': lambda r, root: r == root}
-
 for name, what, build in cases():
     for placement, on in PLACEMENTS.items():
         for root in sorted({0, n - 1}):
             dev = on(rank, root)
             a, b, k = build(dev, root)
-            before = exchange.calls()
-            getattr(comm, name)(*a)
-            taken = exchange.calls() - before
-            getattr(plain, name)(*b)
             where = f'{name} {what}, {placement}, root {root}, rank {rank}'
-            if k is not None:
-                got, want = values(output(a, k)), values(output(b, k))
-                assert np.array_equal(got, want), f'{where}: {got} != {want}'
-                checks += 1
+            taken, made = compared(comm, plain, name, a, b, k, where)
+            checks += made
             everywhere = all(on(p, root) for p in range(n))
             # the rooted calls' insignificant buffers aside, all ranks on the device: the transport
             # (with MPIGPU_EXCHANGE_MIN_BYTES above these calls' few bytes, every rank votes for the mirrors)

@@ -30,6 +30,30 @@ def _memory(ptr, nbytes):
     return np.ctypeslib.as_array((ctypes.c_uint8 * max(nbytes, 1)).from_address(ptr))[:nbytes]
 
 
+def _offsets(off, nbytes, shape):
+    """The offset from the buffer pointer of each packed byte of a block (None: a plain block)."""
+    return None if shape is None or not nbytes else shape.byte_offsets(nbytes // shape.size) + off
+
+
+def _packed(base, off, nbytes, shape):
+    """A copy of a block's packed bytes (its bytes, or a shaped block's gathered in MPI_Pack's order)."""
+    at = _offsets(off, nbytes, shape)
+    if at is None:
+        return _memory(base + off, nbytes).copy()
+    lo = int(at.min())
+    return _memory(base + lo, int(at.max()) - lo + 1)[at - lo]
+
+
+def _unpacked(data, base, off, shape):
+    """Writes a block's packed bytes `data` where they belong."""
+    at = _offsets(off, len(data), shape)
+    if at is None:
+        _memory(base + off, len(data))[:] = data
+        return
+    lo = int(at.min())
+    _memory(base + lo, int(at.max()) - lo + 1)[at - lo] = data
+
+
 class FakeTeam:
     """One rank's side of a fake team (the attributes and methods mpigpu uses of _device.Team)."""
 
@@ -163,15 +187,20 @@ class FakeTeam:
                         host_reduce(rows, dtype, op)).view(np.uint8)
             self._round(put, take)
 
-    def exchange(self, send, recv, send_bytes, send_off, recv_bytes, recv_off, stream, sync):
+    def exchange(self, send, recv, send_bytes, send_off, recv_bytes, recv_off, stream, sync, shapes=None):
         """The exchange transport's call (cuda/exchange_kernel.cuh): block p of send to rank p, in rounds
-        of a share of the region per destination; a first round agrees on how many rounds."""
+        of a share of the region per destination; a first round agrees on how many rounds. A block with
+        a shape (`shapes`: (send, recv) per-rank layouts or None) moves as its packed bytes, gathered
+        before the rounds and scattered after them, as the kernel's copies pack and unpack them."""
         if self.mine is None:
             raise DeviceError('exchange on a released team')
         self.calls += 1
         n, me = self.nranks, self.rank
         share = _REGION // n
         most = [0]
+        sshape, rshape = shapes if shapes is not None else ([None] * n, [None] * n)
+        out = [_packed(send, send_off[p], send_bytes[p], sshape[p]) for p in range(n)]
+        into = [np.empty(recv_bytes[p], np.uint8) for p in range(n)]
 
         def put_most(region):
             region[:8] = np.frombuffer(np.int64(max(list(send_bytes) + list(recv_bytes))).tobytes(), np.uint8)
@@ -183,13 +212,15 @@ class FakeTeam:
             def put(region, a=a):
                 for p in range(n):
                     m = max(0, min(share, send_bytes[p] - a))
-                    region[p * share:p * share + m] = _memory(send + send_off[p] + a, m)
+                    region[p * share:p * share + m] = out[p][a:a + m]
 
             def take(regions, a=a):
                 for p in range(n):
                     m = max(0, min(share, recv_bytes[p] - a))
-                    _memory(recv + recv_off[p] + a, m)[:] = regions[p][me * share:me * share + m]
+                    into[p][a:a + m] = regions[p][me * share:me * share + m]
             self._round(put, take)
+        for p in range(n):
+            _unpacked(into[p], recv, recv_off[p], rshape[p])
 
     def run_request(self, *args):
         raise DeviceError('fake engine: requests complete before they return (no C completion)')

@@ -1,0 +1,322 @@
+# The five engine collectives' fast path: the common call read, agreed and run in one Cython call
+# (included by _device.pyx).
+
+# ---- fast path -----------------------------------------------------------------------------------
+# The common call (CUDA Array Interface arrays, no buffer specification, types and counts that
+# match) is handled here without Python-level parsing. Anything else returns 0 and takes the general
+# path in mpigpu._buffers, which also produces the precise error messages.
+cdef dict _CAI_CODE = TYPESTR_CODES
+cdef tuple _SIZES = SIZES
+# A pointer less aligned than its type takes the general path, which refuses it (mpigpu._call.build).
+cdef tuple _ALIGN = ALIGNMENTS
+# Most elements a buffer may hold: its bytes must fit a Py_ssize_t (16: the largest element).
+cdef Py_ssize_t _MAX_ELEMENTS = PY_SSIZE_T_MAX // 16
+# Addresses and stream handles: what a pointer holds.
+cdef object _UINTPTR_LIMIT = (<object>1) << (8 * sizeof(uintptr_t))
+cdef object _INTPTR_LIMIT = (<object>1) << (8 * sizeof(uintptr_t) - 1)
+
+
+# CuPy arrays are read from their attributes (no interface dictionary, no pointer query): building
+# __cuda_array_interface__ and asking the driver where a pointer lives cost ~1.5 us per array.
+cdef object _cupy_ndarray = None      # cupy.ndarray, once CuPy has been imported by the program
+cdef object _cupy_current_stream = None
+cdef dict _NUM_CODE = {}              # numpy dtype.num -> mg_dtype code
+cdef object _last_dtype = None        # the last array's dtype object and its code: programs repeat them
+cdef int _last_code = -1
+
+# CuPy's own C function for its current stream (cupy_backends.cuda.stream declares it in its .pxd, so
+# Cython exports it to other modules), called directly: CuPy has no Python function for the pointer
+# alone, and a blocking one-rank call with nothing to copy is ~2 us in all, where each Python call
+# counts (docs/benchmarks.md, one rank). Where the export is missing or its signature differs, the
+# Python call (get_current_stream().ptr).
+ctypedef intptr_t (*_stream_ptr_fn)() except *
+cdef _stream_ptr_fn _cupy_stream_c = NULL
+cdef bytes _CUPY_STREAM_SIGNATURE = b'intptr_t (void)'
+
+
+cdef _stream_ptr_fn _cupy_stream_function():
+    """CuPy's get_current_stream_ptr, where its module exports it with the signature expected."""
+    backend = sys.modules.get('cupy_backends.cuda.stream')
+    capi = getattr(backend, '__pyx_capi__', None)
+    cap = capi.get('get_current_stream_ptr') if type(capi) is dict else None
+    if cap is None:
+        return NULL
+    name = PyCapsule_GetName(cap)
+    if name == NULL or <bytes>name != _CUPY_STREAM_SIGNATURE or not PyCapsule_IsValid(cap, name):
+        return NULL
+    return <_stream_ptr_fn>PyCapsule_GetPointer(cap, name)
+
+
+cdef int _cupy_attach() except -1:
+    global _cupy_ndarray, _cupy_current_stream
+    m = sys.modules.get('cupy')
+    if m is None:
+        return 0
+    import numpy
+    for ch in '?bBhHiIlLqQefdFD':
+        dt = numpy.dtype(ch)
+        key = typestr(dt.kind, dt.itemsize)
+        if key in _CAI_CODE:
+            _NUM_CODE[dt.num] = _CAI_CODE[key]
+    global _cupy_stream_c
+    _cupy_stream_c = _cupy_stream_function()
+    get = m.cuda.get_current_stream
+    _cupy_current_stream = lambda: get().ptr
+    _cupy_ndarray = m.ndarray
+    return 1
+
+
+cdef inline bint _cupy(object obj, uintptr_t *ptr, Py_ssize_t *count, int *dtype, int *device) except? False:
+    """Reads a C-contiguous cupy.ndarray (exactly that type); False when obj is not one."""
+    if _cupy_ndarray is None and not _cupy_attach():
+        return False
+    global _last_dtype, _last_code
+    if type(obj) is not _cupy_ndarray or not obj._c_contiguous:
+        return False
+    dt = obj.dtype
+    if dt is not _last_dtype:
+        code = _NUM_CODE.get(dt.num)
+        if code is None:
+            return False
+        _last_dtype, _last_code = dt, code
+    mp = obj.data
+    ptr[0] = <uintptr_t>mp.ptr
+    count[0] = obj.size
+    dtype[0] = _last_code
+    device[0] = mp.device_id
+    return True
+
+
+cdef inline Py_ssize_t _cupy_stream():
+    """CuPy's current stream as its __cuda_array_interface__ reports it (1: the legacy default)."""
+    cdef Py_ssize_t p = _cupy_stream_c() if _cupy_stream_c != NULL else _cupy_current_stream()
+    return p if p != 0 else 1
+
+
+cdef inline bint _cai(object obj, uintptr_t *ptr, Py_ssize_t *count, int *dtype, bint *ro,
+                      Py_ssize_t *stream):
+    """Reads a well-formed contiguous CAI array; False when the fast path does not apply to it (anything
+    unusual, malformed exports included: the general path validates them and raises)."""
+    cdef type t = type(obj)
+    cdef Py_ssize_t n = 1, itemsize, expect, extent, k, nd
+    if t is list or t is tuple or t.__module__.startswith('torch'):
+        return False
+    try:
+        cai = obj.__cuda_array_interface__
+    except Exception:
+        return False
+    if type(cai) is not dict or cai.get('mask') is not None:
+        return False
+    typestr = cai.get('typestr')
+    shape = cai.get('shape')
+    data = cai.get('data')
+    strides = cai.get('strides')
+    version = cai.get('version', 0)
+    if (type(typestr) is not str or type(shape) is not tuple or type(data) is not tuple or len(data) != 2
+            or type(data[0]) is not int or type(version) is not int):
+        return False
+    if strides is not None and (type(strides) is not tuple or len(strides) != len(shape)):
+        return False
+    code = _CAI_CODE.get(typestr)
+    if code is None:
+        return False
+    itemsize = _SIZES[code]
+    nd = len(shape)
+    for k in range(nd):
+        extent = shape[k] if type(shape[k]) is int else -1
+        if extent < 0 or (extent and n > _MAX_ELEMENTS // extent):
+            return False
+        n *= extent
+    if strides is not None and n > 1:
+        expect = itemsize
+        for k in range(nd - 1, -1, -1):
+            extent = shape[k]
+            if extent != 1 and (type(strides[k]) is not int or strides[k] != expect):
+                return False
+            expect *= extent
+    if data[0] < 0 or data[0] >= _UINTPTR_LIMIT or (data[0] == 0 and n):
+        return False
+    s = cai.get('stream') if version >= 3 else None
+    if s is not None and (type(s) is not int or s <= 0 or s >= _INTPTR_LIMIT):
+        return False
+    ptr[0] = <uintptr_t>data[0]
+    ro[0] = bool(data[1])
+    count[0] = n
+    dtype[0] = code
+    stream[0] = 0 if s is None else <Py_ssize_t>s
+    return True
+
+
+cdef inline bint _on_device(uintptr_t ptr, int device):
+    cdef int mt = 0, dev = -1
+    if mg_pointer_info(ptr, &mt, &dev) != 0:
+        return False
+    return (mt == _MEM_DEVICE or mt == _MEM_MANAGED) and dev == device
+
+
+cpdef int fast_collective(Team team, int device, int coll, object sendbuf, object recvbuf, int op_code,
+                          int root, bint inplace, int algo, int nchannels, Py_ssize_t stream=-1) except -1:
+    """Runs Allreduce, Bcast (buffer as recvbuf), Reduce_scatter_block, Reduce (recvbuf None off the root)
+    or Allgather with MPI semantics when the call is the common case and `device` is current; returns 1
+    when done, 0 when the general path must handle it. stream < 0: on the producer's stream, returning
+    with the result (MPI blocking); stream >= 0: enqueued on that stream, returning at once."""
+    cdef uintptr_t sp = 0, rp = 0
+    cdef Py_ssize_t sc = 0, rc = 0, ss = 0, rs = 0, count = 0, own = 0
+    cdef int sd = -1, rd = -1, rdev = -1, sdev = -1, current = -1
+    cdef bint sro = False, rro = False
+    cdef bint off_root = coll == MG_REDUCE and team.rank != root  # a Reduce's recvbuf is not significant here
+    cdef bint one_buffer = inplace or coll == MG_BCAST
+    if team.t == NULL or root < 0 or root >= team.nranks:
+        return 0
+    if mg_get_device(&current) != 0 or current != device:
+        return 0  # the general path makes the team's device current
+    if off_root:
+        if inplace:
+            return 0  # MPI.IN_PLACE off the root: the general path raises
+        if _cupy(sendbuf, &sp, &sc, &sd, &sdev):
+            ss = _cupy_stream()
+        elif not _cai(sendbuf, &sp, &sc, &sd, &sro, &ss):
+            return 0
+        rd, rs = sd, ss  # rp stays 0: no output off the root
+    else:
+        if _cupy(recvbuf, &rp, &rc, &rd, &rdev):
+            rs = _cupy_stream()
+        elif not _cai(recvbuf, &rp, &rc, &rd, &rro, &rs) or rro:
+            return 0
+        if one_buffer:
+            sd, sdev = rd, rdev
+        elif _cupy(sendbuf, &sp, &sc, &sd, &sdev):
+            if sd != rd or (rdev < 0 and _cupy_stream() != rs):
+                return 0
+        elif not _cai(sendbuf, &sp, &sc, &sd, &sro, &ss) or sd != rd or ss != rs:
+            return 0
+    if coll != MG_ALLGATHER and coll != MG_BCAST and not mg_supports(rd, op_code):
+        return 0
+    if geometry(coll, team.nranks, team.rank, not one_buffer, sc, not off_root, rc, one_buffer, &count,
+                &own) != GEOMETRY_OK:
+        return 0  # the general path raises, naming the counts
+    if one_buffer:
+        sp = rp + <uintptr_t>(own * _SIZES[rd])
+    if (sp | rp) % <uintptr_t>_ALIGN[rd]:
+        return 0  # refused on the general path, whatever the count
+    if count and not off_root and not (rdev == device if rdev >= 0 else _on_device(rp, device)):
+        return 0
+    if count and not one_buffer and not (sdev == device if sdev >= 0 else _on_device(sp, device)):
+        return 0
+    if team.board is not None:  # ranks that must agree on the call's path (mpigpu/_agree.py)
+        if type(team.board) is not Board:
+            return 0  # they agree on the general path (across nodes, a broken communicator)
+        return _run_agreed(team, <Board>team.board, coll, algo, rd, op_code, sp, rp, count, root, nchannels,
+                           stream, rs)
+    if count == 0:
+        return 1
+    if stream >= 0:
+        team.run(coll, algo, rd, op_code, sp, rp, count, root, nchannels, <uintptr_t>stream, False)
+    elif one_buffer and team.nranks == 1:
+        team.run_nothing(<uintptr_t>rs)
+    else:
+        team.run(coll, algo, rd, op_code, sp, rp, count, root, nchannels, <uintptr_t>rs, True)
+    return 1
+
+
+cdef int _run_agreed(Team team, Board board, int coll, int algo, int dtype, int op, uintptr_t sp, uintptr_t rp,
+                     Py_ssize_t count, int root, int nchannels, Py_ssize_t stream, Py_ssize_t rs) except -1:
+    """The fast path's call on a team whose ranks agree on each call: this rank posts DEVICE, and the
+    engine runs it when every rank did; a blocking call waits for its peers' posts inside the CUDA
+    layer, at the last moment (Team.run_agreed). 0: another verdict, kept for the general path."""
+    cdef int who = -1, verdict
+    if board.post_device(coll) != 0:
+        board.stash(MG_VERDICT_TIMEOUT, MG_BOARD_BEHIND)  # nothing posted
+        return 0
+    if count and stream < 0:
+        return team.run_agreed(board, coll, algo, dtype, op, sp, rp, count, root, nchannels, <uintptr_t>rs)
+    verdict = board.wait_device(coll, &who)
+    if verdict != MG_VERDICT_DEVICE:
+        board.stash(verdict, who)
+        return 0
+    if count:
+        team.run(coll, algo, dtype, op, sp, rp, count, root, nchannels, <uintptr_t>stream, False)
+    return 1
+
+
+# ---- the fast path's entry: the communicator's state found and the call run in one Cython call --------
+# (a Python function in between cost ~0.3 us per call: a one-rank 4 MB copy took 12.7 us where the raw
+# team call took 11.4, docs/benchmarks.md "One rank"). Bound once by mpigpu._paths.engine.
+cdef object _entry_key = None         # the key of a communicator's state in its __dict__ (mpigpu._state)
+cdef dict _entry_ops = None           # MPI.Op handle -> op code
+cdef object _entry_config = None      # mpigpu's config (algo and nchannels read per call: tests change them)
+cdef dict _entry_algos = None         # MPIGPU_ALGO value -> algorithm code
+cdef object _entry_failed = None      # (state, coll, DeviceError) -> the mpigpu.Error to raise
+cdef type _entry_op_type = None
+cdef object _entry_in_place = None
+# The last op's code: a program passes the same op object call after call. Only predefined ops have
+# codes, and their handles never change (MPI cannot free them).
+cdef object _entry_last_op = None
+cdef int _entry_last_code = -1
+
+
+def bind_fast_entry(state_key, op_codes, config, algos, failed, op_type, in_place):
+    """Gives fast_entry what it reads: see the declarations above."""
+    global _entry_key, _entry_ops, _entry_config, _entry_algos, _entry_failed, _entry_op_type, _entry_in_place
+    _entry_key, _entry_ops, _entry_config, _entry_algos = state_key, dict(op_codes), config, dict(algos)
+    _entry_failed, _entry_op_type, _entry_in_place = failed, op_type, in_place
+    global _entry_last_op
+    _entry_last_op = None
+
+
+cpdef bint fast_entry(object comm, int coll, object sendbuf, object recvbuf, object op, int root=0,
+                      Py_ssize_t stream=-1) except -1:
+    """fast_collective for communicator `comm` once its device team is up: True when it ran the call,
+    False when the general path must take it (no state or team yet, an op the engine lacks, anything
+    unusual about the buffers)."""
+    global _entry_last_op, _entry_last_code
+    cdef int code = 0
+    cdef dict attrs
+    cdef Team team
+    try:
+        attrs = comm.__dict__
+    except AttributeError:  # mpi4py's own objects, which mpigpu's unbound methods may be called on
+        return False
+    st = attrs.get(_entry_key)
+    if st is None:
+        return False
+    t = st.team
+    if type(t) is not Team:  # none yet (or the CPU tests' fake team)
+        return False
+    team = <Team>t
+    if coll != MG_ALLGATHER and coll != MG_BCAST:
+        if op is _entry_last_op:
+            code = _entry_last_code
+        else:
+            if not isinstance(op, _entry_op_type):
+                return False
+            code = _entry_ops.get(op.handle, -1)
+            if code < 0:
+                return False
+            _entry_last_op, _entry_last_code = op, code
+    cdef bint in_place = sendbuf is _entry_in_place
+    cdef int algo = MG_ALGO_AUTO, nchannels = 0
+    if team.nranks != 1:  # a one-rank team's calls are copies: no algorithm or channels to choose
+        cfg = _entry_config
+        algo, nchannels = _entry_algos.get(cfg.algo, MG_ALGO_AUTO), cfg.nchannels
+    try:
+        return fast_collective(team, team.device, coll, sendbuf, recvbuf, code, root, in_place, algo, nchannels,
+                               stream) == 1
+    except DeviceError as exc:
+        raise _entry_failed(st, coll, exc) from None
+
+
+cdef int _fast_entry_c(object comm, int coll, object sendbuf, object recvbuf, object op, int root,
+                       Py_ssize_t stream) except -1:
+    return fast_entry(comm, coll, sendbuf, recvbuf, op, root, stream)
+
+
+cdef bytes _capsule_name = None  # a capsule keeps a pointer to its name: held here for good
+
+
+def fast_entry_capsule(bytes name):
+    """fast_entry as a C function in a capsule called `name`: the communicators' methods
+    (mpigpu/_ext/_front.pyx) call it with no Python call in between."""
+    global _capsule_name
+    _capsule_name = name
+    return PyCapsule_New(<void *>_fast_entry_c, <const char *>_capsule_name, NULL)

@@ -1,5 +1,6 @@
 // exchange.cu: the host side of the all-to-all family's exchange (exchange_kernel.cuh): the launch of
-// one call, enqueued in the team's order like any collective, its blocking wait, and its request.
+// one call (and of the reduction that follows it, for Reduce_scatter, Scan and Exscan), enqueued in
+// the team's order like any collective, its blocking wait, and its request.
 #include <string.h>
 #include <cuda_runtime.h>
 #include "team.cuh"
@@ -77,7 +78,10 @@ static int launch_exchange(mg_team *t, const void *ctx, uintptr_t stream) {
   resident_stop(t);  // its blocks take whole SMs, as the direct kernel's do
   void *params[] = {&a, &sh};
   const void *kernel = shaped ? (const void *)mg::exchange_shaped_kernel : (const void *)mg::exchange_kernel;
-  return rc(cudaLaunchKernel(kernel, dim3(grid), dim3(mg::kThreads), params, 0, (cudaStream_t)stream));
+  const int launched = rc(cudaLaunchKernel(kernel, dim3(grid), dim3(mg::kThreads), params, 0, (cudaStream_t)stream));
+  const mg_rows_reduction *r = x->then;
+  if (launched || r == nullptr || r->nrows < 1 || r->count == 0) return launched;
+  return mg_reduce_rows(r->dtype, r->op, r->dst, r->src, r->row_bytes, r->nrows, r->count, stream);
 }
 
 // Whether call x may be enqueued on t: checked before the enqueue, so a bad shape raises on this rank
@@ -86,6 +90,10 @@ static int check(const mg_team *t, const mg_exchange_call *x) {
   if (team_broken(t)) return MG_ERR_BROKEN;
   for (int r = 0; r < t->cfg.nranks; ++r)
     if (!t->opened[r]) return MG_ERR_TEAM;
+  const mg_rows_reduction *r = x->then;
+  if (r != nullptr && r->nrows > 0 && r->count &&
+      (!r->dst || !r->src || r->row_bytes < r->count || !mg_supports(r->dtype, r->op)))
+    return MG_ERR_ARG;
   mg::ExchangeShapes sh;
   bool shaped;
   return shapes_of(x, t->cfg.nranks, t->cfg.rank, &sh, &shaped);

@@ -279,6 +279,14 @@ typedef struct mg_block_shape {
   int ndims;
   int64_t count[MG_SHAPE_MAX_DIMS], stride[MG_SHAPE_MAX_DIMS];
 } mg_block_shape;
+/* A reduction run after an exchange on its stream (Reduce_scatter, Scan, Exscan: mpigpu/_paths/
+ * exchange_reduce.py): nrows rows of row_bytes at src, in order, reduced elementwise (count elements
+ * of dtype under op) into dst, as mg_reduce_rows does. */
+typedef struct mg_rows_reduction {
+  int dtype, op, nrows;
+  uintptr_t dst, src;
+  size_t row_bytes, count;
+} mg_rows_reduction;
 typedef struct mg_exchange_call {
   uintptr_t send, recv;
   size_t send_bytes[MG_MAX_RANKS], send_off[MG_MAX_RANKS];
@@ -286,6 +294,8 @@ typedef struct mg_exchange_call {
   /* NULL (every block plain bytes), or one shape per rank: the block to or from that rank is packed
    * bytes of a derived datatype, moved straight between the caller's memory and the peers' FIFOs */
   const mg_block_shape *send_shape, *recv_shape;
+  /* NULL, or the reduction that follows the exchange (before its wait or its request completes) */
+  const mg_rows_reduction *then;
 } mg_exchange_call;
 /* Enqueues the exchange on stream (async as for mg_collective). */
 int mg_exchange(mg_team *team, const mg_exchange_call *call, uintptr_t stream, int async);

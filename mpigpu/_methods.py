@@ -129,17 +129,17 @@ def _form(obj, method, param, in_place):
 
 def _exchanged(owner, name):
     """The placement board's code of a blocking, non-blocking (I*) or persistent (*_init) method the
-    exchange path may take on `owner`'s communicators (mpigpu/_paths/exchange.py; blocking reductions:
+    exchange path may take on `owner`'s communicators (mpigpu/_paths/exchange.py; the reductions:
     exchange_reduce.py), else None. Its host-buffer calls are posted
     for the ranks that may bring device buffers, as the engine's collectives are (mpigpu/_agree.py)."""
     if not config.exchange or not issubclass(owner, MPI.Intracomm):
         return None
     kind = _kind(name, owner)
-    if kind == 'blocking':
-        return exchange.CODES.get(name, exchange_reduce.CODES.get(name))
-    if kind in ('start', 'persistent'):  # the reductions' are the mirrors'
-        return exchange.CODES.get(_blocking_name(name, owner))
-    return None
+    if kind in ('start', 'persistent'):
+        name = _blocking_name(name, owner)
+    elif kind != 'blocking':
+        return None
+    return exchange.CODES.get(name, exchange_reduce.CODES.get(name))
 
 
 def _handler(owner, name, base, params, bufs, state_of):
@@ -152,10 +152,10 @@ def _handler(owner, name, base, params, bufs, state_of):
 
     fast = exchange.fast_entry() if exchanged and kind == 'blocking' and name in exchange.FAST else None
     code = int(exchange.CODES[name]) if fast is not None else -1
-    path = exchange_reduce if name in exchange_reduce.CODES else exchange  # a blocking call's
     rooted = 'root' in params
     topology = name.startswith('Neighbor_')
     blocking = _blocking_name(name, owner)  # what an I* or *_init method starts (None: it blocks)
+    path = exchange_reduce if (blocking or name) in exchange_reduce.CODES else exchange
 
     def device_call(self, args):
         if fast is not None and fast(self, code, args[0], args[1], args[2] if rooted else None,
@@ -166,9 +166,9 @@ def _handler(owner, name, base, params, bufs, state_of):
             raise BufferArgumentError(name, f'device memory is not supported here: {_REFUSED[name]}', arg=bufs[0],
                         rank=st.rank, error_class=MPI.ERR_BUFFER)
         if exchanged and kind == 'persistent':
-            return exchange.persistent(st, name, blocking, args, lambda: mirrored_call(self, st, args, 'persistent'))
+            return path.persistent(st, name, blocking, args, lambda: mirrored_call(self, st, args, 'persistent'))
         if exchanged and kind == 'start':  # its host MPI call after the undecided calls, as MPI orders it
-            return exchange.start(st, name, blocking, args, lambda: follow(
+            return path.start(st, name, blocking, args, lambda: follow(
                 self, name, lambda: mirrored_call(self, st, args, 'start')))
         if exchanged:  # the mirrors' forms are read only where the ranks agree on the host MPI call
             return path.run(st, name, args, lambda: mirrored_call(self, st, args, 'blocking'))

@@ -190,3 +190,78 @@ def test_fast_reader_reads_neighbors_as_describe_does(fast):
                 taken.add(name)
     assert taken == {'Neighbor_allgather', 'Neighbor_allgatherv', 'Neighbor_alltoall', 'Neighbor_alltoallv'}
     assert declined
+
+
+def test_shaped_blocks_carry_their_layout():
+    # rows split to columns: each send block one resized vector (2 rows of 2 ints, 4 apart), displaced
+    # by whole extents; the receive blocks plain
+    col = MPI.INT.Create_vector(2, 2, 4).Create_resized(0, 8).Commit()
+    try:
+        got = exchange.describe('Alltoallv', 0, 2, [[dev(8), ([1, 1], [0, 1]), col],
+                                                   [dev(8), ([4, 4], [0, 4]), MPI.INT]])
+        assert got.send_bytes == [16, 16] and got.send_off == [0, 8] and got.recv_shape == [None, None]
+        assert got.shapes is not None and got.send_shape[0].dims == ((2, 16),) and got.send_shape[0].block == 8
+        # a block reaching past the array's end: the host MPI call says what is wrong
+        assert exchange.describe('Alltoallv', 0, 2, [[dev(7), ([1, 1], [0, 1]), col],
+                                                    [dev(8), ([4, 4], [0, 4]), MPI.INT]]) is None
+    finally:
+        col.Free()
+
+
+class _Team:
+    """What a Reduction asks of a device team, recorded (the fake engine completes requests at once, so
+    the request forms' scratch handling runs here)."""
+    device = 0
+
+    def __init__(self):
+        self.requests = []
+
+    def exchange_request(self, send, recv, sb, so, rb, ro, stream, addr, watch, shapes, then):
+        self.requests.append((recv, then))
+        return 1
+
+
+@pytest.fixture
+def reduces(monkeypatch):
+    """The fake CUDA layer reducing every (type, op) pair, as the fake engine's does."""
+    from mpigpu import _cuda
+    monkeypatch.setattr(_cuda.device, 'supports', lambda dtype, op: True, raising=False)
+
+
+def test_reduction_scratch_lives_as_long_as_its_request(reduces):
+    import gc
+
+    from mpigpu._paths import exchange_reduce, requests, scratch
+    red = exchange_reduce.describe('Scan', 1, 3, [dev(4), dev(4), MPI.SUM])
+    assert red.rows == 2 and red.ranges.send_bytes == [0, 16, 16] and red.ranges.recv_bytes == [16, 16, 0]
+    team, req = _Team(), requests.GpuRequest()
+    red.request(team, 5, 0, False)
+    recv, then = team.requests[0]
+    assert then == (red.dtype, red.op, red.out, recv, 16, 2, 4)  # rows 0 and 1 of the scratch into the output
+    red.bind(req, 5)
+    pooled = sum(len(v) for v in scratch._pool.values())
+    del req
+    gc.collect()
+    assert sum(len(v) for v in scratch._pool.values()) == pooled + 1  # back once the request is gone
+    # a persistent request's scratch: one block for every round, back once the request lets go of it
+    red = exchange_reduce.describe('Reduce_scatter', 0, 2, [dev(6), dev(2), [2, 4], MPI.SUM])
+    red.keep(0)
+    red.request(team, 5, 0, False)
+    red.request(team, 5, 0, False)
+    assert team.requests[-1][0] == team.requests[-2][0] == red.kept.ptr and red.streams == [5]
+    pooled = sum(len(v) for v in scratch._pool.values())
+    del red
+    gc.collect()
+    assert sum(len(v) for v in scratch._pool.values()) == pooled + 1
+
+
+def test_reductions_the_device_cannot_take(reduces):
+    assert exchange_reduce_describe('Scan', [dev(4), dev(4), MPI.MAXLOC]) is None
+    assert exchange_reduce_describe('Reduce_scatter', [dev(4), dev(2), None, MPI.SUM]) is None  # no counts
+    assert exchange_reduce_describe('Scan', [dev(4), dev(4, np.float32), MPI.SUM]) is None  # types differ
+    assert exchange_reduce_describe('Exscan', [dev(4, np.float32), dev(4, np.float32), MPI.BAND]) is None
+
+
+def exchange_reduce_describe(name, args):
+    from mpigpu._paths import exchange_reduce
+    return exchange_reduce.describe(name, 0, 2, args)

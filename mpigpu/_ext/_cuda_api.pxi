@@ -109,6 +109,10 @@ cdef extern from "mpigpu_cuda.h" nogil:
         int ndims
         int64_t count[MG_SHAPE_MAX_DIMS]
         int64_t stride[MG_SHAPE_MAX_DIMS]
+    ctypedef struct mg_rows_reduction:
+        int dtype, op, nrows
+        uintptr_t dst, src
+        size_t row_bytes, count
     ctypedef struct mg_exchange_call:
         uintptr_t send, recv
         size_t send_bytes[MG_MAX_RANKS]
@@ -117,6 +121,7 @@ cdef extern from "mpigpu_cuda.h" nogil:
         size_t recv_off[MG_MAX_RANKS]
         const mg_block_shape *send_shape
         const mg_block_shape *recv_shape
+        const mg_rows_reduction *then
     int mg_exchange(mg_team *team, const mg_exchange_call *call, uintptr_t stream, int async_)
     int mg_exchange_wait(mg_team *team, const mg_exchange_call *call, uintptr_t stream)
     int mg_exchange_request(mg_team *team, const mg_exchange_call *call, uintptr_t stream, void *request, int watch,

@@ -389,17 +389,20 @@ cdef class Team:
             check(mg_collective(self.t, &c, stream, 1), 'collective launch')
 
     def exchange(self, uintptr_t send, uintptr_t recv, send_bytes, send_off, recv_bytes, recv_off,
-                 uintptr_t stream, bint sync, shapes=None):
+                 uintptr_t stream, bint sync, shapes=None, then=None):
         """The all-to-all family's exchange (mg_exchange): send_bytes[p] bytes from send + send_off[p]
         to rank p, recv_bytes[p] bytes from rank p into recv + recv_off[p]; with `sync`, returns with
         the result (GIL released), else enqueued on `stream` as run() does. `shapes`: None, or (send,
         recv) lists of a layout (mpigpu._datatypes.Layout, regular) or None per rank: that block is
-        packed bytes of the datatype, send_off/recv_off its first instance's displacement."""
+        packed bytes of the datatype, send_off/recv_off its first instance's displacement. `then`:
+        None, or the reduction that follows, (dtype, op, dst, src, row_bytes, nrows, count)."""
         cdef mg_exchange_call x
         cdef mg_block_shape ss[MG_MAX_RANKS]
         cdef mg_block_shape rs[MG_MAX_RANKS]
+        cdef mg_rows_reduction red
         self._exchange_call(&x, send, recv, send_bytes, send_off, recv_bytes, recv_off)
         _shapes(&x, shapes, ss, rs)
+        _then(&x, then, &red)
         if sync:
             self.run_exchange(&x, stream)
         else:
@@ -407,7 +410,7 @@ cdef class Team:
 
     cpdef uint64_t exchange_request(self, uintptr_t send, uintptr_t recv, send_bytes, send_off, recv_bytes,
                                     recv_off, uintptr_t stream, uintptr_t request, bint watch,
-                                    shapes=None) except? 0:
+                                    shapes=None, then=None) except? 0:
         """The exchange (as exchange()) enqueued on `stream`, with the generalized request that
         completes after it (its handle written at address `request`), as run_request: returns the
         request's ticket; a fault completes the request with the fault's code. The device is current."""
@@ -415,8 +418,10 @@ cdef class Team:
         cdef mg_exchange_call x
         cdef mg_block_shape ss[MG_MAX_RANKS]
         cdef mg_block_shape rs[MG_MAX_RANKS]
+        cdef mg_rows_reduction red
         self._exchange_call(&x, send, recv, send_bytes, send_off, recv_bytes, recv_off)
         _shapes(&x, shapes, ss, rs)
+        _then(&x, then, &red)
         check(mg_exchange_request(self.t, &x, stream, <void *>request, watch, &ticket), 'exchange request')
         return ticket
 

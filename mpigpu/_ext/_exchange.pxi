@@ -486,3 +486,13 @@ cdef int _block_shape(mg_block_shape *s, lay) except -1:
     for d in range(s.ndims):
         s.count[d], s.stride[d] = dims[d]
     return 0
+
+
+cdef int _then(mg_exchange_call *x, then, mg_rows_reduction *red) except -1:
+    """Points x at the reduction `then` ((dtype, op, dst, src, row_bytes, nrows, count), filled into red)
+    that follows the exchange; None: none."""
+    if then is None:
+        return 0
+    red.dtype, red.op, red.dst, red.src, red.row_bytes, red.nrows, red.count = then
+    x.then = red
+    return 0

@@ -3,9 +3,13 @@
 - engine: the device team's fused kernels over peer mappings (the five collectives within a node);
 - staged: those five collectives through host MPI, the buffer cut into chunks whose copies to and from
   pinned host memory overlap MPI (where there is no team, or the engine lacks the type or op);
+- exchange: the all-to-all family and the neighbourhood collectives over the team's exchange transport
+  (derived datatypes as block shapes); exchange_reduce: Reduce_scatter, Scan and Exscan over it, their
+  rows reduced on the GPU;
 - mirrored: any other mpi4py buffer method, run unchanged on whole pinned host mirrors of the buffers;
 - p2p, p2p_ipc: point-to-point, GPU to GPU over peer mappings where the team is up, else staged;
 - packed: buffers with derived datatypes packed and unpacked on the GPU (point-to-point, Pack/Unpack);
 - requests: the MPI requests that non-blocking and persistent calls on these paths return;
-- pinned: the pinned host memory and copy streams the staging paths share.
+- pinned: the pinned host memory and copy streams the staging paths share;
+- scratch: the device scratch memory the packing and the exchange's reductions share.
 """

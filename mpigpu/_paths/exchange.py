@@ -41,11 +41,6 @@ _exchanged = [0]  # calls this process ran on the exchange transport (calls(): t
 SHAPE_MAX_DIMS = 4  # nested dimensions of a block shape the kernel takes (MG_SHAPE_MAX_DIMS, cuda/mpigpu_cuda.h)
 
 
-def count_call():
-    """Counts a call run on the transport by another module (mpigpu/_paths/exchange_reduce.py)."""
-    _exchanged[0] += 1
-
-
 def calls():
     """How many calls this process has run on the exchange transport (either path)."""
     fast = getattr(_cuda.device, 'exchange_fast_calls', None)
@@ -84,6 +79,21 @@ class Ranges:
         self.shapes = None  # (send_shape, recv_shape) where a block has a shape (the team's `shapes`)
         self.bufs = []
         self.device = None  # the GPU of its buffers (None: none holds a byte)
+
+    # What the transport's forms do with a call (this class's, and exchange_reduce.Reduction's):
+    def run(self, team, stream, then=None):
+        """The exchange, blocking (`then`: the reduction that follows it, the team's `then`)."""
+        team.exchange(self.send, self.recv, self.send_bytes, self.send_off, self.recv_bytes, self.recv_off,
+                      stream, True, self.shapes, then)
+
+    def request(self, team, stream, addr, watch, then=None):
+        """The exchange enqueued with the generalized request at `addr` that completes after it: its ticket."""
+        return team.exchange_request(self.send, self.recv, self.send_bytes, self.send_off, self.recv_bytes,
+                                     self.recv_off, stream, addr, watch, self.shapes, then)
+
+    def bind(self, req, stream):
+        """Keeps what the kernel reads and writes alive as long as request `req`."""
+        req._mpigpu_buffers = self.bufs
 
 
 def count_of(value):
@@ -447,20 +457,26 @@ def _ranges_for(st, name, args):
 
 def start(st, name, blocking, args, host_start):
     """The non-blocking form `name` (Ialltoall ... Ineighbor_alltoallw) of blocking call `blocking` on
-    device buffers: its request. On the exchange transport, enqueued on the buffers' stream with a
-    request that completes after the kernel, where every rank described its call and the communicator's
-    team is up already (a team is set up by a blocking call: a rank without one votes for the host);
-    else host_start(), the host MPI call on mirrors in MPI's order. Its ranks agree without waiting
-    (mpigpu/_agree.py): the request of a call whose peers have not all posted starts its path once
-    they have."""
-    _usable(st, name, CODES[blocking], True)
-    ranges = _ranges_for(st, blocking, args) if st.team is not None else None
-    placement = Placement.DEVICE if ranges is not None else Placement.HOST_MPI
+    device buffers: its request (start_work)."""
+    return start_work(st, name, CODES[blocking], lambda: _ranges_for(st, blocking, args), host_start)
+
+
+def start_work(st, name, code, read, host_start):
+    """The request of non-blocking call `name` (board code `code`; read() its work: Ranges, a Reduction,
+    or None where this rank votes for the host MPI call). On the exchange transport, enqueued on the
+    buffers' stream with a request that completes after the kernel, where every rank described its call
+    and the communicator's team is up already (a team is set up by a blocking call: a rank without one
+    votes for the host); else host_start(), the host MPI call on mirrors in MPI's order. Its ranks agree
+    without waiting (mpigpu/_agree.py): the request of a call whose peers have not all posted starts its
+    path once they have."""
+    _usable(st, name, code, True)
+    work = read() if st.team is not None else None
+    placement = Placement.DEVICE if work is not None else Placement.HOST_MPI
     agreement = st.agreement
 
     def started(verdict):
-        return _request(st, name, ranges) if verdict == Verdict.DEVICE else host_start()
-    verdict = agreement.decide(name, CODES[blocking], placement, True, started)
+        return _request(st, name, work) if verdict == Verdict.DEVICE else host_start()
+    verdict = agreement.decide(name, code, placement, True, started)
     if isinstance(verdict, Undecided):  # its request decides it
         return requests.start(requests.Deferred(lambda wait: agreement.started(verdict, wait)),
                               requests.DeferredRequest)
@@ -469,31 +485,40 @@ def start(st, name, blocking, args, host_start):
 
 def persistent(st, name, blocking, args, host_init):
     """The persistent form `name` (Alltoall_init ... Neighbor_alltoallw_init) of blocking call `blocking`
-    on device buffers: its path agreed once, here, as the blocking call's is (every rank makes the
-    *_init call); on the transport, a request whose every Start enqueues the exchange of the arguments
-    read now (requests.Persistent), else host_init(), mpi4py's persistent request on mirrors."""
-    _usable(st, name, CODES[blocking], False)
-    ranges = _ranges_for(st, blocking, args)
-    placement = Placement.DEVICE if ranges is not None else Placement.HOST_MPI
-    if st.agreement.decide(name, CODES[blocking], placement) != Verdict.DEVICE:
+    on device buffers (persistent_work)."""
+    return persistent_work(st, name, CODES[blocking], lambda: _ranges_for(st, blocking, args), host_init)
+
+
+def persistent_work(st, name, code, read, host_init):
+    """The persistent request of `name` (board code `code`, read() its work): its path agreed once, here,
+    as a blocking call's is (every rank makes the *_init call); on the transport, a request whose every
+    Start enqueues the work read now (requests.Persistent), else host_init(), mpi4py's persistent
+    request on mirrors."""
+    _usable(st, name, code, False)
+    work = read()
+    placement = Placement.DEVICE if work is not None else Placement.HOST_MPI
+    if st.agreement.decide(name, code, placement) != Verdict.DEVICE:
         return host_init()
     with _cuda.errors_as(name, st.rank):
-        st.bind_device(name, ranges.device if ranges.device is not None else _default_device(st))
+        st.bind_device(name, work.device if work.device is not None else _default_device(st))
     if st.team is None:  # no device team on this communicator (agreed at its setup): every rank stages
         return host_init()
-    return requests.Persistent.create(_Rounds(st, name, ranges))
+    keep = getattr(work, 'keep', None)
+    if keep is not None:
+        keep(st.device)  # what it needs on the GPU, made once for all its rounds
+    return requests.Persistent.create(_Rounds(st, name, work))
 
 
 class _Rounds:
-    """A persistent exchange's rounds: what requests.Persistent starts."""
+    """A persistent call's rounds on the transport: what requests.Persistent starts."""
 
-    def __init__(self, st, name, ranges):
-        self.st, self.name, self.ranges = st, name, ranges
+    def __init__(self, st, name, work):
+        self.st, self.name, self.work = st, name, work
 
     def start(self, req):
         """Starts one round into `req`: returns the GPU work's ticket, or 0 when the round already
         completed (no C completion: the CPU tests' fake layer)."""
-        st, r = self.st, self.ranges
+        st, w = self.st, self.work
         if _undecided.pending():
             _undecided.settle()  # kernels meet their peers' in launch order (mpigpu/_undecided.py)
         st.check_usable(self.name)
@@ -503,13 +528,12 @@ class _Rounds:
         t = st.team
 
         def launch(addr, watch):
-            return t.exchange_request(r.send, r.recv, r.send_bytes, r.send_off, r.recv_bytes, r.recv_off,
-                                      _launch_stream(st, r), addr, watch, r.shapes)
+            return w.request(t, _launch_stream(st, w), addr, watch)
         with st.errors(self.name):
             if requests.c_completion():
                 _exchanged[0] += 1
                 return _cuda.with_device(st.device, requests.start_gpu, req, launch)._ticket
-            _cuda.with_device(st.device, _exchange, st, r)
+            _cuda.with_device(st.device, _run, st, w)
         _exchanged[0] += 1
         requests.set_handle(req, requests.completed())
         return 0
@@ -530,53 +554,57 @@ def _default_device(st):
     return st.device if st.device is not None else _cuda.device.get_device()
 
 
-def _request(st, name, ranges):
-    """The request of an agreed non-blocking exchange: GPU work that a generalized request completes
+def _request(st, name, work):
+    """The request of an agreed non-blocking call: GPU work that a generalized request completes
     (requests.start_gpu), or, without C completion (the CPU tests' fake layer), the call run now."""
     with st.errors(name):
-        req = _cuda.with_device(st.device, _start_request, st, name, ranges)
+        req = _cuda.with_device(st.device, _start_request, st, name, work)
     _exchanged[0] += 1
     return req
 
 
-def _start_request(st, name, ranges):
-    stream = _launch_stream(st, ranges)
-    t, r = st.team, ranges
+def _start_request(st, name, work):
+    stream = _launch_stream(st, work)
+    t = st.team
     if not requests.c_completion():
-        t.exchange(r.send, r.recv, r.send_bytes, r.send_off, r.recv_bytes, r.recv_off, stream, True, r.shapes)
+        work.run(t, stream)
         return requests.completed()
-    req = requests.start_gpu(requests.GpuRequest(), lambda addr, watch: t.exchange_request(
-        r.send, r.recv, r.send_bytes, r.send_off, r.recv_bytes, r.recv_off, stream, addr, watch, r.shapes),
-        lambda exc: st.failed(name, exc))
-    req._mpigpu_buffers = r.bufs  # the arrays the kernel reads and writes live as long as the request
+    req = requests.start_gpu(requests.GpuRequest(), lambda addr, watch: work.request(t, stream, addr, watch),
+                             lambda exc: st.failed(name, exc))
+    work.bind(req, stream)
     return req
 
 
 def run(st, name, args, host_call):
-    """Runs blocking call `name` on device buffers: on the exchange transport when every rank described
-    its call and the communicator's team is up, else host_call() (the host MPI call on mirrors), as
-    every rank of the call does."""
-    _usable(st, name, CODES[name], False)
-    ranges = _ranges_for(st, name, args)
-    placement = Placement.DEVICE if ranges is not None else Placement.HOST_MPI
-    verdict = st.agreement.decide(name, CODES[name], placement)
+    """Runs blocking call `name` on device buffers (run_work)."""
+    return run_work(st, name, CODES[name], lambda: _ranges_for(st, name, args), host_call)
+
+
+def run_work(st, name, code, read, host_call):
+    """Runs blocking call `name` (board code `code`; read() its work, or None where this rank votes for
+    the host MPI call): on the exchange transport when every rank described its call and the
+    communicator's team is up, else host_call() (the host MPI call on mirrors), as every rank of the
+    call does."""
+    _usable(st, name, code, False)
+    work = read()
+    placement = Placement.DEVICE if work is not None else Placement.HOST_MPI
+    verdict = st.agreement.decide(name, code, placement)
     if verdict != Verdict.DEVICE:
         return host_call()
     with _cuda.errors_as(name, st.rank):
-        st.bind_device(name, ranges.device if ranges.device is not None else _default_device(st))
+        st.bind_device(name, work.device if work.device is not None else _default_device(st))
     if st.team is None:  # no device team on this communicator (agreed at its setup): every rank stages
         return host_call()
     with st.errors(name):
-        _cuda.with_device(st.device, _exchange, st, ranges)
+        _cuda.with_device(st.device, _run, st, work)
     _exchanged[0] += 1
     return None
 
 
-def _launch_stream(st, ranges):
+def _launch_stream(st, work):
     """The stream the call is enqueued on: its first buffer's producer stream, after the others'."""
-    return _cuda.launch_stream(ranges.bufs, st.device, st.dep_event)
+    return _cuda.launch_stream(work.bufs, st.device, st.dep_event)
 
 
-def _exchange(st, ranges):
-    st.team.exchange(ranges.send, ranges.recv, ranges.send_bytes, ranges.send_off, ranges.recv_bytes,
-                     ranges.recv_off, _launch_stream(st, ranges), True, ranges.shapes)
+def _run(st, work):
+    work.run(st.team, _launch_stream(st, work))

@@ -10,35 +10,97 @@ into the output (cuda/reduce_rows.cu), so the op is applied in rank order as MPI
 
 It takes predefined element types and predefined ops the device reduces (`supports`), contiguous
 buffers (bare arrays or [buffer, count, datatype] specifications of a named type), in place too, and
-Reduce_scatter's counts given (without them mpi4py gathers them through host MPI). Everything else,
-and a call some rank cannot describe, is the host MPI call on mirrors, as every rank agrees (the
-placement board, as for the exchange path). The rows live in a scratch buffer of the communicator on its
-GPU, grown when a call needs more (allocated there only, never on a call that fits).
+Reduce_scatter's counts given (without them mpi4py gathers them through host MPI); blocking, I* and
+*_init forms, on the exchange path's forms (exchange.run_work, start_work, persistent_work): the
+reduction is enqueued after the exchange kernel (the call's `then`), before its wait returns or its
+request completes. Everything else, and a call some rank cannot describe, is the host MPI call on
+mirrors, as every rank agrees (the placement board, as for the exchange path). The rows live in
+device scratch (mpigpu/_paths/scratch.py's pool): a blocking call's for the call, a non-blocking call's
+until its request is gone, a persistent request's for its life.
 """
+import weakref
+
 from mpi4py import MPI
 
 from .. import _cuda
-from .._codes import Coll, Placement, Verdict
+from .._codes import Coll
 from .._types import check_op, op_code
-from . import exchange
+from . import exchange, scratch
 from .exchange import BufferArg, Ranges, Unread, count_of, one_device
 
 CODES = {'Reduce_scatter': Coll.REDUCE_SCATTER, 'Scan': Coll.SCAN, 'Exscan': Coll.EXSCAN}
 
 
 class Reduction:
-    """One rank's reduction: the exchange of its rows (`ranges`, whose receive side is filled in with the
-    scratch), then `rows` rows of `row_bytes` reduced into `out` (`count` elements of element type
-    `dtype` under op `op`)."""
-    __slots__ = ('ranges', 'out', 'rows', 'row_bytes', 'count', 'dtype', 'op')
+    """One rank's reduction: the exchange of its rows (`ranges`, whose receive side is the scratch),
+    then `rows` rows of `row_bytes` reduced into `out` (`count` elements of element type `dtype` under
+    op `op`). It runs on the transport as Ranges do (run, request, bind), with its scratch."""
+    __slots__ = ('ranges', 'out', 'rows', 'row_bytes', 'count', 'dtype', 'op', 'kept', 'taken', 'streams',
+                 '__weakref__')
 
     def __init__(self, ranges, out, rows, row_bytes, count, dtype, op):
         self.ranges, self.out, self.rows, self.row_bytes = ranges, out, rows, row_bytes
         self.count, self.dtype, self.op = count, dtype, op
+        self.kept = None   # a persistent request's scratch, for all its rounds
+        self.taken = None  # (scratch, device) a non-blocking call took for its request
+        self.streams = []  # the streams its rounds ran on (a persistent request's scratch waits for them)
 
     @property
-    def scratch_bytes(self):
+    def device(self):
+        return self.ranges.device
+
+    @property
+    def bufs(self):
+        return self.ranges.bufs
+
+    def _scratch_bytes(self):
         return max(o + b for o, b in zip(self.ranges.recv_off, self.ranges.recv_bytes))
+
+    def _then(self, mem):
+        """The ranges into `mem`, and the reduction out of it (the team's `then`)."""
+        self.ranges.recv = mem.ptr
+        return (self.dtype, self.op, self.out, mem.ptr, self.row_bytes, self.rows, self.count)
+
+    def run(self, team, stream):
+        mem = self.kept if self.kept is not None else scratch.take(self._scratch_bytes(), team.device)
+        try:
+            self.ranges.run(team, stream, self._then(mem))
+        finally:
+            if mem is not self.kept:
+                scratch.give(mem, team.device)
+
+    def request(self, team, stream, addr, watch):
+        mem = self.kept
+        if mem is not None and stream not in self.streams:
+            self.streams.append(stream)
+        if mem is None:
+            mem = scratch.take(self._scratch_bytes(), team.device)
+            self.taken = (mem, team.device)
+        return self.ranges.request(team, stream, addr, watch, self._then(mem))
+
+    def bind(self, req, stream):
+        """Keeps the buffers alive as long as request `req`, and returns the scratch it took once the
+        request is gone (after its stream's work: a request dropped unwaited may still be running)."""
+        self.ranges.bind(req, stream)
+        if self.taken is not None:
+            mem, device = self.taken
+            self.taken = None
+            weakref.finalize(req, _give_after, mem, device, stream)
+
+    def keep(self, device):
+        """Takes the scratch of a persistent request's rounds, given back once the request is gone."""
+        self.kept = scratch.take(self._scratch_bytes(), device)
+        weakref.finalize(self, _give_after, self.kept, device, self.streams)
+
+
+def _give_after(mem, device, streams):
+    """Gives scratch back to the pool once the GPU work of `streams` (one, or a list) is done."""
+    try:
+        for s in streams if isinstance(streams, list) else [streams]:
+            _cuda.with_device(device, _cuda.device.stream_sync, s)
+    except Exception:  # noqa: BLE001 - at exit or after a fault: the block is not reused then
+        return
+    scratch.give(mem, device)
 
 
 def _counts(value, n):
@@ -111,50 +173,27 @@ def _describe(name, rank, n, args):
     return Reduction(r, recv.buf.ptr + roff, rows, row, count, dtype, code)
 
 
-class _Scratch:
-    """A communicator's rows: device memory on its GPU, grown to the largest call's need."""
-
-    def __init__(self, st):
-        self.mem = None
-
-    def at_least(self, nbytes, device):
-        if self.mem is None or self.mem.nbytes < nbytes:
-            self.mem = None  # freed before the larger one is made
-            self.mem = _cuda.with_device(device, _cuda.device.DeviceMemory, max(nbytes, 1 << 16))
-        return self.mem
-
-    def close(self):
-        self.mem = None
-
-
 def run(st, name, args, host_call):
-    """Runs blocking call `name` on device buffers: on the exchange transport and the GPU's reduction
-    when every rank described its call and the communicator's team is up, else host_call() (the host
-    MPI call on mirrors), as every rank of the call does."""
-    exchange._usable(st, name, CODES[name], False)
+    """Runs blocking call `name` on device buffers (exchange.run_work)."""
+    return exchange.run_work(st, name, CODES[name], lambda: _reduction_for(st, name, args), host_call)
+
+
+def start(st, name, blocking, args, host_start):
+    """The non-blocking form `name` (Ireduce_scatter, Iscan, Iexscan) of `blocking` (exchange.start_work)."""
+    return exchange.start_work(st, name, CODES[blocking], lambda: _reduction_for(st, blocking, args), host_start)
+
+
+def persistent(st, name, blocking, args, host_init):
+    """The persistent form `name` (Reduce_scatter_init, Scan_init, Exscan_init) of `blocking`
+    (exchange.persistent_work)."""
+    return exchange.persistent_work(st, name, CODES[blocking], lambda: _reduction_for(st, blocking, args),
+                                    host_init)
+
+
+def _reduction_for(st, name, args):
+    """The Reduction of this rank's call, or None where it votes for the host MPI call (describe declined
+    it, buffers on another GPU than the communicator's)."""
     red = describe(name, st.rank, st.size, args)
-    if red is not None and st.device is not None and red.ranges.device not in (None, st.device):
-        red = None  # buffers on another GPU than the communicator's: the mirrors take them
-    placement = Placement.DEVICE if red is not None else Placement.HOST_MPI
-    if st.agreement.decide(name, CODES[name], placement) != Verdict.DEVICE:
-        return host_call()
-    with _cuda.errors_as(name, st.rank):
-        st.bind_device(name, red.ranges.device if red.ranges.device is not None else exchange._default_device(st))
-    if st.team is None:  # no device team on this communicator (agreed at its setup): every rank stages
-        return host_call()
-    with st.errors(name):
-        _cuda.with_device(st.device, _reduce, st, red)
-    exchange.count_call()
-    return None
-
-
-def _reduce(st, red):
-    r = red.ranges
-    scratch = st.owned(_Scratch).at_least(red.scratch_bytes, st.device)
-    r.recv = scratch.ptr
-    stream = exchange._launch_stream(st, r)
-    st.team.exchange(r.send, r.recv, r.send_bytes, r.send_off, r.recv_bytes, r.recv_off, stream, True, None)
-    if red.rows and red.count:
-        dm = _cuda.device
-        dm.reduce_rows(red.dtype, red.op, red.out, scratch.ptr, red.row_bytes, red.rows, red.count, stream)
-        dm.stream_sync(stream)
+    if red is not None and st.device is not None and red.device not in (None, st.device):
+        return None
+    return red

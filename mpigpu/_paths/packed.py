@@ -2,39 +2,20 @@
 
 `Packed` is one such buffer argument: the user's buffer, the datatype's layout (mpigpu/_datatypes.py,
 decoded once per handle) and the count; `pack` fills a contiguous scratch buffer (device memory from
-a pool, no allocation per call once warm) with the described elements on the producer's stream,
-`unpack` scatters one back. The paths that move contiguous device bytes (point-to-point, GPU to GPU
+the pool of mpigpu/_paths/scratch.py, no allocation per call once warm) with the described elements
+on the producer's stream, `unpack` scatters one back. The paths that move contiguous device bytes (point-to-point, GPU to GPU
 or staged) then move the scratch: a one-column halo of a large array moves its column, not the
 array's extent. Instances that form one block (a halo row as a resized contiguous type) need no
 scratch: they are moved from where they lie. The packed elements keep the type signature: a homogeneous datatype's are its base
 type (`mpi_type`), a mixed struct's bytes.
 """
-import threading
-
 from mpi4py import MPI
 
 from .. import _cuda, _datatypes
 from .._call import read_whole, unpack_spec, within
 from .._types import NATIVE
 from ..errors import Error, ValueArgumentError
-
-_lock = threading.Lock()
-_pool = {}  # (device, size class) -> free DeviceMemory
-
-
-def _take(nbytes, device):
-    size = max(1 << 16, 1 << (max(nbytes, 1) - 1).bit_length())
-    with _lock:
-        free = _pool.get((device, size))
-        if free:
-            return free.pop()
-    return _cuda.with_device(device, _cuda.device.DeviceMemory, size)
-
-
-def _give(mem, device):
-    with _lock:
-        _pool.setdefault((device, mem.nbytes), []).append(mem)
-
+from . import scratch
 
 def datatype_of(value):
     """The MPI datatype of a buffer specification when it is a derived one that the other paths cannot
@@ -103,7 +84,7 @@ class Packed:
     def take(self):
         """The scratch buffer (pooled device memory of this buffer's GPU)."""
         if self.scratch is None:
-            self.scratch = _take(self.nbytes, self.device)
+            self.scratch = scratch.take(self.nbytes, self.device)
         return self.scratch
 
     def view(self):
@@ -121,11 +102,11 @@ class Packed:
         the view's reads after its stream, as any device buffer's)."""
         if self.in_place:
             return
-        scratch = self.take()
+        mem = self.take()
         if self.nbytes:
             def run():
                 plan = _cuda.device.pack_plan(self.layout, self.device)
-                plan.pack(self.count, self.base, scratch.ptr, self.stream)
+                plan.pack(self.count, self.base, mem.ptr, self.stream)
                 _cuda.device.stream_sync(self.stream)
             _cuda.with_device(self.device, run)
 
@@ -145,7 +126,7 @@ class Packed:
 
     def release(self):
         if self.scratch is not None:
-            _give(self.scratch, self.device)
+            scratch.give(self.scratch, self.device)
             self.scratch = None
 
 

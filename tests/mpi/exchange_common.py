@@ -74,9 +74,10 @@ def poison(x):
         (x.a if hasattr(x, '__cuda_array_interface__') else x)[...] = -1
 
 
-def persistent(topo, ptopo, name, build, dev, root, where, expect):
-    """The *_init form of the same call, started twice (the output poisoned before each round), against
-    mpi4py's blocking call. Returns the checks made."""
+def persistent(topo, ptopo, name, build, dev, root, where, expect, rounds=2):
+    """The *_init form of the same call, started `rounds` times (the output poisoned before each round),
+    against mpi4py's blocking call. Returns the checks made. (A reduction in place reads what its last
+    round wrote: one round.)"""
     a, b, k = build(dev, root)
     getattr(ptopo, name)(*b)
     try:
@@ -86,7 +87,7 @@ def persistent(topo, ptopo, name, build, dev, root, where, expect):
         return 0
     made = 0
     in_place = any(x is MPI.IN_PLACE for x in a[:2])  # this rank's output holds its input
-    for _round in range(2):
+    for _round in range(rounds):
         if k is not None and not in_place:
             poison(output(a, k))
         before = exchange.calls()

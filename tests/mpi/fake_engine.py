@@ -187,11 +187,13 @@ class FakeTeam:
                         host_reduce(rows, dtype, op)).view(np.uint8)
             self._round(put, take)
 
-    def exchange(self, send, recv, send_bytes, send_off, recv_bytes, recv_off, stream, sync, shapes=None):
+    def exchange(self, send, recv, send_bytes, send_off, recv_bytes, recv_off, stream, sync, shapes=None,
+                 then=None):
         """The exchange transport's call (cuda/exchange_kernel.cuh): block p of send to rank p, in rounds
         of a share of the region per destination; a first round agrees on how many rounds. A block with
         a shape (`shapes`: (send, recv) per-rank layouts or None) moves as its packed bytes, gathered
-        before the rounds and scattered after them, as the kernel's copies pack and unpack them."""
+        before the rounds and scattered after them, as the kernel's copies pack and unpack them; `then`:
+        the reduction of rows that follows, as cuda/exchange.cu launches it."""
         if self.mine is None:
             raise DeviceError('exchange on a released team')
         self.calls += 1
@@ -221,6 +223,10 @@ class FakeTeam:
             self._round(put, take)
         for p in range(n):
             _unpacked(into[p], recv, recv_off[p], rshape[p])
+        if then is not None:  # the reduction that follows (Reduce_scatter, Scan, Exscan)
+            dtype, op, dst, src, row_bytes, nrows, count = then
+            if nrows > 0 and count:
+                fake.reduce_rows(dtype, op, dst, src, row_bytes, nrows, count, stream)
 
     def run_request(self, *args):
         raise DeviceError('fake engine: requests complete before they return (no C completion)')

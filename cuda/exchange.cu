@@ -90,10 +90,14 @@ static int check(const mg_team *t, const mg_exchange_call *x) {
   if (team_broken(t)) return MG_ERR_BROKEN;
   for (int r = 0; r < t->cfg.nranks; ++r)
     if (!t->opened[r]) return MG_ERR_TEAM;
+  // the reduction is launched after the exchange kernel: whatever would make it fail must fail here
   const mg_rows_reduction *r = x->then;
-  if (r != nullptr && r->nrows > 0 && r->count &&
-      (!r->dst || !r->src || r->row_bytes < r->count || !mg_supports(r->dtype, r->op)))
-    return MG_ERR_ARG;
+  if (r != nullptr && r->nrows > 0 && r->count) {
+    if (r->dtype < 0 || r->dtype >= MG_NDTYPES || !mg_supports(r->dtype, r->op) || !r->dst || !r->src)
+      return MG_ERR_ARG;
+    const size_t item = (size_t)mg_dtype_table()[r->dtype].size;
+    if (r->row_bytes % item || r->row_bytes < r->count * item) return MG_ERR_ARG;
+  }
   mg::ExchangeShapes sh;
   bool shaped;
   return shapes_of(x, t->cfg.nranks, t->cfg.rank, &sh, &shaped);

@@ -253,6 +253,16 @@ def test_reduction_scratch_lives_as_long_as_its_request(reduces):
     del red
     gc.collect()
     assert sum(len(v) for v in scratch._pool.values()) == pooled + 1
+    # a request the team refuses (a broken team): its scratch is back at once, not held by anything
+    red = exchange_reduce.describe('Exscan', 1, 2, [dev(4), dev(4), MPI.SUM])
+
+    def refuse(*args):
+        raise RuntimeError('broken team')
+    team.exchange_request = refuse
+    pooled = sum(len(v) for v in scratch._pool.values())
+    with pytest.raises(RuntimeError):
+        red.request(team, 5, 0, False)
+    assert sum(len(v) for v in scratch._pool.values()) == pooled and red.taken is None  # taken, given back
 
 
 def test_reductions_the_device_cannot_take(reduces):

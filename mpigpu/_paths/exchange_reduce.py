@@ -76,7 +76,13 @@ class Reduction:
         if mem is None:
             mem = scratch.take(self._scratch_bytes(), team.device)
             self.taken = (mem, team.device)
-        return self.ranges.request(team, stream, addr, watch, self._then(mem))
+        try:
+            return self.ranges.request(team, stream, addr, watch, self._then(mem))
+        except BaseException:
+            if self.taken is not None:  # no request holds it: back once whatever was enqueued is done
+                _give_after(mem, team.device, stream)
+                self.taken = None
+            raise
 
     def bind(self, req, stream):
         """Keeps the buffers alive as long as request `req`, and returns the scratch it took once the

@@ -46,8 +46,16 @@ static int shapes_of(const mg_exchange_call *x, int n, int me, mg::ExchangeShape
   return 0;
 }
 
+// A call checked and its shapes prepared once, before the enqueue (team_enqueue's ctx).
+struct Prepared {
+  const mg_exchange_call *x;
+  mg::ExchangeShapes sh;
+  bool shaped;
+};
+
 static int launch_exchange(mg_team *t, const void *ctx, uintptr_t stream) {
-  const mg_exchange_call *x = (const mg_exchange_call *)ctx;
+  const Prepared *p = (const Prepared *)ctx;
+  const mg_exchange_call *x = p->x;
   const int n = t->cfg.nranks;
   mg::ExchangeArgs a;
   for (int r = 0; r < n; ++r) a.ws[r] = t->ws[r];
@@ -71,22 +79,19 @@ static int launch_exchange(mg_team *t, const void *ctx, uintptr_t stream) {
     grid = s > grid ? s : grid;
     grid = v > grid ? v : grid;
   }
-  mg::ExchangeShapes sh;
-  bool shaped = false;
-  const int e = shapes_of(x, n, a.rank, &sh, &shaped);
-  if (e) return e;
   resident_stop(t);  // its blocks take whole SMs, as the direct kernel's do
-  void *params[] = {&a, &sh};
-  const void *kernel = shaped ? (const void *)mg::exchange_shaped_kernel : (const void *)mg::exchange_kernel;
+  void *params[] = {&a, const_cast<mg::ExchangeShapes *>(&p->sh)};
+  const void *kernel = p->shaped ? (const void *)mg::exchange_shaped_kernel : (const void *)mg::exchange_kernel;
   const int launched = rc(cudaLaunchKernel(kernel, dim3(grid), dim3(mg::kThreads), params, 0, (cudaStream_t)stream));
   const mg_rows_reduction *r = x->then;
   if (launched || r == nullptr || r->nrows < 1 || r->count == 0) return launched;
   return mg_reduce_rows(r->dtype, r->op, r->dst, r->src, r->row_bytes, r->nrows, r->count, stream);
 }
 
-// Whether call x may be enqueued on t: checked before the enqueue, so a bad shape raises on this rank
-// instead of leaving the peers waiting for a kernel that never starts.
-static int check(const mg_team *t, const mg_exchange_call *x) {
+// Whether call x may be enqueued on t, and its shapes (*p): checked before the enqueue, so a bad shape
+// raises on this rank instead of leaving the peers waiting for a kernel that never starts.
+static int prepare(const mg_team *t, const mg_exchange_call *x, Prepared *p) {
+  p->x = x;
   if (team_broken(t)) return MG_ERR_BROKEN;
   for (int r = 0; r < t->cfg.nranks; ++r)
     if (!t->opened[r]) return MG_ERR_TEAM;
@@ -98,34 +103,35 @@ static int check(const mg_team *t, const mg_exchange_call *x) {
     const size_t item = (size_t)mg_dtype_table()[r->dtype].size;
     if (r->row_bytes % item || r->row_bytes < r->count * item) return MG_ERR_ARG;
   }
-  mg::ExchangeShapes sh;
-  bool shaped;
-  return shapes_of(x, t->cfg.nranks, t->cfg.rank, &sh, &shaped);
+  return shapes_of(x, t->cfg.nranks, t->cfg.rank, &p->sh, &p->shaped);
 }
 
 extern "C" int mg_exchange(mg_team *t, const mg_exchange_call *x, uintptr_t stream, int async) {
-  int e = check(t, x);
+  Prepared p;
+  int e = prepare(t, x, &p);
   if (e) return e;
   // launched even with nothing to move here, so the call counts as entered (mg_team_missing_peers)
-  return team_enqueue(t, launch_exchange, x, stream, async);
+  return team_enqueue(t, launch_exchange, &p, stream, async);
 }
 
 extern "C" int mg_exchange_wait(mg_team *t, const mg_exchange_call *x, uintptr_t stream) {
-  int e = check(t, x);
+  Prepared p;
+  int e = prepare(t, x, &p);
   if (e) return e;
-  e = team_enqueue(t, launch_exchange, x, stream, 0);
+  e = team_enqueue(t, launch_exchange, &p, stream, 0);
   return team_call_result(t, e ? e : stream_done_wait(t, stream));
 }
 
 extern "C" int mg_exchange_request(mg_team *t, const mg_exchange_call *x, uintptr_t stream, void *request, int watch,
                                    uint64_t *ticket) {
   *ticket = 0;
-  int e = check(t, x);
+  Prepared p;
+  int e = prepare(t, x, &p);
   if (e) return e;
   int slot = -1;
   e = completion_reserve(&slot, &t->status);  // the kernel's fault word goes to the request's status too
   if (e) return e;
-  e = team_enqueue(t, launch_exchange, x, stream, 1);
+  e = team_enqueue(t, launch_exchange, &p, stream, 1);
   t->status = nullptr;
   if (e) {
     completion_cancel(slot);

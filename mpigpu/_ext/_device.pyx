@@ -253,6 +253,14 @@ cdef inline mg_call _call(int coll, int algo, int dtype, int op, uintptr_t send,
     return c
 
 
+cdef struct ExchangeCall:
+    # an exchange's C description and what it points into (shapes, the reduction), on the caller's stack
+    mg_exchange_call x
+    mg_block_shape send_shape[MG_MAX_RANKS]
+    mg_block_shape recv_shape[MG_MAX_RANKS]
+    mg_rows_reduction then
+
+
 cdef class Team:
     """One rank's side of a device team: its workspace, the peers' mapped workspaces, and launches."""
     cdef mg_team *t
@@ -396,17 +404,12 @@ cdef class Team:
         recv) lists of a layout (mpigpu._datatypes.Layout, regular) or None per rank: that block is
         packed bytes of the datatype, send_off/recv_off its first instance's displacement. `then`:
         None, or the reduction that follows, (dtype, op, dst, src, row_bytes, nrows, count)."""
-        cdef mg_exchange_call x
-        cdef mg_block_shape ss[MG_MAX_RANKS]
-        cdef mg_block_shape rs[MG_MAX_RANKS]
-        cdef mg_rows_reduction red
-        self._exchange_call(&x, send, recv, send_bytes, send_off, recv_bytes, recv_off)
-        _shapes(&x, shapes, ss, rs)
-        _then(&x, then, &red)
+        cdef ExchangeCall c
+        self._exchange_call(&c, send, recv, send_bytes, send_off, recv_bytes, recv_off, shapes, then)
         if sync:
-            self.run_exchange(&x, stream)
+            self.run_exchange(&c.x, stream)
         else:
-            check(mg_exchange(self.t, &x, stream, 1), 'exchange launch')
+            check(mg_exchange(self.t, &c.x, stream, 1), 'exchange launch')
 
     cpdef uint64_t exchange_request(self, uintptr_t send, uintptr_t recv, send_bytes, send_off, recv_bytes,
                                     recv_off, uintptr_t stream, uintptr_t request, bint watch,
@@ -415,20 +418,16 @@ cdef class Team:
         completes after it (its handle written at address `request`), as run_request: returns the
         request's ticket; a fault completes the request with the fault's code. The device is current."""
         cdef uint64_t ticket = 0
-        cdef mg_exchange_call x
-        cdef mg_block_shape ss[MG_MAX_RANKS]
-        cdef mg_block_shape rs[MG_MAX_RANKS]
-        cdef mg_rows_reduction red
-        self._exchange_call(&x, send, recv, send_bytes, send_off, recv_bytes, recv_off)
-        _shapes(&x, shapes, ss, rs)
-        _then(&x, then, &red)
-        check(mg_exchange_request(self.t, &x, stream, <void *>request, watch, &ticket), 'exchange request')
+        cdef ExchangeCall c
+        self._exchange_call(&c, send, recv, send_bytes, send_off, recv_bytes, recv_off, shapes, then)
+        check(mg_exchange_request(self.t, &c.x, stream, <void *>request, watch, &ticket), 'exchange request')
         return ticket
 
-    cdef int _exchange_call(self, mg_exchange_call *x, uintptr_t send, uintptr_t recv, send_bytes, send_off,
-                            recv_bytes, recv_off) except -1:
-        """Fills x from per-rank lists (exchange, exchange_request)."""
+    cdef int _exchange_call(self, ExchangeCall *c, uintptr_t send, uintptr_t recv, send_bytes, send_off,
+                            recv_bytes, recv_off, shapes, then) except -1:
+        """Fills c from per-rank lists, shapes and the reduction that follows (exchange, exchange_request)."""
         cdef int r, n = len(send_bytes)
+        cdef mg_exchange_call *x = &c.x
         if self.t == NULL:
             raise DeviceError(MG_ERR_TEAM, 'exchange on a released team')
         if n > MG_MAX_RANKS or len(send_off) != n or len(recv_bytes) != n or len(recv_off) != n:
@@ -438,6 +437,8 @@ cdef class Team:
         for r in range(n):
             x.send_bytes[r], x.send_off[r] = send_bytes[r], send_off[r]
             x.recv_bytes[r], x.recv_off[r] = recv_bytes[r], recv_off[r]
+        _shapes(x, shapes, c.send_shape, c.recv_shape)
+        _then(x, then, &c.then)
         return 0
 
     cdef int run_exchange(self, const mg_exchange_call *x, uintptr_t stream) except -1:

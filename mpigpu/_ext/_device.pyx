@@ -4,7 +4,8 @@
 # cuda/completion.cu, through function pointers that mpigpu._requests resolves. One module, in parts:
 # this file (runtime calls, memory, Team), _cuda_api.pxi (the C ABI's declarations), _requests.pxi
 # (IPC of user buffers, generalized requests), _fast.pxi (the engine collectives' fast path),
-# _pack.pxi (derived datatypes' pack plans), _exchange.pxi (the exchange's fast path and shapes).
+# _pack.pxi (derived datatypes' pack plans), _exchange.pxi (the exchange's fast path and shapes),
+# _p2p.pxi (blocking point-to-point's fast path).
 import sys
 
 from ._codes import ALIGNMENTS, SIZES, TYPESTR_CODES, typestr
@@ -505,3 +506,4 @@ include "_requests.pxi"
 include "_fast.pxi"
 include "_pack.pxi"
 include "_exchange.pxi"
+include "_p2p.pxi"

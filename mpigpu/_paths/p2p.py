@@ -19,7 +19,7 @@ from .. import _cuda, _plain
 from .._call import read_whole
 from .._config import config
 from .._ext._intake import is_device
-from .._state import state_of
+from .._state import _CACHE as _CACHE_KEY, state_of
 from .._strided import as_spec
 from ..errors import Error
 from . import mirrored, p2p_ipc, packed, packing, requests
@@ -54,6 +54,35 @@ def kept_messages(st):
     """The messages Probe took out of MPI on this communicator (empty when there are none)."""
     p = st._owned.get(P2pState)
     return p.kept if p is not None else ()
+
+
+def truncated(st, name, nbytes, capacity):
+    """The error of a message of nbytes arriving at a receive buffer of `capacity` bytes."""
+    return Error(name, f'message of {nbytes} bytes truncated to the receive buffer of {capacity} bytes',
+                 arg='buf', rank=st.rank, error_class=MPI.ERR_TRUNCATE)
+
+
+# ---- the fast path (mpigpu/_ext/_p2p.pxi): blocking calls on whole device arrays in one Cython call ----
+_fast_for = None  # the CUDA layer the fast path was bound for
+
+
+def _fast():
+    """The CUDA layer, its point-to-point fast path bound, or None where it has none (the CPU tests'
+    fake layer, a build without CUDA)."""
+    global _fast_for
+    dm = _cuda.device
+    if dm is not _fast_for:
+        if getattr(dm, 'bind_fast_p2p', None) is None:
+            return None
+        dm.bind_fast_p2p(_CACHE_KEY, P2pState, config, p2p_ipc, truncated, _plain.Comm, MPI,
+                         lambda: np.full(1, -1, np.int32))
+        _fast_for = dm
+    return dm
+
+
+def _fast_failed(comm, name, exc):
+    """A CUDA error of the fast path as the general path raises it."""
+    return Error(name, str(exc), rank=state_of(comm).rank, error_class=MPI.ERR_OTHER)
 
 
 def _copy_sync(dev, dst, src, nbytes, stream):
@@ -101,6 +130,7 @@ def _finish_now(work):
 
 # ---- sends -----------------------------------------------------------------------------------
 _SYNCHRONOUS = ('Ssend', 'Issend')
+_FAST_SENDS = ('Send', 'Ssend')
 
 
 def _then(work, after):
@@ -133,7 +163,7 @@ def _post_send(st, comm, name, base, value, dest, tag):
         buf = read_whole(name, 'buf', st.rank, obj, False, _cuda.consumer_stream)
         dev = _cuda.device_of(name, 'buf', st.rank, buf)
         reply = st.owned(P2pState).next_reply_tag(dest) if p2p_ipc.usable(st) else 0
-        header = p2p_ipc.header_for(st, buf, dev, dest, reply)
+        header = p2p_ipc.header_at(st, buf.ptr, buf.nbytes, dev, dest, reply)
         if header is not None:
             _cuda.with_device(dev, _cuda.device.stream_sync, _cuda.stream_of(buf, dev))  # payload ready
             code = np.full(1, -1, np.int32)
@@ -163,6 +193,14 @@ def isend(comm, name, base, buf, dest, tag):
 
 def send(comm, name, buf, dest, tag):
     """Send/Ssend/Rsend/Bsend with a device buffer."""
+    if name in _FAST_SENDS and type(buf) not in (list, tuple):
+        dm = _fast()
+        if dm is not None:
+            try:
+                if dm.p2p_send(comm, buf, dest, tag, name == 'Ssend'):
+                    return None
+            except dm.DeviceError as exc:
+                raise _fast_failed(comm, name, exc) from None
     buf = as_spec(buf, call=name)
     st = state_of(comm)
     obj, rest = split_spec(buf)
@@ -191,8 +229,7 @@ def _deliver(st, name, work, data, n, dst, capacity, stream, place):
         work.received = p2p_ipc.receive(st, name, fields, work.source_of(), dst, capacity, stream)
         return
     if n > capacity:
-        raise Error(name, f'message of {n} bytes truncated to the receive buffer of {capacity} bytes',
-                    arg='buf', rank=st.rank, error_class=MPI.ERR_TRUNCATE)
+        raise truncated(st, name, n, capacity)
     if place is not None and n:
         place(n)
     work.received = n
@@ -333,6 +370,14 @@ def irecv(comm, buf, source, tag):
 
 def recv(comm, buf, source, tag, status):
     """Recv with a device buffer, or a host buffer that may receive a GPU sender's header."""
+    if type(buf) not in (list, tuple):
+        dm = _fast()
+        if dm is not None:
+            try:
+                if dm.p2p_recv(comm, buf, source, tag, status):
+                    return None
+            except dm.DeviceError as exc:
+                raise _fast_failed(comm, 'Recv', exc) from None
     buf = as_spec(buf, call='Recv')
     st = state_of(comm)
 
@@ -346,6 +391,14 @@ def recv(comm, buf, source, tag, status):
 
 def sendrecv(comm, sendbuf, dest, sendtag, recvbuf, source, recvtag, status):
     """Sendrecv: the receive is posted first, both run at once, both finish before returning."""
+    if type(sendbuf) not in (list, tuple) and type(recvbuf) not in (list, tuple):
+        dm = _fast()
+        if dm is not None:
+            try:
+                if dm.p2p_sendrecv(comm, sendbuf, dest, sendtag, recvbuf, source, recvtag, status):
+                    return None
+            except dm.DeviceError as exc:
+                raise _fast_failed(comm, 'Sendrecv', exc) from None
     sendbuf, recvbuf = as_spec(sendbuf, call='Sendrecv'), as_spec(recvbuf, call='Sendrecv')
     st = state_of(comm)
 

@@ -54,15 +54,15 @@ def usable(st):
     return st.team is not None and st.control is not None and requests.agent.enabled()
 
 
-def header_for(st, buf, dev, dest, reply):
-    """The header (bytearray) for sending `buf` (DeviceBuffer on `dev`) by IPC with reply tag `reply`,
-    or None when this message takes the staged path."""
+def header_at(st, ptr, nbytes, dev, dest, reply):
+    """The header (bytearray) for sending the nbytes at device pointer `ptr` (on `dev`) by IPC with
+    reply tag `reply`, or None when this message takes the staged path."""
     global _world_rank
-    if (not usable(st) or dev != st.device or buf.nbytes < config.p2p_ipc_bytes
+    if (not usable(st) or dev != st.device or nbytes < config.p2p_ipc_bytes
             or dest == MPI.PROC_NULL or dest == st.rank):
         return None
     dm = _cuda.device
-    base, _size, ident, exportable = dm.ipc_describe(buf.ptr)
+    base, _size, ident, exportable = dm.ipc_describe(ptr)
     if not exportable:
         return None
     handle = _exported.get(ident)
@@ -73,8 +73,7 @@ def header_for(st, buf, dev, dest, reply):
     if _world_rank is None:
         _world_rank = MPI.COMM_WORLD.Get_rank()
     stats['sent'] += 1
-    return bytearray(_HDR.pack(MAGIC, 1, reply, buf.nbytes, buf.ptr - base, base, ident, _world_rank, 0,
-                               handle))
+    return bytearray(_HDR.pack(MAGIC, 1, reply, nbytes, ptr - base, base, ident, _world_rank, 0, handle))
 
 
 def parse(data, n):

@@ -2,6 +2,7 @@
 with host buffers and the staged path.
 `mpirun -n N python -m pytest -p no:cacheprovider tests/gpu/test_p2p.py`.
 
+- the blocking calls' fast path (eager and rendezvous sizes, statuses, PROC_NULL, truncation), counted;
 - Send/Recv, Ssend, Isend/Irecv (req.Wait and mpi4py's Waitall), Sendrecv rings, both directions,
   sizes around MPIGPU_P2P_IPC_BYTES, slices offset into larger arrays, several messages in flight;
 - ANY_SOURCE / ANY_TAG receives and their statuses; Probe then Recv (the status gives the payload);
@@ -64,6 +65,53 @@ def test_blocking_rings(world):
         want[3:3 + count] = payload(count, prv, 2)
         check(np.array_equal(cp.asnumpy(out), want), f'Sendrecv slices {count}')
         check(st.Get_count(MPI.FLOAT) == count and st.Get_source() == prv, f'Sendrecv status {count}')
+
+
+def test_fast_path(world):
+    """Blocking calls on whole device arrays in one Cython call (mpigpu/_ext/_p2p.pxi): eager sizes
+    and zero counts, ANY_SOURCE/ANY_TAG statuses, PROC_NULL, Ssend, an eager message truncated below
+    the header's 128 bytes (mpigpu's check) and above it (MPI's), a rendezvous size; every call
+    counted by the path."""
+    from mpigpu import _cuda
+    before = _cuda.device.fast_p2p_calls()
+    calls = 0
+    for count in (0, 1, 31, 32, 33, 1000, 16_383, 16_384, 70_000):
+        a, r = mine(count, 9), cp.full(count, -1, cp.float32)
+        st = MPI.Status()
+        world.Sendrecv(a, nxt, 70, r, MPI.ANY_SOURCE, MPI.ANY_TAG, st)
+        check(np.array_equal(cp.asnumpy(r), payload(count, prv, 9)), f'fast Sendrecv {count}')
+        check(st.Get_source() == prv and st.Get_tag() == 70 and st.Get_count(MPI.FLOAT) == count,
+              f'fast Sendrecv status {count}: {st.Get_source()} {st.Get_tag()} {st.Get_count(MPI.FLOAT)}')
+        r.fill(-1)
+        if rank % 2 == 0:
+            world.Ssend(a, nxt, 71)
+            world.Recv(r, MPI.ANY_SOURCE, 71, st)
+        else:
+            world.Recv(r, prv, MPI.ANY_TAG, st)
+            world.Ssend(a, nxt, 71)
+        check(np.array_equal(cp.asnumpy(r), payload(count, prv, 9)) and st.Get_source() == prv
+              and st.Get_tag() == 71 and st.Get_count(MPI.FLOAT) == count, f'fast Ssend/Recv {count}')
+        calls += 3
+    r, st = cp.full(5, -1, cp.float32), MPI.Status()
+    world.Sendrecv(mine(5, 1), MPI.PROC_NULL, 1, r, MPI.PROC_NULL, 1, st)
+    world.Send(mine(5, 1), MPI.PROC_NULL, 1)
+    world.Recv(r, MPI.PROC_NULL, 1, st)
+    check(bool((r == -1).all()) and st.Get_source() == MPI.PROC_NULL and st.Get_count(MPI.FLOAT) == 0,
+          'PROC_NULL: nothing received')
+    calls += 3
+    if n > 1 and rank < 2:
+        for sent in (25, 1000):  # 100 bytes (below the header's size) and 4000 into 40
+            if rank == 0:
+                world.Send(mine(sent, 0), 1, 72)
+            else:
+                try:
+                    world.Recv(cp.zeros(10, cp.float32), 0, 72)
+                    check(False, f'truncation of {sent} elements not reported')
+                except MPI.Exception as exc:
+                    check(exc.Get_error_class() == MPI.ERR_TRUNCATE, f'eager truncation error class {exc.Get_error_class()}')
+            calls += rank == 0
+    done = _cuda.device.fast_p2p_calls() - before
+    check(done == calls, f'calls on the fast path: {done} of {calls}')
 
 
 def test_nonblocking(world):

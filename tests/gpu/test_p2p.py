@@ -92,6 +92,14 @@ def test_fast_path(world):
         check(np.array_equal(cp.asnumpy(r), payload(count, prv, 9)) and st.Get_source() == prv
               and st.Get_tag() == 71 and st.Get_count(MPI.FLOAT) == count, f'fast Ssend/Recv {count}')
         calls += 3
+    for count in (1, 7, 999, 65_533):  # bytes at odd offsets: the copy kernel's narrowest units
+        src = cp.asarray(((np.arange(count + 3) + rank * 7) % 251).astype(np.uint8))
+        dst = cp.zeros(count + 5, cp.uint8)
+        world.Sendrecv(src[3:], nxt, 73, dst[1:count + 1], prv, 73)
+        want = np.zeros(count + 5, np.uint8)
+        want[1:count + 1] = ((np.arange(count + 3) + prv * 7) % 251).astype(np.uint8)[3:]
+        check(np.array_equal(cp.asnumpy(dst), want), f'fast Sendrecv of {count} bytes at odd offsets')
+        calls += 1
     r, st = cp.full(5, -1, cp.float32), MPI.Status()
     world.Sendrecv(mine(5, 1), MPI.PROC_NULL, 1, r, MPI.PROC_NULL, 1, st)
     world.Send(mine(5, 1), MPI.PROC_NULL, 1)

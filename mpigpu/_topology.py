@@ -3,7 +3,7 @@ cut into MPIGPU_SIMULATE_NODES simulated nodes), the node, rail and leaders' com
 network's latency and bandwidth that the hierarchical path's cost model uses.
 
 Made collectively by the first device collective of a communicator that spans several nodes (the
-hierarchical path keeps it in the communicator's state, mpigpu/_paths/hier.py) and freed with it.
+hierarchical path keeps it in the communicator's state, mpigpu/_paths/hier/) and freed with it.
 Nodes are numbered by their lowest rank; a node's ranks keep the communicator's order, so local rank 0
 (the node's leader) is its lowest rank. A rail is the ranks with the same local rank on every node that
 has one; rail 0 is the leaders' communicator.

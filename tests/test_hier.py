@@ -6,7 +6,7 @@ import pytest
 from conftest import run_ranks
 from mpigpu import _config
 from mpigpu._codes import ENGINE_COLLS, Coll
-from mpigpu._paths import hier_model
+from mpigpu._paths.hier import model as hier_model
 from mpigpu._topology import simulated_node
 
 

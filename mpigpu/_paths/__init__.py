@@ -1,4 +1,4 @@
-"""The paths a device-buffer call can take, one module each:
+"""The paths a device-buffer call can take, one module (or package) each:
 
 - engine: the device team's fused kernels over peer mappings (the five collectives within a node);
 - staged: those five collectives through host MPI, the buffer cut into chunks whose copies to and from
@@ -7,6 +7,8 @@
   (derived datatypes as block shapes); exchange_reduce: Reduce_scatter, Scan and Exscan over it, their
   rows reduced on the GPU;
 - mirrored: any other mpi4py buffer method, run unchanged on whole pinned host mirrors of the buffers;
+- hier (a package): the five collectives across nodes, node phases on each node's team and network
+  phases between nodes, pipelined;
 - p2p, p2p_ipc: point-to-point, GPU to GPU over peer mappings where the team is up, else staged;
 - packed: buffers with derived datatypes packed and unpacked on the GPU (point-to-point, Pack/Unpack);
 - requests: the MPI requests that non-blocking and persistent calls on these paths return;

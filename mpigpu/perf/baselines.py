@@ -398,7 +398,7 @@ IMPLS = {impl.name: impl for impl in (NcclImpl, NcclSocketImpl, NcclNodesImpl, S
 
 def form_of(comm):
     """The form the hierarchical path gave the last call on `comm` ('rail' / 'leader'), or None."""
-    from .._paths.hier_state import HierState
+    from .._paths.hier.state import HierState
     from .._state import state_of
     hs = state_of(comm)._owned.get(HierState)
     return hs.last_form if hs is not None and hs.multi_node else None

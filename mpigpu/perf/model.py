@@ -7,7 +7,7 @@ across 2-1024 nodes, and for one setup of nodes and network.
 import argparse
 
 from .._codes import Coll
-from .._paths import hier_model
+from .._paths.hier import model as hier_model
 from .sweep import bus_factor
 
 NODES = (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)

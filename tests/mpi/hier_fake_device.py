@@ -17,7 +17,8 @@ install()
 import mpigpu  # noqa: E402
 from mpigpu import _call, _state  # noqa: E402
 from mpigpu._codes import Coll, Dtype, Op  # noqa: E402
-from mpigpu._paths import hier, hier_async, hier_net, hier_state  # noqa: E402
+from mpigpu._paths import hier  # noqa: E402
+from mpigpu._paths.hier import calls as hier_calls, net as hier_net, progress as hier_progress, state as hier_state  # noqa: E402
 from mpigpu._topology import simulated_node  # noqa: E402
 
 config = mpigpu.config
@@ -219,12 +220,12 @@ for mode in ('nonblocking', 'persistent', 'stream'):
         run_all(mode, form, 333, np.float32)
 # stream= calls on the progress thread, the caller's stream held by a wait for the host (the fake
 # layer's staged node phases would otherwise complete them before they return)
-inline = hier.stream_waits
-hier.stream_waits = lambda hs: hier_async.threads()
+inline = hier_calls.stream_waits
+hier_calls.stream_waits = lambda hs: hier_progress.threads()
 for form in FORMS:
     run_all('stream', form, 333, np.float32)
     run_all('stream', form, 7, np.int32)
-hier.stream_waits = inline
+hier_calls.stream_waits = inline
 hier_net.GPU_REDUCE_BYTES = 0  # the reductions through the CUDA layer's reduce_rows (host code here)
 for form in FORMS:
     run_all('blocking', form, 333, np.int32)

@@ -8,13 +8,13 @@ import logging
 
 import numpy as np
 
-from .. import _cuda, _host_mpi
-from .._state import CommState
-from .._topology import Topology, measure_network
-from . import hier_async, hier_model
-from .hier_net import Net
-from .hier_node import NodePhases
-from .pinned import SLOTS, Stager
+from ... import _cuda, _host_mpi
+from ..._state import CommState
+from ..._topology import Topology, measure_network
+from . import model, progress
+from .net import Net
+from .node import NodePhases
+from ..pinned import SLOTS, Stager
 
 log = logging.getLogger('mpigpu')
 _CLOSE_WAIT_S = 60.0  # at release, how long queued calls may take to finish (a dead peer: not forever)
@@ -47,9 +47,9 @@ class HierState:
     def __init__(self, st):
         self.st = st
         self.multi_node = False
-        self.async_error = None  # a failed stream= call's error, raised by the next call (hier_async)
+        self.async_error = None  # a failed stream= call's error, raised by the next call (progress)
         self.last_form = None    # the form the last call ran ('rail' / 'leader'), for mpigpu-perf
-        self.forms = {}          # the model's choice by call shape (hier.form_of)
+        self.forms = {}          # the model's choice by call shape (calls.form_of)
         topo = Topology(st.comm)
         if topo.nnodes == 1:
             topo.close()
@@ -65,7 +65,7 @@ class HierState:
         self.node_kinds = tuple(kinds[topo.firsts[n]] for n in range(topo.nnodes))
         self.latency_us, self.gbps = measure_network(st.comm, topo.leaders, topo.node)
         self.cuda_aware = _host_mpi.cuda_aware()
-        self.shape = hier_model.Shape(tuple(topo.sizes), topo.consecutive, self.node_kinds, self.cuda_aware,
+        self.shape = model.Shape(tuple(topo.sizes), topo.consecutive, self.node_kinds, self.cuda_aware,
                                       self.latency_us, self.gbps)
         self._scratch = None
         _cuda.with_device(self.device, self._make)
@@ -109,9 +109,9 @@ class HierState:
                           0 if k == 'scratch' else self._pinned_size(k))}
         if not short:
             return
-        progress = hier_async.running()
-        if progress is not None:
-            progress.drain()
+        thread = progress.running()
+        if thread is not None:
+            thread.drain()
         for k, nb in short.items():
             if k == 'scratch':
                 size = max(nb, 1 << 16, 0 if self._scratch is None else self._scratch.nbytes * 3 // 2)
@@ -166,9 +166,9 @@ class HierState:
         if not self.multi_node:
             return
         self.multi_node = False
-        progress = hier_async.running()
-        if progress is not None:  # no call of this communicator may still run
-            progress.drain(_CLOSE_WAIT_S)
+        thread = progress.running()
+        if thread is not None:  # no call of this communicator may still run
+            thread.drain(_CLOSE_WAIT_S)
         dm = _cuda.device
 
         def free():

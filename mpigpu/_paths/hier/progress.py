@@ -24,10 +24,10 @@ import threading
 import numpy as np
 from mpi4py import MPI
 
-from .. import _cuda
-from .._config import config
-from ..errors import Error
-from . import requests
+from ... import _cuda
+from ..._config import config
+from ...errors import Error
+from .. import requests
 
 log = logging.getLogger('mpigpu')
 

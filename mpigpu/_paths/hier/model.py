@@ -9,13 +9,13 @@ node carries everything: fewer steps, any node sizes) and, for the tables only, 
 every GPU, what an MPI that ignores the nodes does). A pipelined form of C chunks whose stages take
 t_1..t_s per chunk takes sum(t) + (C - 1) * max(t). Every choice is a pure function of the call and of
 figures every rank agreed on, so all ranks choose alike; all hierarchical forms give the same bits
-(mpigpu/_paths/hier.py), so a choice that follows the measured network changes no result.
+(calls.py), so a choice that follows the measured network changes no result.
 """
 import math
 from dataclasses import dataclass
 
-from .._codes import Coll
-from .hier_net import GPU_REDUCE_BYTES, SMALL_BYTES
+from ..._codes import Coll
+from .net import GPU_REDUCE_BYTES, SMALL_BYTES
 
 # The node (4x H200 SXM host: docs/benchmarks.md, and the NCCL and hardware figures measured there):
 NODE_US = 12.0           # one node-phase kernel, launched without waiting, through to its event
@@ -167,7 +167,7 @@ def _forms(coll, nbytes, s, chunks, itemsize):
         return best(nb, lambda m: [_node(s, 2 * (big - 1) / big * m) + _node(s, m), _copy(s, m, True),
                                    net(s, n, m, gpu) + step, _copy(s, m, True)])
 
-    gpu = nbytes >= GPU_REDUCE_BYTES  # where the call reduces what arrives (hier_net.Net.reduce_on_gpu)
+    gpu = nbytes >= GPU_REDUCE_BYTES  # where the call reduces what arrives (net.Net.reduce_on_gpu)
     count = nbytes // max(itemsize, 1)
     body, tail = count // L * L * itemsize, count % L * itemsize  # a rail form's shards, and the rest
     if coll in (Coll.ALLREDUCE, Coll.REDUCE):

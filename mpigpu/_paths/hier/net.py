@@ -15,10 +15,10 @@ the same bits.
 """
 from mpi4py import MPI
 
-from .. import _cuda
-from .._codes import Coll
-from .._types import numpy_dtype
-from .staged import host_reduce
+from ... import _cuda
+from ..._codes import Coll
+from ..._types import numpy_dtype
+from ..staged import host_reduce
 
 # A reduction whose pieces from all nodes together are at most this many bytes is gathered whole
 # (one collective, log2(nodes) latency terms) instead of reduce-scattered (two).
@@ -54,7 +54,7 @@ class Net:
         self.gpu = False  # this call reduces on the GPU (set per call: reduce_on_gpu)
 
     def scratch(self, key, nbytes):
-        """Reserved pinned scratch `key` of at least nbytes, as a uint8 array (hier.needs reserves them)."""
+        """Reserved pinned scratch `key` of at least nbytes, as a uint8 array (calls.needs reserves them)."""
         return self.pinned('net-' + key, nbytes)[1]
 
     def reduce_on_gpu(self, c):

@@ -9,10 +9,10 @@ elements of the call's type, laid out as the engine's collectives define them (a
 Reduce_scatter_block reads `send == recv` and leaves its block first; an in-place Allgather's send
 pointer is this rank's block inside recv).
 """
-from .. import _cuda
-from .._call import Call
-from .._codes import SIZES, Algo, Coll
-from . import staged
+from ... import _cuda
+from ..._call import Call
+from ..._codes import SIZES, Algo, Coll
+from .. import staged
 
 
 class NodePhases:

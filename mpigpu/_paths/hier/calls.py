@@ -1,8 +1,8 @@
 """The hierarchical path: the five collectives of a communicator whose ranks span several nodes, as
-compositions of node phases (each node's device team over NVLink, mpigpu/_paths/hier_node.py) and
-network phases (host MPI between nodes, mpigpu/_paths/hier_net.py), pipelined chunk by chunk
-(mpigpu/_paths/hier_state.py). docs/architecture.md describes the forms; the cost model
-(hier_model.py) chooses between them.
+compositions of node phases (each node's device team over NVLink, node.py) and
+network phases (host MPI between nodes, net.py), pipelined chunk by chunk
+(state.py). docs/architecture.md describes the forms; the cost model
+(model.py) chooses between them.
 
 Forms. 'rail' (every node the same size L; rank (n, l) is local rank l of node n): the node splits the
 message into L shards and every GPU carries its shard over its own rail (the ranks with the same l), so
@@ -14,13 +14,14 @@ order), so forms, chunkings and the model's choice change no bit of a result.
 """
 from mpi4py import MPI
 
-from .. import _cuda
-from .._codes import Coll
-from .._config import config
-from ..errors import Error
-from . import hier_async, hier_model, requests
-from .hier_net import REDUCING, SMALL_BYTES, device_buffer, pieces
-from .hier_state import SLOTS, HierState, pipeline, slot_size
+from ... import _cuda
+from ..._codes import Coll
+from ..._config import config
+from ...errors import Error
+from .. import requests
+from . import model, progress
+from .net import REDUCING, SMALL_BYTES, device_buffer, pieces
+from .state import SLOTS, HierState, pipeline, slot_size
 
 _FORCED = {'hier-rail': 'rail', 'hier-leader': 'leader'}
 
@@ -48,7 +49,7 @@ def form_of(hs, c):
     if got is None:
         if len(hs.forms) >= _FORMS_KEPT:
             hs.forms.clear()
-        got = hs.forms[key] = hier_model.choose(c.coll, c.count * c.itemsize, hs.shape,
+        got = hs.forms[key] = model.choose(c.coll, c.count * c.itemsize, hs.shape,
                                                 _FORCED.get(config.algo, ''), config.hier_chunk_bytes, c.itemsize)
     return got
 
@@ -70,34 +71,34 @@ def run(st, c, stream, sync):
     host MPI, a stream= call completes before it returns, as on the staged path (those phases allocate
     as they go, which must not happen while a stream waits for the progress thread)."""
     hs = st.owned(HierState)
-    hier_async.check(hs, c.name, st.rank)
+    progress.check(hs, c.name, st.rank)
     _check_capture(hs, c, stream)
     shape = prepare(hs, c)
     if not sync and stream_waits(hs):
-        hier_async.on_stream(hs, stream, lambda dep: collective(hs, c, dep, shape))
+        progress.on_stream(hs, stream, lambda dep: collective(hs, c, dep, shape))
         return
 
     def body():
         _cuda.device.event_record(hs.ev_dep, stream)
         collective(hs, c, hs.ev_dep, shape)
-    hier_async.blocking(hs, body)
+    progress.blocking(hs, body)
 
 
 def request(st, c, stream):
     """Starts Call `c` (non-blocking or persistent) and returns its request."""
     hs = st.owned(HierState)
-    hier_async.check(hs, c.name, st.rank)
+    progress.check(hs, c.name, st.rank)
     _check_capture(hs, c, stream)
-    if not hier_async.threads():
+    if not progress.threads():
         run(st, c, stream, True)
         return requests.completed()
     shape = prepare(hs, c)
-    return hier_async.request(hs, stream, lambda dep: collective(hs, c, dep, shape))
+    return progress.request(hs, stream, lambda dep: collective(hs, c, dep, shape))
 
 
 def stream_waits(hs):
     """True when a stream= call returns at once, its stream held until the progress thread has run it."""
-    return hier_async.threads() and hs.node.kind != 'staged'
+    return progress.threads() and hs.node.kind != 'staged'
 
 
 def prepare(hs, c):
@@ -128,7 +129,7 @@ def needs(hs, c, form, nchunks):
         if nb > out.get(key, 0):
             out[key] = nb
 
-    def chunks_of(elems, reduces, n):  # pipeline slots, and the network reduction's scratch (hier_net)
+    def chunks_of(elems, reduces, n):  # pipeline slots, and the network reduction's scratch (net)
         at_least('in', SLOTS * slot_size(elems * its))
         at_least('out', SLOTS * slot_size(elems * its))
         if reduces:

@@ -102,6 +102,18 @@ def consumer_stream(dev):
     return s
 
 
+def stream_handle(name, rank, stream):
+    """The cudaStream_t behind `stream=`: an int, a CuPy stream (.ptr) or a PyTorch stream (.cuda_stream)."""
+    for attr in ('ptr', 'cuda_stream'):
+        if hasattr(stream, attr):
+            stream = getattr(stream, attr)
+            break
+    if isinstance(stream, bool) or not isinstance(stream, int) or stream < 0:
+        raise Error(name, f'stream must be a CUDA stream (an int handle, a CuPy or PyTorch stream), not '
+                    f'{type(stream).__name__}', arg='stream', rank=rank, error_class=MPI.ERR_ARG)
+    return stream
+
+
 def stream_of(buf, dev):
     """The stream a DeviceBuffer's data is ordered on: the consumer stream of `dev` for a DLPack
     producer that synchronized to it, the CAI v3 producer stream, else the legacy default stream."""

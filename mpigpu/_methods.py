@@ -13,6 +13,7 @@ import inspect
 
 from mpi4py import MPI
 
+from . import _cuda
 from ._config import config
 from ._undecided import ordered as is_collective, unsettled
 from ._ext._front import note_host
@@ -21,7 +22,7 @@ from ._state import follow, settle_before
 from ._strided import as_spec
 from ._paths import exchange, exchange_reduce, mirrored, packing
 from ._paths.mirrored import IN, INOUT, OUT
-from .errors import BufferArgumentError
+from .errors import BufferArgumentError, Error
 
 _BUFFER = ('BufSpec', 'Buffer')
 
@@ -174,6 +175,25 @@ def _handler(owner, name, base, params, bufs, state_of):
             return path.run(st, name, args, lambda: mirrored_call(self, st, args, 'blocking'))
         return mirrored_call(self, st, args, kind)
 
+    def stream_call(self, args, stream):
+        """The stream= form (the exchange's blocking calls): enqueued on that CUDA stream."""
+        st = state_of(self)
+        try:
+            handle = _cuda.stream_handle(name, st.rank, stream)
+            if not any(is_device(args[params.index(b)]) for b in bufs):
+                raise Error(name, 'stream= needs device buffers (host buffers go to MPI, which has no streams)',
+                            arg='stream', rank=st.rank, error_class=MPI.ERR_ARG)
+        except Error:
+            if exchanged:
+                st.agreement.refuse(name, exchange.CODES[name])  # the peers raise too
+            raise
+        if not exchanged:  # the exchange switched off (MPIGPU_EXCHANGE=0): the mirrors, the stream's work first
+            with _cuda.errors_as(name, st.rank):
+                _cuda.device.stream_sync(handle)
+            return mirrored_call(self, st, args, 'blocking')
+        return exchange.on_stream(st, name, args, handle, lambda: mirrored_call(self, st, args, 'blocking'))
+    device_call.on_stream = stream_call
+
     def mirrored_call(self, st, args, kind):
         skip = _significant(self, name, params, args)
         where = [i for i, p in enumerate(params) if p in bufs and p not in skip]
@@ -209,7 +229,13 @@ def ordered(owner, name):
     return issubclass(owner, MPI.Comm) and is_collective(name)
 
 
-def _source(name, params, defaults, bufs, settles, posts):
+def _streamed(owner, name):
+    """True for a blocking method of the exchange path's family that takes `stream=` (not the
+    reductions), whether or not the exchange is switched on (a program's calls stay valid)."""
+    return issubclass(owner, MPI.Intracomm) and _kind(name, owner) == 'blocking' and name in exchange.CODES
+
+
+def _source(name, params, defaults, bufs, settles, posts, streamed=False):
     """Python source of a method with mpi4py's signature that routes device buffers (`settles`: a
     collective, which first has the communicator's undecided calls decided; 'follows': a non-blocking
     one, made after them without waiting; `posts`: a host-buffer call is posted for the peers first;
@@ -226,10 +252,15 @@ def _source(name, params, defaults, bufs, settles, posts):
                 f'        return _follow(self, {name!r}, lambda: _base(self, {args}))\n'
                 f'    return _base(self, {args})\n')
     post = '    _note_host(self, _code, False)\n' if posts else ''
-    body = (f'    if {test}:\n'
+    on_stream = (f'    if stream is not None:\n'
+                 f'        return _stream_call(self, ({args},), stream)\n') if streamed else ''
+    body = (f'{on_stream}'
+            f'    if {test}:\n'
             f'        return _device_call(self, ({args},))\n'
             f'{post}'
             f'    return _base(self, {args})\n')
+    if streamed:
+        sig += ', *, stream=None'  # mpigpu's stream= form (its blocking calls only)
     if settles == 'follows':  # a non-blocking collective: made after the undecided calls, never waiting
         return (f'def {name}(self, {sig}):\n'
                 f'    if _unsettled:\n'
@@ -251,9 +282,10 @@ def make(owner, name, base, state_of):
     namespace = {'_is_device': is_device, '_base': base, '_unsettled': unsettled, '_settle': settle_before,
                  '_follow': follow, '_device_call': _handler(owner, name, base, params, bufs, state_of),
                  '_note_host': note_host, '_code': int(code) if code is not None else -1}
+    namespace['_stream_call'] = namespace['_device_call'].on_stream
     namespace.update({f'_default_{p}': v for p, v in defaults.items()})
     settles = ordered(owner, name) and ('follows' if _kind(name, owner) == 'start' else True)
-    exec(_source(name, params, defaults, bufs, settles, code is not None), namespace)
+    exec(_source(name, params, defaults, bufs, settles, code is not None, _streamed(owner, name)), namespace)
     fn = namespace[name]
     fn.__qualname__ = f'{owner.__name__}.{name}'
     fn.__doc__ = base.__doc__

@@ -9,7 +9,7 @@ from one of these is one of these too.
 """
 from mpi4py import MPI
 
-from . import _bsend, _methods, _pickle, _plain, _state, objects
+from . import _bsend, _cuda, _methods, _pickle, _plain, _state, objects
 from ._undecided import unsettled as _unsettled
 from ._codes import Coll
 from ._ext import _front
@@ -47,16 +47,6 @@ def _rank(comm):
     return st.rank if st is not None else comm.Get_rank()
 
 
-def _stream_handle(name, rank, stream):
-    """The cudaStream_t behind `stream=`: an int, a CuPy stream (.ptr) or a PyTorch stream (.cuda_stream)."""
-    for attr in ('ptr', 'cuda_stream'):
-        if hasattr(stream, attr):
-            stream = getattr(stream, attr)
-            break
-    if isinstance(stream, bool) or not isinstance(stream, int) or stream < 0:
-        raise Error(name, f'stream must be a CUDA stream (an int handle, a CuPy or PyTorch stream), not '
-                    f'{type(stream).__name__}', arg='stream', rank=rank, error_class=MPI.ERR_ARG)
-    return stream
 
 
 def ours(obj):
@@ -257,7 +247,7 @@ class _EngineCollectives:
         """A stream= call the fast path did not take."""
         name = Coll(coll).mpi_name
         try:
-            handle = _stream_handle(name, _rank(self), stream)
+            handle = _cuda.stream_handle(name, _rank(self), stream)
             if not _any_device(sendbuf, recvbuf):
                 raise Error(name, 'stream= needs device buffers (host buffers go to MPI, which has no streams)',
                             arg='stream', rank=self.Get_rank(), error_class=MPI.ERR_ARG)

@@ -11,8 +11,8 @@ take, an intercommunicator, host memory among the significant buffers, in-place 
 call's path as for the engine's collectives (mpigpu/_agree.py: a host rank of the call posts on the
 placement board, comm's generated method): the exchange when every rank described its call, else the
 host MPI call on every rank (device buffers through mirrors, mpigpu/_paths/mirrored.py), which also
-raises mpi4py's own errors for arguments it refuses. `run` takes the blocking calls, `start` their
-non-blocking (I*) forms, `persistent` their *_init forms.
+raises mpi4py's own errors for arguments it refuses. `run` takes the blocking calls, `on_stream` their
+stream= forms, `start` their non-blocking (I*) forms, `persistent` their *_init forms.
 """
 import operator
 
@@ -85,6 +85,11 @@ class Ranges:
         """The exchange, blocking (`then`: the reduction that follows it, the team's `then`)."""
         team.exchange(self.send, self.recv, self.send_bytes, self.send_off, self.recv_bytes, self.recv_off,
                       stream, True, self.shapes, then)
+
+    def enqueue(self, team, stream):
+        """The exchange enqueued on `stream`, not waited for (the stream= form)."""
+        team.exchange(self.send, self.recv, self.send_bytes, self.send_off, self.recv_bytes, self.recv_off,
+                      stream, False, self.shapes)
 
     def request(self, team, stream, addr, watch, then=None):
         """The exchange enqueued with the generalized request at `addr` that completes after it: its ticket."""
@@ -597,6 +602,29 @@ def run_work(st, name, code, read, host_call):
         return host_call()
     with st.errors(name):
         _cuda.with_device(st.device, _run, st, work)
+    _exchanged[0] += 1
+    return None
+
+
+def on_stream(st, name, args, stream, host_call):
+    """The stream= form of blocking call `name`: enqueued on CUDA stream `stream` (its producers ordered
+    before it by the caller, as with NCCL) and returning at once, the result there when the stream
+    reaches it. Where the ranks agree on the host MPI call instead (a peer's host buffers, no device
+    team, arguments only the mirrors read), the stream is synchronized and host_call() runs: the
+    result is then there before the call returns, which the stream's later work sees as well."""
+    code = CODES[name]
+    _usable(st, name, code, False)
+    work = _ranges_for(st, name, args)
+    verdict = st.agreement.decide(name, code, Placement.DEVICE if work is not None else Placement.HOST_MPI)
+    if verdict == Verdict.DEVICE:
+        with _cuda.errors_as(name, st.rank):
+            st.bind_device(name, work.device if work.device is not None else _default_device(st))
+    if verdict != Verdict.DEVICE or st.team is None:
+        with _cuda.errors_as(name, st.rank):
+            _cuda.device.stream_sync(stream)
+        return host_call()
+    with st.errors(name):
+        _cuda.with_device(st.device, work.enqueue, st.team, stream)
     _exchanged[0] += 1
     return None
 

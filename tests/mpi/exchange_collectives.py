@@ -1,6 +1,6 @@
 """The all-to-all family on device buffers (mpigpu/_paths/exchange.py): Alltoall, Alltoallv, Allgatherv,
 Gather, Gatherv, Scatter and Scatterv, in the buffer forms programs use (bare arrays, counts and
-displacements, displacements out of order, in place, zero counts, every root), on every rank's device,
+displacements, displacements out of order, in place, zero counts, every root; blocking, I*, *_init and stream=), on every rank's device,
 on the host, and mixed across ranks; each result compared with plain mpi4py's on host copies (int32:
 exactly). Where every rank brought device buffers the call must have taken the exchange transport (the
 path's counter), elsewhere the host MPI call.
@@ -12,7 +12,7 @@ import numpy as np
 from mpi4py import MPI
 
 from exchange_common import (PLACEMENTS, compared, cp, device, engine, exchange, nonblocking, one_node, output,
-                             persistent, placed, values)
+                             persistent, placed, streamed, values)
 import mpigpu  # noqa: E402
 from mpigpu._config import config  # noqa: E402
 
@@ -178,6 +178,7 @@ for name, what, build in cases():
             checks += nonblocking(comm, plain, name, build, dev, root, k, where, expect)
             if 'count 0' not in what:
                 checks += persistent(comm, plain, name, build, dev, root, where, expect)
+                checks += streamed(comm, plain, name, build, dev, root, where, expect)
             if name not in ('Gather', 'Gatherv', 'Scatter', 'Scatterv'):
                 break  # one root is enough for the rootless ones
 
@@ -195,6 +196,7 @@ for placement, on in PLACEMENTS.items():
     checks += 2
     checks += nonblocking(comm, plain, 'Alltoallw', alltoallw_case, on(rank, 0), 0, 1, f'{placement}', expect)
     checks += persistent(comm, plain, 'Alltoallw', alltoallw_case, on(rank, 0), 0, f'{placement}', expect)
+    checks += streamed(comm, plain, 'Alltoallw', alltoallw_case, on(rank, 0), 0, f'{placement}', expect)
 
 
 def topologies():
@@ -275,8 +277,21 @@ for what, topo, ptopo, every in topologies():
                 build = lambda d, rt: (*neighbor_case(kind, srcs, dests, d), 1)  # noqa: E731
                 checks += nonblocking(topo, ptopo, name, build, on(rank, 0), 0, 1, where, expect)
                 checks += persistent(topo, ptopo, name, build, on(rank, 0), 0, where, expect)
+                checks += streamed(topo, ptopo, name, build, on(rank, 0), 0, where, expect)
     topo.Free()
     ptopo.Free()
+
+# stream= with host buffers on every rank: each raises (MPI.ERR_ARG) and none waits for the others
+try:
+    comm.Alltoall(np.zeros(max(n, 1), np.int32), np.zeros(max(n, 1), np.int32), stream=0)
+    raise AssertionError(f'Alltoall(stream=) with host buffers did not raise (rank {rank})')
+except mpigpu.Error as exc:
+    assert exc.Get_error_class() == MPI.ERR_ARG and 'stream=' in str(exc), str(exc)
+checks += 1
+r = np.full(max(n, 1), -1, np.int32)
+comm.Alltoall(np.arange(max(n, 1), dtype=np.int32), r)  # the communicator goes on as before
+assert list(r) == [rank] * n, f'Alltoall after a refused stream= call: {r}'
+checks += 1
 
 # A non-blocking call whose peers have not all posted when it returns (rank 0 comes late): its request
 # starts the path once they have, and a collective made meanwhile follows it in MPI's order.

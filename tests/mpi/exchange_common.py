@@ -1,6 +1,6 @@
 """What the exchange transport's MPI checks share (exchange_collectives.py, exchange_datatypes.py): the
 arrays on the device (CuPy on a GPU, the fake layer's elsewhere), the I* and *_init forms of a call
-compared with mpi4py's, and the placements of the ranks' buffers."""
+compared with mpi4py's, the stream= form too, and the placements of the ranks' buffers."""
 import os
 
 os.environ.setdefault('MPIGPU_EXCHANGE_MIN_BYTES', '0')  # these calls are small: the transport takes them all
@@ -63,6 +63,37 @@ def nonblocking(topo, ptopo, name, build, dev, root, k, where, expect):
         assert np.array_equal(got, want), f'{i_name(name)} ({where}): {got} != {want}'
         made += 1
     assert taken == expect, f'{i_name(name)} ({where}): exchange path taken {taken} times, expected {expect}'
+    return made
+
+
+def streamed(topo, ptopo, name, build, dev, root, where, expect):
+    """The stream= form of the same call: the ranks with device buffers pass a stream (the inputs'
+    producers synchronized first; the stream synchronized after), the others call it plainly, so a mixed
+    placement takes the host MPI call after the stream's synchronize. Its result against mpi4py's.
+    Returns the checks made."""
+    a, b, k = build(dev, root)
+    stream = None
+    if dev:
+        if cp is not None:
+            cp.cuda.Device().synchronize()
+            stream = cp.cuda.Stream(non_blocking=True)
+        else:
+            stream = 0
+    before = exchange.calls()
+    if stream is not None:
+        getattr(topo, name)(*a, stream=stream)
+        if cp is not None:
+            stream.synchronize()
+    else:
+        getattr(topo, name)(*a)
+    taken = exchange.calls() - before
+    getattr(ptopo, name)(*b)
+    made = 1
+    if k is not None:
+        got, want = values(output(a, k)), values(output(b, k))
+        assert np.array_equal(got, want), f'{name}(stream=) ({where}): {got} != {want}'
+        made += 1
+    assert taken == expect, f'{name}(stream=) ({where}): exchange path taken {taken} times, expected {expect}'
     return made
 
 

@@ -176,7 +176,7 @@ def _handler(owner, name, base, params, bufs, state_of):
         return mirrored_call(self, st, args, kind)
 
     def stream_call(self, args, stream):
-        """The stream= form (the exchange's blocking calls): enqueued on that CUDA stream."""
+        """The stream= form (the exchange's blocking calls and its reductions): on that CUDA stream."""
         st = state_of(self)
         try:
             handle = _cuda.stream_handle(name, st.rank, stream)
@@ -185,13 +185,13 @@ def _handler(owner, name, base, params, bufs, state_of):
                             arg='stream', rank=st.rank, error_class=MPI.ERR_ARG)
         except Error:
             if exchanged:
-                st.agreement.refuse(name, exchange.CODES[name])  # the peers raise too
+                st.agreement.refuse(name, path.CODES[name])  # the peers raise too
             raise
         if not exchanged:  # the exchange switched off (MPIGPU_EXCHANGE=0): the mirrors, the stream's work first
             with _cuda.errors_as(name, st.rank):
                 _cuda.device.stream_sync(handle)
             return mirrored_call(self, st, args, 'blocking')
-        return exchange.on_stream(st, name, args, handle, lambda: mirrored_call(self, st, args, 'blocking'))
+        return path.on_stream(st, name, args, handle, lambda: mirrored_call(self, st, args, 'blocking'))
     device_call.on_stream = stream_call
 
     def mirrored_call(self, st, args, kind):
@@ -230,9 +230,10 @@ def ordered(owner, name):
 
 
 def _streamed(owner, name):
-    """True for a blocking method of the exchange path's family that takes `stream=` (not the
-    reductions), whether or not the exchange is switched on (a program's calls stay valid)."""
-    return issubclass(owner, MPI.Intracomm) and _kind(name, owner) == 'blocking' and name in exchange.CODES
+    """True for a blocking method of the exchange path's family (its reductions too) that takes
+    `stream=`, whether or not the exchange is switched on (a program's calls stay valid)."""
+    return (issubclass(owner, MPI.Intracomm) and _kind(name, owner) == 'blocking'
+            and (name in exchange.CODES or name in exchange_reduce.CODES))
 
 
 def _source(name, params, defaults, bufs, settles, posts, streamed=False):

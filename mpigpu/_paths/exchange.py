@@ -87,7 +87,8 @@ class Ranges:
                       stream, True, self.shapes, then)
 
     def enqueue(self, team, stream):
-        """The exchange enqueued on `stream`, not waited for (the stream= form)."""
+        """The exchange enqueued on `stream`, not waited for (the stream= form; exchange_reduce's
+        Reduction waits, for its scratch)."""
         team.exchange(self.send, self.recv, self.send_bytes, self.send_off, self.recv_bytes, self.recv_off,
                       stream, False, self.shapes)
 
@@ -607,14 +608,19 @@ def run_work(st, name, code, read, host_call):
 
 
 def on_stream(st, name, args, stream, host_call):
-    """The stream= form of blocking call `name`: enqueued on CUDA stream `stream` (its producers ordered
-    before it by the caller, as with NCCL) and returning at once, the result there when the stream
-    reaches it. Where the ranks agree on the host MPI call instead (a peer's host buffers, no device
-    team, arguments only the mirrors read), the stream is synchronized and host_call() runs: the
-    result is then there before the call returns, which the stream's later work sees as well."""
-    code = CODES[name]
+    """The stream= form of blocking call `name` (on_stream_work)."""
+    return on_stream_work(st, name, CODES[name], lambda: _ranges_for(st, name, args), stream, host_call)
+
+
+def on_stream_work(st, name, code, read, stream, host_call):
+    """The stream= form of blocking call `name` (board code `code`, read() as for run_work): its work
+    enqueued on CUDA stream `stream` (its producers ordered before it by the caller, as with NCCL), and
+    returning at once, the result there when the stream reaches it. Where the ranks agree on the host
+    MPI call instead (a peer's host buffers, no device team, arguments only the mirrors read), the
+    stream is synchronized and host_call() runs: the result is then there before the call returns,
+    which the stream's later work sees as well."""
     _usable(st, name, code, False)
-    work = _ranges_for(st, name, args)
+    work = read()
     verdict = st.agreement.decide(name, code, Placement.DEVICE if work is not None else Placement.HOST_MPI)
     if verdict == Verdict.DEVICE:
         with _cuda.errors_as(name, st.rank):

@@ -69,6 +69,11 @@ class Reduction:
             if mem is not self.kept:
                 scratch.give(mem, team.device)
 
+    def enqueue(self, team, stream):
+        """The stream= form: on `stream`, waited for before the call returns (its scratch goes back to
+        the pool only once the stream has run the reduction)."""
+        self.run(team, stream)
+
     def request(self, team, stream, addr, watch):
         mem = self.kept
         if mem is not None and stream not in self.streams:
@@ -182,6 +187,11 @@ def _describe(name, rank, n, args):
 def run(st, name, args, host_call):
     """Runs blocking call `name` on device buffers (exchange.run_work)."""
     return exchange.run_work(st, name, CODES[name], lambda: _reduction_for(st, name, args), host_call)
+
+
+def on_stream(st, name, args, stream, host_call):
+    """The stream= form of blocking call `name` (exchange.on_stream_work; it completes before returning)."""
+    return exchange.on_stream_work(st, name, CODES[name], lambda: _reduction_for(st, name, args), stream, host_call)
 
 
 def start(st, name, blocking, args, host_start):

@@ -1,7 +1,7 @@
 """Reduce_scatter, Scan and Exscan on device buffers (mpigpu/_paths/exchange_reduce.py): blocks gathered
 over the exchange transport into rows, reduced on the GPU in rank order. Uneven and zero counts, in
 place, buffer specifications, several ops and element types, on every rank's device, on the host and
-mixed across ranks; blocking, I* and *_init forms; each result compared with plain mpi4py's on host
+mixed across ranks; blocking, I*, *_init and stream= forms; each result compared with plain mpi4py's on host
 copies (integers and small integral floats: exactly). Where every rank brought device buffers the call
 must have taken the transport, except what it leaves to the mirrors (an op it does not reduce, counts
 not given), which must not have.
@@ -12,7 +12,7 @@ mpiexec -n 1..6.
 import numpy as np
 from mpi4py import MPI
 
-from exchange_common import PLACEMENTS, engine, exchange, nonblocking, one_node, persistent, placed, values
+from exchange_common import PLACEMENTS, engine, exchange, nonblocking, one_node, persistent, placed, streamed, values
 import mpigpu  # noqa: E402
 from mpigpu._config import config  # noqa: E402
 
@@ -87,6 +87,7 @@ for name, build in (('Reduce_scatter', reduce_scatter), ('Scan', scan), ('Exscan
                             return (*build(d, *args), k)
                         checks += nonblocking(comm, plain, name, again, dev, 0, k, where, expect)
                         checks += persistent(comm, plain, name, again, dev, 0, where, expect, 1 if in_place else 2)
+                        checks += streamed(comm, plain, name, again, dev, 0, where, expect)
 
 # What the mirrors take: an op the device does not reduce, Reduce_scatter without counts; MPI's
 # results all the same

@@ -91,7 +91,7 @@ def mpi_call(comm, b, op, **kw):
     method's call alone, as in a program, with no keyword dictionary built when there is none."""
     c, root = b.coll, b.root
     if c in vrows.COLLS:
-        return vrows.mpi_call(comm, b)
+        return vrows.mpi_call(comm, b, **kw)
     mop = _OPS[op]
     s = MPI.IN_PLACE if b.inplace else b.send
     if c == 'allreduce':
@@ -120,11 +120,9 @@ class MpigpuImpl:
     def make(self, b, op, stream=False):
         """The blocking call, or with `stream` (launch, sync): stream= calls and one synchronization."""
         if not stream:
-            return mpi_call(self.comm, b, op)  # device Sendrecv goes through pinned host mirrors
+            return mpi_call(self.comm, b, op)
         if b.xp is np or b.coll == 'sendrecv':
             raise Unavailable('stream-ordered timing needs device buffers and a collective')
-        if b.coll in vrows.COLLS:  # stream= is the engine collectives' (mpigpu/comm.py)
-            raise Unavailable(f'mpigpu\'s {b.coll} takes no stream=: the exchange rows time blocking calls')
         st = b.xp.cuda.get_current_stream()
         return mpi_call(self.comm, b, op, stream=st.ptr), st.synchronize
 

@@ -78,13 +78,13 @@ def _column_type(b, n, base):
     return t
 
 
-def mpi_call(comm, r):
-    """The row's Alltoallv on `comm` (mpigpu's or plain mpi4py's), bound once."""
+def mpi_call(comm, r, **kw):
+    """The row's Alltoallv on `comm` (mpigpu's or plain mpi4py's), bound once (`kw`: mpigpu's stream=)."""
     b, n, t = r.b, r.n, r.mpi_type
     col = _column_type(b, n, t)
     send = [r.send, ([1] * n, list(range(n))), col]
     recv = [r.recv, ([b * b] * n, [p * b * b for p in range(n)]), t]
-    return partial(comm.Alltoallv, send, recv)
+    return partial(comm.Alltoallv, send, recv, **kw)
 
 
 def nccl_call(nc, comm, r, stream):

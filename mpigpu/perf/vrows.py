@@ -171,26 +171,27 @@ def _cart(comm):
     return _carts[key]
 
 
-def mpi_call(comm, b):
+def mpi_call(comm, b, **kw):
     """The mpi4py call of an exchange row on `comm` (mpigpu's or plain mpi4py's), in the buffer forms a
     program writes: [buffer, (counts, displacements), datatype] for the v-arguments, None for the
-    buffer a rooted call does not use off its root. Bound once, as baselines.mpi_call does."""
+    buffer a rooted call does not use off its root; `kw` takes mpigpu's stream=. Bound once, as
+    baselines.mpi_call does."""
     c, t = b.coll, b.mpi_type
     if c == 'redistribute':
-        return redistribute.mpi_call(comm, b)
+        return redistribute.mpi_call(comm, b, **kw)
     if c == 'neighbor_alltoall':
-        return partial(_cart(comm).Neighbor_alltoall, b.send, b.recv)
+        return partial(_cart(comm).Neighbor_alltoall, b.send, b.recv, **kw)
     if c == 'alltoall':
-        return partial(comm.Alltoall, b.send, b.recv)
+        return partial(comm.Alltoall, b.send, b.recv, **kw)
     if c == 'alltoallv':
-        return partial(comm.Alltoallv, [b.send, _counts(b.sends), t], [b.recv, _counts(b.recvs), t])
+        return partial(comm.Alltoallv, [b.send, _counts(b.sends), t], [b.recv, _counts(b.recvs), t], **kw)
     if c == 'allgatherv':
-        return partial(comm.Allgatherv, b.send, [b.recv, _counts(b.recvs), t])
+        return partial(comm.Allgatherv, b.send, [b.recv, _counts(b.recvs), t], **kw)
     at_root = b.rank == b.root
     if c == 'gatherv':
-        return partial(comm.Gatherv, b.send, [b.recv, _counts(b.recvs), t] if at_root else None, b.root)
+        return partial(comm.Gatherv, b.send, [b.recv, _counts(b.recvs), t] if at_root else None, b.root, **kw)
     if c == 'scatterv':
-        return partial(comm.Scatterv, [b.send, _counts(b.sends), t] if at_root else None, b.recv, b.root)
+        return partial(comm.Scatterv, [b.send, _counts(b.sends), t] if at_root else None, b.recv, b.root, **kw)
     raise ValueError(c)
 
 

@@ -11,7 +11,7 @@ kernels, host arrays go to the MPI library unchanged.
 from . import _dropin, _pickle
 from ._config import config
 from ._cuda import available as gpu_available
-from ._paths.requests import Startall
+from ._paths.support.requests import Startall
 from ._state import abort
 from ._support import query_cuda_support
 from .comm import COMM_SELF, COMM_WORLD, Cartcomm, Distgraphcomm, Graphcomm, Intercomm, Intracomm, Topocomm

@@ -45,7 +45,7 @@ def replacements():
     if _replaced:
         return _replaced
     from . import comm, objects
-    from ._paths import requests
+    from ._paths.support import requests
     out = {'COMM_WORLD': comm.COMM_WORLD, 'COMM_SELF': comm.COMM_SELF}
     for cls in (comm.Comm, comm.Intracomm, comm.Intercomm, comm.Topocomm, comm.Cartcomm, comm.Graphcomm,
                 comm.Distgraphcomm, objects.Win, objects.File, objects.Op, objects.Message, requests.Prequest):

@@ -20,7 +20,8 @@ from ._ext._front import note_host
 from ._ext._intake import is_device
 from ._state import follow, settle_before
 from ._strided import as_spec
-from ._paths import exchange, exchange_reduce, mirrored, packing
+from ._paths import exchange, exchange_reduce, mirrored
+from ._paths.support import packing
 from ._paths.mirrored import IN, INOUT, OUT
 from .errors import BufferArgumentError, Error
 

@@ -23,7 +23,8 @@ from ._types import NATIVE
 from ._undecided import Undecided
 from .errors import Error
 from ._codes import Coll, Placement, Verdict
-from ._paths import engine, hier, mirrored, packing, requests, staged
+from ._paths import engine, hier, mirrored, staged
+from ._paths.support import packing, requests
 
 _PARAMS = {mirrored.IN: 'sendbuf', mirrored.OUT: 'recvbuf', mirrored.INOUT: 'buf'}  # by role, in _host_args
 

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from mpi4py import MPI
 
 from . import _agree, _cuda, _deadline, _plain, _team, _undecided
-from ._paths import requests
+from ._paths.support import requests
 from ._config import config
 from .errors import CommunicatorBroken, Error
 

@@ -19,7 +19,7 @@ from mpi4py import MPI
 
 from ._codes import SIZES, TYPESTR_CODES
 from ._config import config
-from ._paths.packing import SIMPLE, VECTOR
+from ._paths.support.packing import SIMPLE, VECTOR
 from ._types import NATIVE
 from .errors import Error
 

@@ -257,7 +257,7 @@ class _EngineCollectives:
         Plan(self, name, coll, sendbuf, recvbuf, op, root, stream=handle).run(sync=False)
         return None
 
-    # ---- non-blocking and persistent forms: generalized requests (mpigpu/_paths/requests.py) -------
+    # ---- non-blocking and persistent forms: generalized requests (mpigpu/_paths/support/requests.py) -------
     def Iallreduce(self, sendbuf, recvbuf, op=_SUM):
         if _any_device(sendbuf, recvbuf):
             return Plan(self, 'Iallreduce', _ALLREDUCE, sendbuf, recvbuf, op, 0, nonblocking=True).request()

@@ -14,7 +14,8 @@ from mpi4py import MPI
 
 from . import _cuda, _methods, _pickle, _plain
 from ._ext._intake import is_device
-from ._paths import mirrored, p2p, packed, requests
+from ._paths import mirrored, p2p
+from ._paths.support import packed, requests
 from ._paths.mirrored import IN, INOUT, OUT
 from ._state import local_state, state_of
 from .errors import BufferArgumentError, Error

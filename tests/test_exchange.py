@@ -231,7 +231,8 @@ def reduces(monkeypatch):
 def test_reduction_scratch_lives_as_long_as_its_request(reduces):
     import gc
 
-    from mpigpu._paths import exchange_reduce, requests, scratch
+    from mpigpu._paths import exchange_reduce
+    from mpigpu._paths.support import requests, scratch
     red = exchange_reduce.describe('Scan', 1, 3, [dev(4), dev(4), MPI.SUM])
     assert red.rows == 2 and red.ranges.send_bytes == [0, 16, 16] and red.ranges.recv_bytes == [16, 16, 0]
     team, req = _Team(), requests.GpuRequest()

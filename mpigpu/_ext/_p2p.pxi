@@ -7,7 +7,7 @@
 # its bytes as they are; a larger one sends p2p_ipc's 128-byte header and the receiver copies the
 # payload out of the sender's buffer GPU to GPU. Each rank keeps one pair of page-locked buffers per
 # thread (no pool, lock or Python object per message): the general path's Python took 75-110 us per
-# small Sendrecv where host MPI and the two copies take ~15 (docs/benchmarks.md, point-to-point).
+# small Sendrecv where host MPI and the two copies take ~20 (docs/benchmarks.md, point-to-point).
 
 from cpython.pythread cimport PyThread_get_thread_ident
 

@@ -10,8 +10,6 @@
 - hier (a package): the five collectives across nodes, node phases on each node's team and network
   phases between nodes, pipelined;
 - p2p, p2p_ipc: point-to-point, GPU to GPU over peer mappings where the team is up, else staged;
-- packed: buffers with derived datatypes packed and unpacked on the GPU (point-to-point, Pack/Unpack);
-- requests: the MPI requests that non-blocking and persistent calls on these paths return;
-- pinned: the pinned host memory and copy streams the staging paths share;
-- scratch: the device scratch memory the packing and the exchange's reductions share.
+- support (a package): what the paths share: requests, pinned host memory, bounded waits, derived
+  datatypes packed on the GPU, device scratch.
 """

@@ -25,7 +25,7 @@ from .._config import config
 from .. import _undecided
 from .._undecided import Undecided, unsettled
 from ..errors import Error
-from . import packing, requests
+from .support import packing, requests
 
 # The blocking methods this path takes, with their code on the placement board.
 CODES = {'Alltoall': Coll.ALLTOALL, 'Alltoallv': Coll.ALLTOALLV, 'Alltoallw': Coll.ALLTOALLW,

@@ -15,7 +15,7 @@ Reduce_scatter's counts given (without them mpi4py gathers them through host MPI
 reduction is enqueued after the exchange kernel (the call's `then`), before its wait returns or its
 request completes. Everything else, and a call some rank cannot describe, is the host MPI call on
 mirrors, as every rank agrees (the placement board, as for the exchange path). The rows live in
-device scratch (mpigpu/_paths/scratch.py's pool): a blocking call's for the call, a non-blocking call's
+device scratch (mpigpu/_paths/support/scratch.py's pool): a blocking call's for the call, a non-blocking call's
 until its request is gone, a persistent request's for its life.
 """
 import weakref
@@ -25,7 +25,8 @@ from mpi4py import MPI
 from .. import _cuda
 from .._codes import Coll
 from .._types import check_op, op_code
-from . import exchange, scratch
+from . import exchange
+from .support import scratch
 from .exchange import BufferArg, Ranges, Unread, count_of, one_device
 
 CODES = {'Reduce_scatter': Coll.REDUCE_SCATTER, 'Scan': Coll.SCAN, 'Exscan': Coll.EXSCAN}

@@ -9,7 +9,7 @@ unchanged mpi4py method runs on the mirrors, so counts, displacements and dataty
 specifications mean exactly what they mean to mpi4py; outputs are copied back once MPI is done with
 them. Every mirror is copied in (outputs too), so the parts MPI does not write stay unchanged. A
 buffer given with a derived datatype is mirrored as the instances the call reaches, packed on the GPU
-(mpigpu/_paths/packing.py), with its specification rewritten to read them.
+(mpigpu/_paths/support/packing.py), with its specification rewritten to read them.
 
 - run: blocking methods; per-thread mirrors reused from call to call.
 - start: non-blocking methods: mpi4py's method starts on mirrors from a pool, and the request it returns
@@ -31,8 +31,8 @@ from .._codes import Dtype
 from .._types import HOST_FLOAT16
 from .._ext._intake import is_device
 from ..errors import Error
-from . import packing, requests
-from .pinned import Stager, give, take
+from .support import packing, requests
+from .support.pinned import Stager, give, take
 
 IN, OUT, INOUT = 1, 2, 3  # how a call uses a buffer argument
 # Element types host MPI cannot reduce as mpi4py would read them: bfloat16 (its mirror is raw uint16),

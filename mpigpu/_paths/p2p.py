@@ -22,9 +22,10 @@ from .._ext._intake import is_device
 from .._state import _CACHE as _CACHE_KEY, state_of
 from .._strided import as_spec
 from ..errors import Error
-from . import mirrored, p2p_ipc, packed, packing, requests
+from . import mirrored, p2p_ipc
+from .support import packed, packing, requests
 from .mirrored import IN, host_view, split_spec, trusted
-from .pinned import Stager, give, take
+from .support.pinned import Stager, give, take
 
 
 # mpi4py's own (python -m mpigpu puts mpigpu's Message class where mpi4py.MPI.Message was)

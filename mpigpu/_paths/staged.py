@@ -19,8 +19,8 @@ from .._codes import Coll, Dtype, Op
 from .._config import config
 from .._types import NATIVE, numpy_dtype
 from ..errors import Error
-from .bounded import Bounded
-from .pinned import SLOTS, Stager
+from .support.bounded import Bounded
+from .support.pinned import SLOTS, Stager
 
 
 def _pipeline(sg, count, itemsize, src_ptr, dst_ptr, mpi_chunk):

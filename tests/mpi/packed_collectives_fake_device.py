@@ -1,5 +1,5 @@
 """Collectives with derived datatypes on device buffers: the instances each call reaches are packed on the
-GPU into the pinned mirror (mpigpu/_paths/packing.py; here the fake CUDA layer's pack plans, which run
+GPU into the pinned mirror (mpigpu/_paths/support/packing.py; here the fake CUDA layer's pack plans, which run
 mpigpu._datatypes' host reference at the same addresses), host MPI runs the rewritten specification, and
 outputs are unpacked on the GPU. Every constructor of tests/datatype_cases.py through Bcast, Gather(v),
 Scatter(v), Allgather(v), Alltoall(v, w), neighbourhood collectives and non-blocking and persistent
@@ -24,7 +24,7 @@ GPU = cp is not None
 import mpigpu  # noqa: E402
 from mpigpu import _datatypes  # noqa: E402
 from mpigpu import _types as mpigpu_types  # noqa: E402
-from mpigpu._paths import packing  # noqa: E402
+from mpigpu._paths.support import packing  # noqa: E402
 
 world = mpigpu.COMM_WORLD
 plain = MPI.COMM_WORLD

@@ -18,7 +18,7 @@ from ... import _cuda
 from ..._codes import Coll
 from ..._config import config
 from ...errors import Error
-from .. import requests
+from ..support import requests
 from . import model, progress
 from .net import REDUCING, SMALL_BYTES, device_buffer, pieces
 from .state import SLOTS, HierState, pipeline, slot_size

@@ -27,7 +27,7 @@ from mpi4py import MPI
 from ... import _cuda
 from ..._config import config
 from ...errors import Error
-from .. import requests
+from ..support import requests
 
 log = logging.getLogger('mpigpu')
 

@@ -14,7 +14,7 @@ from ..._topology import Topology, measure_network
 from . import model, progress
 from .net import Net
 from .node import NodePhases
-from ..pinned import SLOTS, Stager
+from ..support.pinned import SLOTS, Stager
 
 log = logging.getLogger('mpigpu')
 _CLOSE_WAIT_S = 60.0  # at release, how long queued calls may take to finish (a dead peer: not forever)

@@ -3,7 +3,7 @@ the rows of the exchange's reductions): blocks of a power-of-two size from a pro
 device, so a call that fits a block already made allocates nothing."""
 import threading
 
-from .. import _cuda
+from ... import _cuda
 
 _lock = threading.Lock()
 _pool = {}  # (device, size class) -> free DeviceMemory

@@ -2,7 +2,7 @@
 
 `Packed` is one such buffer argument: the user's buffer, the datatype's layout (mpigpu/_datatypes.py,
 decoded once per handle) and the count; `pack` fills a contiguous scratch buffer (device memory from
-the pool of mpigpu/_paths/scratch.py, no allocation per call once warm) with the described elements
+the pool of mpigpu/_paths/support/scratch.py, no allocation per call once warm) with the described elements
 on the producer's stream, `unpack` scatters one back. The paths that move contiguous device bytes (point-to-point, GPU to GPU
 or staged) then move the scratch: a one-column halo of a large array moves its column, not the
 array's extent. Instances that form one block (a halo row as a resized contiguous type) need no
@@ -11,10 +11,10 @@ type (`mpi_type`), a mixed struct's bytes.
 """
 from mpi4py import MPI
 
-from .. import _cuda, _datatypes
-from .._call import read_whole, unpack_spec, within
-from .._types import NATIVE
-from ..errors import Error, ValueArgumentError
+from ... import _cuda, _datatypes
+from ..._call import read_whole, unpack_spec, within
+from ..._types import NATIVE
+from ...errors import Error, ValueArgumentError
 from . import scratch
 
 def datatype_of(value):
@@ -132,7 +132,7 @@ class Packed:
 
 def _both(st, name, inbuf, outbuf):
     """(input, output) device buffers of a Pack or Unpack, on one GPU, or None when not both are device memory."""
-    from .._ext._intake import is_device
+    from ..._ext._intake import is_device
     if not (is_device(inbuf) and is_device(outbuf)):
         return None
     src = read_whole(name, 'inbuf', st.rank, inbuf, False, _cuda.consumer_stream)

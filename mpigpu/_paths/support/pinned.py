@@ -5,7 +5,7 @@ import threading
 
 import numpy as np
 
-from .. import _cuda
+from ... import _cuda
 
 SLOTS = 3  # pinned chunk slots per direction of a pipeline: copy-in, MPI and copy-out each hold one
 

@@ -19,9 +19,9 @@ import operator
 
 from mpi4py import MPI
 
-from .. import _cuda, _datatypes
-from .._call import unpack_spec
-from .._types import NATIVE
+from ... import _cuda, _datatypes
+from ..._call import unpack_spec
+from ..._types import NATIVE
 from .packed import check_within
 
 SIMPLE, VECTOR, W = 'simple', 'vector', 'w'

@@ -2,8 +2,8 @@
 arrives, or an abort, ends the call in an error and breaks the communicator instead of a wait without
 end. `Bounded(st, call)` has the blocking collectives the staged path uses, each run as its
 non-blocking form and waited for with the deadline."""
-from .. import _deadline
-from ..errors import CommunicatorBroken
+from ... import _deadline
+from ...errors import CommunicatorBroken
 
 
 class Bounded:

@@ -26,8 +26,8 @@ import time
 
 from mpi4py import MPI
 
-from .. import _cuda, _plain
-from ..errors import Error
+from ... import _cuda, _plain
+from ...errors import Error
 
 _POLL_S = 20e-6  # agent's pause between rounds while host MPI work is pending
 log = logging.getLogger('mpigpu')

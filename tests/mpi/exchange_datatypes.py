@@ -1,7 +1,7 @@
 """Derived datatypes on the exchange transport (block shapes, cuda/block_shape.cuh): the calls array
 libraries make to redistribute a distributed array (Alltoallv of resized vectors, Alltoallw of nested
 vectors per peer as a CUDA-aware array library builds them), strided receives, subarrays, negative
-strides, byte-sized units, in place, rooted calls; blocking, I* and *_init forms. Every result is compared
+strides, byte-sized units, in place, rooted calls; blocking, I*, *_init and stream= forms. Every result is compared
 with plain mpi4py's on host copies (int32: exactly). Where every rank brought device buffers the call
 must have taken the transport, except for a datatype it does not take (a block table), which the mirrors
 pack; where some rank brought host memory, the host MPI call.
@@ -12,7 +12,7 @@ mpiexec -n 1..6.
 import numpy as np
 from mpi4py import MPI
 
-from exchange_common import PLACEMENTS, compared, engine, nonblocking, one_node, persistent, placed
+from exchange_common import PLACEMENTS, compared, engine, nonblocking, one_node, persistent, placed, streamed
 import mpigpu  # noqa: E402
 from mpigpu._config import config  # noqa: E402
 
@@ -180,6 +180,7 @@ for name, what, build, shaped in CASES:
             checks += 1
             checks += nonblocking(comm, plain, name, build, dev, root, k, where, expect)
             checks += persistent(comm, plain, name, build, dev, root, where, expect)
+            checks += streamed(comm, plain, name, build, dev, root, where, expect)
 
 for t in _types:
     t.Free()

@@ -165,7 +165,7 @@ class Plan:
         method = Coll(self.coll).mpi_name
         items = [(self.args[i], r, packing.form_of(self.comm, method, _PARAMS[r], self.inplace))
                  for i, r in self.buffers]
-        reduces = self.coll not in engine._NO_OP
+        reduces = self.coll not in engine.NO_OP
         if form == 'start':
             return mirrored.start(self.st, self.name, call, items, reduces)
         if form == 'persistent':
@@ -233,7 +233,7 @@ class Plan:
         """Host MPI runs the call: with the device pointers where it is CUDA-aware (but it reduces no
         16-bit floats: those stay staged), through pinned host memory otherwise."""
         c = self.c
-        mpi_can = c.coll in engine._NO_OP or c.mpi_type is not None or (c.dtype >= 0 and NATIVE[c.dtype] is not None)
+        mpi_can = c.coll in engine.NO_OP or c.mpi_type is not None or (c.dtype >= 0 and NATIVE[c.dtype] is not None)
         if _host_mpi.cuda_aware() and mpi_can:
             _cuda.device.stream_sync(self.stream)  # CUDA-aware MPI reads device memory without stream ordering
             self._mpi4py()(self.comm, *self.args)

@@ -198,7 +198,7 @@ def test_rows_are_spelled_out():
     # the rows do not follow mpigpu._codes.Coll, which grows with the library's collectives
     from mpigpu.perf import sweep
     assert sweep.COLLS == ('allreduce', 'bcast', 'reduce_scatter_block', 'reduce', 'allgather') + EXCHANGE + (
-        'sendrecv', 'halo')
+        'sendrecv', 'pingpong', 'halo')
     assert all(sweep.bus_factor(c, 4) == (1.0 if c == 'neighbor_alltoall' else 0.75) for c in EXCHANGE)
 
 
@@ -334,7 +334,7 @@ def test_the_check_sees_a_misplaced_block():
     assert np.count_nonzero(swapped != bufs[0].expected('sum')) > 0
 
 
-@pytest.mark.parametrize('coll', EXCHANGE + ('allreduce', 'bcast', 'halo'))
+@pytest.mark.parametrize('coll', EXCHANGE + ('allreduce', 'bcast', 'halo', 'pingpong'))
 def test_hand_stages_through_host_arrays(coll):
     # one rank (COMM_SELF): the device buffers are copied out, plain mpi4py runs on host arrays, and
     # the result is copied back; staged leaves the exchange rows to it
@@ -349,7 +349,7 @@ def test_hand_stages_through_host_arrays(coll):
     HandImpl(MPI.COMM_SELF).make(b, 'sum')()
     got = b.send.arr if coll == 'bcast' else b.recv.arr
     assert (got == expected).all()
-    if coll in EXCHANGE + ('halo',):
+    if coll in EXCHANGE + ('halo', 'pingpong'):
         with pytest.raises(Unavailable, match='compare hand'):
             StagedImpl(MPI.COMM_SELF).make(b, 'sum')
 
@@ -390,16 +390,16 @@ def test_exchange_rows_on_host_buffers(tmp_path, n):
 
 
 @pytest.mark.parametrize('n', [1, 3])
-def test_halo_row_beside_sendrecv_on_host_buffers(n):
-    # the halo row (a vector datatype's column, perf/halo.py) and the contiguous sendrecv row of the same
-    # bytes, checked (-c 1) beside plain mpi4py: every element of the ghost column where it belongs
-    text = _exchange_run(n, 'halo,sendrecv', '-b', '8', '-e', '64K', '-f', '8', '-d', 'float32,int8', '-n', '3',
-                         '-w', '1', '--rounds', '2', '-c', '1', '--mem', 'host')
-    assert 'Collective test: halo' in text and 'Collective test: sendrecv' in text
+def test_point_to_point_rows_on_host_buffers(n):
+    # the pingpong row (ranks 0 and 1, perf/pingpong.py), the halo row (a vector datatype's column,
+    # perf/halo.py) and the contiguous sendrecv row of the same bytes, checked (-c 1) beside plain mpi4py
+    text = _exchange_run(n, 'halo,sendrecv,pingpong', '-b', '8', '-e', '64K', '-f', '8', '-d', 'float32,int8', '-n',
+                         '3', '-w', '1', '--rounds', '2', '-c', '1', '--mem', 'host')
+    assert all(f'Collective test: {c}' in text for c in ('halo', 'sendrecv', 'pingpong'))
     table = [line.split() for line in text.splitlines() if line.strip()[:1].isdigit()]
     from mpigpu.perf import sweep
     sizes = len(sweep.sizes(8, 64 << 10, 8))
-    assert len(table) == 2 * 2 * sizes and all(t[8] == '0' and t[9] == 'n/a' for t in table)  # #wrong, in place
+    assert len(table) == 3 * 2 * sizes and all(t[8] == '0' and t[9] == 'n/a' for t in table)  # #wrong, in place
 
 
 def test_halo_expected_is_the_left_neighbours_last_column():
@@ -411,3 +411,13 @@ def test_halo_expected_is_the_left_neighbours_last_column():
     want[:, 0] = left.send[:, -1]
     assert (b.expected('sum') == want).all() and (want[:, 0] != 0).all()
     assert not (left.send[:, -1] == b.send[:, -1]).all()  # a column from the wrong rank shows
+
+
+def test_pingpong_pairs_ranks_0_and_1():
+    import numpy as np
+    from mpigpu.perf import pingpong
+    got = [pingpong.PBuffers(np, 'pingpong', 4, 'int16', 3, r, 0) for r in range(3)]
+    assert [b.peer for b in got] == [1, 0, None]
+    assert (got[0].expected('sum') == got[1].send).all() and (got[1].expected('sum') == got[0].send).all()
+    assert (got[2].expected('sum') == 0).all() and pingpong.mpi_call(None, got[2]) is pingpong._nothing
+    assert pingpong.PBuffers(np, 'pingpong', 4, 'int16', 1, 0, 0).peer == 0  # one rank: itself

@@ -17,9 +17,9 @@ from .._cli import UsageError, say, usage_error
 from . import options
 from .vrows import COLLS as EXCHANGE_COLLS
 
-# The rows with no in-place column: bcast, sendrecv and halo have no such form; the exchange rows time the
+# The rows with no in-place column: bcast and the point-to-point rows have no such form; the exchange rows time the
 # out-of-place calls only (--inplace applies to the reductions and allgather).
-OUT_OF_PLACE_ONLY = ('bcast', 'sendrecv', 'halo') + EXCHANGE_COLLS
+OUT_OF_PLACE_ONLY = ('bcast', 'sendrecv', 'pingpong', 'halo') + EXCHANGE_COLLS
 
 
 def _memory(a, comm, rank):

@@ -11,7 +11,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import _plain
-from . import halo, redistribute, vrows
+from . import halo, pingpong, redistribute, vrows
 
 
 class Unavailable(Exception):
@@ -75,6 +75,8 @@ class Buffers:
         return host(self.recv)
 
 
+_POINT_TO_POINT = ('sendrecv', 'pingpong', 'halo')  # rows of point-to-point calls: no stream= form
+
 def make_buffers(xp, coll, count, dtype, n, rank, inplace, root):
     """A row's buffers: Buffers, or for an exchange row vrows.VBuffers or redistribute.RBuffers (out of
     place only)."""
@@ -82,6 +84,8 @@ def make_buffers(xp, coll, count, dtype, n, rank, inplace, root):
         return redistribute.RBuffers(xp, coll, count, dtype, n, rank, root)
     if coll == 'halo':
         return halo.HBuffers(xp, coll, count, dtype, n, rank, root)
+    if coll == 'pingpong':
+        return pingpong.PBuffers(xp, coll, count, dtype, n, rank, root)
     if coll in vrows.COLLS:
         return vrows.VBuffers(xp, coll, count, dtype, n, rank, root)
     return Buffers(xp, coll, count, dtype, n, rank, inplace, root)
@@ -96,6 +100,8 @@ def mpi_call(comm, b, op, **kw):
         return vrows.mpi_call(comm, b, **kw)
     if c == 'halo':
         return halo.mpi_call(comm, b)
+    if c == 'pingpong':
+        return pingpong.mpi_call(comm, b)
     mop = _OPS[op]
     s = MPI.IN_PLACE if b.inplace else b.send
     if c == 'allreduce':
@@ -125,7 +131,7 @@ class MpigpuImpl:
         """The blocking call, or with `stream` (launch, sync): stream= calls and one synchronization."""
         if not stream:
             return mpi_call(self.comm, b, op)
-        if b.xp is np or b.coll in ('sendrecv', 'halo'):
+        if b.xp is np or b.coll in _POINT_TO_POINT:
             raise Unavailable('stream-ordered timing needs device buffers and a collective')
         st = b.xp.cuda.get_current_stream()
         return mpi_call(self.comm, b, op, stream=st.ptr), st.synchronize
@@ -164,8 +170,8 @@ class StagedImpl:
 
     def make(self, b, op, stream=False):
         require_staging(b, stream)
-        if b.coll == 'halo':
-            raise Unavailable('staged times the engine rows and sendrecv: for halo compare hand (staging by hand)')
+        if b.coll in ('halo', 'pingpong'):
+            raise Unavailable(f'staged times the engine rows and sendrecv: for {b.coll} compare hand (staging by hand)')
         if b.coll in vrows.COLLS:
             # this row's staged path is mpigpu's own with its device path off (MPIGPU_EXCHANGE=0), a
             # setting of the whole run; within a run, `hand` stages as a program would
@@ -268,9 +274,10 @@ class NcclImpl:
         if b.coll in vrows.COLLS:  # grouped point-to-point, of bytes (vrows.nccl_call)
             stream = b.xp.cuda.get_current_stream()
             return self.timed_form(vrows.nccl_call(nc, cm, b, stream), stream, stream_mode)
-        if b.coll == 'halo':  # packed, sent and unpacked (halo.nccl_call)
+        if b.coll in ('halo', 'pingpong'):  # halo: packed, sent and unpacked; pingpong: a round trip
             stream = b.xp.cuda.get_current_stream()
-            return self.timed_form(halo.nccl_call(nc, cm, b, stream), stream, stream_mode)
+            row = halo if b.coll == 'halo' else pingpong
+            return self.timed_form(row.nccl_call(nc, cm, b, stream), stream, stream_mode)
         name = b.send.dtype.name
         if name not in self._DT:
             raise Unavailable(f'NCCL has no {name}')

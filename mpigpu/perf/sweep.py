@@ -11,7 +11,7 @@ from . import redistribute, vrows
 # library's collectives, and a row exists only where this tool knows its buffers, check and baselines.
 # The engine's collectives (reductions, bcast, allgather), the exchange rows (vrows.py), point-to-point.
 ENGINE_COLLS = ('allreduce', 'bcast', 'reduce_scatter_block', 'reduce', 'allgather')
-COLLS = ENGINE_COLLS + vrows.COLLS + ('sendrecv', 'halo')
+COLLS = ENGINE_COLLS + vrows.COLLS + ('sendrecv', 'pingpong', 'halo')
 
 
 def parse_size(text):

@@ -4,7 +4,7 @@
 - staged: those five collectives through host MPI, the buffer cut into chunks whose copies to and from
   pinned host memory overlap MPI (where there is no team, or the engine lacks the type or op);
 - exchange: the all-to-all family and the neighbourhood collectives over the team's exchange transport
-  (derived datatypes as block shapes); exchange_reduce: Reduce_scatter, Scan and Exscan over it, their
+  (derived datatypes as block shapes; exchange_read reads a call into its byte ranges); exchange_reduce: Reduce_scatter, Scan and Exscan over it, their
   rows reduced on the GPU;
 - mirrored: any other mpi4py buffer method, run unchanged on whole pinned host mirrors of the buffers;
 - hier (a package): the five collectives across nodes, node phases on each node's team and network

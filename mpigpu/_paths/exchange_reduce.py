@@ -27,7 +27,7 @@ from .._codes import Coll
 from .._types import check_op, op_code
 from . import exchange
 from .support import scratch
-from .exchange import BufferArg, Ranges, Unread, count_of, one_device
+from .exchange_read import BufferArg, Ranges, Unread, count_of, one_device
 
 CODES = {'Reduce_scatter': Coll.REDUCE_SCATTER, 'Scan': Coll.SCAN, 'Exscan': Coll.EXSCAN}
 

@@ -16,13 +16,12 @@ blocks are a resized vector datatype, on the transport's block shapes), its NCCL
 then grouped send/recv) as `nccl`. Prints rank 0's tables of the slowest rank's medians, us.
 """
 import sys
-import time
 
 import cupy as cp
 import numpy as np
-from mpi4py import MPI
 
 import mpigpu
+import probe_common
 from mpigpu import _cuda
 from mpigpu._codes import Coll, Placement
 from mpigpu._paths import exchange
@@ -32,32 +31,15 @@ comm = mpigpu.COMM_WORLD
 rank, n = comm.Get_rank(), comm.Get_size()
 cp.cuda.Device(rank % cp.cuda.runtime.getDeviceCount()).use()
 SIZES = [int(v) for v in (sys.argv[1] if len(sys.argv) > 1 else '1024,65536,1048576,16777216').split(',')]
-ROUNDS, ITERS = 5, 50
+ROUNDS, ITERS = probe_common.ROUNDS, probe_common.ITERS
 mpigpu.config.exchange_min_bytes = 0  # every size on the transport: the probe times the transport
 
 
-def nccl_comm():
-    try:
-        from cupy.cuda import nccl
-    except ImportError:
-        return None, None
-    uid = comm.bcast(nccl.get_unique_id() if rank == 0 else None)
-    return nccl, nccl.NcclCommunicator(n, uid, rank)
+nccl, nc = probe_common.nccl_comm(comm)
 
 
-nccl, nc = nccl_comm()
-
-
-def timed(fn, iters=ITERS):
-    best = []
-    for _ in range(ROUNDS):
-        comm.Barrier()
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        cp.cuda.get_current_stream().synchronize()
-        best.append((time.perf_counter() - t0) / iters * 1e6)
-    return float(np.median(best))
+def timed(fn, iters=probe_common.ITERS):
+    return probe_common.timed(comm, fn, cp.cuda.get_current_stream().synchronize, iters)
 
 
 def parts(nbytes):
@@ -124,15 +106,5 @@ def shaped_parts(nbytes):
 
 
 for title, measure in (('Alltoall', parts), ('redistribute', shaped_parts)):
-    rows = []
-    for nbytes in SIZES:
-        got = measure(nbytes)
-        worst = {k: comm.allreduce(v, op=MPI.MAX) for k, v in got.items()}
-        rows.append((nbytes, worst))
-    if rank == 0:
-        keys = list(rows[0][1])
-        print(f'{title}: {n} ranks, medians of {ROUNDS} rounds of {ITERS} calls, slowest rank, us')
-        print('| bytes | ' + ' | '.join(keys) + ' |')
-        print('|---' * (len(keys) + 1) + '|')
-        for nbytes, worst in rows:
-            print(f'| {nbytes} | ' + ' | '.join(f'{worst[k]:.1f}' for k in keys) + ' |')
+    probe_common.table(comm, f'{title}: {n} ranks, medians of {ROUNDS} rounds of {ITERS} calls, slowest rank, us',
+                       SIZES, measure)

@@ -16,13 +16,12 @@ calls it, and its parts alone, each in a loop of back-to-back calls on every ran
 Prints rank 0's table of the slowest rank's medians, us.
 """
 import sys
-import time
 
 import cupy as cp
-import numpy as np
 from mpi4py import MPI
 
 import mpigpu
+import probe_common
 from mpigpu import _cuda
 
 comm = mpigpu.COMM_WORLD
@@ -30,32 +29,15 @@ plain = MPI.COMM_WORLD
 rank, n = comm.Get_rank(), comm.Get_size()
 cp.cuda.Device(rank % cp.cuda.runtime.getDeviceCount()).use()
 SIZES = [int(v) for v in (sys.argv[1] if len(sys.argv) > 1 else '8,1024,32768,262144').split(',')]
-ROUNDS, ITERS = 5, 50
+ROUNDS, ITERS = probe_common.ROUNDS, probe_common.ITERS
 nxt, prv = (rank + 1) % n, (rank - 1) % n
 
 
-def nccl_comm():
-    try:
-        from cupy.cuda import nccl
-    except ImportError:
-        return None, None
-    uid = plain.bcast(nccl.get_unique_id() if rank == 0 else None)
-    return nccl, nccl.NcclCommunicator(n, uid, rank)
+nccl, nc = probe_common.nccl_comm(plain)
 
 
-nccl, nc = nccl_comm()
-
-
-def timed(fn, iters=ITERS):
-    best = []
-    for _ in range(ROUNDS):
-        plain.Barrier()
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        cp.cuda.get_current_stream().synchronize()
-        best.append((time.perf_counter() - t0) / iters * 1e6)
-    return float(np.median(best))
+def timed(fn, iters=probe_common.ITERS):
+    return probe_common.timed(plain, fn, cp.cuda.get_current_stream().synchronize, iters)
 
 
 def parts(nbytes):
@@ -87,7 +69,8 @@ def parts(nbytes):
         dm.stream_sync(stream)
     got['d2h'] = timed(lambda: copy(pin_out.ptr, s.data.ptr))
     got['h2d'] = timed(lambda: copy(r.data.ptr, pin_in.ptr))
-    got['d2d'] = timed(lambda: copy(d.data.ptr, s.data.ptr))    got['sync'] = timed(lambda: dm.stream_sync(stream))
+    got['d2d'] = timed(lambda: copy(d.data.ptr, s.data.ptr))
+    got['sync'] = timed(lambda: dm.stream_sync(stream))
     got['host'] = timed(lambda: plain.Sendrecv([pin_out, nb, MPI.BYTE], nxt, 0, [pin_in, nb, MPI.BYTE], prv, 0))
     if nc is not None:
         def ring():
@@ -102,18 +85,8 @@ def parts(nbytes):
 
 def main():
     comm.Allreduce(cp.ones(4, cp.float32), cp.empty(4, cp.float32))  # the device team, as programs have it
-    rows = []
-    for nbytes in SIZES:
-        got = parts(nbytes)
-        worst = {k: plain.allreduce(v, op=MPI.MAX) for k, v in got.items()}
-        rows.append((nbytes, worst))
-    if rank == 0:
-        keys = list(rows[0][1])
-        print(f'# ring Sendrecv parts, {n} ranks, slowest rank, median of {ROUNDS} rounds of {ITERS}, us')
-        print('| bytes | ' + ' | '.join(keys) + ' |')
-        print('|---' * (len(keys) + 1) + '|')
-        for nbytes, worst in rows:
-            print(f'| {nbytes} | ' + ' | '.join(f'{worst[k]:.1f}' for k in keys) + ' |')
+    probe_common.table(plain, f'# ring Sendrecv parts, {n} ranks, slowest rank, median of {ROUNDS} rounds of {ITERS}, us',
+                       SIZES, parts)
 
 
 main()

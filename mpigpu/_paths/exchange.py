@@ -192,53 +192,39 @@ def run(st, name, args, host_call):
     return run_work(st, name, CODES[name], lambda: _ranges_for(st, name, args), host_call)
 
 
-def run_work(st, name, code, read, host_call):
+def run_work(st, name, code, read, host_call, stream=None):
     """Runs blocking call `name` (board code `code`; read() its work, or None where this rank votes for
     the host MPI call): on the exchange transport when every rank described its call and the
     communicator's team is up, else host_call() (the host MPI call on mirrors), as every rank of the
-    call does."""
+    call does. With `stream` (the stream= form) the work is enqueued on that CUDA stream (its producers
+    ordered before it by the caller, as with NCCL) and the call returns at once, the result there when
+    the stream reaches it; where the ranks take the host MPI call instead, the stream is synchronized
+    first, so the result is there before the call returns, which the stream's later work sees too."""
     _usable(st, name, code, False)
     work = read()
     placement = Placement.DEVICE if work is not None else Placement.HOST_MPI
     verdict = st.agreement.decide(name, code, placement)
-    if verdict != Verdict.DEVICE:
-        return host_call()
-    with _cuda.errors_as(name, st.rank):
-        st.bind_device(name, work.device if work.device is not None else _default_device(st))
-    if st.team is None:  # no device team on this communicator (agreed at its setup): every rank stages
+    if verdict == Verdict.DEVICE:
+        with _cuda.errors_as(name, st.rank):
+            st.bind_device(name, work.device if work.device is not None else _default_device(st))
+    # a verdict for the host MPI call, or no device team on this communicator (agreed at its setup)
+    if verdict != Verdict.DEVICE or st.team is None:
+        if stream is not None:
+            with _cuda.errors_as(name, st.rank):
+                _cuda.device.stream_sync(stream)
         return host_call()
     with st.errors(name):
-        _cuda.with_device(st.device, _run, st, work)
+        if stream is None:
+            _cuda.with_device(st.device, _run, st, work)
+        else:
+            _cuda.with_device(st.device, work.enqueue, st.team, stream)
     _exchanged[0] += 1
     return None
 
 
 def on_stream(st, name, args, stream, host_call):
-    """The stream= form of blocking call `name` (on_stream_work)."""
-    return on_stream_work(st, name, CODES[name], lambda: _ranges_for(st, name, args), stream, host_call)
-
-
-def on_stream_work(st, name, code, read, stream, host_call):
-    """The stream= form of blocking call `name` (board code `code`, read() as for run_work): its work
-    enqueued on CUDA stream `stream` (its producers ordered before it by the caller, as with NCCL), and
-    returning at once, the result there when the stream reaches it. Where the ranks agree on the host
-    MPI call instead (a peer's host buffers, no device team, arguments only the mirrors read), the
-    stream is synchronized and host_call() runs: the result is then there before the call returns,
-    which the stream's later work sees as well."""
-    _usable(st, name, code, False)
-    work = read()
-    verdict = st.agreement.decide(name, code, Placement.DEVICE if work is not None else Placement.HOST_MPI)
-    if verdict == Verdict.DEVICE:
-        with _cuda.errors_as(name, st.rank):
-            st.bind_device(name, work.device if work.device is not None else _default_device(st))
-    if verdict != Verdict.DEVICE or st.team is None:
-        with _cuda.errors_as(name, st.rank):
-            _cuda.device.stream_sync(stream)
-        return host_call()
-    with st.errors(name):
-        _cuda.with_device(st.device, work.enqueue, st.team, stream)
-    _exchanged[0] += 1
-    return None
+    """The stream= form of blocking call `name` (run_work with its stream)."""
+    return run_work(st, name, CODES[name], lambda: _ranges_for(st, name, args), host_call, stream)
 
 
 def _launch_stream(st, work):

@@ -12,7 +12,6 @@ from mpi4py import MPI
 
 from .. import _cuda, _datatypes
 from .._call import datatype_of, read_whole, unpack_spec
-from ..errors import Error
 from .support import packing
 
 _ROOTED = frozenset(('Gather', 'Gatherv', 'Scatter', 'Scatterv'))

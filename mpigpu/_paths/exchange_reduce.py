@@ -191,8 +191,9 @@ def run(st, name, args, host_call):
 
 
 def on_stream(st, name, args, stream, host_call):
-    """The stream= form of blocking call `name` (exchange.on_stream_work; it completes before returning)."""
-    return exchange.on_stream_work(st, name, CODES[name], lambda: _reduction_for(st, name, args), stream, host_call)
+    """The stream= form of blocking call `name` (exchange.run_work with its stream; it completes before
+    returning: Reduction.enqueue)."""
+    return exchange.run_work(st, name, CODES[name], lambda: _reduction_for(st, name, args), host_call, stream)
 
 
 def start(st, name, blocking, args, host_start):

@@ -48,6 +48,16 @@ def i_name(name):
     return 'I' + name[0].lower() + name[1:]
 
 
+def _checked(label, a, b, k, taken, expect):
+    """Output k of mpigpu's arguments `a` against mpi4py's `b` (k None: this rank has none), and the
+    exchange path taken `expect` times. Returns the checks made."""
+    if k is not None:
+        got, want = values(output(a, k)), values(output(b, k))
+        assert np.array_equal(got, want), f'{label}: {got} != {want}'
+    assert taken == expect, f'{label}: exchange path taken {taken} times, expected {expect}'
+    return 1 if k is None else 2
+
+
 def nonblocking(topo, ptopo, name, build, dev, root, k, where, expect):
     """The I* form of the same call, waited for (device buffers on the transport where the blocking
     call took it: its team is up by then); its result against mpi4py's. Returns the checks made."""
@@ -57,13 +67,7 @@ def nonblocking(topo, ptopo, name, build, dev, root, k, where, expect):
     req.Wait()
     taken = exchange.calls() - before
     getattr(ptopo, i_name(name))(*b).Wait()
-    made = 1
-    if k is not None:
-        got, want = values(output(a, k)), values(output(b, k))
-        assert np.array_equal(got, want), f'{i_name(name)} ({where}): {got} != {want}'
-        made += 1
-    assert taken == expect, f'{i_name(name)} ({where}): exchange path taken {taken} times, expected {expect}'
-    return made
+    return _checked(f'{i_name(name)} ({where})', a, b, k, taken, expect)
 
 
 def streamed(topo, ptopo, name, build, dev, root, where, expect):
@@ -88,13 +92,7 @@ def streamed(topo, ptopo, name, build, dev, root, where, expect):
         getattr(topo, name)(*a)
     taken = exchange.calls() - before
     getattr(ptopo, name)(*b)
-    made = 1
-    if k is not None:
-        got, want = values(output(a, k)), values(output(b, k))
-        assert np.array_equal(got, want), f'{name}(stream=) ({where}): {got} != {want}'
-        made += 1
-    assert taken == expect, f'{name}(stream=) ({where}): exchange path taken {taken} times, expected {expect}'
-    return made
+    return _checked(f'{name}(stream=) ({where})', a, b, k, taken, expect)
 
 
 def poison(x):
@@ -125,12 +123,7 @@ def persistent(topo, ptopo, name, build, dev, root, where, expect, rounds=2):
         req.Start()
         req.Wait()
         taken = exchange.calls() - before
-        if k is not None:
-            got, want = values(output(a, k)), values(output(b, k))
-            assert np.array_equal(got, want), f'{name}_init ({where}): {got} != {want}'
-            made += 1
-        assert taken == expect, f'{name}_init ({where}): exchange path taken {taken} times, expected {expect}'
-        made += 1
+        made += _checked(f'{name}_init ({where})', a, b, k, taken, expect)
     req.Free()
     return made
 

@@ -8,8 +8,13 @@ kernels, host arrays go to the MPI library unchanged.
     comm = mpigpu.COMM_WORLD
     comm.Allreduce(x_gpu, y_gpu)          # MPI semantics, NCCL-class speed
 """
-from . import _dropin, _pickle
+# The MPI interposer first, where it is wanted: MPI_* of the MPI library bind to it only if it is in the
+# process before mpi4py loads that library (mpigpu/_interpose).
 from ._config import config
+from . import _interpose  # noqa: E402 (isort: skip)
+_interpose.load_early(config.pmpi)
+
+from . import _dropin, _pickle  # noqa: E402
 from ._cuda import available as gpu_available
 from ._paths.support.requests import Startall
 from ._state import abort
@@ -21,6 +26,11 @@ __version__ = '0.1.0'
 
 # pickled predefined objects come back as the drop-in's objects of their names (mpigpu/_pickle.py)
 _pickle.bind(_dropin.replacements)
+
+# device calls that reach the interposer run on mpigpu's paths
+if _interpose.library() is not None:
+    from ._interpose import handler as _handler
+    _handler.install(_interpose.library())
 
 __all__ = ['COMM_SELF', 'COMM_WORLD', 'Cartcomm', 'Distgraphcomm', 'Error', 'Graphcomm', 'Intercomm', 'Intracomm',
            'Startall', 'Topocomm', 'abort', 'config', 'gpu_available', 'query_cuda_support']

@@ -6,8 +6,11 @@ usage: python -m mpigpu [options] <pyfile> [arg] ...
    or: python -m mpigpu [options] - [arg] ...        (program read from standard input)
 
 options:
-  -h, --help   show this help and exit
-  --version    show mpigpu's version and exit
+  -h, --help     show this help and exit
+  --version      show mpigpu's version and exit
+  --pmpi-path    print the path of mpigpu's MPI interposer and exit: a program that calls MPI from C,
+                 C++ or Fortran passes device memory to MPI under
+                 LD_PRELOAD=$(python -m mpigpu --pmpi-path) mpiexec ... ./program
 
 What `python -m mpi4py` takes, run the same way (sys.argv, sys.path, __main__), after mpi4py.MPI's
 predefined communicators, datatypes and ops and its communicator, Win, File and Op classes have been
@@ -15,6 +18,10 @@ replaced by mpigpu's, so `MPI.COMM_WORLD.Allreduce(cupy_x, cupy_y)` takes mpigpu
 communicators, datatypes, windows and files made from them, or from handles (MPI.Comm.f2py), are
 mpigpu's too. Limit: mpi4py's C API (PyMPIComm_New, used by Cython and C extensions) makes plain
 mpi4py objects.
+
+MPI calls made below Python (mpi4jax's XLA calls, Cython or C extensions, ctypes) with device
+memory run on mpigpu's paths too: the interposer is in place for the whole process (MPIGPU_PMPI,
+docs/tuning.md; docs/interposer.md).
 
 Exit status: the program's (sys.exit(N) gives N); an exception the program does not catch ends the
 whole job through MPI_Abort with status 1 (KeyboardInterrupt: 130), as with `python -m mpi4py`, so
@@ -45,6 +52,8 @@ def parse(argv):
             return 'help', []
         if opt in ('-version', '--version'):
             return 'version', []
+        if opt == '--pmpi-path':
+            return 'pmpi-path', []
         raise UsageError(f'unknown option {opt!r}')
     if not args:
         raise UsageError('no program given')
@@ -61,6 +70,13 @@ def main(argv=None):
         return usage_error(_PROG, exc, _HINT)
     if action == 'help':
         say(__doc__.strip())
+        return 0
+    if action == 'pmpi-path':
+        from mpigpu import _interpose
+        try:
+            print(_interpose.path())
+        except FileNotFoundError as exc:
+            return usage_error(_PROG, UsageError(str(exc)), _HINT)
         return 0
     if action == 'version':
         import mpigpu

@@ -109,6 +109,10 @@ class Config:
         # CUDA-aware MPI: 'auto' asks the library (MPIX_Query_cuda_support), '1'/'0' force it.
         self.mpi_cuda_aware = _choice('MPIGPU_MPI_CUDA_AWARE', 'auto', {
             'auto': ('auto',), '1': ('1', 'yes', 'true', 'on'), '0': ('0', 'no', 'false', 'off')})
+        # The MPI interposer (mpigpu/_interpose): loaded for the whole process at `import mpigpu`, before
+        # mpi4py loads the MPI library: 'auto' when running as `python -m mpigpu`, '1' always, '0' never.
+        self.pmpi = _choice('MPIGPU_PMPI', 'auto', {
+            'auto': ('auto',), '1': ('1', 'yes', 'true', 'on'), '0': ('0', 'no', 'false', 'off')})
         # Testing: ranks that share a GPU still form a device team (time-sliced; docs/tuning.md).
         self.shared_gpu = _flag('MPIGPU_SHARED_GPU')
         # Testing: each host's ranks of a communicator cut into this many simulated nodes of consecutive

@@ -1,6 +1,7 @@
 """What the host MPI library can do with device memory: whether it is CUDA-aware."""
 import ctypes
 
+from . import _interpose
 from ._config import config
 
 _queried = None
@@ -14,6 +15,10 @@ def cuda_aware():
         return config.mpi_cuda_aware == '1'
     if _queried is None:
         _queried = False
+        below = _interpose.lower_cuda_aware()
+        if below is not None:  # the interposer's own query says yes: ask the library below it
+            _queried = below
+            return _queried
         try:
             fn = ctypes.CDLL(None).MPIX_Query_cuda_support
             fn.restype = ctypes.c_int

@@ -1,0 +1,154 @@
+"""The MPI functions the interposer (pmpi/) defines: one table, read by pmpi/generate.py at build time (the
+C wrappers, their argument lists and the staging descriptors) and by the Python handler at run time.
+
+Each entry is the function's name without `MPI_` and its parameters in C order, `name:kind`:
+- `int`, `ints` (an int array), `type`, `types` (an array of datatypes), `op`, `comm`, `request`
+  (MPI_Request *), `status` (MPI_Status *): passed through; handles travel as pointer-sized words, so
+  the one library serves MPIs whose handles are ints (MPICH) or pointers (Open MPI);
+- a buffer, `in`, `out` or `inout`, with where its bytes lie in brackets, `[count,type]` over the
+  function's other parameters:
+    `c,t`       c elements of type t
+    `c*n,t`     c elements for each rank of the group
+    `cs/ds,t`   cs[i] elements at displacement ds[i] elements, for each rank i (the v-forms)
+    `cs/ds,ts`  cs[i] elements of ts[i] at ds[i] bytes (the w-forms)
+    `cs+,t`     the sum of cs[i] elements
+    `cs.,t`     cs[rank] elements
+  `a|b`: form b where the call is in place (sendbuf is MPI_IN_PLACE); `@root`: read only at the root.
+A buffer is where device pointers may appear; the others never hold one.
+"""
+
+FUNCTIONS = (
+    # point to point, blocking
+    ('Send', 'buf:in[count,datatype] count:int datatype:type dest:int tag:int comm:comm'),
+    ('Bsend', 'buf:in[count,datatype] count:int datatype:type dest:int tag:int comm:comm'),
+    ('Ssend', 'buf:in[count,datatype] count:int datatype:type dest:int tag:int comm:comm'),
+    ('Rsend', 'buf:in[count,datatype] count:int datatype:type dest:int tag:int comm:comm'),
+    ('Recv', 'buf:out[count,datatype] count:int datatype:type source:int tag:int comm:comm status:status'),
+    ('Sendrecv', 'sendbuf:in[sendcount,sendtype] sendcount:int sendtype:type dest:int sendtag:int '
+                 'recvbuf:out[recvcount,recvtype] recvcount:int recvtype:type source:int recvtag:int '
+                 'comm:comm status:status'),
+    ('Sendrecv_replace', 'buf:inout[count,datatype] count:int datatype:type dest:int sendtag:int source:int '
+                         'recvtag:int comm:comm status:status'),
+    # collectives, blocking
+    ('Bcast', 'buffer:inout[count,datatype] count:int datatype:type root:int comm:comm'),
+    ('Reduce', 'sendbuf:in[count,datatype] recvbuf:out[count,datatype]@root count:int datatype:type op:op '
+               'root:int comm:comm'),
+    ('Allreduce', 'sendbuf:in[count,datatype] recvbuf:out[count,datatype] count:int datatype:type op:op comm:comm'),
+    ('Reduce_scatter_block', 'sendbuf:in[recvcount*n,datatype] recvbuf:out[recvcount,datatype|recvcount*n,datatype] '
+                             'recvcount:int datatype:type op:op comm:comm'),
+    ('Reduce_scatter', 'sendbuf:in[recvcounts+,datatype] recvbuf:out[recvcounts.,datatype|recvcounts+,datatype] '
+                       'recvcounts:ints datatype:type op:op comm:comm'),
+    ('Scan', 'sendbuf:in[count,datatype] recvbuf:out[count,datatype] count:int datatype:type op:op comm:comm'),
+    ('Exscan', 'sendbuf:in[count,datatype] recvbuf:out[count,datatype] count:int datatype:type op:op comm:comm'),
+    ('Allgather', 'sendbuf:in[sendcount,sendtype] sendcount:int sendtype:type recvbuf:out[recvcount*n,recvtype] '
+                  'recvcount:int recvtype:type comm:comm'),
+    ('Allgatherv', 'sendbuf:in[sendcount,sendtype] sendcount:int sendtype:type '
+                   'recvbuf:out[recvcounts/displs,recvtype] recvcounts:ints displs:ints recvtype:type comm:comm'),
+    ('Gather', 'sendbuf:in[sendcount,sendtype] sendcount:int sendtype:type recvbuf:out[recvcount*n,recvtype]@root '
+               'recvcount:int recvtype:type root:int comm:comm'),
+    ('Gatherv', 'sendbuf:in[sendcount,sendtype] sendcount:int sendtype:type '
+                'recvbuf:out[recvcounts/displs,recvtype]@root recvcounts:ints displs:ints recvtype:type root:int '
+                'comm:comm'),
+    ('Scatter', 'sendbuf:in[sendcount*n,sendtype]@root sendcount:int sendtype:type recvbuf:out[recvcount,recvtype] '
+                'recvcount:int recvtype:type root:int comm:comm'),
+    ('Scatterv', 'sendbuf:in[sendcounts/displs,sendtype]@root sendcounts:ints displs:ints sendtype:type '
+                 'recvbuf:out[recvcount,recvtype] recvcount:int recvtype:type root:int comm:comm'),
+    ('Alltoall', 'sendbuf:in[sendcount*n,sendtype] sendcount:int sendtype:type recvbuf:out[recvcount*n,recvtype] '
+                 'recvcount:int recvtype:type comm:comm'),
+    ('Alltoallv', 'sendbuf:in[sendcounts/sdispls,sendtype] sendcounts:ints sdispls:ints sendtype:type '
+                  'recvbuf:out[recvcounts/rdispls,recvtype] recvcounts:ints rdispls:ints recvtype:type comm:comm'),
+    ('Alltoallw', 'sendbuf:in[sendcounts/sdispls,sendtypes] sendcounts:ints sdispls:ints sendtypes:types '
+                  'recvbuf:out[recvcounts/rdispls,recvtypes] recvcounts:ints rdispls:ints recvtypes:types comm:comm'),
+    # point to point, non-blocking
+    ('Isend', 'buf:in[count,datatype] count:int datatype:type dest:int tag:int comm:comm request:request'),
+    ('Ibsend', 'buf:in[count,datatype] count:int datatype:type dest:int tag:int comm:comm request:request'),
+    ('Issend', 'buf:in[count,datatype] count:int datatype:type dest:int tag:int comm:comm request:request'),
+    ('Irsend', 'buf:in[count,datatype] count:int datatype:type dest:int tag:int comm:comm request:request'),
+    ('Irecv', 'buf:out[count,datatype] count:int datatype:type source:int tag:int comm:comm request:request'),
+    # collectives, non-blocking
+    ('Ibcast', 'buffer:inout[count,datatype] count:int datatype:type root:int comm:comm request:request'),
+    ('Ireduce', 'sendbuf:in[count,datatype] recvbuf:out[count,datatype]@root count:int datatype:type op:op '
+                'root:int comm:comm request:request'),
+    ('Iallreduce', 'sendbuf:in[count,datatype] recvbuf:out[count,datatype] count:int datatype:type op:op comm:comm '
+                   'request:request'),
+    ('Ireduce_scatter_block', 'sendbuf:in[recvcount*n,datatype] '
+                              'recvbuf:out[recvcount,datatype|recvcount*n,datatype] recvcount:int datatype:type op:op '
+                              'comm:comm request:request'),
+    ('Iallgather', 'sendbuf:in[sendcount,sendtype] sendcount:int sendtype:type recvbuf:out[recvcount*n,recvtype] '
+                   'recvcount:int recvtype:type comm:comm request:request'),
+    ('Ialltoall', 'sendbuf:in[sendcount*n,sendtype] sendcount:int sendtype:type recvbuf:out[recvcount*n,recvtype] '
+                  'recvcount:int recvtype:type comm:comm request:request'),
+    # no communicator
+    ('Reduce_local', 'inbuf:in[count,datatype] inoutbuf:inout[count,datatype] count:int datatype:type op:op'),
+)
+
+KINDS = ('int', 'ints', 'type', 'types', 'op', 'comm', 'request', 'status')
+DIRECTIONS = ('in', 'out', 'inout')
+
+
+class Param:
+    """One parameter: its name, kind, and for a buffer its direction, forms (plain, in place) and root flag."""
+
+    def __init__(self, text):
+        name, _, rest = text.partition(':')
+        self.name = name
+        self.root_only = rest.endswith('@root')
+        rest = rest.removesuffix('@root')
+        kind, _, span = rest.partition('[')
+        self.kind = kind
+        self.forms = tuple(Span(f) for f in span.rstrip(']').split('|')) if span else ()
+        if kind not in KINDS + DIRECTIONS or (kind in DIRECTIONS) != bool(self.forms):
+            raise ValueError(f'parameter {text!r}: unknown kind or a buffer without its extent')
+
+    @property
+    def is_buffer(self):
+        return self.kind in DIRECTIONS
+
+
+class Span:
+    """Where a buffer's bytes lie: `form` one of simple, times_n, v, w, sum, own; the count, displacements
+    and type parameters it reads."""
+
+    def __init__(self, text):
+        count, _, self.type = text.partition(',')
+        self.displs = None
+        if '/' in count:
+            count, self.displs = count.split('/')
+            self.form = 'v'
+        elif count.endswith('*n'):
+            count, self.form = count[:-2], 'times_n'
+        elif count.endswith('+'):
+            count, self.form = count[:-1], 'sum'
+        elif count.endswith('.'):
+            count, self.form = count[:-1], 'own'
+        else:
+            self.form = 'simple'
+        self.count = count
+
+
+FORMS = ('simple', 'times_n', 'v', 'w', 'sum', 'own')
+
+
+class Function:
+    def __init__(self, name, signature):
+        self.name = name
+        self.params = tuple(Param(p) for p in signature.split())
+        self.index = {p.name: i for i, p in enumerate(self.params)}
+        for p in self.params:
+            for s in p.forms:
+                if s.form == 'v' and self.params[self.index[s.type]].kind == 'types':
+                    s.form = 'w'
+                for ref in (s.count, s.type) + ((s.displs,) if s.displs else ()):
+                    if ref not in self.index:
+                        raise ValueError(f'MPI_{name}: {p.name} refers to unknown parameter {ref!r}')
+
+    @property
+    def nonblocking(self):
+        return any(p.kind == 'request' for p in self.params)
+
+    def find(self, kind):
+        """Index of the first parameter of this kind, or -1."""
+        return next((i for i, p in enumerate(self.params) if p.kind == kind), -1)
+
+
+TABLE = tuple(Function(name, sig) for name, sig in FUNCTIONS)

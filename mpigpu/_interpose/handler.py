@@ -1,0 +1,264 @@
+"""Device calls that reach the interposer, run on mpigpu's paths.
+
+The interposer hands a call whose buffers include device memory to `dispatch` as its function's index
+in the table and the call's parameters as words. Each becomes the mpi4py method call of the same name
+on mpigpu's communicator for the handle: every buffer with its count (or counts and displacements) and
+datatype folded into a buffer specification, as mpi4py writes one, over the memory the count reaches
+(device memory as a `__cuda_array_interface__` object, host memory as a ctypes array); the other
+parameters in C order; a status filled in, a request's handle written back. So a C caller gets what a
+Python caller of the same method gets: the engine within a node, MPI's semantics everywhere.
+
+Errors go back as MPI errors: a new error code whose string names the call, the rank and the reason,
+raised through the communicator's error handler (a C caller's MPI_ERRORS_ARE_FATAL ends the job with
+that message; MPI_ERRORS_RETURN returns it, and MPI_Error_string gives the text).
+"""
+import atexit
+import ctypes
+
+from mpi4py import MPI
+
+from .. import comm as _comm
+from .._codes import TYPESTR_CODES
+from .._state import state_of
+from .._types import FROM_MPI
+from .functions import TABLE
+
+_TYPESTRS = {code: typestr for typestr, code in TYPESTR_CODES.items()}  # dtype code -> a CAI typestr
+
+_IN_PLACE = (1, (1 << (8 * ctypes.sizeof(ctypes.c_void_p))) - 1)  # MPI_IN_PLACE: Open MPI's, MPICH's
+_STATUS_IGNORE = (0, 1)                                              # MPI_STATUS_IGNORE: Open MPI's, MPICH's
+_HANDLER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_ssize_t))
+
+
+class DeviceMemory:
+    """Device memory at an address for mpigpu's intake (CAI v3; the caller's stream work is done, as MPI
+    requires of a C caller, so no stream to wait for): `count` elements of a predefined type's typestr
+    (the form mpigpu's fast paths take), or bytes under a buffer specification."""
+    __slots__ = ('__cuda_array_interface__',)
+
+    def __init__(self, ptr, count, typestr, readonly):
+        self.__cuda_array_interface__ = {'shape': (count,), 'typestr': typestr, 'data': (ptr, readonly),
+                                         'strides': None, 'version': 3, 'stream': None}
+
+
+class Handler:
+    """The registered handler: the interposer's library, the handle sizes of the MPI below, what each
+    function's call needs (made at its first call)."""
+
+    def __init__(self, lib):
+        self.lib = lib
+        self.lib.mpigpu_pmpi_is_device.argtypes = (ctypes.c_void_p,)
+        # by name: under `python -m mpigpu` the drop-in replaces MPI.Comm's class after this is made
+        self.handle_bits = {cls.__name__: 8 * MPI._sizeof(cls) for cls in (MPI.Comm, MPI.Datatype, MPI.Op)}
+        self.cfunc = _HANDLER(self.dispatch)
+        self.calls = 0  # device calls handled (interposer_status() reports it)
+        self.types = {}  # datatype handle -> (MPI.Datatype, extent, true lb, true extent, typestr or None)
+
+    def handle(self, cls, word):
+        bits = self.handle_bits[cls.__name__]
+        word &= (1 << bits) - 1
+        if bits < 64 and word >= 1 << (bits - 1):
+            word -= 1 << bits  # MPICH's handles are C ints
+        return word
+
+    def datatype(self, word):
+        """(datatype, extent, true lb, true extent, typestr of a predefined type mpigpu moves, or None)."""
+        h = self.handle(MPI.Datatype, word)
+        known = self.types.get(h)
+        if known is None:
+            dt = MPI.Datatype.fromhandle(h)
+            code = FROM_MPI.get(h)
+            typestr = _TYPESTRS.get(int(code)) if code is not None else None
+            known = (dt, dt.Get_extent()[1]) + tuple(dt.Get_true_extent()) + (typestr,)
+            if not dt.is_predefined:
+                return known  # a user's type: its handle may be freed and reused, so not kept
+            self.types[h] = known
+        return known
+
+    def communicator(self, word):
+        """mpigpu's communicator on the handle, its state bound (so the fast paths find it); a new wrapper
+        each call: a freed handle may come back as another communicator."""
+        comm = _comm.Comm.fromhandle(self.handle(MPI.Comm, word))
+        state_of(comm)
+        return comm
+
+    def dispatch(self, index, words):
+        fn = TABLE[index]
+        self.calls += 1
+        comm = None
+        try:
+            args = words[:len(fn.params)]
+            ic = fn.find('comm')
+            comm = self.communicator(args[ic]) if ic >= 0 else None
+            return Call(self, fn, args, comm).run()
+        except BaseException as exc:  # every failure goes back to the C caller as an MPI error
+            return _fail(fn, comm, exc)
+
+
+def _folded(fn):
+    """The parameters a function's buffer specifications take in (not passed on their own)."""
+    out = set()
+    for p in fn.params:
+        for s in p.forms:
+            out.update((s.type, s.displs) if s.form in ('sum', 'own') else (s.count, s.type, s.displs))
+    return out
+
+
+_FOLDED = {fn.name: _folded(fn) for fn in TABLE}
+
+
+class Call:
+    """One intercepted call turned into its mpi4py method call."""
+
+    def __init__(self, handler, fn, args, comm):
+        self.h, self.fn, self.args, self.comm = handler, fn, args, comm
+        self.size = self.rank = 0
+        if comm is not None:
+            self.size = comm.Get_remote_size() if comm.Is_inter() else comm.Get_size()
+            self.rank = comm.Get_rank()
+        first = args[next(i for i, p in enumerate(fn.params) if p.is_buffer)]
+        self.in_place = first in _IN_PLACE
+
+    def value(self, name):
+        i = self.fn.index[name]
+        p = self.fn.params[i]
+        word = self.args[i]
+        if p.kind == 'int':
+            return ctypes.c_int(word & 0xFFFFFFFF).value
+        if p.kind == 'ints':
+            return list((ctypes.c_int * self.size).from_address(word)) if word else None
+        if p.kind == 'type':
+            return self.h.datatype(word)[0]
+        if p.kind == 'types':
+            n = self.size
+            if MPI._sizeof(MPI.Datatype) == 4:
+                raw = (ctypes.c_int * n).from_address(word)
+            else:
+                raw = (ctypes.c_ssize_t * n).from_address(word)
+            return [MPI.Datatype.fromhandle(self.h.handle(MPI.Datatype, w)) for w in raw]
+        if p.kind == 'op':
+            return MPI.Op.fromhandle(self.h.handle(MPI.Op, word))
+        return word
+
+    def spec(self, param):
+        """The buffer argument of a buffer parameter: a typed device array where the datatype is a
+        predefined one mpigpu moves (what mpigpu's fast paths take), else an mpi4py buffer specification
+        (or MPI.IN_PLACE, or None)."""
+        ptr = self.args[self.fn.index[param.name]]
+        if ptr in _IN_PLACE:
+            return MPI.IN_PLACE
+        if param.root_only and self.rank != self.value('root'):
+            return None
+        form = param.forms[1 if self.in_place and len(param.forms) > 1 else 0]
+        if form.form in ('simple', 'times_n'):
+            dtype, extent, true_lb, true_extent, typestr = self.h.datatype(self.args[self.fn.index[form.type]])
+            count = self.value(form.count)
+            blocks = count * (self.size if form.form == 'times_n' else 1)
+            device = bool(ptr) and self.h.lib.mpigpu_pmpi_is_device(ptr)
+            if device and typestr is not None:
+                return DeviceMemory(ptr, blocks, typestr, param.kind == 'in')
+            nbytes = _reach([(0, blocks, (extent, true_lb, true_extent))])
+            return [self.memory(ptr, nbytes, param, device), count, dtype]
+        dtype = self.value(form.type)
+        counts = self.value(form.count)
+        if form.form in ('sum', 'own'):
+            count = sum(counts) if form.form == 'sum' else counts[self.rank]
+            return [self.memory(ptr, count * dtype.Get_extent()[1], param), dtype]
+        displs = self.value(form.displs)
+        if form.form == 'v':
+            shape = _shape(dtype)
+            nbytes = _reach([(d * shape[0], c, shape) for c, d in zip(counts, displs)])
+        else:  # w: byte displacements, a datatype each
+            nbytes = _reach([(d, c, _shape(t)) for c, d, t in zip(counts, displs, dtype)])
+        return [self.memory(ptr, nbytes, param), (counts, displs), dtype]
+
+    def memory(self, ptr, nbytes, param, device=None):
+        if not ptr:
+            if nbytes:
+                raise ValueError(f'{param.name}: a null pointer with {nbytes} bytes to reach')
+            return None
+        if device is None:
+            device = self.h.lib.mpigpu_pmpi_is_device(ptr)
+        if device:
+            return DeviceMemory(ptr, nbytes, '|u1', param.kind == 'in')
+        return (ctypes.c_char * nbytes).from_address(ptr)
+
+    def run(self):
+        fn, positional, folded = self.fn, [], _FOLDED[self.fn.name]
+        status = None
+        for i, p in enumerate(fn.params):
+            if p.is_buffer:
+                positional.append(self.spec(p))
+            elif p.kind == 'status':
+                status = MPI.Status() if self.args[i] not in _STATUS_IGNORE else None
+            elif p.kind in ('comm', 'request') or p.name in folded:
+                continue
+            elif p.kind == 'op' and fn.find('comm') < 0:
+                continue  # MPI_Reduce_local: the op is the receiver
+            else:
+                positional.append(self.value(p.name))
+        if fn.find('comm') < 0:
+            result = self.value('op').Reduce_local(*positional)
+        else:
+            method = getattr(self.comm, fn.name)
+            result = method(*positional, status=status) if status is not None else method(*positional)
+        if status is not None:
+            ctypes.memmove(self.args[fn.find('status')], MPI._addressof(status), MPI._sizeof(MPI.Status))
+        ir = fn.find('request')
+        if ir >= 0:
+            ctypes.memmove(self.args[ir], MPI._addressof(result), MPI._sizeof(MPI.Request))
+        return MPI.SUCCESS
+
+
+def _shape(dtype):
+    return (dtype.Get_extent()[1],) + tuple(dtype.Get_true_extent())
+
+
+def _reach(pieces):
+    """Bytes from a buffer's address to the end of the last element of (byte offset, count, (extent,
+    true lb, true extent) of the datatype)."""
+    end = 0
+    for offset, count, (extent, true_lb, true_extent) in pieces:
+        if count <= 0:
+            continue
+        if true_lb < 0 or offset < 0 or extent < 0:
+            raise ValueError('a datatype or displacement that reaches below the buffer\'s address')
+        end = max(end, offset + (count - 1) * extent + true_lb + true_extent)
+    return end
+
+
+_error_class = None
+
+
+def _fail(fn, comm, exc):
+    """exc as an MPI error code (a new one carrying its message, or MPI's own), through comm's handler."""
+    global _error_class
+    if isinstance(exc, MPI.Exception):
+        code = exc.Get_error_code()
+    else:
+        if _error_class is None:
+            _error_class = MPI.Add_error_class()
+        code = MPI.Add_error_code(_error_class)
+        rank = comm.Get_rank() if comm is not None else MPI.COMM_WORLD.Get_rank()
+        MPI.Add_error_string(code, f'MPI_{fn.name} on rank {rank}: {type(exc).__name__}: {exc} (mpigpu)')
+    if comm is not None:
+        comm.Call_errhandler(code)
+    return code
+
+
+_installed = None
+
+
+def calls():
+    """Device calls the handler has run in this process."""
+    return _installed.calls if _installed is not None else 0
+
+
+def install(lib):
+    """Registers the handler with the interposer (once), and unregisters it before Python's teardown."""
+    global _installed
+    if _installed is not None:
+        return
+    _installed = Handler(lib)
+    lib.mpigpu_pmpi_set_handler(_installed.cfunc)
+    atexit.register(lib.mpigpu_pmpi_set_handler, None)

@@ -1,0 +1,69 @@
+/* The interposer's internal interface: what the generated wrappers (wrappers.c) and the hand-written
+ * parts (interpose.c: the device call's routing; lower.c: the MPI library below; memory.c: where a
+ * pointer lives, through the CUDA driver; staging.c: device buffers through host copies) share.
+ * No MPI header: handles travel as pointer-sized words (MPICH's ints and Open MPI's pointers alike), so
+ * one build serves the MPI the process loads. */
+#pragma once
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define MGI_EXPORT __attribute__((visibility("default")))
+
+/* How a buffer's bytes lie, as the table says (functions.py's Span): one form, and the indices of the
+ * parameters holding its count (or counts), displacements (-1: none) and datatype (or datatypes). */
+typedef struct {
+  int8_t form, count, displs, type;
+} mgi_span;
+
+typedef struct {
+  int8_t param, dir, root_only, nforms; /* dir: 0 in, 1 out, 2 inout; forms[1]: where the call is in place */
+  mgi_span forms[2];
+} mgi_buffer;
+
+typedef struct {
+  const char *name, *lower_name, *signature;
+  int8_t nparams, nbuffers, comm, root, request, status; /* parameter indices, -1: none */
+  mgi_buffer buffers[2];
+} mgi_function;
+
+enum { MGI_IN, MGI_OUT, MGI_INOUT };
+
+extern const mgi_function mgi_functions[];
+
+/* MPI_IN_PLACE is (void *)-1 in MPICH and (void *)1 in Open MPI; MPI_BOTTOM is NULL in both. None of
+ * them, nor anything in the first page, is memory a buffer could start at. */
+static inline int mgi_special(const void *p) {
+  uintptr_t v = (uintptr_t)p;
+  return v < 4096 || v == UINTPTR_MAX;
+}
+
+/* memory.c */
+extern atomic_int mgi_driver_ready;   /* 1 once the CUDA driver is loaded and its functions found */
+int mgi_find_driver(void);            /* looks for it again if the loader loaded anything since */
+int mgi_query(const void *p);         /* device or managed memory, as the driver says (driver ready) */
+int mgi_surely_host(const void *p);   /* the brk heap or this thread's stack: host memory, no question */
+/* Whether this call could hold device memory at all: once per call, not per buffer (without a driver,
+ * no memory is device memory). */
+static inline int mgi_driver(void) {
+  return atomic_load_explicit(&mgi_driver_ready, memory_order_acquire) || mgi_find_driver();
+}
+static inline int mgi_device(const void *p) { return !mgi_special(p) && !mgi_surely_host(p) && mgi_query(p); }
+static inline int mgi_maybe_device(const void *p) { return mgi_driver() && mgi_device(p); }
+int mgi_copy(void *dst, const void *src, size_t n, const void *device_side); /* 0 or a CUDA error */
+
+/* lower.c: the MPI library below */
+void *mgi_lower(int id);              /* PMPI_<name> of function id, or NULL */
+void *mgi_lower_named(const char *name);
+int mgi_lower_cuda_aware(void);       /* the library's own MPIX_Query_cuda_support(), 0 where it has none */
+
+/* interpose.c */
+int mgi_device_call(int id, intptr_t *args); /* a call with a device buffer */
+int mgi_missing(int id);                     /* the MPI library has no PMPI_<name> */
+int mgi_fail(int id, intptr_t comm, const char *why); /* an MPI error naming the call, through comm's handler */
+
+/* staging.c: a blocking call's device buffers through host copies */
+int mgi_stage(int id, intptr_t *args);
+
+/* wrappers.c (generated) */
+int mgi_call_lower(int id, const intptr_t *args);

@@ -1,0 +1,83 @@
+/* The MPI library below the interposer: its PMPI_* entry points, found at the first call.
+ *
+ * Preloaded into a program (LD_PRELOAD), the library is next in the global scope (dlsym RTLD_NEXT).
+ * Loaded by `python -m mpigpu` before mpi4py, it is not: mpi4py's extension loads the MPI library into
+ * its own scope. Then the loaded objects are searched for the one that defines PMPI_Send. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <link.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "functions.h"
+
+static void *mpi_lib; /* a handle on the MPI library, or NULL where none was found */
+static pthread_once_t found = PTHREAD_ONCE_INIT;
+static _Atomic(void *) lower[MGI_COUNT];
+
+typedef struct {
+  char **names;
+  size_t n, cap;
+} name_list;
+
+static int collect(struct dl_phdr_info *info, size_t size, void *out) {
+  (void)size;
+  name_list *l = out;
+  if (!info->dlpi_name || !info->dlpi_name[0]) return 0;
+  if (l->n == l->cap) {
+    size_t cap = l->cap ? 2 * l->cap : 64;
+    char **grown = realloc(l->names, cap * sizeof(char *));
+    if (!grown) return 1;
+    l->names = grown;
+    l->cap = cap;
+  }
+  l->names[l->n] = strdup(info->dlpi_name);
+  if (l->names[l->n]) l->n++;
+  return 0;
+}
+
+static void *search_loaded(void) {
+  name_list l = {0};
+  dl_iterate_phdr(collect, &l); /* names first: no dlopen while the loader's list is held */
+  void *sym = NULL;
+  for (size_t i = 0; i < l.n; i++) {
+    if (!sym) {
+      void *h = dlopen(l.names[i], RTLD_NOLOAD | RTLD_LAZY);
+      if (h) {
+        sym = dlsym(h, "PMPI_Send");
+        dlclose(h);
+      }
+    }
+    free(l.names[i]);
+  }
+  free(l.names);
+  return sym;
+}
+
+static void find_mpi(void) {
+  void *sym = dlsym(RTLD_NEXT, "PMPI_Send");
+  if (!sym) sym = search_loaded();
+  Dl_info info;
+  if (sym && dladdr(sym, &info) && info.dli_fname) mpi_lib = dlopen(info.dli_fname, RTLD_NOLOAD | RTLD_LAZY);
+}
+
+void *mgi_lower_named(const char *name) {
+  pthread_once(&found, find_mpi);
+  return mpi_lib ? dlsym(mpi_lib, name) : NULL;
+}
+
+void *mgi_lower(int id) {
+  void *fn = atomic_load_explicit(&lower[id], memory_order_acquire);
+  if (!fn) {
+    fn = mgi_lower_named(mgi_functions[id].lower_name);
+    atomic_store_explicit(&lower[id], fn, memory_order_release);
+  }
+  return fn;
+}
+
+int mgi_lower_cuda_aware(void) {
+  int (*query)(void) = (int (*)(void))mgi_lower_named("MPIX_Query_cuda_support");
+  return query ? query() : 0;
+}

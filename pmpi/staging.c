@@ -1,0 +1,141 @@
+/* A blocking call's device buffers through host copies, for a process with no handler (a C or Fortran
+ * program under LD_PRELOAD) on an MPI that is not CUDA-aware: each device buffer's bytes are copied to
+ * host memory, the MPI library's call runs on the copies, and what it wrote is copied back. Correct, not
+ * fast: the device paths are mpigpu's, in a Python process (interpose.c's handler).
+ *
+ * The bytes of a buffer are those its count and datatype (or counts and displacements) reach, as the
+ * table says (functions.py); a whole span is copied in, holes included, so what MPI does not write
+ * comes back unchanged. */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "functions.h"
+
+typedef int (*comm_int_fn)(intptr_t, int *);
+typedef int (*type_bounds_fn)(intptr_t, intptr_t *, intptr_t *);
+
+typedef struct {
+  intptr_t lo, hi; /* bytes [lo, hi) from the buffer's address */
+  int any;
+} byte_range;
+
+typedef struct {
+  intptr_t extent, true_lb, true_extent;
+} type_shape;
+
+static int shape_of(intptr_t type, type_shape *s) {
+  type_bounds_fn extent = (type_bounds_fn)mgi_lower_named("PMPI_Type_get_extent");
+  type_bounds_fn true_extent = (type_bounds_fn)mgi_lower_named("PMPI_Type_get_true_extent");
+  intptr_t lb;
+  if (!extent || !true_extent) return -1;
+  if (extent(type, &lb, &s->extent) || true_extent(type, &s->true_lb, &s->true_extent)) return -1;
+  return 0;
+}
+
+/* count elements of a type whose first one starts offset bytes in */
+static void cover(byte_range *r, intptr_t offset, long long count, const type_shape *s) {
+  if (count <= 0 || s->true_extent <= 0) return;
+  intptr_t last = (intptr_t)(count - 1) * s->extent;
+  intptr_t lo = offset + s->true_lb + (last < 0 ? last : 0);
+  intptr_t hi = offset + s->true_lb + (last > 0 ? last : 0) + s->true_extent;
+  if (!r->any || lo < r->lo) r->lo = lo;
+  if (!r->any || hi > r->hi) r->hi = hi;
+  r->any = 1;
+}
+
+/* The bytes one buffer's form reaches; -1 where it cannot say (a datatype MPI refuses, the w-forms). */
+static int span_of(const mgi_span *f, const intptr_t *a, int n, int rank, byte_range *r) {
+  type_shape s;
+  if (f->form == MGI_FORM_W || shape_of(a[f->type], &s)) return -1;
+  const int *counts = (const int *)a[f->count];
+  long long total = 0;
+  switch (f->form) {
+    case MGI_FORM_SIMPLE: cover(r, 0, (int)a[f->count], &s); return 0;
+    case MGI_FORM_TIMES_N: cover(r, 0, (long long)(int)a[f->count] * n, &s); return 0;
+    case MGI_FORM_OWN: cover(r, 0, counts[rank], &s); return 0;
+    case MGI_FORM_SUM:
+      for (int i = 0; i < n; i++) total += counts[i];
+      cover(r, 0, total, &s);
+      return 0;
+    case MGI_FORM_V: {
+      const int *displs = (const int *)a[f->displs];
+      for (int i = 0; i < n; i++) cover(r, (intptr_t)displs[i] * s.extent, counts[i], &s);
+      return 0;
+    }
+    default: return -1;
+  }
+}
+
+typedef struct {
+  char *device, *host; /* the span's first byte on each side */
+  size_t bytes;
+  int writes;
+} staged_buffer;
+
+int mgi_stage(int id, intptr_t *a) {
+  const mgi_function *fn = &mgi_functions[id];
+  intptr_t comm = fn->comm >= 0 ? a[fn->comm] : 0;
+  if (fn->request >= 0)
+    return mgi_fail(id, comm,
+                    "a non-blocking call with device buffers needs mpigpu's handler (python -m mpigpu) or a "
+                    "CUDA-aware MPI below; this process has neither");
+  int n = 1, rank = 0, inter = 0;
+  if (fn->comm >= 0) {
+    comm_int_fn size = (comm_int_fn)mgi_lower_named("PMPI_Comm_size");
+    comm_int_fn get_rank = (comm_int_fn)mgi_lower_named("PMPI_Comm_rank");
+    comm_int_fn test_inter = (comm_int_fn)mgi_lower_named("PMPI_Comm_test_inter");
+    if (!size || !get_rank || !test_inter || size(comm, &n) || get_rank(comm, &rank) || test_inter(comm, &inter))
+      return mgi_fail(id, comm, "cannot read the communicator's size and rank");
+    if (inter) return mgi_fail(id, comm, "device buffers on an intercommunicator need mpigpu's handler (python -m mpigpu)");
+  }
+  int root = fn->root >= 0 ? (int)a[fn->root] : -1;
+  uintptr_t first = (uintptr_t)a[fn->buffers[0].param];
+  int in_place = fn->nbuffers > 1 && (first == 1 || first == UINTPTR_MAX);
+
+  staged_buffer staged[2] = {{0}};
+  int rc = 0;
+  char why[160] = "";
+  for (int b = 0; b < fn->nbuffers && !rc; b++) {
+    const mgi_buffer *buf = &fn->buffers[b];
+    char *p = (char *)a[buf->param];
+    if (!mgi_maybe_device(p) || (buf->root_only && rank != root)) continue;
+    byte_range r = {0};
+    const mgi_span *form = &buf->forms[in_place && buf->nforms > 1 ? 1 : 0];
+    if (span_of(form, a, n, rank, &r)) {
+      snprintf(why, sizeof why, "cannot stage device buffer %d (its datatype, or a form without the handler)", b);
+      rc = -1;
+      break;
+    }
+    if (!r.any) continue;
+    staged_buffer *s = &staged[b];
+    s->device = p + r.lo;
+    s->bytes = (size_t)(r.hi - r.lo);
+    s->writes = buf->dir != MGI_IN;
+    s->host = malloc(s->bytes);
+    if (!s->host) {
+      snprintf(why, sizeof why, "no host memory for a %zu-byte staging copy", s->bytes);
+      rc = -1;
+      break;
+    }
+    int cu = mgi_copy(s->host, s->device, s->bytes, s->device);
+    if (cu) {
+      snprintf(why, sizeof why, "copying device buffer %d to the host failed (CUDA error %d)", b, cu);
+      rc = -1;
+      break;
+    }
+    a[buf->param] = (intptr_t)(s->host - r.lo);
+  }
+  if (!rc) {
+    rc = mgi_call_lower(id, a);
+    for (int b = 0; b < fn->nbuffers; b++) {
+      staged_buffer *s = &staged[b];
+      if (!s->host || !s->writes) continue;
+      int cu = mgi_copy(s->device, s->host, s->bytes, s->device);
+      if (cu && !why[0]) snprintf(why, sizeof why, "copying back to device buffer %d failed (CUDA error %d)", b, cu);
+    }
+  }
+  for (int b = 0; b < fn->nbuffers; b++) free(staged[b].host);
+  if (why[0]) return mgi_fail(id, comm, why);
+  return rc;
+}

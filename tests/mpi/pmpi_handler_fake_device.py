@@ -1,0 +1,158 @@
+"""MPI calls made below Python (through ctypes, as a C extension or mpi4jax makes them) with device
+pointers, in a process run by `python -m mpigpu`: the interposer hands them to mpigpu's handler, which
+runs them on mpigpu's paths. On CPUs: the fake CUDA layer plays device memory for mpigpu, the fake
+driver (FAKE_LIBCUDA, tests/pmpi/fake_libcuda.c) tells the interposer where it is. Each result is
+compared with mpi4py's on host buffers. Run under mpiexec -n 1..4 (tests/test_pmpi.py)."""
+import ctypes
+import mmap
+import os
+
+import numpy as np
+
+fake_driver = ctypes.CDLL(os.environ['FAKE_LIBCUDA'], mode=os.RTLD_GLOBAL)
+fake_driver.cuInit(0)
+fake_driver.fake_cuda_register.argtypes = (ctypes.c_size_t, ctypes.c_size_t)
+fake_driver.fake_cuda_unregister.argtypes = (ctypes.c_size_t,)
+
+from fake_device import install, register_device  # noqa: E402
+
+install()
+from mpi4py import MPI  # noqa: E402
+
+from mpigpu import _interpose  # noqa: E402
+from mpigpu._interpose import handler  # noqa: E402
+
+assert _interpose.status() == 'on', _interpose.status()
+# the interposer's MPIX_Query_cuda_support() says yes; mpigpu asks the library below it, which is not
+from mpigpu import _host_mpi  # noqa: E402
+
+assert not _host_mpi.cuda_aware()
+c = ctypes.CDLL(None)  # the global scope: the interposer's MPI_* (mpi4py's MPI library is not in it)
+comm = MPI.COMM_WORLD
+rank, n = comm.Get_rank(), comm.Get_size()
+W = ctypes.c_ssize_t  # handles travel as words
+checks = 0
+kept = []
+
+
+def device(a):
+    """A copy of `a` (a NumPy array) in its own mapping, from now on device memory for mpigpu's layer and
+    the interposer alike (a mapping: device memory never lies in the brk heap, which the interposer knows
+    is host memory without asking the driver)."""
+    mapped = np.frombuffer(mmap.mmap(-1, max(a.nbytes, 1)), dtype=a.dtype, count=a.size).reshape(a.shape)
+    mapped[...] = a
+    a = mapped
+    register_device(a.ctypes.data, a.nbytes)
+    fake_driver.fake_cuda_register(a.ctypes.data, a.nbytes)
+    kept.append(a)
+    return a
+
+
+def p(a):
+    return ctypes.c_void_p(a.ctypes.data)
+
+
+def h(obj):
+    return W(obj.handle)
+
+
+def same(got, want, what):
+    global checks
+    checks += 1
+    assert got.tobytes() == want.tobytes(), f'rank {rank}: {what}: {got[:8]} != {want[:8]}'
+
+
+def call(name, *args):
+    rc = getattr(c, 'MPI_' + name)(*args)
+    assert rc == MPI.SUCCESS, f'rank {rank}: MPI_{name} returned {rc}: {MPI.Get_error_string(rc)}'
+
+
+before = handler.calls()
+N = 1000
+x = np.arange(N, dtype=np.float32) * (rank + 1)
+for op in (MPI.SUM, MPI.MAX):
+    s, r = device(x.copy()), device(np.zeros(N, np.float32))
+    call('Allreduce', p(s), p(r), N, h(MPI.FLOAT), h(op), h(comm))
+    want = np.zeros(N, np.float32)
+    comm.Allreduce(x, want, op)
+    same(r, want, f'Allreduce {op}')
+r = device(x.copy())
+IN_PLACE = ctypes.c_void_p(int(MPI.IN_PLACE) & (2 ** (8 * ctypes.sizeof(ctypes.c_void_p)) - 1))
+call('Allreduce', IN_PLACE, p(r), N, h(MPI.FLOAT), h(MPI.SUM), h(comm))
+want = x.copy()
+comm.Allreduce(MPI.IN_PLACE, want)
+same(r, want, 'Allreduce in place')
+
+b = device(x.copy() if rank == 0 else np.zeros(N, np.float32))
+call('Bcast', p(b), N, h(MPI.FLOAT), 0, h(comm))
+same(b, np.arange(N, dtype=np.float32), 'Bcast')
+
+s, r = device(np.arange(N, dtype=np.int64) + rank), device(np.zeros(N, np.int64))
+call('Reduce', p(s), p(r), N, h(MPI.INT64_T), h(MPI.SUM), 0, h(comm))
+if rank == 0:
+    same(r, np.arange(N, dtype=np.int64) * n + n * (n - 1) // 2, 'Reduce')
+
+s, r = device(np.full(3, rank, np.int32)), device(np.zeros(3 * n, np.int32))
+call('Allgather', p(s), 3, h(MPI.INT), p(r), 3, h(MPI.INT), h(comm))
+same(r, np.repeat(np.arange(n, dtype=np.int32), 3), 'Allgather')
+
+counts = np.arange(1, n + 1, dtype=np.int32)
+displs = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int32)
+sendcounts = np.full(n, rank + 1, np.int32)
+sdispls = (np.arange(n) * (rank + 1)).astype(np.int32)
+sv = device(np.repeat(np.arange(n, dtype=np.float64) + 100 * rank, rank + 1))
+rv = device(np.zeros(int(counts.sum()), np.float64))
+rcounts = np.full(n, 0, np.int32)
+rcounts[:] = np.arange(1, n + 1)
+call('Alltoallv', p(sv), p(sendcounts), p(sdispls), h(MPI.DOUBLE), p(rv), p(rcounts), p(displs), h(MPI.DOUBLE), h(comm))
+want = np.zeros_like(rv)
+comm.Alltoallv([sv.copy(), (sendcounts, sdispls), MPI.DOUBLE], [want, (rcounts, displs), MPI.DOUBLE])
+same(rv, want, 'Alltoallv')
+
+nxt, prv = (rank + 1) % n, (rank - 1) % n
+s, r = device(np.full(17, rank, np.int16)), device(np.zeros(17, np.int16))
+status = (ctypes.c_byte * MPI._sizeof(MPI.Status))()
+call('Sendrecv', p(s), 17, h(MPI.SHORT), nxt, 4, p(r), 17, h(MPI.SHORT), MPI.ANY_SOURCE, MPI.ANY_TAG, h(comm), status)
+st = MPI.Status()
+ctypes.memmove(MPI._addressof(st), status, len(status))
+same(r, np.full(17, prv, np.int16), 'Sendrecv')
+assert (st.Get_source(), st.Get_tag(), st.Get_count(MPI.SHORT)) == (prv, 4, 17), (st.Get_source(), st.Get_tag())
+checks += 1
+
+s, r = device(np.full(64, rank + 1.5)), device(np.zeros(64))
+reqs = [(ctypes.c_byte * MPI._sizeof(MPI.Request))() for _ in range(2)]
+call('Irecv', p(r), 64, h(MPI.DOUBLE), prv, 8, h(comm), reqs[0])
+call('Isend', p(s), 64, h(MPI.DOUBLE), nxt, 8, h(comm), reqs[1])
+handles = []
+for raw in reqs:
+    req = MPI.Request()
+    ctypes.memmove(MPI._addressof(req), raw, len(raw))
+    handles.append(req)
+MPI.Request.Waitall(handles)
+same(r, np.full(64, prv + 1.5), 'Isend/Irecv')
+
+s, r = device(np.arange(8, dtype=np.float32)), device(np.ones(8, np.float32))
+call('Reduce_local', p(s), p(r), 8, h(MPI.FLOAT), h(MPI.SUM))
+same(r, np.arange(8, dtype=np.float32) + 1, 'Reduce_local')
+
+# errors in handled calls come back as MPI errors (mpi4py's COMM_WORLD returns them): MPI's own with its
+# class; one of the handler's with a new code whose string names the call and the rank
+s, r = device(np.zeros(4, np.float32)), device(np.zeros(4, np.float32))
+rc = c.MPI_Allreduce(p(s), p(r), 4, h(MPI.FLOAT), h(MPI.REPLACE), h(comm))
+assert rc != MPI.SUCCESS and MPI.Get_error_class(rc) == MPI.ERR_OP, (rc, MPI.Get_error_string(rc))
+rc = c.MPI_Allreduce(p(s), None, 4, h(MPI.FLOAT), h(MPI.SUM), h(comm))
+text = MPI.Get_error_string(rc) if rc != MPI.SUCCESS else ''
+assert 'MPI_Allreduce' in text and f'rank {rank}' in text and 'null pointer' in text, (rc, text)
+checks += 2
+
+handled = handler.calls() - before
+assert handled >= 12, f'rank {rank}: the handler ran {handled} calls'
+# host buffers passed below Python go straight to the MPI library
+a, b = np.ones(4), np.zeros(4)
+call('Allreduce', p(a), p(b), 4, h(MPI.DOUBLE), h(MPI.SUM), h(comm))
+same(b, np.full(4, float(n)), 'host Allreduce')
+assert handler.calls() - before == handled, 'a host call reached the handler'
+
+total = comm.allreduce(checks)
+if rank == 0:
+    print(f'pmpi handler on {n} ranks: {total} checks identical to mpi4py, {handled} calls handled per rank')

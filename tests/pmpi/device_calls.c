@@ -1,0 +1,237 @@
+/* A C program that passes device memory (cuMemAlloc) to MPI, as a code written for a CUDA-aware MPI
+ * does, and checks MPI's results: run under the interposer (LD_PRELOAD=$(python -m mpigpu --pmpi-path))
+ * on a real GPU or on the fake driver of the CPU tests (fake_libcuda.c). Prints one summary line on rank 0
+ * and exits 1 where any check failed. */
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* the driver's ABI (no CUDA header needed) */
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+CUresult cuInit(unsigned);
+CUresult cuDeviceGet(int *, int);
+CUresult cuDevicePrimaryCtxRetain(void **, int);
+CUresult cuCtxSetCurrent(void *);
+CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
+CUresult cuMemFree_v2(CUdeviceptr);
+CUresult cuMemcpyHtoD_v2(CUdeviceptr, const void *, size_t);
+CUresult cuMemcpyDtoH_v2(void *, CUdeviceptr, size_t);
+int MPIX_Query_cuda_support(void);
+
+static int rank, size, checks, failed;
+
+static void check(int ok, const char *what) {
+  checks++;
+  if (!ok) {
+    failed++;
+    fprintf(stderr, "device_calls: FAIL %s on rank %d\n", what, rank);
+  }
+}
+
+static void *dalloc(size_t bytes) {
+  CUdeviceptr d = 0;
+  if (cuMemAlloc_v2(&d, bytes ? bytes : 1)) {
+    fprintf(stderr, "device_calls: cuMemAlloc failed\n");
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  return (void *)(uintptr_t)d;
+}
+static void put(void *d, const void *h, size_t n) { cuMemcpyHtoD_v2((CUdeviceptr)(uintptr_t)d, h, n); }
+static void get(void *h, const void *d, size_t n) { cuMemcpyDtoH_v2(h, (CUdeviceptr)(uintptr_t)d, n); }
+
+/* n ints on the device, holding values[i] (or zeros where values is NULL) */
+static int *dints(int n, const int *values) {
+  int *d = dalloc(n * sizeof(int));
+  int *z = calloc(n ? n : 1, sizeof(int));
+  put(d, values ? values : z, n * sizeof(int));
+  free(z);
+  return d;
+}
+static int *host_of(const int *d, int n) {
+  int *h = malloc((n ? n : 1) * sizeof(int));
+  get(h, d, n * sizeof(int));
+  return h;
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  void *ctx;
+  int dev;
+  if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) || cuCtxSetCurrent(ctx)) {
+    fprintf(stderr, "device_calls: no CUDA context\n");
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  const int N = 1000, n = size, r = rank;
+  int *h = malloc(N * n * 4 * sizeof(int)), ok;
+
+  check(MPIX_Query_cuda_support() == 1, "MPIX_Query_cuda_support");
+
+  /* Allreduce, out of place and in place; with a host send buffer and a device receive buffer */
+  for (int i = 0; i < N; i++) h[i] = r + i;
+  int *s = dints(N, h), *d = dints(N, NULL), *g;
+  MPI_Allreduce(s, d, N, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  g = host_of(d, N), ok = 1;
+  for (int i = 0; i < N; i++) ok &= g[i] == n * i + n * (n - 1) / 2;
+  check(ok, "Allreduce");
+  free(g);
+  MPI_Allreduce(MPI_IN_PLACE, s, N, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  g = host_of(s, N), ok = 1;
+  for (int i = 0; i < N; i++) ok &= g[i] == n - 1 + i;
+  check(ok, "Allreduce in place");
+  free(g);
+  MPI_Allreduce(h, d, N, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  g = host_of(d, N), ok = 1;
+  for (int i = 0; i < N; i++) ok &= g[i] == i;
+  check(ok, "Allreduce host to device");
+  free(g);
+
+  /* Bcast from the last rank; Reduce to rank 0 (no receive buffer elsewhere) */
+  for (int i = 0; i < N; i++) h[i] = r == n - 1 ? 7 * i : -1;
+  put(d, h, N * sizeof(int));
+  MPI_Bcast(d, N, MPI_INT, n - 1, MPI_COMM_WORLD);
+  g = host_of(d, N), ok = 1;
+  for (int i = 0; i < N; i++) ok &= g[i] == 7 * i;
+  check(ok, "Bcast");
+  free(g);
+  for (int i = 0; i < N; i++) h[i] = r + i;
+  put(s, h, N * sizeof(int));
+  MPI_Reduce(s, r == 0 ? d : NULL, N, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
+  if (r == 0) {
+    g = host_of(d, N), ok = 1;
+    for (int i = 0; i < N; i++) ok &= g[i] == n * i + n * (n - 1) / 2;
+    check(ok, "Reduce");
+    free(g);
+  }
+
+  /* Allgather (2 each); Reduce_scatter_block (3 each), out of place and in place */
+  int two[2] = {r, 10 * r};
+  int *s2 = dints(2, two), *big = dints(4 * n, NULL);
+  MPI_Allgather(s2, 2, MPI_INT, big, 2, MPI_INT, MPI_COMM_WORLD);
+  g = host_of(big, 2 * n), ok = 1;
+  for (int j = 0; j < n; j++) ok &= g[2 * j] == j && g[2 * j + 1] == 10 * j;
+  check(ok, "Allgather");
+  free(g);
+  for (int i = 0; i < 3 * n; i++) h[i] = r + i;
+  int *s3 = dints(3 * n, h), *d3 = dints(3, NULL);
+  MPI_Reduce_scatter_block(s3, d3, 3, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  g = host_of(d3, 3), ok = 1;
+  for (int i = 0; i < 3; i++) ok &= g[i] == n * (3 * r + i) + n * (n - 1) / 2;
+  check(ok, "Reduce_scatter_block");
+  free(g);
+  MPI_Reduce_scatter_block(MPI_IN_PLACE, s3, 3, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  g = host_of(s3, 3), ok = 1;
+  for (int i = 0; i < 3; i++) ok &= g[i] == n * (3 * r + i) + n * (n - 1) / 2;
+  check(ok, "Reduce_scatter_block in place");
+  free(g);
+
+  /* a ring of Sendrecv, and Send/Recv with a status */
+  for (int i = 0; i < N; i++) h[i] = 100 * r + i;
+  put(s, h, N * sizeof(int));
+  MPI_Status st;
+  MPI_Sendrecv(s, N, MPI_INT, (r + 1) % n, 5, d, N, MPI_INT, (r + n - 1) % n, 5, MPI_COMM_WORLD, &st);
+  g = host_of(d, N), ok = st.MPI_SOURCE == (r + n - 1) % n && st.MPI_TAG == 5;
+  for (int i = 0; i < N; i++) ok &= g[i] == 100 * ((r + n - 1) % n) + i;
+  check(ok, "Sendrecv");
+  free(g);
+  if (n > 1 && r < 2) {
+    if (r == 0) MPI_Send(s, 17, MPI_INT, 1, 9, MPI_COMM_WORLD);
+    else {
+      int count = -1;
+      MPI_Recv(d, N, MPI_INT, MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &st);
+      MPI_Get_count(&st, MPI_INT, &count);
+      g = host_of(d, 17), ok = count == 17 && st.MPI_SOURCE == 0 && st.MPI_TAG == 9;
+      for (int i = 0; i < 17; i++) ok &= g[i] == i;
+      check(ok, "Send/Recv");
+      free(g);
+    }
+  }
+
+  /* Alltoall (2 each); Alltoallv (j+1 to rank j) */
+  for (int j = 0; j < n; j++) h[2 * j] = h[2 * j + 1] = 100 * r + j;
+  int *sa = dints(2 * n, h), *ra = dints(2 * n, NULL);
+  MPI_Alltoall(sa, 2, MPI_INT, ra, 2, MPI_INT, MPI_COMM_WORLD);
+  g = host_of(ra, 2 * n), ok = 1;
+  for (int j = 0; j < n; j++) ok &= g[2 * j] == 100 * j + r && g[2 * j + 1] == 100 * j + r;
+  check(ok, "Alltoall");
+  free(g);
+  int *sc = malloc(n * sizeof(int)), *sd = malloc(n * sizeof(int)), *rc = malloc(n * sizeof(int)),
+      *rd = malloc(n * sizeof(int)), st_ = 0, rt = 0;
+  for (int j = 0; j < n; j++) {
+    sc[j] = j + 1, sd[j] = st_, st_ += j + 1;
+    rc[j] = r + 1, rd[j] = rt, rt += r + 1;
+  }
+  for (int j = 0; j < n; j++)
+    for (int k = 0; k < sc[j]; k++) h[sd[j] + k] = 1000 * r + j;
+  int *sv = dints(st_, h), *rv = dints(rt, NULL);
+  MPI_Alltoallv(sv, sc, sd, MPI_INT, rv, rc, rd, MPI_INT, MPI_COMM_WORLD);
+  g = host_of(rv, rt), ok = 1;
+  for (int j = 0; j < n; j++)
+    for (int k = 0; k < rc[j]; k++) ok &= g[rd[j] + k] == 1000 * j + r;
+  check(ok, "Alltoallv");
+  free(g);
+
+  /* Gatherv to rank 1 % n (r+1 each); Scatter from rank 0 (2 each) */
+  int root = 1 % n, total = 0;
+  for (int j = 0; j < n; j++) rc[j] = j + 1, rd[j] = total, total += j + 1;
+  for (int i = 0; i <= r; i++) h[i] = 10 * r + i;
+  int *sg = dints(r + 1, h), *rg = dints(total, NULL);
+  MPI_Gatherv(sg, r + 1, MPI_INT, r == root ? rg : NULL, rc, rd, MPI_INT, root, MPI_COMM_WORLD);
+  if (r == root) {
+    g = host_of(rg, total), ok = 1;
+    for (int j = 0; j < n; j++)
+      for (int i = 0; i <= j; i++) ok &= g[rd[j] + i] == 10 * j + i;
+    check(ok, "Gatherv");
+    free(g);
+  }
+  for (int i = 0; i < 2 * n; i++) h[i] = 3 * i;
+  put(sa, h, 2 * n * sizeof(int));
+  MPI_Scatter(r == 0 ? sa : NULL, 2, MPI_INT, s2, 2, MPI_INT, 0, MPI_COMM_WORLD);
+  g = host_of(s2, 2);
+  check(g[0] == 6 * r && g[1] == 6 * r + 3, "Scatter");
+  free(g);
+
+  /* Scan and Exscan; Reduce_local */
+  for (int i = 0; i < N; i++) h[i] = r + 1;
+  put(s, h, N * sizeof(int));
+  MPI_Scan(s, d, N, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  g = host_of(d, N), ok = 1;
+  for (int i = 0; i < N; i++) ok &= g[i] == (r + 1) * (r + 2) / 2;
+  check(ok, "Scan");
+  free(g);
+  MPI_Exscan(s, d, N, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (r > 0) {
+    g = host_of(d, N), ok = 1;
+    for (int i = 0; i < N; i++) ok &= g[i] == r * (r + 1) / 2;
+    check(ok, "Exscan");
+    free(g);
+  }
+  for (int i = 0; i < N; i++) h[i] = i;
+  put(d, h, N * sizeof(int));
+  MPI_Reduce_local(s, d, N, MPI_INT, MPI_SUM);
+  g = host_of(d, N), ok = 1;
+  for (int i = 0; i < N; i++) ok &= g[i] == i + r + 1;
+  check(ok, "Reduce_local");
+  free(g);
+
+  /* a non-blocking call with device buffers and no handler: an MPI error naming the call */
+  if (argc > 1 && strcmp(argv[1], "--expect-nonblocking-error") == 0) {
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Request req;
+    int rc_ = MPI_Iallreduce(s, d, N, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &req);
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc_, text, &len);
+    check(rc_ != MPI_SUCCESS && strstr(text, "MPI_Iallreduce") && strstr(text, "mpigpu"), "Iallreduce error");
+  }
+
+  int all_failed = 0;
+  MPI_Allreduce(&failed, &all_failed, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (r == 0) printf("device_calls: %d checks on rank 0, %d failed on all ranks\n", checks, all_failed);
+  MPI_Finalize();
+  return all_failed ? 1 : 0;
+}

@@ -1,0 +1,121 @@
+"""The MPI interposer (pmpi/, mpigpu/_interpose; issue 49) on CPUs: a C program that passes device memory
+(the fake driver's, which nothing but the driver's copies may touch) to MPI gets MPI's results under
+LD_PRELOAD, and crashes without it (so the fake is a real test); in a `python -m mpigpu` process MPI
+calls made below Python with device pointers run on mpigpu's paths through the handler; the table the
+library was built from is the one Python reads.
+
+Needs gcc and mpicc (the mpich wheel has both); without them these tests skip, and fail under
+MPIGPU_CI=1."""
+import ctypes
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+from conftest import mpiexec
+
+from mpigpu import _interpose
+from mpigpu._interpose.functions import TABLE
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _tool(name):
+    exe = shutil.which(name)
+    if exe is None:
+        if os.environ.get('MPIGPU_CI') == '1':
+            pytest.fail(f'{name} is needed to test the interposer')
+        pytest.skip(f'no {name} on PATH')
+    return exe
+
+
+def _build(cmd):
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    assert res.returncode == 0, f'{" ".join(cmd)}\n{res.stderr[-3000:]}'
+
+
+@pytest.fixture(scope='module')
+def programs(tmp_path_factory):
+    """The fake driver (libcuda.so.1) and the C program, built once."""
+    out = tmp_path_factory.mktemp('pmpi')
+    driver = out / 'libcuda.so.1'
+    _build([_tool('gcc'), '-shared', '-fPIC', '-O1', '-Wall', '-Wl,-soname,libcuda.so.1', '-o', str(driver),
+            os.path.join(HERE, 'pmpi', 'fake_libcuda.c'), '-lpthread'])
+    (out / 'libcuda.so').symlink_to('libcuda.so.1')
+    program = out / 'device_calls'
+    _build([_tool('mpicc'), '-O1', '-Wall', '-o', str(program), os.path.join(HERE, 'pmpi', 'device_calls.c'),
+            f'-L{out}', '-lcuda'])
+    return out, driver, program
+
+
+def _run(cmd, env, timeout=120):
+    e = dict(os.environ, PYTHONUNBUFFERED='1')
+    e.update(env)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=e)
+
+
+def test_table_is_the_one_built():
+    lib = ctypes.CDLL(_interpose.path())
+    _interpose._check_table(lib)  # raises where the library was built from another table
+    assert lib.mpigpu_pmpi_count() == len(TABLE)
+
+
+@pytest.mark.parametrize('argv,runner', [
+    (['python', '-m', 'mpigpu', 'x.py'], True),
+    (['python', '-X', 'dev', '-u', '-m', 'mpigpu', '-c', 'pass'], True),
+    (['python', '-mmpigpu'], True),
+    (['python', '-m', 'mpi4py', '-m', 'mpigpu'], False),
+    (['python', 'x.py', '-m', 'mpigpu'], False),
+    (['python', '-c', 'import mpigpu'], False),
+])
+def test_runner_detection(argv, runner):
+    assert _interpose.runs_as_runner(argv) is runner
+
+
+def test_pmpi_path_cli():
+    out = subprocess.run([sys.executable, '-m', 'mpigpu', '--pmpi-path'], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert os.path.isfile(out.stdout.strip()) and out.stdout.strip() == _interpose.path()
+
+
+def test_c_program_crashes_without_the_interposer(programs):
+    out, _, program = programs
+    res = _run([mpiexec(), '-n', '1', str(program)], {'LD_LIBRARY_PATH': str(out)})
+    assert res.returncode != 0, 'a device pointer reached MPI and nothing happened: the fake driver is not a test'
+
+
+@pytest.mark.parametrize('n', (1, 3))
+def test_c_program_under_the_interposer(programs, n):
+    out, _, program = programs
+    res = _run([mpiexec(), '-n', str(n), str(program), '--expect-nonblocking-error'],
+               {'LD_LIBRARY_PATH': str(out), 'LD_PRELOAD': _interpose.path()})
+    assert res.returncode == 0, f'{res.stdout[-3000:]}\n{res.stderr[-3000:]}'
+    assert ', 0 failed on all ranks' in res.stdout, res.stdout
+
+
+@pytest.mark.parametrize('n', (1, 2, 4))
+def test_calls_below_python_run_on_mpigpus_paths(programs, n):
+    _, driver, _ = programs
+    res = _run([mpiexec(), '-n', str(n), sys.executable, '-m', 'mpigpu',
+                os.path.join(HERE, 'mpi', 'pmpi_handler_fake_device.py')],
+               {'FAKE_LIBCUDA': str(driver), 'PYTHONPATH': os.path.join(HERE, 'mpi')})
+    assert res.returncode == 0, f'{res.stdout[-3000:]}\n{res.stderr[-3000:]}'
+    assert f'pmpi handler on {n} ranks' in res.stdout, res.stdout
+
+
+def test_memory_known_host_without_the_driver():
+    """The brk heap is host memory (no driver asked); a mapping of its own is asked about."""
+    import mmap
+    lib = ctypes.CDLL(_interpose.path())
+    lib.mpigpu_pmpi_surely_host.argtypes = (ctypes.c_void_p,)
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, (ctypes.c_size_t,)
+    libc.free.argtypes = (ctypes.c_void_p,)
+    small = libc.malloc(16)  # glibc's main arena: the brk heap
+    mapped = mmap.mmap(-1, 1 << 20)
+    try:
+        assert lib.mpigpu_pmpi_surely_host(small) == 1
+        assert lib.mpigpu_pmpi_surely_host(ctypes.addressof(ctypes.c_char.from_buffer(mapped))) == 0
+    finally:
+        libc.free(small)

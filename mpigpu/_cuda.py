@@ -114,6 +114,15 @@ def stream_handle(name, rank, stream):
     return stream
 
 
+def stream_handle_or_none(stream):
+    """stream_handle's answer where `stream` is one, else None (the caller's general path says why)."""
+    for attr in ('ptr', 'cuda_stream'):
+        if hasattr(stream, attr):
+            stream = getattr(stream, attr)
+            break
+    return stream if type(stream) is int and stream >= 0 else None
+
+
 def stream_of(buf, dev):
     """The stream a DeviceBuffer's data is ordered on: the consumer stream of `dev` for a DLPack
     producer that synchronized to it, the CAI v3 producer stream, else the legacy default stream."""

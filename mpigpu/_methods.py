@@ -178,6 +178,10 @@ def _handler(owner, name, base, params, bufs, state_of):
 
     def stream_call(self, args, stream):
         """The stream= form (the exchange's blocking calls and its reductions): on that CUDA stream."""
+        handle = _cuda.stream_handle_or_none(stream) if fast is not None else None
+        if handle is not None and fast(self, code, args[0], args[1], args[2] if rooted else None,
+                                       exchange.edges_of(state_of(self)) if topology else None, handle):
+            return None  # enqueued by the exchange's fast path
         st = state_of(self)
         try:
             handle = _cuda.stream_handle(name, st.rank, stream)

@@ -452,6 +452,13 @@ cdef class Team:
         check(e, 'exchange')
         return 0
 
+    cdef int launch_exchange(self, const mg_exchange_call *x, uintptr_t stream) except -1:
+        """An exchange enqueued on `stream` (the stream= form) of a team that is up."""
+        if self.t == NULL:
+            raise DeviceError(MG_ERR_TEAM, 'exchange on a released team')
+        check(mg_exchange(self.t, x, stream, 1), 'exchange launch')
+        return 0
+
     cdef int run_agreed(self, Board board, int coll, int algo, int dtype, int op, uintptr_t send, uintptr_t recv,
                         size_t count, int root, int nchannels, uintptr_t stream) except -1:
         """run(sync) of a call this rank posted DEVICE for on `board`: its peers' posts are awaited at the

@@ -386,12 +386,13 @@ def exchange_ranges_of(int coll, int me, int n, sendbuf, recvbuf, int root=-1, e
 
 
 cpdef int exchange_entry(object comm, int coll, object sendbuf, object recvbuf, object root,
-                         object edges=None) except -1:
+                         object edges=None, object on_stream=None) except -1:
     """Runs a blocking call of the all-to-all family on device arrays on the exchange transport when
     the call is one this path reads, the communicator's team is up on the current device and every rank
     brought device arrays (`edges`: a neighbourhood collective's topology, as exchange_ranges takes it):
     1 when it ran, 0 for the general path (the verdict stashed on the board where the ranks agreed on
-    another path)."""
+    another path). `on_stream`: the stream= form's stream handle (an int): the call is enqueued there
+    and returns at once, its producers ordered before it by the caller, as the general path's."""
     global _x_calls
     cdef mg_exchange_call x
     cdef XBuf bufs[2]
@@ -430,9 +431,10 @@ cpdef int exchange_entry(object comm, int coll, object sendbuf, object recvbuf, 
     for i in range(2):
         if not read & (1 << i):
             continue
-        if read == 3 and bufs[0].stream != bufs[1].stream:
-            return 0  # two producers' streams: the general path orders them
-        stream = bufs[i].stream
+        if on_stream is None:
+            if read == 3 and bufs[0].stream != bufs[1].stream:
+                return 0  # two producers' streams: the general path orders them
+            stream = bufs[i].stream
         if bufs[i].nbytes and not (bufs[i].device == team.device if bufs[i].device >= 0
                                    else _on_device(bufs[i].ptr, team.device)):
             return 0
@@ -450,7 +452,10 @@ cpdef int exchange_entry(object comm, int coll, object sendbuf, object recvbuf, 
     elif team.nranks != 1:
         return 0
     try:
-        team.run_exchange(&x, <uintptr_t>stream)
+        if on_stream is None:
+            team.run_exchange(&x, <uintptr_t>stream)
+        else:
+            team.launch_exchange(&x, <uintptr_t><Py_ssize_t>on_stream)
     except DeviceError as exc:
         raise _entry_failed(st, coll, exc) from None
     _x_calls += 1

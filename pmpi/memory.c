@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "interpose.h"
 
@@ -68,7 +70,7 @@ int mgi_find_driver(void) {
 /* ---- memory that cannot be device memory, known without the driver -------------------------------
  * The driver's question costs 100-200 ns (H100 host, docs/benchmarks.md); these answers cost a few. Each
  * holds for as long as the memory is in use, so the answer cannot go stale: the kernel places no other
- * mapping inside the brk heap [start_brk, brk) or over a live thread's stack. */
+ * mapping inside the brk heap [start_brk, brk) or over a live thread's mapped stack. */
 static uintptr_t heap_start; /* start_brk, from /proc/self/stat; 0 until read, 1 where unreadable */
 /* glibc's current break, which its brk() keeps (sbrk(0) reads it too, but makes a system call in a
  * dynamically linked program of glibc 2.36); weak: without it (another C library), no heap answer. */
@@ -96,11 +98,32 @@ static void read_heap_start(void) {
   }
 }
 
+/* The main thread's stack as mapped now ([stack] of /proc/self/maps: it only grows, so what is mapped
+ * stays stack); pthread_getattr_np would report the whole stack rlimit for it, which with an unlimited
+ * limit spans every other mapping. Other threads' stacks are their exact allocations. */
+static void read_main_stack(void) {
+  FILE *f = fopen("/proc/self/maps", "r");
+  char line[512];
+  unsigned long long lo, hi;
+  while (f && fgets(line, sizeof line, f)) {
+    if (strstr(line, "[stack]") && sscanf(line, "%llx-%llx", &lo, &hi) == 2) {
+      stack_lo = (uintptr_t)lo;
+      stack_hi = (uintptr_t)hi;
+      break;
+    }
+  }
+  if (f) fclose(f);
+}
+
 static void read_stack(void) {
   pthread_attr_t a;
   void *lo = NULL;
   size_t size = 0;
   stack_hi = 1; /* read once, even where it fails */
+  if (getpid() == (pid_t)syscall(SYS_gettid)) {
+    read_main_stack();
+    return;
+  }
   if (pthread_getattr_np(pthread_self(), &a)) return;
   if (!pthread_attr_getstack(&a, &lo, &size) && lo && size) {
     stack_lo = (uintptr_t)lo;

@@ -119,3 +119,18 @@ def test_memory_known_host_without_the_driver():
         assert lib.mpigpu_pmpi_surely_host(ctypes.addressof(ctypes.c_char.from_buffer(mapped))) == 0
     finally:
         libc.free(small)
+
+
+def test_main_stack_is_its_mapping_under_an_unlimited_stack_limit():
+    """With `ulimit -s unlimited` the main thread's stack as pthread reports it spans every mapping; the
+    interposer takes the mapped stack, so a mapping of its own is still asked about."""
+    probe = ('import ctypes, mmap, sys\n'
+             f'lib = ctypes.CDLL({_interpose.path()!r})\n'
+             'lib.mpigpu_pmpi_surely_host.argtypes = (ctypes.c_void_p,)\n'
+             'm = mmap.mmap(-1, 1 << 20)\n'
+             'sys.exit(lib.mpigpu_pmpi_surely_host(ctypes.addressof(ctypes.c_char.from_buffer(m))))\n')
+    res = subprocess.run(['bash', '-c', f'ulimit -s unlimited || exit 77; exec {sys.executable} -c "$0"', probe],
+                         capture_output=True, text=True, timeout=60)
+    if res.returncode == 77:
+        pytest.skip('this shell may not raise its stack limit')
+    assert res.returncode == 0, f'a mapped buffer was taken for stack memory ({res.returncode}): {res.stderr[-2000:]}'

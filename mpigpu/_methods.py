@@ -300,11 +300,14 @@ def make(owner, name, base, state_of):
 
 
 def _own(owner):
-    """The names mpigpu's own classes in owner's hierarchy define (the generator leaves those)."""
+    """The names mpigpu's own classes in owner's hierarchy define (the generator leaves those); not
+    those another stand-in class above it was given (mpigpu's Comm above Intracomm): owner gets its own
+    methods, made for its kind of communicator."""
     names = set()
     for klass in owner.__mro__:
-        if not klass.__module__.startswith('mpi4py'):
-            names.update(klass.__dict__)
+        if klass.__module__.startswith('mpi4py') or (klass is not owner and 'stands_for' in klass.__dict__):
+            continue
+        names.update(klass.__dict__)
     return names
 
 

@@ -228,6 +228,12 @@ class Comm(_Comm, MPI.Comm, metaclass=_plain.StandsIn):
     stands_for = MPI.Comm
 
 
+# Every communicator class derives from mpigpu's Comm, as mpi4py's do from its Comm: under python -m
+# mpigpu that class is MPI.Comm, which a Cython extension's `MPI.Comm comm` argument checks by the type's
+# C-level ancestry, not by isinstance. After the mpi4py class, so that class stays the C base (its
+# __new__, which checks a topology's kind); no name of _Comm's is one of those classes' own.
+
+
 class _EngineCollectives:
     """What an mpigpu intracommunicator adds: the engine's five collectives with MPI semantics and
     their `stream=`, non-blocking and persistent forms. (A mixin, so that each class's mpi4py base
@@ -334,34 +340,34 @@ class _EngineCollectives:
         return _plain.Intracomm.Allgather_init(self, sendbuf, recvbuf, info)
 
 
-class Intracomm(_EngineCollectives, _Comm, MPI.Intracomm, metaclass=_plain.StandsIn):
+class Intracomm(_EngineCollectives, MPI.Intracomm, Comm, metaclass=_plain.StandsIn):
     """An `mpi4py.MPI.Intracomm` (same handle) whose buffer methods accept CUDA device arrays."""
     stands_for = MPI.Intracomm
 
 
-class Intercomm(_Comm, MPI.Intercomm, metaclass=_plain.StandsIn):
+class Intercomm(MPI.Intercomm, Comm, metaclass=_plain.StandsIn):
     """An `mpi4py.MPI.Intercomm` whose buffer methods accept CUDA device arrays (collectives between the
     two groups take the mirrored path; point-to-point is staged)."""
     stands_for = MPI.Intercomm
 
 
-class Topocomm(_EngineCollectives, _Comm, MPI.Topocomm, metaclass=_plain.StandsIn):
+class Topocomm(_EngineCollectives, MPI.Topocomm, Comm, metaclass=_plain.StandsIn):
     """A topology communicator: its neighbourhood collectives take device arrays (the exchange path
     where every rank brings them, else the mirrored one)."""
     stands_for = MPI.Topocomm
 
 
-class Cartcomm(_EngineCollectives, _Comm, MPI.Cartcomm, metaclass=_plain.StandsIn):
+class Cartcomm(_EngineCollectives, MPI.Cartcomm, Comm, metaclass=_plain.StandsIn):
     """An `mpi4py.MPI.Cartcomm` whose buffer methods accept CUDA device arrays."""
     stands_for = MPI.Cartcomm
 
 
-class Graphcomm(_EngineCollectives, _Comm, MPI.Graphcomm, metaclass=_plain.StandsIn):
+class Graphcomm(_EngineCollectives, MPI.Graphcomm, Comm, metaclass=_plain.StandsIn):
     """An `mpi4py.MPI.Graphcomm` whose buffer methods accept CUDA device arrays."""
     stands_for = MPI.Graphcomm
 
 
-class Distgraphcomm(_EngineCollectives, _Comm, MPI.Distgraphcomm, metaclass=_plain.StandsIn):
+class Distgraphcomm(_EngineCollectives, MPI.Distgraphcomm, Comm, metaclass=_plain.StandsIn):
     """An `mpi4py.MPI.Distgraphcomm` whose buffer methods accept CUDA device arrays."""
     stands_for = MPI.Distgraphcomm
 

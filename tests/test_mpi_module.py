@@ -59,6 +59,16 @@ def test_communicator_classes_are_mpigpus_and_accept_mpi4pys_objects():
     cart.Free()
 
 
+def test_every_communicator_class_derives_from_mpigpus_comm_at_the_c_level():
+    """A Cython extension's `MPI.Comm` argument (resolved to mpigpu's class under the drop-in) is checked by
+    the type's ancestry: every communicator class has mpigpu's Comm in its MRO, and its mpi4py class first
+    (the C base whose __new__ checks a topology's kind)."""
+    for cls in (MPI.Intracomm, MPI.Intercomm, MPI.Topocomm, MPI.Cartcomm, MPI.Graphcomm, MPI.Distgraphcomm):
+        assert mpigpu.comm.Comm in cls.__mro__, cls
+        assert cls.__base__ is cls.stands_for, (cls, cls.__base__)
+    assert mpigpu.comm.Comm in type(MPI.COMM_WORLD).__mro__
+
+
 def test_a_programs_subclass_of_a_replaced_class():
     class Mine(MPI.Cartcomm):
         def __new__(cls, comm=None):

@@ -46,6 +46,16 @@ def programs(tmp_path_factory):
     program = out / 'device_calls'
     _build([_tool('mpicc'), '-O1', '-Wall', '-o', str(program), os.path.join(HERE, 'pmpi', 'device_calls.c'),
             f'-L{out}', '-lcuda'])
+    # a Cython extension that calls MPI through mpi4py.libmpi
+    import sysconfig
+
+    import mpi4py
+    csrc = out / 'cython_caller.c'
+    _build([sys.executable, '-m', 'cython', '-3', '-I', mpi4py.get_include(), '-o', str(csrc),
+            os.path.join(HERE, 'pmpi', 'cython_caller.pyx')])
+    _build([_tool('mpicc'), '-shared', '-fPIC', '-O1', '-I', sysconfig.get_paths()['include'], '-I',
+            mpi4py.get_include(), '-o', str(out / ('cython_caller' + sysconfig.get_config_var('EXT_SUFFIX'))),
+            str(csrc)])
     return out, driver, program
 
 
@@ -96,10 +106,11 @@ def test_c_program_under_the_interposer(programs, n):
 
 @pytest.mark.parametrize('n', (1, 2, 4))
 def test_calls_below_python_run_on_mpigpus_paths(programs, n):
-    _, driver, _ = programs
+    """ctypes calls and a Cython extension's calls (mpi4py.libmpi) with device pointers."""
+    out, driver, _ = programs
     res = _run([mpiexec(), '-n', str(n), sys.executable, '-m', 'mpigpu',
                 os.path.join(HERE, 'mpi', 'pmpi_handler_fake_device.py')],
-               {'FAKE_LIBCUDA': str(driver), 'PYTHONPATH': os.path.join(HERE, 'mpi')})
+               {'FAKE_LIBCUDA': str(driver), 'PYTHONPATH': os.path.join(HERE, 'mpi'), 'CYTHON_CALLER': str(out)})
     assert res.returncode == 0, f'{res.stdout[-3000:]}\n{res.stderr[-3000:]}'
     assert f'pmpi handler on {n} ranks' in res.stdout, res.stdout
 

@@ -145,6 +145,18 @@ text = MPI.Get_error_string(rc) if rc != MPI.SUCCESS else ''
 assert 'MPI_Allreduce' in text and f'rank {rank}' in text and 'null pointer' in text, (rc, text)
 checks += 2
 
+# a Cython extension's own calls through mpi4py.libmpi (CYTHON_CALLER: where tests/test_pmpi.py built it)
+if os.environ.get('CYTHON_CALLER'):
+    import sys
+    sys.path.insert(0, os.environ['CYTHON_CALLER'])
+    import cython_caller
+    s, r = device(np.arange(N, dtype=np.float64) * (rank + 1)), device(np.zeros(N))
+    assert cython_caller.allreduce(s.ctypes.data, r.ctypes.data, N, MPI.DOUBLE, MPI.SUM, comm) == MPI.SUCCESS
+    same(r, np.arange(N, dtype=np.float64) * (n * (n + 1) // 2), 'Cython MPI_Allreduce')
+    b = device(np.arange(N, dtype=np.float64) if rank == n - 1 else np.zeros(N))
+    assert cython_caller.bcast(b.ctypes.data, N, MPI.DOUBLE, n - 1, comm) == MPI.SUCCESS
+    same(b, np.arange(N, dtype=np.float64), 'Cython MPI_Bcast')
+
 handled = handler.calls() - before
 assert handled >= 12, f'rank {rank}: the handler ran {handled} calls'
 # host buffers passed below Python go straight to the MPI library

@@ -1,7 +1,7 @@
 /* What the MPI interposer adds to a call with host buffers: MPI_Allreduce of one double on MPI_COMM_SELF
  * (host memory, two buffers to classify), timed in a loop, in a process where the CUDA driver is loaded
  * and initialized (a device allocation exists), as in a GPU program. The buffers lie on the stack, on the
- * malloc heap (small blocks: the brk heap) or in their own mapping (malloc of a large block, mmap): the
+ * malloc heap (small blocks: the brk heap) or in a mapping of their own (mmap): the
  * interposer knows the first two are host memory without asking the driver.
  * usage: pmpi_overhead iterations stack|heap|mmap Run it twice in one job, plain and
  * under LD_PRELOAD=$(python -m mpigpu --pmpi-path) (benchmarks/pmpi_overhead.sh), and compare.
@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 typedef int CUresult;
@@ -44,7 +45,8 @@ int main(int argc, char **argv) {
   const char *where = argc > 2 ? argv[2] : "stack";
   double on_stack[2] = {1.0, 0.0}, *x = on_stack;
   if (!strcmp(where, "heap")) x = malloc(2 * sizeof(double));
-  else if (!strcmp(where, "mmap")) x = malloc(1 << 20);
+  else if (!strcmp(where, "mmap")) /* its own mapping (a large malloc may come from the heap: Open MPI) */
+    x = mmap(NULL, 1 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   x[0] = 1.0;
   double best = 1e30;
   for (int round = 0; round < 7; round++) {

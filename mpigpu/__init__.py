@@ -23,6 +23,7 @@ from .comm import COMM_SELF, COMM_WORLD, Cartcomm, Distgraphcomm, Graphcomm, Int
 from .errors import Error
 
 __version__ = '0.1.0'
+interposer_status = _interpose.report
 
 # pickled predefined objects come back as the drop-in's objects of their names (mpigpu/_pickle.py)
 _pickle.bind(_dropin.replacements)
@@ -33,4 +34,4 @@ if _interpose.library() is not None:
     _handler.install(_interpose.library())
 
 __all__ = ['COMM_SELF', 'COMM_WORLD', 'Cartcomm', 'Distgraphcomm', 'Error', 'Graphcomm', 'Intercomm', 'Intracomm',
-           'Startall', 'Topocomm', 'abort', 'config', 'gpu_available', 'query_cuda_support']
+           'Startall', 'Topocomm', 'abort', 'config', 'gpu_available', 'interposer_status', 'query_cuda_support']

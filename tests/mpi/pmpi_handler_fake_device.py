@@ -165,6 +165,10 @@ call('Allreduce', p(a), p(b), 4, h(MPI.DOUBLE), h(MPI.SUM), h(comm))
 same(b, np.full(4, float(n)), 'host Allreduce')
 assert handler.calls() - before == handled, 'a host call reached the handler'
 
+import mpigpu  # noqa: E402
+
+st = mpigpu.interposer_status()
+assert st['state'] == 'on' and st['handled_calls'] == handler.calls() and st['mpi_below_cuda_aware'] is False, st
 total = comm.allreduce(checks)
 if rank == 0:
     print(f'pmpi handler on {n} ranks: {total} checks identical to mpi4py, {handled} calls handled per rank')

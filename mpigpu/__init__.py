@@ -23,14 +23,15 @@ from .comm import COMM_SELF, COMM_WORLD, Cartcomm, Distgraphcomm, Graphcomm, Int
 from .errors import Error
 
 __version__ = '0.1.0'
-interposer_status = _interpose.report
 
 # pickled predefined objects come back as the drop-in's objects of their names (mpigpu/_pickle.py)
 _pickle.bind(_dropin.replacements)
 
 # device calls that reach the interposer run on mpigpu's paths
+from ._interpose import handler as _handler  # noqa: E402
+from ._interpose.handler import report as interposer_status  # noqa: E402
+
 if _interpose.library() is not None:
-    from ._interpose import handler as _handler
     _handler.install(_interpose.library())
 
 __all__ = ['COMM_SELF', 'COMM_WORLD', 'Cartcomm', 'Distgraphcomm', 'Error', 'Graphcomm', 'Intercomm', 'Intracomm',

@@ -87,7 +87,8 @@ int mgi_stage(int id, intptr_t *a) {
     comm_int_fn test_inter = (comm_int_fn)mgi_lower_named("PMPI_Comm_test_inter");
     if (!size || !get_rank || !test_inter || size(comm, &n) || get_rank(comm, &rank) || test_inter(comm, &inter))
       return mgi_fail(id, comm, "cannot read the communicator's size and rank");
-    if (inter) return mgi_fail(id, comm, "device buffers on an intercommunicator need mpigpu's handler (python -m mpigpu)");
+    if (inter)
+      return mgi_fail(id, comm, "device buffers on an intercommunicator need mpigpu's handler (python -m mpigpu)");
   }
   int root = fn->root >= 0 ? (int)a[fn->root] : -1;
   uintptr_t first = (uintptr_t)a[fn->buffers[0].param];

@@ -92,14 +92,6 @@ def status():
     return _status
 
 
-def report():
-    """mpigpu.interposer_status(): whether the interposer is in place ('on', 'late', 'off', 'unavailable:
-    <why>'), how many device calls its handler ran in this process, and whether the MPI library below it
-    is CUDA-aware (None where it is not loaded)."""
-    from . import handler
-    return {'state': _status, 'handled_calls': handler.calls(), 'mpi_below_cuda_aware': lower_cuda_aware()}
-
-
 def lower_cuda_aware():
     """Whether the MPI library below the interposer is CUDA-aware (None: the interposer is not loaded)."""
     return None if _lib is None else bool(_lib.mpigpu_pmpi_lower_cuda_support())

@@ -17,6 +17,7 @@ import ctypes
 
 from mpi4py import MPI
 
+from .. import _interpose
 from .. import comm as _comm
 from .._codes import TYPESTR_CODES
 from .._state import state_of
@@ -252,6 +253,14 @@ _installed = None
 def calls():
     """Device calls the handler has run in this process."""
     return _installed.calls if _installed is not None else 0
+
+
+def report():
+    """mpigpu.interposer_status(): whether the interposer is in place ('on', 'late', 'off', 'unavailable:
+    <why>'), how many device calls its handler ran in this process, and whether the MPI library below it
+    is CUDA-aware (None where it is not loaded)."""
+    return {'state': _interpose.status(), 'handled_calls': calls(),
+            'mpi_below_cuda_aware': _interpose.lower_cuda_aware()}
 
 
 def install(lib):

@@ -209,6 +209,12 @@ def cached(comm):
         return None
 
 
+def attached(comm):
+    """The CommState attached to the communicator's handle now (the MPI attribute; None where none is, as
+    after the communicator was freed), whatever a wrapper has cached."""
+    return comm.Get_attr(_KEYVAL)
+
+
 def settle_before(comm):
     """Before a collective of any kind on `comm`: its undecided non-blocking calls are decided and
     started first (MPI's order of collectives; mpigpu/_undecided.py). Called where

@@ -12,7 +12,8 @@
 
 #include "functions.h"
 
-typedef int (*mgi_handler)(int id, const intptr_t *args);
+/* args: the call's parameters as words; mask: bit b set where the function's b-th buffer is device memory */
+typedef int (*mgi_handler)(int id, const intptr_t *args, unsigned mask);
 
 static _Atomic(mgi_handler) handler;
 static _Thread_local int in_handler;
@@ -20,8 +21,11 @@ static _Thread_local int in_handler;
 int mgi_device_call(int id, intptr_t *args) {
   mgi_handler h = atomic_load_explicit(&handler, memory_order_acquire);
   if (h && !in_handler) {
+    unsigned mask = 0;
+    for (int b = 0; b < mgi_functions[id].nbuffers; b++)
+      mask |= (unsigned)mgi_device((const void *)args[mgi_functions[id].buffers[b].param]) << b;
     in_handler = 1;
-    int rc = h(id, args);
+    int rc = h(id, args, mask);
     in_handler = 0;
     return rc;
   }
@@ -58,7 +62,7 @@ int mgi_missing(int id) { return mgi_fail(id, 0, "the MPI library below has no s
 
 /* ---- exported ---------------------------------------------------------------------------------- */
 
-/* The process's handler of device calls (NULL: none): args are the call's parameters as words. */
+/* The process's handler of device calls (NULL: none). */
 MGI_EXPORT void mpigpu_pmpi_set_handler(mgi_handler h) { atomic_store_explicit(&handler, h, memory_order_release); }
 
 MGI_EXPORT int mpigpu_pmpi_count(void) { return MGI_COUNT; }

@@ -78,6 +78,30 @@ FUNCTIONS = (
                    'recvcount:int recvtype:type comm:comm request:request'),
     ('Ialltoall', 'sendbuf:in[sendcount*n,sendtype] sendcount:int sendtype:type recvbuf:out[recvcount*n,recvtype] '
                   'recvcount:int recvtype:type comm:comm request:request'),
+    ('Ireduce_scatter', 'sendbuf:in[recvcounts+,datatype] recvbuf:out[recvcounts.,datatype|recvcounts+,datatype] '
+                        'recvcounts:ints datatype:type op:op comm:comm request:request'),
+    ('Iscan', 'sendbuf:in[count,datatype] recvbuf:out[count,datatype] count:int datatype:type op:op comm:comm '
+              'request:request'),
+    ('Iexscan', 'sendbuf:in[count,datatype] recvbuf:out[count,datatype] count:int datatype:type op:op comm:comm '
+                'request:request'),
+    ('Iallgatherv', 'sendbuf:in[sendcount,sendtype] sendcount:int sendtype:type '
+                    'recvbuf:out[recvcounts/displs,recvtype] recvcounts:ints displs:ints recvtype:type comm:comm '
+                    'request:request'),
+    ('Igather', 'sendbuf:in[sendcount,sendtype] sendcount:int sendtype:type recvbuf:out[recvcount*n,recvtype]@root '
+                'recvcount:int recvtype:type root:int comm:comm request:request'),
+    ('Igatherv', 'sendbuf:in[sendcount,sendtype] sendcount:int sendtype:type '
+                 'recvbuf:out[recvcounts/displs,recvtype]@root recvcounts:ints displs:ints recvtype:type root:int '
+                 'comm:comm request:request'),
+    ('Iscatter', 'sendbuf:in[sendcount*n,sendtype]@root sendcount:int sendtype:type recvbuf:out[recvcount,recvtype] '
+                 'recvcount:int recvtype:type root:int comm:comm request:request'),
+    ('Iscatterv', 'sendbuf:in[sendcounts/displs,sendtype]@root sendcounts:ints displs:ints sendtype:type '
+                  'recvbuf:out[recvcount,recvtype] recvcount:int recvtype:type root:int comm:comm request:request'),
+    ('Ialltoallv', 'sendbuf:in[sendcounts/sdispls,sendtype] sendcounts:ints sdispls:ints sendtype:type '
+                   'recvbuf:out[recvcounts/rdispls,recvtype] recvcounts:ints rdispls:ints recvtype:type comm:comm '
+                   'request:request'),
+    ('Ialltoallw', 'sendbuf:in[sendcounts/sdispls,sendtypes] sendcounts:ints sdispls:ints sendtypes:types '
+                   'recvbuf:out[recvcounts/rdispls,recvtypes] recvcounts:ints rdispls:ints recvtypes:types comm:comm '
+                   'request:request'),
     # no communicator
     ('Reduce_local', 'inbuf:in[count,datatype] inoutbuf:inout[count,datatype] count:int datatype:type op:op'),
 )
@@ -99,10 +123,7 @@ class Param:
         self.forms = tuple(Span(f) for f in span.rstrip(']').split('|')) if span else ()
         if kind not in KINDS + DIRECTIONS or (kind in DIRECTIONS) != bool(self.forms):
             raise ValueError(f'parameter {text!r}: unknown kind or a buffer without its extent')
-
-    @property
-    def is_buffer(self):
-        return self.kind in DIRECTIONS
+        self.is_buffer = kind in DIRECTIONS
 
 
 class Span:
@@ -130,6 +151,10 @@ FORMS = ('simple', 'times_n', 'v', 'w', 'sum', 'own')
 
 
 class Function:
+    """One function of the table, with what its callers look up made once: the indices of its
+    communicator, root, request and status (-1: none), its buffers' indices (in the order of the C
+    wrapper's mask bits), and the parameters its buffers' specifications take in."""
+
     def __init__(self, name, signature):
         self.name = name
         self.params = tuple(Param(p) for p in signature.split())
@@ -141,10 +166,14 @@ class Function:
                 for ref in (s.count, s.type) + ((s.displs,) if s.displs else ()):
                     if ref not in self.index:
                         raise ValueError(f'MPI_{name}: {p.name} refers to unknown parameter {ref!r}')
-
-    @property
-    def nonblocking(self):
-        return any(p.kind == 'request' for p in self.params)
+        self.comm, self.request, self.status = self.find('comm'), self.find('request'), self.find('status')
+        self.root = self.index.get('root', -1)
+        self.buffers = tuple(i for i, p in enumerate(self.params) if p.is_buffer)
+        self.folded = set()
+        for p in self.params:
+            for s in p.forms:
+                self.folded.update((s.type, s.displs) if s.form in ('sum', 'own') else (s.count, s.type, s.displs))
+        self.nonblocking = self.request >= 0
 
     def find(self, kind):
         """Index of the first parameter of this kind, or -1."""

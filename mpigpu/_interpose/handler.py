@@ -1,7 +1,7 @@
 """Device calls that reach the interposer, run on mpigpu's paths.
 
 The interposer hands a call whose buffers include device memory to `dispatch` as its function's index
-in the table and the call's parameters as words. Each becomes the mpi4py method call of the same name
+in the table, the call's parameters as words and which of its buffers are device memory (a mask). Each becomes the mpi4py method call of the same name
 on mpigpu's communicator for the handle: every buffer with its count (or counts and displacements) and
 datatype folded into a buffer specification, as mpi4py writes one, over the memory the count reaches
 (device memory as a `__cuda_array_interface__` object, host memory as a ctypes array); the other
@@ -20,7 +20,7 @@ from mpi4py import MPI
 from .. import _interpose
 from .. import comm as _comm
 from .._codes import TYPESTR_CODES
-from .._state import state_of
+from .._state import attached, state_of
 from .._types import FROM_MPI
 from .functions import TABLE
 
@@ -28,7 +28,7 @@ _TYPESTRS = {code: typestr for typestr, code in TYPESTR_CODES.items()}  # dtype 
 
 _IN_PLACE = (1, (1 << (8 * ctypes.sizeof(ctypes.c_void_p))) - 1)  # MPI_IN_PLACE: Open MPI's, MPICH's
 _STATUS_IGNORE = (0, 1)                                              # MPI_STATUS_IGNORE: Open MPI's, MPICH's
-_HANDLER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_ssize_t))
+_HANDLER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_ssize_t), ctypes.c_uint)
 
 
 class DeviceMemory:
@@ -43,17 +43,19 @@ class DeviceMemory:
 
 
 class Handler:
-    """The registered handler: the interposer's library, the handle sizes of the MPI below, what each
-    function's call needs (made at its first call)."""
+    """The registered handler: the interposer's library, the handle sizes of the MPI below, what is kept
+    between calls (predefined datatypes, the communicator wrappers)."""
 
     def __init__(self, lib):
         self.lib = lib
-        self.lib.mpigpu_pmpi_is_device.argtypes = (ctypes.c_void_p,)
         # by name: under `python -m mpigpu` the drop-in replaces MPI.Comm's class after this is made
         self.handle_bits = {cls.__name__: 8 * MPI._sizeof(cls) for cls in (MPI.Comm, MPI.Datatype, MPI.Op)}
+        self.datatype_words = 4 if MPI._sizeof(MPI.Datatype) == 4 else 8
         self.cfunc = _HANDLER(self.dispatch)
         self.calls = 0  # device calls handled (interposer_status() reports it)
         self.types = {}  # datatype handle -> (MPI.Datatype, extent, true lb, true extent, typestr or None)
+        self.comms = {}  # communicator handle -> (mpigpu's wrapper, its state)
+        self.ops = {}  # predefined op handle -> MPI.Op
 
     def handle(self, cls, word):
         bits = self.handle_bits[cls.__name__]
@@ -76,86 +78,87 @@ class Handler:
             self.types[h] = known
         return known
 
+    def op(self, word):
+        h = self.handle(MPI.Op, word)
+        op = self.ops.get(h)
+        if op is None:
+            op = MPI.Op.fromhandle(h)
+            if op.is_predefined:  # a user's op may be freed and its handle reused: not kept
+                self.ops[h] = op
+        return op
+
     def communicator(self, word):
-        """mpigpu's communicator on the handle, its state bound (so the fast paths find it); a new wrapper
-        each call: a freed handle may come back as another communicator."""
-        comm = _comm.Comm.fromhandle(self.handle(MPI.Comm, word))
-        state_of(comm)
+        """mpigpu's communicator on the handle, its state bound (so the fast paths find it). The wrapper of
+        an earlier call is kept while the handle's state is the same object: the state is an MPI attribute,
+        deleted when the communicator is freed, so a handle that comes back as another communicator
+        gets a new one."""
+        h = self.handle(MPI.Comm, word)
+        kept = self.comms.get(h)
+        if kept is not None and attached(kept[0]) is kept[1]:
+            return kept[0]
+        comm = _comm.Comm.fromhandle(h)
+        self.comms[h] = (comm, state_of(comm))
         return comm
 
-    def dispatch(self, index, words):
+    def dispatch(self, index, words, mask):
         fn = TABLE[index]
         self.calls += 1
         comm = None
         try:
             args = words[:len(fn.params)]
-            ic = fn.find('comm')
-            comm = self.communicator(args[ic]) if ic >= 0 else None
-            return Call(self, fn, args, comm).run()
+            comm = self.communicator(args[fn.comm]) if fn.comm >= 0 else None
+            return Call(self, fn, args, comm, mask).run()
         except BaseException as exc:  # every failure goes back to the C caller as an MPI error
             return _fail(fn, comm, exc)
 
 
-def _folded(fn):
-    """The parameters a function's buffer specifications take in (not passed on their own)."""
-    out = set()
-    for p in fn.params:
-        for s in p.forms:
-            out.update((s.type, s.displs) if s.form in ('sum', 'own') else (s.count, s.type, s.displs))
-    return out
-
-
-_FOLDED = {fn.name: _folded(fn) for fn in TABLE}
-
-
 class Call:
-    """One intercepted call turned into its mpi4py method call."""
+    """One intercepted call turned into its mpi4py method call. `mask`: bit b set where the function's
+    b-th buffer is device memory (the interposer looked)."""
 
-    def __init__(self, handler, fn, args, comm):
-        self.h, self.fn, self.args, self.comm = handler, fn, args, comm
+    def __init__(self, handler, fn, args, comm, mask):
+        self.h, self.fn, self.args, self.comm, self.mask = handler, fn, args, comm, mask
         self.size = self.rank = 0
         if comm is not None:
             self.size = comm.Get_remote_size() if comm.Is_inter() else comm.Get_size()
             self.rank = comm.Get_rank()
-        first = args[next(i for i, p in enumerate(fn.params) if p.is_buffer)]
-        self.in_place = first in _IN_PLACE
+        self.in_place = args[fn.buffers[0]] in _IN_PLACE
 
     def value(self, name):
         i = self.fn.index[name]
-        p = self.fn.params[i]
+        kind = self.fn.params[i].kind
         word = self.args[i]
-        if p.kind == 'int':
-            return ctypes.c_int(word & 0xFFFFFFFF).value
-        if p.kind == 'ints':
+        if kind == 'int':
+            word &= 0xFFFFFFFF
+            return word - (1 << 32) if word >= 1 << 31 else word
+        if kind == 'ints':
             return list((ctypes.c_int * self.size).from_address(word)) if word else None
-        if p.kind == 'type':
+        if kind == 'type':
             return self.h.datatype(word)[0]
-        if p.kind == 'types':
-            n = self.size
-            if MPI._sizeof(MPI.Datatype) == 4:
-                raw = (ctypes.c_int * n).from_address(word)
-            else:
-                raw = (ctypes.c_ssize_t * n).from_address(word)
+        if kind == 'types':
+            raw = ((ctypes.c_int if self.h.datatype_words == 4 else ctypes.c_ssize_t) * self.size).from_address(word)
             return [MPI.Datatype.fromhandle(self.h.handle(MPI.Datatype, w)) for w in raw]
-        if p.kind == 'op':
-            return MPI.Op.fromhandle(self.h.handle(MPI.Op, word))
+        if kind == 'op':
+            return self.h.op(word)
         return word
 
-    def spec(self, param):
-        """The buffer argument of a buffer parameter: a typed device array where the datatype is a
+    def spec(self, b):
+        """The argument of the function's b-th buffer: a typed device array where the datatype is a
         predefined one mpigpu moves (what mpigpu's fast paths take), else an mpi4py buffer specification
         (or MPI.IN_PLACE, or None)."""
-        ptr = self.args[self.fn.index[param.name]]
+        fn = self.fn
+        i = fn.buffers[b]
+        param, ptr = fn.params[i], self.args[i]
         if ptr in _IN_PLACE:
             return MPI.IN_PLACE
         if param.root_only and self.rank != self.value('root'):
             return None
+        device = bool(self.mask >> b & 1)
         form = param.forms[1 if self.in_place and len(param.forms) > 1 else 0]
         if form.form in ('simple', 'times_n'):
-            dtype, extent, true_lb, true_extent, typestr = self.h.datatype(self.args[self.fn.index[form.type]])
+            dtype, extent, true_lb, true_extent, typestr = self.h.datatype(self.args[fn.index[form.type]])
             count = self.value(form.count)
             blocks = count * (self.size if form.form == 'times_n' else 1)
-            device = bool(ptr) and self.h.lib.mpigpu_pmpi_is_device(ptr)
             if device and typestr is not None:
                 return DeviceMemory(ptr, blocks, typestr, param.kind == 'in')
             nbytes = _reach([(0, blocks, (extent, true_lb, true_extent))])
@@ -164,50 +167,49 @@ class Call:
         counts = self.value(form.count)
         if form.form in ('sum', 'own'):
             count = sum(counts) if form.form == 'sum' else counts[self.rank]
-            return [self.memory(ptr, count * dtype.Get_extent()[1], param), dtype]
+            return [self.memory(ptr, count * dtype.Get_extent()[1], param, device), dtype]
         displs = self.value(form.displs)
         if form.form == 'v':
             shape = _shape(dtype)
             nbytes = _reach([(d * shape[0], c, shape) for c, d in zip(counts, displs)])
         else:  # w: byte displacements, a datatype each
             nbytes = _reach([(d, c, _shape(t)) for c, d, t in zip(counts, displs, dtype)])
-        return [self.memory(ptr, nbytes, param), (counts, displs), dtype]
+        return [self.memory(ptr, nbytes, param, device), (counts, displs), dtype]
 
-    def memory(self, ptr, nbytes, param, device=None):
+    @staticmethod
+    def memory(ptr, nbytes, param, device):
         if not ptr:
             if nbytes:
                 raise ValueError(f'{param.name}: a null pointer with {nbytes} bytes to reach')
             return None
-        if device is None:
-            device = self.h.lib.mpigpu_pmpi_is_device(ptr)
         if device:
             return DeviceMemory(ptr, nbytes, '|u1', param.kind == 'in')
         return (ctypes.c_char * nbytes).from_address(ptr)
 
     def run(self):
-        fn, positional, folded = self.fn, [], _FOLDED[self.fn.name]
+        fn, positional, b = self.fn, [], 0
         status = None
         for i, p in enumerate(fn.params):
             if p.is_buffer:
-                positional.append(self.spec(p))
-            elif p.kind == 'status':
+                positional.append(self.spec(b))
+                b += 1
+            elif i == fn.status:
                 status = MPI.Status() if self.args[i] not in _STATUS_IGNORE else None
-            elif p.kind in ('comm', 'request') or p.name in folded:
+            elif p.kind in ('comm', 'request') or p.name in fn.folded:
                 continue
-            elif p.kind == 'op' and fn.find('comm') < 0:
+            elif p.kind == 'op' and fn.comm < 0:
                 continue  # MPI_Reduce_local: the op is the receiver
             else:
                 positional.append(self.value(p.name))
-        if fn.find('comm') < 0:
+        if fn.comm < 0:
             result = self.value('op').Reduce_local(*positional)
         else:
             method = getattr(self.comm, fn.name)
             result = method(*positional, status=status) if status is not None else method(*positional)
         if status is not None:
-            ctypes.memmove(self.args[fn.find('status')], MPI._addressof(status), MPI._sizeof(MPI.Status))
-        ir = fn.find('request')
-        if ir >= 0:
-            ctypes.memmove(self.args[ir], MPI._addressof(result), MPI._sizeof(MPI.Request))
+            ctypes.memmove(self.args[fn.status], MPI._addressof(status), MPI._sizeof(MPI.Status))
+        if fn.request >= 0:
+            ctypes.memmove(self.args[fn.request], MPI._addressof(result), MPI._sizeof(MPI.Request))
         return MPI.SUCCESS
 
 

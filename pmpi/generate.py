@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 C_TYPES = {'in': 'const void *', 'out': 'void *', 'inout': 'void *', 'int': 'int', 'ints': 'const int *',
+           'aints': 'const intptr_t *',
            'type': 'intptr_t', 'op': 'intptr_t', 'comm': 'intptr_t', 'types': 'const void *',
            'request': 'void *', 'status': 'void *'}
 
@@ -45,10 +46,10 @@ def header(mod):
     return '\n'.join(out) + '\n'
 
 
-def span_init(f, s):
+def span_init(mod, f, s):
     idx = f.index
     return (f'{{MGI_FORM_{s.form.upper()}, {idx[s.count]}, {idx[s.displs] if s.displs else -1}, '
-            f'{idx[s.type]}}}')
+            f'{idx[s.type]}, {mod.GROUPS.index(s.group)}}}')
 
 
 def descriptors(mod):
@@ -57,7 +58,7 @@ def descriptors(mod):
         bufs = [(i, p) for i, p in enumerate(f.params) if p.is_buffer]
         binits = []
         for i, p in bufs:
-            forms = ', '.join(span_init(f, s) for s in p.forms)
+            forms = ', '.join(span_init(mod, f, s) for s in p.forms)
             binits.append(f'{{{i}, {mod.DIRECTIONS.index(p.kind)}, {int(p.root_only)}, {len(p.forms)}, {{{forms}}}}}')
         sig = ' '.join(f'{p.name}:{p.kind}' for p in f.params)
         rows.append(f'  {{"MPI_{f.name}", "PMPI_{f.name}", "{sig}", {len(f.params)}, {len(bufs)}, '

@@ -10,10 +10,11 @@
 
 #define MGI_EXPORT __attribute__((visibility("default")))
 
-/* How a buffer's bytes lie, as the table says (functions.py's Span): one form, and the indices of the
- * parameters holding its count (or counts), displacements (-1: none) and datatype (or datatypes). */
+/* How a buffer's bytes lie, as the table says (functions.py's Span): one form, the indices of the
+ * parameters holding its count (or counts), displacements (-1: none) and datatype (or datatypes), and the
+ * group its counts are for (0: the communicator's size; 1, 2: a topology's in- and out-degree). */
 typedef struct {
-  int8_t form, count, displs, type;
+  int8_t form, count, displs, type, group;
 } mgi_span;
 
 typedef struct {

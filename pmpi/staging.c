@@ -44,10 +44,11 @@ static void cover(byte_range *r, intptr_t offset, long long count, const type_sh
   r->any = 1;
 }
 
-/* The bytes one buffer's form reaches; -1 where it cannot say (a datatype MPI refuses, the w-forms). */
+/* The bytes one buffer's form reaches; -1 where it cannot say (a datatype MPI refuses, the w-forms, the
+ * neighbourhood collectives' degrees). */
 static int span_of(const mgi_span *f, const intptr_t *a, int n, int rank, byte_range *r) {
   type_shape s;
-  if (f->form == MGI_FORM_W || shape_of(a[f->type], &s)) return -1;
+  if (f->form == MGI_FORM_W || f->group != 0 || shape_of(a[f->type], &s)) return -1;
   const int *counts = (const int *)a[f->count];
   long long total = 0;
   switch (f->form) {
@@ -104,7 +105,9 @@ int mgi_stage(int id, intptr_t *a) {
     byte_range r = {0};
     const mgi_span *form = &buf->forms[in_place && buf->nforms > 1 ? 1 : 0];
     if (span_of(form, a, n, rank, &r)) {
-      snprintf(why, sizeof why, "cannot stage device buffer %d (its datatype, or a form without the handler)", b);
+      snprintf(why, sizeof why,
+               "cannot stage device buffer %d (its datatype, a w-form or a neighbourhood collective: those need "
+               "mpigpu's handler, python -m mpigpu)", b);
       rc = -1;
       break;
     }

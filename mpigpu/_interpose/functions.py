@@ -2,8 +2,8 @@
 C wrappers, their argument lists and the staging descriptors) and by the Python handler at run time.
 
 Each entry is the function's name without `MPI_` and its parameters in C order, `name:kind`:
-- `int`, `ints` (an int array), `type`, `types` (an array of datatypes), `op`, `comm`, `request`
-  (MPI_Request *), `status` (MPI_Status *): passed through; handles travel as pointer-sized words, so
+- `int`, `ints` (an int array), `aints` (an MPI_Aint array), `type`, `types` (an array of datatypes), `op`,
+  `comm`, `request` (MPI_Request *), `status` (MPI_Status *): passed through; handles travel as pointer-sized words, so
   the one library serves MPIs whose handles are ints (MPICH) or pointers (Open MPI);
 - a buffer, `in`, `out` or `inout`, with where its bytes lie in brackets, `[count,type]` over the
   function's other parameters:
@@ -14,6 +14,8 @@ Each entry is the function's name without `MPI_` and its parameters in C order, 
     `cs+,t`     the sum of cs[i] elements
     `cs.,t`     cs[rank] elements
   `a|b`: form b where the call is in place (sendbuf is MPI_IN_PLACE); `@root`: read only at the root.
+  The group a count is for: the communicator's (remote) size `n`, or, for the neighbourhood collectives,
+  the topology's in- or out-degree: `c*in`, `c*out`, `cs/ds@in`, `cs/ds@out`.
 A buffer is where device pointers may appear; the others never hold one.
 """
 
@@ -102,11 +104,38 @@ FUNCTIONS = (
     ('Ialltoallw', 'sendbuf:in[sendcounts/sdispls,sendtypes] sendcounts:ints sdispls:ints sendtypes:types '
                    'recvbuf:out[recvcounts/rdispls,recvtypes] recvcounts:ints rdispls:ints recvtypes:types comm:comm '
                    'request:request'),
+    # neighbourhood collectives (the handler's: their degrees come from the topology)
+    ('Neighbor_allgather', 'sendbuf:in[sendcount,sendtype] sendcount:int sendtype:type '
+                           'recvbuf:out[recvcount*in,recvtype] recvcount:int recvtype:type comm:comm'),
+    ('Neighbor_allgatherv', 'sendbuf:in[sendcount,sendtype] sendcount:int sendtype:type '
+                            'recvbuf:out[recvcounts/displs@in,recvtype] recvcounts:ints displs:ints recvtype:type '
+                            'comm:comm'),
+    ('Neighbor_alltoall', 'sendbuf:in[sendcount*out,sendtype] sendcount:int sendtype:type '
+                          'recvbuf:out[recvcount*in,recvtype] recvcount:int recvtype:type comm:comm'),
+    ('Neighbor_alltoallv', 'sendbuf:in[sendcounts/sdispls@out,sendtype] sendcounts:ints sdispls:ints sendtype:type '
+                           'recvbuf:out[recvcounts/rdispls@in,recvtype] recvcounts:ints rdispls:ints recvtype:type '
+                           'comm:comm'),
+    ('Neighbor_alltoallw', 'sendbuf:in[sendcounts/sdispls@out,sendtypes] sendcounts:ints sdispls:aints '
+                           'sendtypes:types recvbuf:out[recvcounts/rdispls@in,recvtypes] recvcounts:ints '
+                           'rdispls:aints recvtypes:types comm:comm'),
+    ('Ineighbor_allgather', 'sendbuf:in[sendcount,sendtype] sendcount:int sendtype:type '
+                            'recvbuf:out[recvcount*in,recvtype] recvcount:int recvtype:type comm:comm request:request'),
+    ('Ineighbor_allgatherv', 'sendbuf:in[sendcount,sendtype] sendcount:int sendtype:type '
+                             'recvbuf:out[recvcounts/displs@in,recvtype] recvcounts:ints displs:ints recvtype:type '
+                             'comm:comm request:request'),
+    ('Ineighbor_alltoall', 'sendbuf:in[sendcount*out,sendtype] sendcount:int sendtype:type '
+                           'recvbuf:out[recvcount*in,recvtype] recvcount:int recvtype:type comm:comm request:request'),
+    ('Ineighbor_alltoallv', 'sendbuf:in[sendcounts/sdispls@out,sendtype] sendcounts:ints sdispls:ints '
+                            'sendtype:type recvbuf:out[recvcounts/rdispls@in,recvtype] recvcounts:ints rdispls:ints '
+                            'recvtype:type comm:comm request:request'),
+    ('Ineighbor_alltoallw', 'sendbuf:in[sendcounts/sdispls@out,sendtypes] sendcounts:ints sdispls:aints '
+                            'sendtypes:types recvbuf:out[recvcounts/rdispls@in,recvtypes] recvcounts:ints '
+                            'rdispls:aints recvtypes:types comm:comm request:request'),
     # no communicator
     ('Reduce_local', 'inbuf:in[count,datatype] inoutbuf:inout[count,datatype] count:int datatype:type op:op'),
 )
 
-KINDS = ('int', 'ints', 'type', 'types', 'op', 'comm', 'request', 'status')
+KINDS = ('int', 'ints', 'aints', 'type', 'types', 'op', 'comm', 'request', 'status')
 DIRECTIONS = ('in', 'out', 'inout')
 
 
@@ -128,16 +157,20 @@ class Param:
 
 class Span:
     """Where a buffer's bytes lie: `form` one of simple, times_n, v, w, sum, own; the count, displacements
-    and type parameters it reads."""
+    and type parameters it reads; the group its counts are for (`group`: n, in, out)."""
 
     def __init__(self, text):
         count, _, self.type = text.partition(',')
         self.displs = None
+        self.group = 'n'
         if '/' in count:
             count, self.displs = count.split('/')
+            self.displs, _, group = self.displs.partition('@')
+            self.group = group or 'n'
             self.form = 'v'
-        elif count.endswith('*n'):
-            count, self.form = count[:-2], 'times_n'
+        elif count.endswith(('*n', '*in', '*out')):
+            count, self.group = count.rsplit('*', 1)
+            self.form = 'times_n'
         elif count.endswith('+'):
             count, self.form = count[:-1], 'sum'
         elif count.endswith('.'):
@@ -148,6 +181,7 @@ class Span:
 
 
 FORMS = ('simple', 'times_n', 'v', 'w', 'sum', 'own')
+GROUPS = ('n', 'in', 'out')
 
 
 class Function:

@@ -58,11 +58,15 @@ class Handler:
         self.ops = {}  # predefined op handle -> MPI.Op
 
     def handle(self, cls, word):
+        """A handle word as mpi4py writes that handle: MPICH's C int sign-extended to an unsigned 64-bit
+        value (mpi4py's `.handle` of a communicator made by MPICH is 0xffffffff84000000), Open MPI's pointer
+        as is."""
         bits = self.handle_bits[cls.__name__]
-        word &= (1 << bits) - 1
-        if bits < 64 and word >= 1 << (bits - 1):
-            word -= 1 << bits  # MPICH's handles are C ints
-        return word
+        if bits < 64:
+            word &= (1 << bits) - 1
+            if word >= 1 << (bits - 1):
+                word |= ((1 << 64) - 1) ^ ((1 << bits) - 1)
+        return word & ((1 << 64) - 1)
 
     def datatype(self, word):
         """(datatype, extent, true lb, true extent, typestr of a predefined type mpigpu moves, or None)."""
@@ -124,6 +128,26 @@ class Call:
             self.rank = comm.Get_rank()
         self.in_place = args[fn.buffers[0]] in _IN_PLACE
 
+    def group_size(self, group):
+        """How many entries a count array has: the communicator's (remote) size, or a topology's degree."""
+        if group == 'n':
+            return self.size
+        indegree, outdegree = self.comm.degrees
+        return indegree if group == 'in' else outdegree
+
+    def array(self, name, length):
+        """An array parameter's `length` entries (ints, MPI_Aints, datatypes)."""
+        i = self.fn.index[name]
+        kind, word = self.fn.params[i].kind, self.args[i]
+        if not word:
+            return None
+        if kind == 'ints':
+            return list((ctypes.c_int * length).from_address(word))
+        if kind == 'aints':
+            return list((ctypes.c_ssize_t * length).from_address(word))
+        raw = ((ctypes.c_int if self.h.datatype_words == 4 else ctypes.c_ssize_t) * length).from_address(word)
+        return [MPI.Datatype.fromhandle(self.h.handle(MPI.Datatype, w)) for w in raw]
+
     def value(self, name):
         i = self.fn.index[name]
         kind = self.fn.params[i].kind
@@ -131,13 +155,10 @@ class Call:
         if kind == 'int':
             word &= 0xFFFFFFFF
             return word - (1 << 32) if word >= 1 << 31 else word
-        if kind == 'ints':
-            return list((ctypes.c_int * self.size).from_address(word)) if word else None
+        if kind in ('ints', 'aints', 'types'):
+            return self.array(name, self.size)
         if kind == 'type':
             return self.h.datatype(word)[0]
-        if kind == 'types':
-            raw = ((ctypes.c_int if self.h.datatype_words == 4 else ctypes.c_ssize_t) * self.size).from_address(word)
-            return [MPI.Datatype.fromhandle(self.h.handle(MPI.Datatype, w)) for w in raw]
         if kind == 'op':
             return self.h.op(word)
         return word
@@ -158,17 +179,19 @@ class Call:
         if form.form in ('simple', 'times_n'):
             dtype, extent, true_lb, true_extent, typestr = self.h.datatype(self.args[fn.index[form.type]])
             count = self.value(form.count)
-            blocks = count * (self.size if form.form == 'times_n' else 1)
+            blocks = count * (self.group_size(form.group) if form.form == 'times_n' else 1)
             if device and typestr is not None:
                 return DeviceMemory(ptr, blocks, typestr, param.kind == 'in')
             nbytes = _reach([(0, blocks, (extent, true_lb, true_extent))])
             return [self.memory(ptr, nbytes, param, device), count, dtype]
-        dtype = self.value(form.type)
-        counts = self.value(form.count)
+        length = self.group_size(form.group)
+        counts = self.array(form.count, length)
         if form.form in ('sum', 'own'):
+            dtype = self.value(form.type)
             count = sum(counts) if form.form == 'sum' else counts[self.rank]
             return [self.memory(ptr, count * dtype.Get_extent()[1], param, device), dtype]
-        displs = self.value(form.displs)
+        displs = self.array(form.displs, length)
+        dtype = self.value(form.type) if form.form == 'v' else self.array(form.type, length)
         if form.form == 'v':
             shape = _shape(dtype)
             nbytes = _reach([(d * shape[0], c, shape) for c, d in zip(counts, displs)])

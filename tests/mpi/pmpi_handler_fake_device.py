@@ -148,6 +148,37 @@ MPI.Request.Waitall([request(x) for x in raws])
 same(r, np.full(5, (rank + 1) * (rank + 2) // 2, np.int32), 'Iscan')
 same(rg, np.concatenate([np.full(j + 1, j, np.float64) for j in range(n)]), 'Iallgatherv')
 
+# neighbourhood collectives on a periodic ring (2 neighbours each, itself twice on one rank)
+cart = comm.Create_cart([n], periods=[True])
+x = (np.arange(6, dtype=np.int32) + 10 * rank)
+s, r = device(x), device(np.zeros(6, np.int32))
+call('Neighbor_alltoall', p(s), 3, h(MPI.INT), p(r), 3, h(MPI.INT), h(cart))
+want = np.zeros(6, np.int32)
+cart.Neighbor_alltoall(x.copy(), want)
+same(r, want, 'Neighbor_alltoall')
+nc, nd = np.array([1, 2], np.int32), np.array([0, 1], np.int32)
+s, r = device(np.arange(3, dtype=np.float64) + rank), device(np.zeros(3))
+call('Neighbor_alltoallv', p(s), p(nc), p(nd), h(MPI.DOUBLE), p(r), p(nc), p(nd), h(MPI.DOUBLE), h(cart))
+want = np.zeros(3)
+cart.Neighbor_alltoallv([np.arange(3, dtype=np.float64) + rank, (nc, nd), MPI.DOUBLE], [want, (nc, nd), MPI.DOUBLE])
+same(r, want, 'Neighbor_alltoallv')
+s, r = device(np.full(2, rank, np.int64)), device(np.zeros(4, np.int64))
+raw = (ctypes.c_byte * MPI._sizeof(MPI.Request))()
+call('Ineighbor_allgather', p(s), 2, h(MPI.INT64_T), p(r), 2, h(MPI.INT64_T), h(cart), raw)
+request(raw).Wait()
+want = np.zeros(4, np.int64)
+cart.Neighbor_allgather(np.full(2, rank, np.int64), want)
+same(r, want, 'Ineighbor_allgather')
+cart.Free()
+
+# a derived datatype (every other element): a buffer specification over the bytes it reaches
+vec = MPI.DOUBLE.Create_vector(4, 1, 2).Commit()
+b = device(np.arange(8, dtype=np.float64) if rank == 0 else np.full(8, -1.0))
+call('Bcast', p(b), 1, h(vec), 0, h(comm))
+same(b, np.arange(8, dtype=np.float64) if rank == 0 else np.where(np.arange(8) % 2 == 0, np.arange(8.0), -1.0),
+     'Bcast of a vector datatype')
+vec.Free()
+
 s, r = device(np.arange(8, dtype=np.float32)), device(np.ones(8, np.float32))
 call('Reduce_local', p(s), p(r), 8, h(MPI.FLOAT), h(MPI.SUM))
 same(r, np.arange(8, dtype=np.float32) + 1, 'Reduce_local')
@@ -175,7 +206,7 @@ if os.environ.get('CYTHON_CALLER'):
     same(b, np.arange(N, dtype=np.float64), 'Cython MPI_Bcast')
 
 handled = handler.calls() - before
-assert handled >= 14, f'rank {rank}: the handler ran {handled} calls'
+assert handled >= 18, f'rank {rank}: the handler ran {handled} calls'
 # host buffers passed below Python go straight to the MPI library
 a, b = np.ones(4), np.zeros(4)
 call('Allreduce', p(a), p(b), 4, h(MPI.DOUBLE), h(MPI.SUM), h(comm))

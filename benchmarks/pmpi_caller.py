@@ -5,7 +5,8 @@ comm.Allreduce on the same CuPy arrays, float32 sum, alternated in rounds in one
 Run under `python -m mpigpu` (the interposer in place), one rank per GPU:
     mpirun -n 4 python -m mpigpu benchmarks/pmpi_caller.py
 Prints a table (slowest rank, median of rounds, us per call): Python's call, the call below Python, the
-same less ctypes' own cost of a call (what a C caller pays), and their ratio; and checks the results.
+same less ctypes' own cost of a call (what a C caller pays), their ratio, and the share of the calls below
+Python that the engine's fast path ran (rank 0); and checks the results.
 """
 import ctypes
 import statistics
@@ -16,6 +17,7 @@ import cupy as cp
 from mpi4py import MPI
 
 from mpigpu import _interpose
+from mpigpu import _cuda
 from mpigpu._interpose import handler
 
 assert _interpose.status() == 'on', f'run under python -m mpigpu (interposer: {_interpose.status()})'
@@ -61,22 +63,24 @@ for nbytes in [8, 1024, 8192, 65536, 1 << 20, 8 << 20, 64 << 20]:
     t = timed(from_python, 3)
     iters = max(3, min(2000, int(budget / max(t, 1) * 1e6)))
     iters = comm.allreduce(iters, op=MPI.MIN)
-    py, cc, nop = [], [], []
+    py, cc, nop, fast = [], [], [], 0
     for _ in range(ROUNDS):
         py.append(timed(from_python, iters))
+        f0 = _cuda.device.engine_fast_calls()
         cc.append(timed(below, iters))
+        fast += _cuda.device.engine_fast_calls() - f0
         t0 = time.perf_counter()
         for _ in range(1000):
             noop()
         nop.append((time.perf_counter() - t0) * 1e3)
     p, q, z = slowest(statistics.median(py)), slowest(statistics.median(cc)), statistics.median(nop)
-    rows.append((nbytes, p, q, q - z, (q - z) / p))
+    rows.append((nbytes, p, q, q - z, (q - z) / p, fast / (ROUNDS * iters)))
 
 if rank == 0:
     print(f'# MPI_Allreduce below Python (interposer handler) vs comm.Allreduce, {n} ranks, CuPy float32 sum, '
           f'us per call (slowest rank, median of {ROUNDS} rounds); {handler.calls()} calls handled on rank 0')
-    print('| bytes | from Python | below Python (ctypes) | less ctypes (C caller) | C / Python |')
-    print('|---|---|---|---|---|')
-    for nbytes, p, q, r_, ratio in rows:
-        print(f'| {nbytes} | {p:.1f} | {q:.1f} | {r_:.1f} | {ratio:.2f}x |')
+    print('| bytes | from Python | below Python (ctypes) | less ctypes (C caller) | C / Python | on the fast path |')
+    print('|---|---|---|---|---|---|')
+    for nbytes, p, q, r_, ratio, share in rows:
+        print(f'| {nbytes} | {p:.1f} | {q:.1f} | {r_:.1f} | {ratio:.2f}x | {share:.0%} |')
     sys.stdout.flush()

@@ -253,6 +253,12 @@ cdef object _entry_in_place = None
 # codes, and their handles never change (MPI cannot free them).
 cdef object _entry_last_op = None
 cdef int _entry_last_code = -1
+cdef unsigned long long _entry_calls = 0  # calls the fast path ran (engine_fast_calls: benchmarks, tests)
+
+
+def engine_fast_calls():
+    """How many calls of the five engine collectives this process ran on the fast path."""
+    return _entry_calls
 
 
 def bind_fast_entry(state_key, op_codes, config, algos, failed, op_type, in_place):
@@ -269,7 +275,7 @@ cpdef bint fast_entry(object comm, int coll, object sendbuf, object recvbuf, obj
     """fast_collective for communicator `comm` once its device team is up: True when it ran the call,
     False when the general path must take it (no state or team yet, an op the engine lacks, anything
     unusual about the buffers)."""
-    global _entry_last_op, _entry_last_code
+    global _entry_last_op, _entry_last_code, _entry_calls
     cdef int code = 0
     cdef dict attrs
     cdef Team team
@@ -300,8 +306,11 @@ cpdef bint fast_entry(object comm, int coll, object sendbuf, object recvbuf, obj
         cfg = _entry_config
         algo, nchannels = _entry_algos.get(cfg.algo, MG_ALGO_AUTO), cfg.nchannels
     try:
-        return fast_collective(team, team.device, coll, sendbuf, recvbuf, code, root, in_place, algo, nchannels,
-                               stream) == 1
+        if fast_collective(team, team.device, coll, sendbuf, recvbuf, code, root, in_place, algo, nchannels,
+                           stream) == 1:
+            _entry_calls += 1
+            return True
+        return False
     except DeviceError as exc:
         raise _entry_failed(st, coll, exc) from None
 

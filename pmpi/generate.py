@@ -81,6 +81,10 @@ def wrappers(mod):
         words = ', '.join(to_word(p) for p in f.params)
         out += [f'typedef int (*lower_{f.name})({types});',
                 f'MGI_EXPORT int MPI_{f.name}({decl}) {{',
+                f'  if (mgi_takes_all(__builtin_return_address(0))) {{',
+                f'    intptr_t a[{len(f.params)}] = {{{words}}};',
+                f'    return mgi_handle(MGI_{f.name}, a);',
+                '  }',
                 f'  if (!({test})) {{',
                 f'    lower_{f.name} fn = (lower_{f.name})mgi_lower(MGI_{f.name});',
                 f'    return fn ? fn({names}) : mgi_missing(MGI_{f.name});',

@@ -1,35 +1,47 @@
-/* The interposer's routing of a call with a device buffer, its errors, and what it exports.
+/* The interposer's routing of calls, its errors, and what it exports.
  *
- * A call whose buffers are all host memory went straight to PMPI_<name> in its wrapper. One with a device
- * buffer comes here and goes, in this order, to:
- * 1. the handler, where a process registered one (mpigpu in a Python process: the call runs on mpigpu's
- *    paths, the engine within a node); not from inside the handler itself, whose own MPI calls pass;
- * 2. the MPI library itself, where it says it is CUDA-aware (its MPIX_Query_cuda_support());
+ * In a process with a handler (mpigpu in a Python process), every call from a caller other than
+ * mpi4py's extension goes to it (mgi_takes_all): the call runs on mpigpu's paths, the engine within a
+ * node. mpi4py's own calls, and the handler's, pass: host buffers straight to PMPI_<name>; a call with
+ * device memory (mpigpu hands it to a CUDA-aware library below on purpose) comes here and goes to:
+ * 1. the MPI library itself, where it says it is CUDA-aware (its MPIX_Query_cuda_support());
+ * 2. the handler, where there is one and this thread is not running it (an mpi4py object mpigpu never
+ *    saw, given device memory);
  * 3. host copies around the library's call (staging.c), for the blocking functions. */
 #define _GNU_SOURCE
+#include <dlfcn.h>
+#include <link.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "functions.h"
 
 /* args: the call's parameters as words; mask: bit b set where the function's b-th buffer is device memory */
 typedef int (*mgi_handler)(int id, const intptr_t *args, unsigned mask);
 
-static _Atomic(mgi_handler) handler;
-static _Thread_local int in_handler;
+_Atomic(void *) mgi_handler_fn;
+_Thread_local int mgi_in_handler;
+uintptr_t mgi_pass_lo, mgi_pass_hi;
 
-int mgi_device_call(int id, intptr_t *args) {
-  mgi_handler h = atomic_load_explicit(&handler, memory_order_acquire);
-  if (h && !in_handler) {
-    unsigned mask = 0;
+int mgi_handle(int id, intptr_t *args) {
+  mgi_handler h = (mgi_handler)atomic_load_explicit(&mgi_handler_fn, memory_order_acquire);
+  if (!h) /* unregistered meanwhile (Python's exit) */
+    return mgi_lower_cuda_aware() ? mgi_call_lower(id, args) : mgi_stage(id, args);
+  unsigned mask = 0;
+  if (mgi_driver())
     for (int b = 0; b < mgi_functions[id].nbuffers; b++)
       mask |= (unsigned)mgi_device((const void *)args[mgi_functions[id].buffers[b].param]) << b;
-    in_handler = 1;
-    int rc = h(id, args, mask);
-    in_handler = 0;
-    return rc;
-  }
+  mgi_in_handler = 1;
+  int rc = h(id, args, mask);
+  mgi_in_handler = 0;
+  return rc;
+}
+
+int mgi_device_call(int id, intptr_t *args) {
   if (mgi_lower_cuda_aware()) return mgi_call_lower(id, args);
+  if (atomic_load_explicit(&mgi_handler_fn, memory_order_acquire) && !mgi_in_handler) return mgi_handle(id, args);
   return mgi_stage(id, args);
 }
 
@@ -39,21 +51,50 @@ typedef int (*add_string_fn)(int, const char *);
 typedef int (*call_errhandler_fn)(intptr_t, int);
 typedef int (*comm_rank_fn)(intptr_t, int *);
 
-/* A new MPI error code whose string names the call, the rank and why (MPI_Error_string gives it back),
- * raised through the communicator's error handler as MPI's own errors are; returned as well. */
-int mgi_fail(int id, intptr_t comm, const char *why) {
+/* The MPI error code whose string names the call, the rank and why (MPI_Error_string gives it back),
+ * raised through the communicator's error handler as MPI's own errors are; returned as well. One error
+ * class, and one code per message, kept: an MPI library has a few thousand codes. */
+#define MGI_MAX_CODES 64
+static pthread_mutex_t codes_lock = PTHREAD_MUTEX_INITIALIZER;
+static int error_class = -1, ncodes;
+static struct {
+  char msg[400];
+  int code;
+} codes[MGI_MAX_CODES];
+
+static int code_for(const char *msg) {
   add_class_fn add_class = (add_class_fn)mgi_lower_named("PMPI_Add_error_class");
   add_code_fn add_code = (add_code_fn)mgi_lower_named("PMPI_Add_error_code");
   add_string_fn add_string = (add_string_fn)mgi_lower_named("PMPI_Add_error_string");
+  int code = 1; /* MPI_ERR_BUFFER in MPICH and Open MPI: where no code can be added, or the table is full */
+  pthread_mutex_lock(&codes_lock);
+  for (int i = 0; i < ncodes; i++)
+    if (!strcmp(codes[i].msg, msg)) {
+      code = codes[i].code;
+      goto done;
+    }
+  if (!add_class || !add_code || !add_string || ncodes == MGI_MAX_CODES) goto done;
+  if (error_class < 0 && add_class(&error_class)) {
+    error_class = -1;
+    goto done;
+  }
+  int made;
+  if (add_code(error_class, &made) || add_string(made, msg)) goto done;
+  snprintf(codes[ncodes].msg, sizeof codes[ncodes].msg, "%s", msg);
+  codes[ncodes++].code = code = made;
+done:
+  pthread_mutex_unlock(&codes_lock);
+  return code;
+}
+
+int mgi_fail(int id, intptr_t comm, const char *why) {
   call_errhandler_fn call = (call_errhandler_fn)mgi_lower_named("PMPI_Comm_call_errhandler");
   comm_rank_fn comm_rank = (comm_rank_fn)mgi_lower_named("PMPI_Comm_rank");
-  int rank = -1, cls = 0, code = 0;
+  int rank = -1;
   if (mgi_functions[id].comm >= 0 && comm_rank) comm_rank(comm, &rank);
   char msg[400];
   snprintf(msg, sizeof msg, "%s on rank %d: %s (mpigpu interposer)", mgi_functions[id].name, rank, why);
-  if (!add_class || !add_code || !add_string || add_class(&cls) || add_code(cls, &code) ||
-      add_string(code, msg))
-    return 1; /* MPI_ERR_BUFFER in MPICH and Open MPI: the best a library that cannot add codes gets */
+  int code = code_for(msg);
   if (mgi_functions[id].comm >= 0 && call) call(comm, code);
   return code;
 }
@@ -63,7 +104,43 @@ int mgi_missing(int id) { return mgi_fail(id, 0, "the MPI library below has no s
 /* ---- exported ---------------------------------------------------------------------------------- */
 
 /* The process's handler of device calls (NULL: none). */
-MGI_EXPORT void mpigpu_pmpi_set_handler(mgi_handler h) { atomic_store_explicit(&handler, h, memory_order_release); }
+MGI_EXPORT void mpigpu_pmpi_set_handler(mgi_handler h) {
+  atomic_store_explicit(&mgi_handler_fn, (void *)h, memory_order_release);
+}
+
+typedef struct {
+  uintptr_t addr, lo, hi;
+} object_span;
+
+static int span_of_object(struct dl_phdr_info *info, size_t size, void *out) {
+  (void)size;
+  object_span *o = out;
+  uintptr_t lo = UINTPTR_MAX, hi = 0;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type != PT_LOAD) continue;
+    uintptr_t a = info->dlpi_addr + ph->p_vaddr;
+    if (a < lo) lo = a;
+    if (a + ph->p_memsz > hi) hi = a + ph->p_memsz;
+  }
+  if (o->addr >= lo && o->addr < hi) {
+    o->lo = lo;
+    o->hi = hi;
+    return 1;
+  }
+  return 0;
+}
+
+/* The loaded object holding address `inside` (mpi4py's extension) makes calls that pass untouched: they
+ * come from mpigpu's own paths. 0, or -1 where no loaded object holds it. */
+MGI_EXPORT int mpigpu_pmpi_pass_caller(const void *inside) {
+  object_span o = {(uintptr_t)inside, 0, 0};
+  dl_iterate_phdr(span_of_object, &o);
+  if (!o.hi) return -1;
+  mgi_pass_lo = o.lo;
+  mgi_pass_hi = o.hi;
+  return 0;
+}
 
 MGI_EXPORT int mpigpu_pmpi_count(void) { return MGI_COUNT; }
 MGI_EXPORT const char *mpigpu_pmpi_name(int id) { return id >= 0 && id < MGI_COUNT ? mgi_functions[id].name : NULL; }

@@ -58,8 +58,21 @@ void *mgi_lower(int id);              /* PMPI_<name> of function id, or NULL */
 void *mgi_lower_named(const char *name);
 int mgi_lower_cuda_aware(void);       /* the library's own MPIX_Query_cuda_support(), 0 where it has none */
 
-/* interpose.c */
-int mgi_device_call(int id, intptr_t *args); /* a call with a device buffer */
+/* interpose.c: where a call goes */
+extern _Atomic(void *) mgi_handler_fn;   /* the process's handler (NULL: none) */
+extern _Thread_local int mgi_in_handler; /* this thread runs the handler: its own MPI calls pass */
+extern uintptr_t mgi_pass_lo, mgi_pass_hi; /* the code whose calls pass untouched: mpi4py's extension */
+/* With a handler, every call from any other caller goes to it, host buffers too: in a Python process the
+ * ranks of a call agree on its path in mpigpu (a rank whose host call went straight to the library would
+ * leave its device peers waiting), and mpigpu's point-to-point has its own protocol. mpi4py's calls come
+ * from mpigpu's own paths, which routed them already. `caller`: the wrapper's return address. */
+static inline int mgi_takes_all(const void *caller) {
+  uintptr_t c = (uintptr_t)caller;
+  return atomic_load_explicit(&mgi_handler_fn, memory_order_relaxed) && !mgi_in_handler &&
+         !(c >= mgi_pass_lo && c < mgi_pass_hi);
+}
+int mgi_handle(int id, intptr_t *args);      /* to the handler */
+int mgi_device_call(int id, intptr_t *args); /* a call with a device buffer that the handler does not take */
 int mgi_missing(int id);                     /* the MPI library has no PMPI_<name> */
 int mgi_fail(int id, intptr_t comm, const char *why); /* an MPI error naming the call, through comm's handler */
 

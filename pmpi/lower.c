@@ -13,9 +13,10 @@
 
 #include "functions.h"
 
-static void *mpi_lib; /* a handle on the MPI library, or NULL where none was found */
-static pthread_once_t found = PTHREAD_ONCE_INIT;
+static _Atomic(void *) mpi_lib; /* a handle on the MPI library, once found */
+static pthread_mutex_t finding = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic(void *) lower[MGI_COUNT];
+static atomic_int cuda_aware = -1; /* the library's answer, once asked */
 
 typedef struct {
   char **names;
@@ -56,16 +57,26 @@ static void *search_loaded(void) {
   return sym;
 }
 
-static void find_mpi(void) {
-  void *sym = dlsym(RTLD_NEXT, "PMPI_Send");
-  if (!sym) sym = search_loaded();
-  Dl_info info;
-  if (sym && dladdr(sym, &info) && info.dli_fname) mpi_lib = dlopen(info.dli_fname, RTLD_NOLOAD | RTLD_LAZY);
+/* The MPI library, looked for until found (a lookup before it is loaded must not stick). */
+static void *find_mpi(void) {
+  void *lib = atomic_load_explicit(&mpi_lib, memory_order_acquire);
+  if (lib) return lib;
+  pthread_mutex_lock(&finding);
+  lib = atomic_load_explicit(&mpi_lib, memory_order_relaxed);
+  if (!lib) {
+    void *sym = dlsym(RTLD_NEXT, "PMPI_Send");
+    if (!sym) sym = search_loaded();
+    Dl_info info;
+    if (sym && dladdr(sym, &info) && info.dli_fname) lib = dlopen(info.dli_fname, RTLD_NOLOAD | RTLD_LAZY);
+    atomic_store_explicit(&mpi_lib, lib, memory_order_release);
+  }
+  pthread_mutex_unlock(&finding);
+  return lib;
 }
 
 void *mgi_lower_named(const char *name) {
-  pthread_once(&found, find_mpi);
-  return mpi_lib ? dlsym(mpi_lib, name) : NULL;
+  void *lib = find_mpi();
+  return lib ? dlsym(lib, name) : NULL;
 }
 
 void *mgi_lower(int id) {
@@ -78,6 +89,11 @@ void *mgi_lower(int id) {
 }
 
 int mgi_lower_cuda_aware(void) {
+  int known = atomic_load_explicit(&cuda_aware, memory_order_relaxed);
+  if (known >= 0) return known;
+  if (!find_mpi()) return 0; /* asked again once the library is there */
   int (*query)(void) = (int (*)(void))mgi_lower_named("MPIX_Query_cuda_support");
-  return query ? query() : 0;
+  known = query ? query() != 0 : 0;
+  atomic_store_explicit(&cuda_aware, known, memory_order_relaxed);
+  return known;
 }

@@ -21,13 +21,16 @@
 typedef int cu_result;
 typedef unsigned long long cu_ptr;
 typedef void *cu_context;
-enum { CU_ATTR_CONTEXT = 1, CU_ATTR_MEMORY_TYPE = 2, CU_ATTR_IS_MANAGED = 8, CU_MEMORYTYPE_DEVICE = 2 };
+enum { CU_ATTR_CONTEXT = 1, CU_ATTR_MEMORY_TYPE = 2, CU_ATTR_IS_MANAGED = 8, CU_ATTR_DEVICE_ORDINAL = 9,
+       CU_MEMORYTYPE_DEVICE = 2 };
 
 typedef cu_result (*get_attributes_fn)(unsigned, int *, void **, cu_ptr);
 typedef cu_result (*memcpy_fn)(cu_ptr, cu_ptr, size_t);
 typedef cu_result (*ctx_push_fn)(cu_context);
 typedef cu_result (*ctx_pop_fn)(cu_context *);
 typedef cu_result (*ctx_sync_fn)(void);
+typedef cu_result (*primary_retain_fn)(cu_context *, int);
+typedef cu_result (*primary_release_fn)(int);
 
 static struct {
   get_attributes_fn get_attributes;
@@ -35,6 +38,8 @@ static struct {
   ctx_push_fn push;
   ctx_pop_fn pop;
   ctx_sync_fn sync;
+  primary_retain_fn primary_retain;
+  primary_release_fn primary_release;
 } cu;
 atomic_int mgi_driver_ready;                /* 1 once cu is filled */
 static atomic_ullong objects_seen = ~0ull;  /* the loader's count when the driver was last looked for */
@@ -59,6 +64,8 @@ int mgi_find_driver(void) {
   cu.push = (ctx_push_fn)dlsym(h, "cuCtxPushCurrent_v2");
   cu.pop = (ctx_pop_fn)dlsym(h, "cuCtxPopCurrent_v2");
   cu.sync = (ctx_sync_fn)dlsym(h, "cuCtxSynchronize");
+  cu.primary_retain = (primary_retain_fn)dlsym(h, "cuDevicePrimaryCtxRetain");
+  cu.primary_release = (primary_release_fn)dlsym(h, "cuDevicePrimaryCtxRelease_v2");
   if (!cu.get_attributes || !cu.memcpy || !cu.push || !cu.pop || !cu.sync) {
     atomic_store_explicit(&objects_seen, adds, memory_order_relaxed);
     return 0; /* a driver without these answers as if absent */
@@ -158,13 +165,21 @@ int mgi_copy(void *dst, const void *src, size_t n, const void *device_side) {
   if (n == 0) return 0;
   if (!atomic_load_explicit(&mgi_driver_ready, memory_order_acquire)) return -1;
   cu_context ctx = NULL, popped;
-  int attrs[1] = {CU_ATTR_CONTEXT};
-  void *data[1] = {&ctx};
-  cu_result rc = cu.get_attributes(1, attrs, data, (cu_ptr)(uintptr_t)device_side);
+  int ordinal = -1, primary = 0;
+  int attrs[2] = {CU_ATTR_CONTEXT, CU_ATTR_DEVICE_ORDINAL};
+  void *data[2] = {&ctx, &ordinal};
+  cu_result rc = cu.get_attributes(2, attrs, data, (cu_ptr)(uintptr_t)device_side);
   if (rc != 0) return rc;
-  if ((rc = cu.push(ctx)) != 0) return rc;
-  rc = cu.memcpy((cu_ptr)(uintptr_t)dst, (cu_ptr)(uintptr_t)src, n);
-  if (rc == 0 && dst == device_side) rc = cu.sync();
-  cu.pop(&popped);
+  /* memory of the virtual memory API or a memory pool has no context: its device's primary one */
+  if (!ctx && ordinal >= 0 && cu.primary_retain && cu.primary_release) {
+    if ((rc = cu.primary_retain(&ctx, ordinal)) != 0) return rc;
+    primary = 1;
+  }
+  if ((rc = cu.push(ctx)) == 0) {
+    rc = cu.memcpy((cu_ptr)(uintptr_t)dst, (cu_ptr)(uintptr_t)src, n);
+    if (rc == 0 && dst == device_side) rc = cu.sync();
+    cu.pop(&popped);
+  }
+  if (primary) cu.primary_release(ordinal);
   return rc;
 }

@@ -145,3 +145,14 @@ def test_main_stack_is_its_mapping_under_an_unlimited_stack_limit():
     if res.returncode == 77:
         pytest.skip('this shell may not raise its stack limit')
     assert res.returncode == 0, f'a mapped buffer was taken for stack memory ({res.returncode}): {res.stderr[-2000:]}'
+
+
+def test_preloaded_into_a_python_process_is_adopted():
+    """A Python program started with the interposer preloaded (not through python -m mpigpu): mpigpu takes
+    it as in place, registers its handler, and asks the MPI library below whether it is CUDA-aware (the
+    interposer's own MPIX_Query_cuda_support says yes)."""
+    code = ('import mpigpu\nfrom mpigpu import _host_mpi\n'
+            'print(mpigpu.interposer_status()["state"], _host_mpi.cuda_aware())\n')
+    res = _run([sys.executable, '-c', code], {'LD_PRELOAD': _interpose.path()})
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.split() == ['preloaded', 'False'], res.stdout

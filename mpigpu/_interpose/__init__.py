@@ -56,7 +56,14 @@ def load_early(setting):
     imported; a process that imported mpi4py.MPI first gets it too, reported as 'late' (the MPI calls
     mpi4py had bound already bypass it)."""
     global _lib, _status
-    if _lib is not None or setting == '0' or (setting == 'auto' and not runs_as_runner()):
+    if _lib is not None:
+        return
+    if hasattr(ctypes.CDLL(None), 'mpigpu_pmpi_set_handler'):  # preloaded (LD_PRELOAD) into this process
+        lib = ctypes.CDLL(None)
+        _check_table(lib)
+        _lib, _status = lib, 'preloaded'
+        return
+    if setting == '0' or (setting == 'auto' and not runs_as_runner()):
         return
     late = 'mpi4py.MPI' in sys.modules
     try:
@@ -88,7 +95,8 @@ def library():
 
 
 def status():
-    """'on' (in place before the MPI library loaded), 'late', 'off', or 'unavailable: <why>'."""
+    """'on' (in place before the MPI library loaded), 'preloaded' (LD_PRELOAD put it there), 'late', 'off',
+    or 'unavailable: <why>'."""
     return _status
 
 

@@ -26,8 +26,11 @@ from .functions import TABLE
 
 _TYPESTRS = {code: typestr for typestr, code in TYPESTR_CODES.items()}  # dtype code -> a CAI typestr
 
-_IN_PLACE = (1, (1 << (8 * ctypes.sizeof(ctypes.c_void_p))) - 1)  # MPI_IN_PLACE: Open MPI's, MPICH's
+_WORD = (1 << (8 * ctypes.sizeof(ctypes.c_void_p))) - 1  # the words arrive signed: read them unsigned
+_IN_PLACE = (1, _WORD)                                   # MPI_IN_PLACE: Open MPI's, MPICH's
 _STATUS_IGNORE = (0, 1)                                              # MPI_STATUS_IGNORE: Open MPI's, MPICH's
+# collectives whose counts are the local group's on an intercommunicator (the handler refuses them there)
+_LOCAL_COUNTS = frozenset(('Reduce_scatter', 'Ireduce_scatter'))
 _HANDLER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_ssize_t), ctypes.c_uint)
 
 
@@ -109,7 +112,7 @@ class Handler:
         self.calls += 1
         comm = None
         try:
-            args = words[:len(fn.params)]
+            args = [w & _WORD for w in words[:len(fn.params)]]
             comm = self.communicator(args[fn.comm]) if fn.comm >= 0 else None
             return Call(self, fn, args, comm, mask).run()
         except BaseException as exc:  # every failure goes back to the C caller as an MPI error
@@ -123,10 +126,20 @@ class Call:
     def __init__(self, handler, fn, args, comm, mask):
         self.h, self.fn, self.args, self.comm, self.mask = handler, fn, args, comm, mask
         self.size = self.rank = 0
+        self.inter = False
         if comm is not None:
-            self.size = comm.Get_remote_size() if comm.Is_inter() else comm.Get_size()
+            self.inter = comm.Is_inter()
+            self.size = comm.Get_remote_size() if self.inter else comm.Get_size()
             self.rank = comm.Get_rank()
+            if self.inter and fn.name in _LOCAL_COUNTS:
+                raise NotImplementedError(f'MPI_{fn.name} on an intercommunicator below Python')
         self.in_place = args[fn.buffers[0]] in _IN_PLACE
+
+    def significant(self, param):
+        """Whether a root-only buffer is read on this rank: the root's own, or on an intercommunicator the
+        root's group's one rank that passes MPI_ROOT."""
+        root = self.value('root')
+        return root == MPI.ROOT if self.inter else root == self.rank
 
     def group_size(self, group):
         """How many entries a count array has: the communicator's (remote) size, or a topology's degree."""
@@ -172,7 +185,7 @@ class Call:
         param, ptr = fn.params[i], self.args[i]
         if ptr in _IN_PLACE:
             return MPI.IN_PLACE
-        if param.root_only and self.rank != self.value('root'):
+        if param.root_only and not self.significant(param):
             return None
         device = bool(self.mask >> b & 1)
         form = param.forms[1 if self.in_place and len(param.forms) > 1 else 0]
@@ -254,22 +267,38 @@ def _reach(pieces):
 
 
 _error_class = None
+_error_codes = {}   # message -> its error code (an MPI library has a few thousand codes: made once each)
+_MAX_CODES = 256    # then MPI.ERR_OTHER
 
 
-def _fail(fn, comm, exc):
-    """exc as an MPI error code (a new one carrying its message, or MPI's own), through comm's handler."""
+def _code_for(message):
     global _error_class
-    if isinstance(exc, MPI.Exception):
-        code = exc.Get_error_code()
-    else:
+    code = _error_codes.get(message)
+    if code is None:
+        if len(_error_codes) >= _MAX_CODES:
+            return MPI.ERR_OTHER
         if _error_class is None:
             _error_class = MPI.Add_error_class()
         code = MPI.Add_error_code(_error_class)
-        rank = comm.Get_rank() if comm is not None else MPI.COMM_WORLD.Get_rank()
-        MPI.Add_error_string(code, f'MPI_{fn.name} on rank {rank}: {type(exc).__name__}: {exc} (mpigpu)')
-    if comm is not None:
-        comm.Call_errhandler(code)
+        MPI.Add_error_string(code, message)
+        _error_codes[message] = code
     return code
+
+
+def _fail(fn, comm, exc):
+    """exc as an MPI error code (one carrying its message, or MPI's own), through comm's handler; never
+    raises (an exception cannot cross back into the C caller)."""
+    try:
+        if isinstance(exc, MPI.Exception):
+            code = exc.Get_error_code()
+        else:
+            rank = comm.Get_rank() if comm is not None else MPI.COMM_WORLD.Get_rank()
+            code = _code_for(f'MPI_{fn.name} on rank {rank}: {type(exc).__name__}: {exc} (mpigpu)')
+        if comm is not None:
+            comm.Call_errhandler(code)
+        return code
+    except BaseException:
+        return MPI.ERR_OTHER
 
 
 _installed = None
@@ -294,5 +323,8 @@ def install(lib):
     if _installed is not None:
         return
     _installed = Handler(lib)
+    # mpi4py's own calls pass untouched: they come from mpigpu's paths, which routed them already
+    inside = ctypes.cast(ctypes.CDLL(MPI.__file__).PyInit_MPI, ctypes.c_void_p)
+    lib.mpigpu_pmpi_pass_caller(inside)
     lib.mpigpu_pmpi_set_handler(_installed.cfunc)
     atexit.register(lib.mpigpu_pmpi_set_handler, None)

@@ -66,6 +66,10 @@ CUresult cuDevicePrimaryCtxRetain(void **ctx, int dev) {
   *ctx = &the_context;
   return SUCCESS;
 }
+CUresult cuDevicePrimaryCtxRelease_v2(int dev) {
+  (void)dev;
+  return SUCCESS;
+}
 CUresult cuCtxSetCurrent(void *ctx) { return ctx == &the_context ? SUCCESS : INVALID_VALUE; }
 CUresult cuCtxPushCurrent_v2(void *ctx) { return ctx == &the_context ? SUCCESS : INVALID_VALUE; }
 CUresult cuCtxPopCurrent_v2(void **ctx) {

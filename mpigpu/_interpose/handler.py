@@ -1,8 +1,8 @@
-"""Device calls that reach the interposer, run on mpigpu's paths.
+"""MPI calls made below Python, run on mpigpu's paths.
 
-The interposer hands a call whose buffers include device memory to `dispatch` as its function's index
-in the table, the call's parameters as words and which of its buffers are device memory (a mask). Each becomes the mpi4py method call of the same name
-on mpigpu's communicator for the handle: every buffer with its count (or counts and displacements) and
+The interposer hands each call from below Python (not mpi4py's own) to `dispatch`: its function's index
+in the table, the call's parameters as words and which of its buffers are device memory (a mask). Each
+becomes the mpi4py method call of the same name on mpigpu's communicator for the handle: every buffer with its count (or counts and displacements) and
 datatype folded into a buffer specification, as mpi4py writes one, over the memory the count reaches
 (device memory as a `__cuda_array_interface__` object, host memory as a ctypes array); the other
 parameters in C order; a status filled in, a request's handle written back. So a C caller gets what a

@@ -2,13 +2,14 @@
 
 The interposer hands each call from below Python (not mpi4py's own) to `dispatch`: its function's index
 in the table, the call's parameters as words and which of its buffers are device memory (a mask). Each
-becomes the mpi4py method call of the same name on mpigpu's communicator for the handle: every buffer with its count (or counts and displacements) and
-datatype folded into a buffer specification, as mpi4py writes one, over the memory the count reaches
-(device memory as a `__cuda_array_interface__` object, host memory as a ctypes array); the other
-parameters in C order; a status filled in, a request's handle written back. So a C caller gets what a
+becomes the mpi4py method call of the same name on mpigpu's communicator for the handle: every buffer
+with its count (or counts and displacements) and datatype folded into a buffer specification, as mpi4py
+writes one, over the memory the count reaches (device memory as a `__cuda_array_interface__` object,
+host memory as a ctypes array); the other parameters in C order; a status filled in, a request's handle
+written back. So a C caller gets what a
 Python caller of the same method gets: the engine within a node, MPI's semantics everywhere.
 
-Errors go back as MPI errors: a new error code whose string names the call, the rank and the reason,
+Errors go back as MPI errors: an error code whose string names the call, the rank and the reason,
 raised through the communicator's error handler (a C caller's MPI_ERRORS_ARE_FATAL ends the job with
 that message; MPI_ERRORS_RETURN returns it, and MPI_Error_string gives the text).
 """

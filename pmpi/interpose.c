@@ -131,6 +131,11 @@ static int span_of_object(struct dl_phdr_info *info, size_t size, void *out) {
   return 0;
 }
 
+/* Whether a call returning to `caller` passes untouched (tests). */
+MGI_EXPORT int mpigpu_pmpi_caller_passes(const void *caller) {
+  return (uintptr_t)caller >= mgi_pass_lo && (uintptr_t)caller < mgi_pass_hi;
+}
+
 /* The loaded object holding address `inside` (mpi4py's extension) makes calls that pass untouched: they
  * come from mpigpu's own paths. 0, or -1 where no loaded object holds it. */
 MGI_EXPORT int mpigpu_pmpi_pass_caller(const void *inside) {

@@ -326,6 +326,8 @@ def install(lib):
     _installed = Handler(lib)
     # mpi4py's own calls pass untouched: they come from mpigpu's paths, which routed them already
     inside = ctypes.cast(ctypes.CDLL(MPI.__file__).PyInit_MPI, ctypes.c_void_p)
-    lib.mpigpu_pmpi_pass_caller(inside)
+    if lib.mpigpu_pmpi_pass_caller(inside) != 0:
+        # without it mpi4py's calls would reach the handler and be made twice over: no handler then
+        raise ImportError(f'mpigpu: the MPI interposer cannot find mpi4py\'s extension ({MPI.__file__}) in memory')
     lib.mpigpu_pmpi_set_handler(_installed.cfunc)
     atexit.register(lib.mpigpu_pmpi_set_handler, None)

@@ -27,6 +27,11 @@ assert _interpose.status() == 'on', _interpose.status()
 from mpigpu import _host_mpi  # noqa: E402
 
 assert not _host_mpi.cuda_aware()
+# mpi4py's own calls (from anywhere in its extension) pass untouched; a ctypes call (libffi) does not
+lib = _interpose.library()
+lib.mpigpu_pmpi_caller_passes.argtypes = (ctypes.c_void_p,)
+assert lib.mpigpu_pmpi_caller_passes(ctypes.cast(ctypes.CDLL(MPI.__file__).PyInit_MPI, ctypes.c_void_p))
+assert not lib.mpigpu_pmpi_caller_passes(ctypes.cast(ctypes.CDLL(None).mpigpu_pmpi_count, ctypes.c_void_p))
 c = ctypes.CDLL(None)  # the global scope: the interposer's MPI_* (mpi4py's MPI library is not in it)
 comm = MPI.COMM_WORLD
 rank, n = comm.Get_rank(), comm.Get_size()

@@ -3,11 +3,12 @@
  * In a process with a handler (mpigpu in a Python process), every call from a caller other than
  * mpi4py's extension goes to it (mgi_takes_all): the call runs on mpigpu's paths, the engine within a
  * node. mpi4py's own calls, and the handler's, pass: host buffers straight to PMPI_<name>; a call with
- * device memory (mpigpu hands it to a CUDA-aware library below on purpose) comes here and goes to:
- * 1. the MPI library itself, where it says it is CUDA-aware (its MPIX_Query_cuda_support());
- * 2. the handler, where there is one and this thread is not running it (an mpi4py object mpigpu never
- *    saw, given device memory);
- * 3. host copies around the library's call (staging.c), for the blocking functions. */
+ * device memory (mpigpu hands it to a CUDA-aware library below on purpose) comes here and goes to the
+ * MPI library itself where it says it is CUDA-aware (its MPIX_Query_cuda_support()), else through host
+ * copies around the library's call (staging.c, the blocking functions). Never to the handler: a peer of
+ * this call whose buffers are host memory passed straight to the library, so this rank must make the
+ * same library call (mpigpu's agreement would wait for a peer that is not in it). The same holds in a
+ * process without a handler (a C program). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <link.h>
@@ -28,7 +29,7 @@ uintptr_t mgi_pass_lo, mgi_pass_hi;
 int mgi_handle(int id, intptr_t *args) {
   mgi_handler h = (mgi_handler)atomic_load_explicit(&mgi_handler_fn, memory_order_acquire);
   if (!h) /* unregistered meanwhile (Python's exit) */
-    return mgi_lower_cuda_aware() ? mgi_call_lower(id, args) : mgi_stage(id, args);
+    return mgi_device_call(id, args);
   unsigned mask = 0;
   if (mgi_driver())
     for (int b = 0; b < mgi_functions[id].nbuffers; b++)
@@ -40,9 +41,7 @@ int mgi_handle(int id, intptr_t *args) {
 }
 
 int mgi_device_call(int id, intptr_t *args) {
-  if (mgi_lower_cuda_aware()) return mgi_call_lower(id, args);
-  if (atomic_load_explicit(&mgi_handler_fn, memory_order_acquire) && !mgi_in_handler) return mgi_handle(id, args);
-  return mgi_stage(id, args);
+  return mgi_lower_cuda_aware() ? mgi_call_lower(id, args) : mgi_stage(id, args);
 }
 
 typedef int (*add_class_fn)(int *);
@@ -148,21 +147,14 @@ MGI_EXPORT int mpigpu_pmpi_pass_caller(const void *inside) {
 }
 
 MGI_EXPORT int mpigpu_pmpi_count(void) { return MGI_COUNT; }
-MGI_EXPORT const char *mpigpu_pmpi_name(int id) { return id >= 0 && id < MGI_COUNT ? mgi_functions[id].name : NULL; }
 /* "name:kind ..." of function id, as the table (functions.py) writes it: the handler checks it reads
  * the library it was built with. */
 MGI_EXPORT const char *mpigpu_pmpi_signature(int id) {
   return id >= 0 && id < MGI_COUNT ? mgi_functions[id].signature : NULL;
 }
-MGI_EXPORT int mpigpu_pmpi_is_device(const void *p) { return mgi_maybe_device(p); }
 /* Whether p lies where device memory cannot (the brk heap, the calling thread's stack): no driver asked. */
 MGI_EXPORT int mpigpu_pmpi_surely_host(const void *p) { return mgi_surely_host(p); }
 MGI_EXPORT int mpigpu_pmpi_lower_cuda_support(void) { return mgi_lower_cuda_aware(); }
-/* The call of function id with these words, as the wrapper makes it for host buffers (the handler's
- * way to the MPI library for a call it hands back). */
-MGI_EXPORT int mpigpu_pmpi_call_lower(int id, const intptr_t *args) { return mgi_call_lower(id, args); }
-/* The same call through host copies (staging.c). */
-MGI_EXPORT int mpigpu_pmpi_call_staged(int id, intptr_t *args) { return mgi_stage(id, args); }
 
 /* With the interposer in place the MPI is CUDA-aware for every function of the table. */
 MGI_EXPORT int MPIX_Query_cuda_support(void) { return 1; }

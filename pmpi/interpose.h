@@ -72,7 +72,8 @@ static inline int mgi_takes_all(const void *caller) {
          !(c >= mgi_pass_lo && c < mgi_pass_hi);
 }
 int mgi_handle(int id, intptr_t *args);      /* to the handler */
-int mgi_device_call(int id, intptr_t *args); /* a call with a device buffer that the handler does not take */
+int mgi_device_call(int id, intptr_t *args); /* a call with a device buffer that the handler does not take:
+                                               the library where CUDA-aware, else host copies */
 int mgi_missing(int id);                     /* the MPI library has no PMPI_<name> */
 int mgi_fail(int id, intptr_t comm, const char *why); /* an MPI error naming the call, through comm's handler */
 

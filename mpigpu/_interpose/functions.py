@@ -207,7 +207,6 @@ class Function:
         for p in self.params:
             for s in p.forms:
                 self.folded.update((s.type, s.displs) if s.form in ('sum', 'own') else (s.count, s.type, s.displs))
-        self.nonblocking = self.request >= 0
 
     def find(self, kind):
         """Index of the first parameter of this kind, or -1."""

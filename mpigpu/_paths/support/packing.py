@@ -49,20 +49,6 @@ _FORMS = {
 }
 
 
-def _neighbours(comm):
-    """(sources, destinations) of a topology communicator, as MPI's neighbourhood collectives count them."""
-    topo = comm.Get_topology()
-    if topo == MPI.CART:
-        return 2 * comm.Get_dim(), 2 * comm.Get_dim()
-    if topo == MPI.GRAPH:
-        n = comm.Get_neighbors_count(comm.Get_rank())
-        return n, n
-    if topo == MPI.DIST_GRAPH:
-        sources, destinations, _weighted = comm.Get_dist_neighbors_count()
-        return sources, destinations
-    return 0, 0
-
-
 def form_of(comm, method, param, in_place):
     """(form, blocks) of buffer parameter `param` of the blocking method `method` on `comm`.
     `in_place`: the call's sendbuf is MPI.IN_PLACE (in-place Reduce_scatter_block's recvbuf holds every
@@ -74,7 +60,7 @@ def form_of(comm, method, param, in_place):
         return kind, 0
     if per == SIZE:
         return kind, comm.Get_remote_size() if comm.Is_inter() else comm.Get_size()
-    sources, destinations = _neighbours(comm)
+    sources, destinations = comm.degrees  # a topology communicator's, as MPI's neighbourhood calls count them
     return kind, sources if per == IN else destinations
 
 

@@ -126,6 +126,13 @@ class Config:
         # 0: measured once per communicator at setup, on the leaders' communicator.
         self.net_latency_us = _float('MPIGPU_NET_LATENCY_US', 0.0, 0.0, 1e7)
         self.net_gbps = _float('MPIGPU_NET_GBPS', 0.0, 0.0, 1e6)
+        # Hierarchical path: the transport of its network phases. 'auto': NCCL where every rank of the
+        # communicator loads it (device memory to device memory), else host MPI ('mpi': host MPI always,
+        # through pinned memory or, where it is CUDA-aware, from device memory; 'nccl': NCCL or an error).
+        self.net = _choice('MPIGPU_NET', 'auto', {'auto': ('auto',), 'nccl': ('nccl',), 'mpi': ('mpi',)})
+        # The NCCL library to load for it (a path or a name for the loader); empty: the nvidia-nccl
+        # wheel's copy, else the loader's search (mpigpu/_transports/nccl.py).
+        self.nccl_lib = os.environ.get('MPIGPU_NCCL_LIB', '').strip()
         # Hierarchical path: bytes of one pipeline chunk per rank (0: the cost model chooses).
         self.hier_chunk_bytes = _int('MPIGPU_HIER_CHUNK_BYTES', 0, 0, 1 << 34)
         # Device arrays that are not contiguous, passed as a bare buffer: read through their strides

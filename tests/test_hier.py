@@ -14,12 +14,19 @@ from mpigpu._topology import simulated_node
                                        (6, 3, '2+2+2')])
 def test_simulated_nodes(n, k, sizes):
     out = run_ranks(n, 'hier_fake_device.py', env={'MPIGPU_SIMULATE_NODES': str(k)})
-    assert f'as {k} simulated nodes ({sizes}): ' in out and 'checks ok' in out
+    assert f'as {k} simulated nodes ({sizes}), network: nccl: ' in out and 'checks ok' in out
+
+
+@pytest.mark.parametrize('n,k,sizes', [(4, 2, '2+2'), (5, 2, '3+2'), (6, 3, '2+2+2')])
+def test_simulated_nodes_over_host_mpi(n, k, sizes):
+    """The fallback where a rank has no NCCL: the network phases through host MPI and pinned memory."""
+    out = run_ranks(n, 'hier_fake_device.py', env={'MPIGPU_SIMULATE_NODES': str(k), 'MPIGPU_NET': 'mpi'})
+    assert f'as {k} simulated nodes ({sizes}), network: mpi: ' in out and 'checks ok' in out
 
 
 def test_without_thread_multiple_calls_complete_before_returning():
     out = run_ranks(4, 'hier_fake_device.py', env={'MPIGPU_SIMULATE_NODES': '2', 'MPI4PY_RC_THREAD_LEVEL': 'single'})
-    assert 'as 2 simulated nodes (2+2): ' in out and 'checks ok' in out
+    assert 'as 2 simulated nodes (2+2), network: nccl: ' in out and 'checks ok' in out
 
 
 @pytest.mark.parametrize('size,k,nodes', [(5, 2, [0, 0, 0, 1, 1]), (6, 3, [0, 0, 1, 1, 2, 2]),
@@ -75,3 +82,30 @@ def test_knobs(monkeypatch):
     monkeypatch.setenv('MPIGPU_SIMULATE_NODES', 'two')
     with pytest.raises(ValueError, match='MPIGPU_SIMULATE_NODES'):
         _config.Config()
+
+
+def test_nccl_unique_id_keeps_its_zero_bytes():
+    """The id NCCL's ranks meet by travels whole (a ctypes char array would stop at its first zero byte)."""
+    from mpigpu._transports.nccl import _UNIQUE_ID_BYTES, _UniqueId
+    raw = bytes([7, 0, 0, 9] + [0] * 60 + [255] * (_UNIQUE_ID_BYTES - 64))
+    uid = _UniqueId.from_buffer_copy(raw)
+    assert bytes(uid) == raw and len(bytes(uid)) == _UNIQUE_ID_BYTES
+
+
+def test_nccl_setup_watch_stops_waiting():
+    """A NCCL setup that never returns does not hold the rank: the watch gives up after its time, and
+    returns at once for a setup that finished."""
+    import threading
+
+    from mpi4py import MPI
+
+    from mpigpu._transports.nccl import Library
+    stop = threading.Event()
+    slow = threading.Thread(target=stop.wait, daemon=True)
+    slow.start()
+    try:
+        assert 'not done within' in Library._watch(slow, MPI.COMM_SELF, 0.05, set())
+    finally:
+        stop.set()
+    slow.join()
+    assert Library._watch(slow, MPI.COMM_SELF, 0.05, set()) == ''

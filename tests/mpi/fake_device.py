@@ -8,6 +8,7 @@ stand-ins) as plain host memory, as the CUDA runtime would. FakeCAI registers it
 lifetime; device_memory() does the same for any object (the mpi4py suite harness registers the
 suite's fake GPU arrays with it). Where the device-pointer guard (tests/mpi4py_suite/guard.c) is
 preloaded, every registration reaches it too, so it can tell when such a pointer reaches MPI."""
+import contextlib
 import ctypes
 import itertools
 import threading
@@ -199,13 +200,78 @@ def _reduce_rows(dtype, op, dst, src, row_bytes, nrows, count, stream):
     out[:] = host_reduce(rows, dtype, op)
 
 
+class _FakeNcclComm:
+    """A NCCL communicator played by host MPI on a duplicate of the MPI communicator it was made from:
+    the transport's verbs on fake device memory (host memory), done when issued (streams are no-ops)."""
+
+    def __init__(self, lib, comm):
+        from mpi4py import MPI
+        self.MPI, self.lib, self.comm = MPI, lib, comm.Dup()
+        self.size, self.rank = comm.Get_size(), comm.Get_rank()
+
+    def _buf(self, ptr, nbytes):
+        return [self.MPI.memory.fromaddress(ptr, nbytes), nbytes, self.MPI.BYTE]
+
+    def send(self, ptr, nbytes, peer, stream):
+        if nbytes:
+            self.lib.issue(self.comm.Isend(self._buf(ptr, nbytes), peer, 0))
+
+    def recv(self, ptr, nbytes, peer, stream):
+        if nbytes:
+            self.lib.issue(self.comm.Irecv(self._buf(ptr, nbytes), peer, 0))
+
+    def bcast(self, ptr, nbytes, root, stream):
+        if nbytes:
+            self.comm.Bcast(self._buf(ptr, nbytes), root)
+
+    def close(self, abort=False):
+        self.comm.Free()
+
+
+class _FakeNccl:
+    """The NCCL library of the fake layer (mpigpu/_transports/nccl.py's interface): a group's sends and
+    receives run together when it closes, as NCCL's do."""
+
+    shares_gpus = True  # over host MPI, ranks may share the fake GPU (NCCL itself takes one rank per GPU)
+
+    def __init__(self):
+        self.pending = None
+        self.comms = 0  # communicators made (the tests ask whether the transport was set up)
+
+    def describe(self):
+        return 'fake NCCL (host MPI)'
+
+    def connect(self, comm, host_id=None, timeout_s=600.0):
+        self.comms += 1
+        return _FakeNcclComm(self, comm)
+
+    def issue(self, req):
+        if self.pending is None:
+            req.Wait()
+        else:
+            self.pending.append(req)
+
+    @contextlib.contextmanager
+    def group(self, comm=None):
+        self.pending = []
+        try:
+            yield
+        finally:
+            reqs, self.pending = self.pending, None
+            for r in reqs:
+                r.Wait()
+
+
+fake_nccl = _FakeNccl()
+
+
 fake = types.SimpleNamespace(
     DeviceError=DeviceError,
     stream_create=lambda: next(_streams), stream_destroy=lambda s: None, event_create=lambda: 1,
     event_destroy=lambda e: None, event_record=lambda e, s: None, event_sync=lambda e: None,
     stream_wait_event=lambda s, e: None, stream_sync=_stream_sync,
     stream_wait_host=_stream_wait_host, stream_capturing=lambda s: False,
-    reduce_rows=_reduce_rows, load_kernels=lambda: None,
+    reduce_rows=_reduce_rows, load_kernels=lambda: None, nccl_library=lambda: fake_nccl,
     memcpy_async=lambda dst, src, nb, s: ctypes.memmove(dst, src, nb) if nb else None,
     get_device=lambda: 0, set_device=lambda d: None, PinnedBuffer=_pinned, device_count=lambda: 1,
     pointer_info=_pointer_info, is_device_memory=is_device_pointer, pci_bus_id=lambda d: '0000:00:00.0',

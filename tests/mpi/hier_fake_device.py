@@ -1,6 +1,7 @@
 """The hierarchical path on CPUs: MPIGPU_SIMULATE_NODES cuts the ranks into simulated nodes, a fake CUDA
 layer (host memory plays device memory) runs the node phases staged (it has no device team) and the
-network phases through host MPI. Every collective x form (rail, leader, the model's) x root x in-place,
+network phases over the fake layer's NCCL (host MPI underneath; MPIGPU_NET=mpi: through host MPI, the
+fallback). Every collective x form (rail, leader, the model's) x root x in-place,
 in blocking, non-blocking, persistent and stream= forms, checked bit for bit against mpi4py on NumPy
 buffers (inputs whose reductions are exact in any order), float16 and bfloat16 against the
 composition's own order (node ranks in order, then nodes in order, accumulating in float32), and
@@ -246,9 +247,14 @@ assert f'{len(set(nodes))} nodes' in status, status
 hs = _state.state_of(world)._owned[hier_state.HierState]
 assert hs.topo.nnodes == len(set(nodes)) and hs.topo.sizes == [nodes.count(k) for k in sorted(set(nodes))]
 assert hs.node.kind in ('staged', 'single'), hs.node.kind
+# the network's transport: the fake layer's NCCL unless MPIGPU_NET=mpi (every call above ran on it)
+network = 'nccl' if hs.dnet is not None else 'mpi'
+assert network == ('mpi' if config.net == 'mpi' else 'nccl'), (network, config.net)
+assert ('fake NCCL' in status) == (network == 'nccl'), status
 
 # a CUDA-aware MPI takes device pointers in the copying phases (fake device memory is host memory)
-config.mpi_cuda_aware = '1'
+config.mpi_cuda_aware, net = '1', config.net
+config.net = 'mpi'  # (NCCL, where there is one, comes before a CUDA-aware MPI)
 aware = world.Dup()
 for form in FORMS:
     config.algo = form
@@ -269,7 +275,7 @@ for form in FORMS:
     aware.Allreduce(FakeCAI(x), FakeCAI(out), MPI.SUM)
     same(out, want, f'CUDA-aware Allreduce {form}')
 assert _state.state_of(aware)._owned[hier_state.HierState].cuda_aware
-config.mpi_cuda_aware = 'auto'
+config.mpi_cuda_aware, config.net = 'auto', net
 aware.Free()
 
 # a sub-communicator of one simulated node has no hierarchical path
@@ -288,4 +294,5 @@ mine.Free()
 world.Barrier()
 if rank == 0:
     print(f'hierarchical path on {n} ranks as {len(set(nodes))} simulated nodes '
-          f'({"+".join(str(nodes.count(k)) for k in sorted(set(nodes)))}): {checks} checks ok', flush=True)
+          f'({"+".join(str(nodes.count(k)) for k in sorted(set(nodes)))}), network: {network}: {checks} checks ok',
+          flush=True)

@@ -6,6 +6,8 @@ network phases between nodes, pipelined. One module per job:
   pipeline's streams, events, pinned chunks and device scratch);
 - node: the node phases, on the node's device team (or staged where a node has none);
 - net: the network phases between nodes, through host MPI, and their reductions;
+- net_device, device_forms: the network phases and the forms over a transport that moves device memory
+  (NCCL, mpigpu/_transports), every phase enqueued on the GPU;
 - model: the cost model that chooses a form and a chunking per call shape;
 - progress: the progress thread that runs non-blocking and stream= calls.
 """

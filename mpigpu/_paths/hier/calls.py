@@ -19,9 +19,10 @@ from ..._codes import Coll
 from ..._config import config
 from ...errors import Error
 from ..support import requests
-from . import model, progress
+from . import device_forms, model, progress
+from .shards import Shards
 from .net import REDUCING, SMALL_BYTES, device_buffer, pieces
-from .state import SLOTS, HierState, pipeline, slot_size
+from .state import SLOTS, HierState, largest as _largest, pipeline, slot_size, split as _split
 
 _FORCED = {'hier-rail': 'rail', 'hier-leader': 'leader'}
 
@@ -75,13 +76,29 @@ def run(st, c, stream, sync):
     _check_capture(hs, c, stream)
     shape = prepare(hs, c)
     if not sync and stream_waits(hs):
-        progress.on_stream(hs, stream, lambda dep: collective(hs, c, dep, shape))
+        if hs.dnet is not None and progress.quiet():
+            _enqueue(hs, c, stream, shape)
+        else:
+            progress.on_stream(hs, stream, lambda dep: collective(hs, c, dep, shape))
         return
 
     def body():
         _cuda.device.event_record(hs.ev_dep, stream)
         collective(hs, c, hs.ev_dep, shape)
     progress.blocking(hs, body)
+
+
+def _enqueue(hs, c, stream, shape):
+    """A stream= call whose every phase runs on the GPU (a transport of device memory, node phases on
+    the engine): enqueued from this thread, after the work queued on `stream`, which then waits for it
+    on the GPU; no host thread in between (nothing is queued on the progress thread, so the order of
+    the node phases is the program's)."""
+    _cuda.device.event_record(hs.ev_dep, stream)
+    hs.join = stream
+    try:
+        collective(hs, c, hs.ev_dep, shape)
+    finally:
+        hs.join = None
 
 
 def request(st, c, stream):
@@ -115,12 +132,17 @@ def collective(hs, c, dep, shape):
     hs.net.reduce_on_gpu(c)
     hs.begin(dep)
     with _cuda.errors_as(c.name, hs.st.rank):
-        _FORMS[c.coll](hs, c, form, chunks)
+        if hs.dnet is not None:
+            device_forms.run(hs, c, form, chunks)
+        else:
+            _FORMS[c.coll](hs, c, form, chunks)
 
 
 def needs(hs, c, form, nchunks):
     """The pinned buffers and device scratch (bytes by key, HierState.reserve) that Call `c` in `form`
     uses: each form below takes only these."""
+    if hs.dnet is not None:
+        return device_forms.needs(hs, c, form, nchunks)
     topo, its, rank = hs.topo, c.itemsize, hs.st.rank
     L, N, P, leader = topo.nlocal, topo.nnodes, hs.st.size, topo.local == 0
     out = {}
@@ -165,52 +187,27 @@ def needs(hs, c, form, nchunks):
     return out
 
 
-# ---- helpers -------------------------------------------------------------------------------------
-def _split(total, nchunks):
-    """[(start, size)] of total elements in at most nchunks balanced chunks, none empty."""
-    return pieces(total, max(1, min(nchunks, total))) if total else []
-
-
-def _largest(parts):
-    return max(size for _s, size in parts)
-
-
 # ---- Allreduce -------------------------------------------------------------------------------------
 def _allreduce(hs, c, form, nchunks):
     topo, its = hs.topo, c.itemsize
-    L, l = topo.nlocal, topo.local
-    S, R = c.send_ptr, c.recv_ptr  # in place: S == R
+    L = topo.nlocal
     body = c.count // L * L if form == 'rail' else 0
     if body:
         parts = _split(body // L, nchunks)
         hin, hout = hs.slots('in', _largest(parts) * its), hs.slots('out', _largest(parts) * its)
 
-        def chunk(k):  # (the chunk's first element in bytes, this rank's shard in it, shard elements)
-            s, size = parts[k]
-            return R + s * L * its, R + (s * L + l * size) * its, size
-
-        def node_in(k, ns):  # node reduce-scatter: the in-place form leaves the shard first
-            base, mine, size = chunk(k)
-            if c.inplace:
-                hs.node.reduce_scatter(c, base, base, size, ns)
-            else:
-                hs.node.reduce_scatter(c, S + parts[k][0] * L * its, mine, size, ns)
+        sh = Shards(hs, c, parts, c.inplace)
 
         def to_host(k):
-            base, mine, size = chunk(k)
-            return [(hin.ptr(k), base if c.inplace else mine, size * its)]
+            return [(hin.ptr(k), sh.reduced(k), parts[k][1] * its)]
 
         def net(k):
             hs.net.allreduce(topo.rail, c, hin.view(k), hout.view(k), parts[k][1])
 
         def to_device(k):
-            _base, mine, size = chunk(k)
+            _base, mine, size = sh.chunk(k)
             return [(mine, hout.ptr(k), size * its)]
-
-        def node_out(k, ns):
-            base, mine, size = chunk(k)
-            hs.node.allgather(c, mine, base, size, ns)
-        pipeline(hs, len(parts), node_in, to_host, net, to_device, node_out)
+        pipeline(hs, len(parts), sh.reduce_in, to_host, net, to_device, sh.gather_out)
     if body < c.count:
         _allreduce_leader(hs, c, body, c.count - body, nchunks if not body else 1)
 
@@ -249,8 +246,7 @@ def _allreduce_leader(hs, c, first, count, nchunks):
 # ---- Bcast -------------------------------------------------------------------------------------------
 def _bcast(hs, c, form, nchunks):
     topo, its = hs.topo, c.itemsize
-    L, l = topo.nlocal, topo.local
-    B = c.recv_ptr
+    L = topo.nlocal
     home = topo.node == topo.node_of[c.root]
     root_node, root_local = topo.node_of[c.root], topo.local_of[c.root]
     aware = hs.cuda_aware
@@ -259,34 +255,25 @@ def _bcast(hs, c, form, nchunks):
         parts = _split(body // L, nchunks)
         hin, hout = hs.slots('in', _largest(parts) * its), hs.slots('out', _largest(parts) * its)
 
-        def chunk(k):
-            s, size = parts[k]
-            return B + s * L * its, B + (s * L + l * size) * its, size
-
-        def node_in(k, ns):  # the root's node: every GPU gets the chunk (they need it anyway)
-            base, _mine, size = chunk(k)
-            hs.node.bcast(c, base, size * L, root_local, ns)
+        sh = Shards(hs, c, parts, False)
 
         def to_host(k):
-            _base, mine, size = chunk(k)
+            _base, mine, size = sh.chunk(k)
             return [(hin.ptr(k), mine, size * its)]
 
         def net(k):  # rail l carries shard l of the chunk from the root's node to every other node
-            _base, mine, size = chunk(k)
+            _base, mine, size = sh.chunk(k)
             buf = device_buffer(mine, size * its) if aware else (hin if home else hout).view(k)
             hs.net.bcast(topo.rail, buf, size * its, root_node)
 
         def to_device(k):
-            _base, mine, size = chunk(k)
+            _base, mine, size = sh.chunk(k)
             return [(mine, hout.ptr(k), size * its)]
-
-        def node_out(k, ns):  # the other nodes all-gather the shards
-            base, mine, size = chunk(k)
-            hs.node.allgather(c, mine, base, size, ns)
         if home:
-            pipeline(hs, len(parts), node_in, None if aware else to_host, net, wait_in=aware)
+            pipeline(hs, len(parts), lambda k, ns: sh.bcast_in(k, ns, root_local), None if aware else to_host, net,
+                     wait_in=aware)
         else:
-            pipeline(hs, len(parts), None, None, net, None if aware else to_device, node_out)
+            pipeline(hs, len(parts), None, None, net, None if aware else to_device, sh.gather_out)
     if body < c.count:
         _bcast_leader(hs, c, body, c.count - body, nchunks if not body else 1)
 
@@ -332,7 +319,7 @@ def _bcast_leader(hs, c, first, count, nchunks):
 # ---- Reduce ----------------------------------------------------------------------------------------
 def _reduce(hs, c, form, nchunks):
     topo, its, rank = hs.topo, c.itemsize, hs.st.rank
-    L, l = topo.nlocal, topo.local
+    L = topo.nlocal
     is_root, home = rank == c.root, topo.node == topo.node_of[c.root]
     root_node = topo.node_of[c.root]
     body = c.count // L * L if form == 'rail' else 0
@@ -341,37 +328,21 @@ def _reduce(hs, c, form, nchunks):
         largest = _largest(parts)
         hin, hout = hs.slots('in', largest * its), hs.slots('out', largest * its)
         scratch = 0 if is_root else hs.scratch(SLOTS * largest * L * its)
-
-        def area(k):  # where chunk k is reduced to on this rank: the root's recvbuf, else scratch
-            s, size = parts[k]
-            base = c.recv_ptr + s * L * its if is_root else scratch + (k % SLOTS) * largest * L * its
-            return base, base + l * size * its, size
-
-        def node_in(k, ns):
-            base, mine, size = area(k)
-            if is_root and c.inplace:
-                hs.node.reduce_scatter(c, base, base, size, ns)
-            else:
-                hs.node.reduce_scatter(c, c.send_ptr + parts[k][0] * L * its, mine, size, ns)
+        sh = Shards(hs, c, parts, is_root and c.inplace, scratch, largest)
 
         def to_host(k):
-            base, mine, size = area(k)
-            return [(hin.ptr(k), base if is_root and c.inplace else mine, size * its)]
+            return [(hin.ptr(k), sh.reduced(k), parts[k][1] * its)]
 
         def net(k):  # rail l reduces shard l to the root's node
             hs.net.reduce(topo.rail, c, hin.view(k), hout.view(k), parts[k][1], root_node)
 
         def to_device(k):
-            _base, mine, size = area(k)
+            _base, mine, size = sh.chunk(k)
             return [(mine, hout.ptr(k), size * its)]
-
-        def node_out(k, ns):  # the root's node all-gathers the reduced shards (into scratch off the root)
-            base, mine, size = area(k)
-            hs.node.allgather(c, mine, base, size, ns)
         if home:
-            pipeline(hs, len(parts), node_in, to_host, net, to_device, node_out)
+            pipeline(hs, len(parts), sh.reduce_in, to_host, net, to_device, sh.gather_out)
         else:
-            pipeline(hs, len(parts), node_in, to_host, net)
+            pipeline(hs, len(parts), sh.reduce_in, to_host, net)
     if body < c.count:
         _reduce_leader(hs, c, body, c.count - body, nchunks if not body else 1)
 
@@ -423,8 +394,7 @@ _HOP_TAG = 23
 def _allgather(hs, c, form, nchunks):
     topo, its = hs.topo, c.itemsize
     dm = _cuda.device
-    n, l, N = topo.node, topo.local, topo.nnodes
-    bb = c.count * its
+    n, bb = topo.node, c.count * its
     R, ns = c.recv_ptr, hs.stream
 
     def region(m):

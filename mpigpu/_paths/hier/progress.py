@@ -141,6 +141,11 @@ def progress():
     return _progress
 
 
+def quiet():
+    """True when no call waits on the progress thread (or it never started)."""
+    return _progress is None or _progress.idle()
+
+
 def running():
     """The progress thread if it was started, else None."""
     return _progress

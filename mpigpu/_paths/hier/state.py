@@ -5,14 +5,20 @@ scratch of its pipelines, all made once, collectively, at the communicator's fir
 and the pipeline that overlaps node phases, copies and network phases chunk by chunk.
 """
 import logging
+import socket
 
 import numpy as np
+from mpi4py import MPI
 
 from ... import _cuda, _host_mpi
+from ..._config import config
 from ..._state import CommState
 from ..._topology import Topology, measure_network
+from ..._transports import nccl
+from ...errors import Error
 from . import model, progress
-from .net import Net
+from .net import Net, pieces
+from .net_device import DeviceNet
 from .node import NodePhases
 from ..support.pinned import SLOTS, Stager
 
@@ -67,26 +73,84 @@ class HierState:
         self.cuda_aware = _host_mpi.cuda_aware()
         self.shape = model.Shape(tuple(topo.sizes), topo.consecutive, self.node_kinds, self.cuda_aware,
                                       self.latency_us, self.gbps)
-        self._scratch = None
+        self._scratch = self._net_scratch = None
+        self.transport = self.dnet = None  # the rail's transport communicator, the phases over it
+        self.join = None  # a stream= call enqueued whole: its stream, which waits for the path's streams
+        self.net_note = ''  # why the network phases are not on NCCL, where MPIGPU_NET let them be
         _cuda.with_device(self.device, self._make)
         self.net = Net(self.pinned, self.reduce_stream)
+        self._connect(st)
         log.debug('rank %d: hierarchical path: %s', st.rank, self.describe())
 
     def _make(self):
         dm = _cuda.device
         dm.load_kernels()  # before any stream waits for the progress thread (cuda/kernel_load.cu)
         self.stream = dm.stream_create()     # node phases
+        self.net_stream = dm.stream_create()  # network phases on a transport of device memory
         self.reduce_stream = dm.stream_create()  # reductions of what arrives from the network
         self.sg = Stager(None).on(self.device)  # its d2h and h2d copy streams, pinned chunks
         self.ev_dep = dm.event_create()
         self.ev_node = [dm.event_create() for _ in range(SLOTS)]
         self.ev_d2h = [dm.event_create() for _ in range(SLOTS)]
         self.ev_h2d = [dm.event_create() for _ in range(SLOTS)]
+        self.ev_net = [dm.event_create() for _ in range(SLOTS)]
+        self.ev_end = [dm.event_create() for _ in range(2)]
+
+    def _connect(self, st):
+        """The network's transport, the same on every rank (MPIGPU_NET; collective): NCCL over the rails
+        where every rank can take it, else host MPI (net.py; `net_note` says why). A rank of a leaders'
+        communicator is on rail 0, so the rails' communicators serve the leader forms too."""
+        if config.net == 'mpi':
+            return
+        lib, why = self._nccl()
+        if not self._agreed(st, why):
+            return
+        # simulated nodes are hosts of their own for NCCL too (its network transport between them)
+        host = (f'{socket.gethostname()}-mpigpu-node{self.topo.firsts[self.topo.node]}'
+                if config.simulate_nodes > 1 else None)
+        why = ''
+        try:
+            self.transport = _cuda.with_device(self.device, lib.connect, self.topo.rail, host, config.timeout_s)
+        except nccl.NcclError as exc:  # every rank of this rail raises it: the rails agree below
+            why = f'NCCL setup: {exc}'
+        if not self._agreed(st, why):
+            if self.transport is not None:
+                self.transport.close(abort=True)
+                self.transport = None
+            return
+        self.library = lib
+        self.dnet = DeviceNet(lib, self.net_scratch)
+
+    def _nccl(self):
+        """(NCCL's library, '') where this rank can take it, else (None, why not)."""
+        lib, why = nccl.library()
+        # NCCL takes one rank per GPU in a communicator (ranks sharing one, MPIGPU_SHARED_GPU: host MPI)
+        gpus = self.topo.rail.allgather((socket.gethostname(), _cuda.device.pci_bus_id(self.device)))
+        if lib is not None and len(set(gpus)) < len(gpus) and not getattr(lib, 'shares_gpus', False):
+            return None, 'ranks of a rail share a GPU'
+        return lib, why
+
+    def _agreed(self, st, why):
+        """True when no rank has a reason (`why`) against NCCL; else notes the first one, or raises it
+        under MPIGPU_NET=nccl (collective)."""
+        whys = st.comm.allgather(why)
+        ranks = [r for r, w in enumerate(whys) if w]
+        if not ranks:
+            return True
+        self.net_note = f'rank {ranks[0]}: {whys[ranks[0]]}'
+        if config.net == 'nccl':
+            raise Error('hierarchical setup', f'MPIGPU_NET=nccl, but NCCL is not usable on ranks {ranks}: '
+                        f'{self.net_note}', rank=st.rank, error_class=MPI.ERR_OTHER)
+        log.debug('rank %d: hierarchical path: no NCCL (%s): host MPI', st.rank, self.net_note)
+        return False
 
     def describe(self):
         if not self.multi_node:
             return 'one node'
-        net = 'CUDA-aware MPI' if self.cuda_aware else 'host MPI through pinned memory'
+        net = (f'{self.library.describe()}, device memory to device memory' if self.dnet is not None else
+               'CUDA-aware MPI' if self.cuda_aware else 'host MPI through pinned memory')
+        if self.dnet is None and self.net_note and config.net != 'mpi':
+            net += f' (no NCCL: {self.net_note})'
         kinds = sorted(set(self.node_kinds))
         return (f'{self.topo.describe()}; node phases: {", ".join(kinds)}; network: {net}, '
                 f'{self.latency_us:.1f} us, {self.gbps:.2f} GB/s per GPU')
@@ -102,23 +166,39 @@ class HierState:
     # thread with nothing of this communicator queued: freeing or allocating memory can wait for the
     # whole GPU, and a stream= call's stream waits for the progress thread, so the thread itself never
     # allocates (the accessors below only hand out what was reserved).
+    # device memory by key (the node phases' scratch, the network phases'), kept in these attributes;
+    # every other key is a pinned buffer
+    _DEVICE_KEYS = {'scratch': '_scratch', 'net-device': '_net_scratch'}
+
     def reserve(self, needs):
-        """Grows the buffers to `needs`: {pinned key: bytes, 'scratch': device bytes}."""
-        short = {k: nb for k, nb in needs.items()
-                 if nb > (self._scratch.nbytes if k == 'scratch' and self._scratch is not None else
-                          0 if k == 'scratch' else self._pinned_size(k))}
+        """Grows the buffers to `needs`: {pinned key: bytes, 'scratch' / 'net-device': device bytes}."""
+        short = {k: nb for k, nb in needs.items() if nb > self._size(k)}
         if not short:
             return
         thread = progress.running()
         if thread is not None:
             thread.drain()
         for k, nb in short.items():
-            if k == 'scratch':
-                size = max(nb, 1 << 16, 0 if self._scratch is None else self._scratch.nbytes * 3 // 2)
-                self._scratch = None
-                self._scratch = _cuda.device.DeviceMemory(size)
-            else:
+            attr = self._DEVICE_KEYS.get(k)
+            if attr is None:
                 self.sg.host(k, nb)
+                continue
+            size = max(nb, 1 << 16, self._size(k) * 3 // 2)
+            setattr(self, attr, None)  # the old block goes before the new one is made
+            setattr(self, attr, _cuda.device.DeviceMemory(size))
+
+    def _size(self, key):
+        attr = self._DEVICE_KEYS.get(key)
+        if attr is None:
+            return self._pinned_size(key)
+        mem = getattr(self, attr)
+        return 0 if mem is None else mem.nbytes
+
+    def net_scratch(self, nbytes):
+        """The reserved device scratch of the network phases (at least nbytes)."""
+        if nbytes and (self._net_scratch is None or self._net_scratch.nbytes < nbytes):
+            raise RuntimeError(f'hierarchical path: network scratch of {nbytes} bytes not reserved')
+        return self._net_scratch.ptr if self._net_scratch is not None else 0
 
     def _pinned_size(self, key):
         buf = self.sg.pinned.get(key)
@@ -148,12 +228,25 @@ class HierState:
         dm = _cuda.device
         for s in (self.stream, self.sg.d2h, self.sg.h2d):
             dm.stream_wait_event(s, dep)
-        if self.cuda_aware:  # MPI reads and writes the user's buffers itself: the producer must be done
+        # the network stream after everything the node stream holds (an enqueued call's network phases
+        # included, joined there by finish): calls never overlap on the path's scratch
+        dm.event_record(self.ev_end[0], self.stream)
+        dm.stream_wait_event(self.net_stream, self.ev_end[0])
+        if self.cuda_aware and self.dnet is None:  # MPI reads and writes the user's buffers itself: the producer must be done
             dm.event_sync(dep)
 
     def finish(self):
+        """Waits for the call's work on the path's streams; for a call enqueued whole (`join`), makes its
+        stream wait for it instead."""
         dm = _cuda.device
+        if self.join is not None:  # the node stream takes in the network stream's work, the caller's both
+            dm.event_record(self.ev_end[1], self.net_stream)
+            dm.stream_wait_event(self.stream, self.ev_end[1])
+            dm.event_record(self.ev_end[0], self.stream)
+            dm.stream_wait_event(self.join, self.ev_end[0])
+            return
         dm.stream_sync(self.sg.h2d)
+        dm.stream_sync(self.net_stream)
         dm.stream_sync(self.stream)
 
     # ---- release -------------------------------------------------------------------------------------
@@ -172,12 +265,15 @@ class HierState:
         dm = _cuda.device
 
         def free():
-            for s in (self.stream, self.reduce_stream):
+            if self.transport is not None:
+                self.transport.close()
+                self.transport = self.dnet = None
+            for s in (self.stream, self.net_stream, self.reduce_stream):
                 dm.stream_destroy(s)
-            for ev in [self.ev_dep] + self.ev_node + self.ev_d2h + self.ev_h2d:
+            for ev in [self.ev_dep] + self.ev_node + self.ev_d2h + self.ev_h2d + self.ev_net + self.ev_end:
                 dm.event_destroy(ev)
             self.sg.close()
-            self._scratch = None
+            self._scratch = self._net_scratch = None
         try:
             _cuda.with_device(self.device, free)
         finally:
@@ -238,4 +334,43 @@ def pipeline(hs, nchunks, node_in=None, to_host=None, net=None, to_device=None, 
         if node_out is not None:
             node_out(k, ns)
         ready = following
+    hs.finish()
+
+
+def split(total, nchunks):
+    """[(start, size)] of total elements in at most nchunks balanced chunks, none empty."""
+    return pieces(total, max(1, min(nchunks, total))) if total else []
+
+
+def largest(parts):
+    return max(size for _s, size in parts)
+
+
+def device_pipeline(hs, nchunks, node_in=None, net=None, node_out=None):
+    """The pipeline where the network's transport moves device memory: chunk k's node_in(k, stream) on
+    the node stream, its net(k, stream) on the network stream after it, its node_out(k, stream) on the
+    node stream after that; chunk k + 1's node phase is issued before chunk k's node_out, so it runs
+    while chunk k crosses the network. Nothing waits on the host until every stage is done (the
+    node's ranks issue their phases in the same order, as the device team needs)."""
+    dm = _cuda.device
+    ns, nets = hs.stream, hs.net_stream
+
+    def start(k):
+        if node_in is not None:
+            node_in(k, ns)
+        if net is not None:
+            ev = hs.ev_node[k % SLOTS]
+            dm.event_record(ev, ns)
+            dm.stream_wait_event(nets, ev)
+            net(k, nets)
+            dm.event_record(hs.ev_net[k % SLOTS], nets)
+    if nchunks:
+        start(0)
+    for k in range(nchunks):
+        if k + 1 < nchunks:
+            start(k + 1)
+        if node_out is not None:
+            if net is not None:
+                dm.stream_wait_event(ns, hs.ev_net[k % SLOTS])
+            node_out(k, ns)
     hs.finish()

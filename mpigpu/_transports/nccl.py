@@ -111,15 +111,19 @@ class Library:
         device = _cuda.device.get_device()  # NCCL binds the communicator to the setup thread's device
 
         def setup():
-            _cuda.device.set_device(device)
-            with _environment('NCCL_HOSTID', host_id):
-                done['rc'] = self.lib.ncclCommInitRank(ctypes.byref(handle), comm.Get_size(), uid, comm.Get_rank())
+            try:
+                _cuda.device.set_device(device)
+                with _environment('NCCL_HOSTID', host_id):
+                    rc = self.lib.ncclCommInitRank(ctypes.byref(handle), comm.Get_size(), uid, comm.Get_rank())
+                done['why'] = f'ncclCommInitRank: {self._reason(rc)}' if rc != _SUCCESS else ''
+            except Exception as exc:  # the CUDA layer's error: reported by the watching thread
+                done['why'] = f'NCCL setup: {exc}'
         thread = threading.Thread(target=setup, name='mpigpu-nccl-setup', daemon=True)
         thread.start()
         heard = set()  # ranks whose failure message this rank received
         err = self._watch(thread, comm, timeout_s, heard)
-        if not err and done['rc'] != _SUCCESS:
-            err = f'ncclCommInitRank: {self._reason(done["rc"])}'
+        if not err:
+            err = done.get('why', 'NCCL setup: its thread ended without an answer')
         me = comm.Get_rank()
         sends = [comm.isend(err, p, _FAILED_TAG) for p in range(comm.Get_size()) if p != me] if err else []
         outcome = comm.allgather(err)

@@ -78,8 +78,9 @@ class Library:
         self.version = v.value
 
     def describe(self):
-        v = self.version
-        major, minor, patch = (v // 10000, v // 100 % 100, v % 100) if v >= 10000 else (v // 1000, v // 100 % 10, v % 100)
+        v = self.version  # major * 10000 + minor * 100 + patch since 2.9; major * 1000 + minor * 100 + patch before
+        big = v >= 10000
+        major, minor, patch = v // (10000 if big else 1000), v // 100 % (100 if big else 10), v % 100
         return f'NCCL {major}.{minor}.{patch}'
 
     def _check(self, what, rc):

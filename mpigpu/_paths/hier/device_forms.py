@@ -7,6 +7,8 @@ The elements, the node phases and the order of every reduction are those of call
 result has the same bits whichever transport carried it. Where the host-MPI forms hand a result from
 one rank of a node to another with host MPI, these use a node phase (a broadcast from the leader).
 """
+from mpi4py import MPI
+
 from ... import _cuda
 from ..._codes import Coll
 from ...errors import Error
@@ -57,7 +59,8 @@ def run(hs, c, form, nchunks):
     try:
         _FORMS[c.coll](hs, c, form, nchunks)
     except NcclError as exc:
-        raise Error(c.name, f'the network transport failed: {exc}', rank=hs.st.rank) from None
+        raise Error(c.name, f'the network transport failed: {exc}', rank=hs.st.rank,
+                    error_class=MPI.ERR_OTHER) from None
 
 
 # ---- Allreduce -------------------------------------------------------------------------------------

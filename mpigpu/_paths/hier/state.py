@@ -118,7 +118,6 @@ class HierState:
                 self.transport.close(abort=True)
                 self.transport = None
             return
-        self.library = lib
         self.dnet = DeviceNet(lib, self.net_scratch)
 
     def _nccl(self):
@@ -147,7 +146,7 @@ class HierState:
     def describe(self):
         if not self.multi_node:
             return 'one node'
-        net = (f'{self.library.describe()}, device memory to device memory' if self.dnet is not None else
+        net = (f'{self.dnet.library.describe()}, device memory to device memory' if self.dnet is not None else
                'CUDA-aware MPI' if self.cuda_aware else 'host MPI through pinned memory')
         if self.dnet is None and self.net_note and config.net != 'mpi':
             net += f' (no NCCL: {self.net_note})'
@@ -228,11 +227,12 @@ class HierState:
         dm = _cuda.device
         for s in (self.stream, self.sg.d2h, self.sg.h2d):
             dm.stream_wait_event(s, dep)
-        # the network stream after everything the node stream holds (an enqueued call's network phases
-        # included, joined there by finish): calls never overlap on the path's scratch
-        dm.event_record(self.ev_end[0], self.stream)
-        dm.stream_wait_event(self.net_stream, self.ev_end[0])
-        if self.cuda_aware and self.dnet is None:  # MPI reads and writes the user's buffers itself: the producer must be done
+        if self.dnet is not None:
+            # the network stream after everything the node stream holds (an enqueued call's network
+            # phases included, joined there by finish): calls never overlap on the path's scratch
+            dm.event_record(self.ev_end[0], self.stream)
+            dm.stream_wait_event(self.net_stream, self.ev_end[0])
+        elif self.cuda_aware:  # MPI reads and writes the user's buffers itself: the producer must be done
             dm.event_sync(dep)
 
     def finish(self):
@@ -246,7 +246,8 @@ class HierState:
             dm.stream_wait_event(self.join, self.ev_end[0])
             return
         dm.stream_sync(self.sg.h2d)
-        dm.stream_sync(self.net_stream)
+        if self.dnet is not None:
+            dm.stream_sync(self.net_stream)
         dm.stream_sync(self.stream)
 
     # ---- release -------------------------------------------------------------------------------------

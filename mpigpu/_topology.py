@@ -75,16 +75,19 @@ def _round_trips(comm, peer, nbytes, rounds, first):
     return best
 
 
-def measure_network(comm, leaders, node):
+def measure_network(comm, leaders, node, round_trips=None):
     """(latency us, GB/s per GPU) of the network, the same on every rank of `comm` (collective):
     MPIGPU_NET_LATENCY_US and MPIGPU_NET_GBPS where set, else measured once by round trips of 8 bytes
-    and 1 MiB between the leaders of nodes 0 and 1, through host MPI on host buffers."""
+    and 1 MiB between the leaders of nodes 0 and 1: through host MPI on host buffers, or through
+    `round_trips(peer, nbytes, rounds, first)` (seconds of the shortest round trip: the transport the
+    network phases take)."""
     lat, gbps = config.net_latency_us, config.net_gbps
     measured = None
     if (lat <= 0 or gbps <= 0) and leaders is not None and node < 2:
         peer, first = 1 - node, node == 0
-        small = _round_trips(leaders, peer, _PROBE_SMALL, _PROBE_ROUNDS_SMALL, first) / 2
-        large = _round_trips(leaders, peer, _PROBE_LARGE, _PROBE_ROUNDS_LARGE, first) / 2
+        trips = round_trips or (lambda *args: _round_trips(leaders, *args))
+        small = trips(peer, _PROBE_SMALL, _PROBE_ROUNDS_SMALL, first) / 2
+        large = trips(peer, _PROBE_LARGE, _PROBE_ROUNDS_LARGE, first) / 2
         measured = (small * 1e6, _PROBE_LARGE / max(large - small, 1e-9) / 1e9)
     measured = comm.bcast(measured, root=0)  # rank 0 is node 0's leader
     if measured is not None:

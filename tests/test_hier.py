@@ -109,3 +109,24 @@ def test_nccl_setup_watch_stops_waiting():
         stop.set()
     slow.join()
     assert Library._watch(slow, MPI.COMM_SELF, 0.05, set()) == ''
+
+
+def test_model_of_a_device_transport_has_no_staging_copies():
+    """Over a transport of device memory (NCCL) the model counts no copy through pinned memory, so a
+    large rail Allreduce is predicted faster than the same network staged through the host."""
+    staged, device = _shape([2, 2]), hier_model.Shape((2, 2), True, ('engine',) * 2, False, 5.0, 25.0, True)
+    for coll in (Coll.ALLREDUCE, Coll.BCAST, Coll.REDUCE):
+        assert hier_model.predict(coll, 1 << 28, device)['rail'][0] < hier_model.predict(coll, 1 << 28, staged)['rail'][0]
+
+
+def test_network_figures_come_from_the_transport_given():
+    """measure_network takes the round trips of the transport the phases use (here a stand-in: 10 us
+    for 8 bytes, 10 us + 1 MiB at 1 GB/s for 1 MiB, both ways) and derives latency and bandwidth."""
+    from mpi4py import MPI
+
+    from mpigpu._topology import measure_network
+
+    def trips(peer, nbytes, rounds, first):
+        return 2 * (10e-6 + (nbytes / 1e9 if nbytes > 8 else 0.0))
+    lat, gbps = measure_network(MPI.COMM_SELF, MPI.COMM_SELF, 0, trips)
+    assert abs(lat - 10.0) < 1e-6 and abs(gbps - 1.0) < 1e-6

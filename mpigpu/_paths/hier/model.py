@@ -26,6 +26,7 @@ COPY_US = 10.0           # one copy between the GPU and pinned memory, issued an
 PCIE_GBPS = 50.0         # pinned host <-> device, one direction
 HOST_REDUCE_GBPS = 4.0   # NumPy reducing rows in host memory, per byte of the rows
 GPU_REDUCE_US = 12.0     # the GPU reducing rows in pinned memory (read over PCIe): launch and wait
+HBM_GBPS = 2000.0        # the GPU reading rows in its own memory (half the 4,250 GB/s a device copy moves)
 STEP_US = 30.0           # the host's own work per pipeline step (Python: events, MPI calls)
 MIN_CHUNK = 256 * 1024   # pipeline chunks per rank at least this large (fewer steps cost less host time)
 MAX_CHUNKS = 64
@@ -35,13 +36,15 @@ MAX_CHUNKS = 64
 class Shape:
     """What the model knows of a communicator: node sizes (node order), whether each node's ranks are
     consecutive, how its node phases run ('engine', 'staged' or 'single' per node), whether MPI takes
-    device pointers, and the network (latency us, GB/s per GPU)."""
+    device pointers, the network (latency us, GB/s per GPU), and whether its transport moves device
+    memory (NCCL: no staging copy, reductions read device memory)."""
     sizes: tuple
     consecutive: bool
     kinds: tuple
     cuda_aware: bool
     latency_us: float
     gbps: float
+    device_net: bool = False
 
     @property
     def nodes(self):
@@ -66,8 +69,11 @@ def _b(s, x):
     return x / (s.gbps * 1e9)
 
 
-def _reduce(rows_bytes, gpu):
-    """Reducing rows of rows_bytes in all: on the GPU (reading pinned memory over PCIe) or the host."""
+def _reduce(s, rows_bytes, gpu):
+    """Reducing rows of rows_bytes in all: on the GPU (reading device memory where the transport moves
+    it, else pinned memory over PCIe) or the host."""
+    if s.device_net:
+        return GPU_REDUCE_US * 1e-6 + rows_bytes / (HBM_GBPS * 1e9)
     if gpu:
         return GPU_REDUCE_US * 1e-6 + rows_bytes / (PCIE_GBPS * 1e9)
     return rows_bytes / (HOST_REDUCE_GBPS * 1e9)
@@ -77,8 +83,8 @@ def net_allreduce(s, n, x, gpu=False):
     if n <= 1:
         return 0.0
     if x * n <= SMALL_BYTES:  # Allgather, then every rank reduces all n rows
-        return lg(n) * _a(s) + (n - 1) * _b(s, x) + _reduce(n * x, gpu)
-    rs = (n - 1) * _a(s) + (n - 1) / n * _b(s, x) + _reduce(x, gpu)  # Alltoallv, reduce
+        return lg(n) * _a(s) + (n - 1) * _b(s, x) + _reduce(s, n * x, gpu)
+    rs = (n - 1) * _a(s) + (n - 1) / n * _b(s, x) + _reduce(s, x, gpu)  # Alltoallv, reduce
     return rs + lg(n) * _a(s) + (n - 1) / n * _b(s, x)  # Allgatherv
 
 
@@ -86,8 +92,8 @@ def net_reduce(s, n, x, gpu=False):
     if n <= 1:
         return 0.0
     if x * n <= SMALL_BYTES:
-        return lg(n) * _a(s) + (n - 1) * _b(s, x) + _reduce(n * x, gpu)
-    return ((n - 1) * _a(s) + (n - 1) / n * _b(s, x) + _reduce(x, gpu)
+        return lg(n) * _a(s) + (n - 1) * _b(s, x) + _reduce(s, n * x, gpu)
+    return ((n - 1) * _a(s) + (n - 1) / n * _b(s, x) + _reduce(s, x, gpu)
             + lg(n) * _a(s) + (n - 1) / n * _b(s, x))
 
 
@@ -121,8 +127,9 @@ def _node(s, stored):
 
 
 def _copy(s, x, reduces):
-    """A staging copy of x bytes (none where MPI takes device pointers and the phase only copies)."""
-    if s.cuda_aware and not reduces:
+    """A staging copy of x bytes (none where the transport moves device memory, nor where MPI takes
+    device pointers and the phase only copies)."""
+    if s.device_net or (s.cuda_aware and not reduces):
         return 0.0
     return COPY_US * 1e-6 + x / (PCIE_GBPS * 1e9)
 
@@ -199,12 +206,15 @@ def _forms(coll, nbytes, s, chunks, itemsize):
     elif coll == Coll.REDUCE_SCATTER_BLOCK and s.consecutive:
         p = sum(s.sizes)
         if s.even:  # a node reduce-scatter per node's region, pieces exchanged over the rail, reduced
-            host = (n - 1) * _a(s) + (n - 1) * _b(s, nbytes) + _reduce(n * nbytes, gpu) + step
+            host = (n - 1) * _a(s) + (n - 1) * _b(s, nbytes) + _reduce(s, n * nbytes, gpu) + step
             out['rail'] = (n * _node(s, (L - 1) * nbytes) + _copy(s, n * nbytes, True) + host
                            + _copy(s, nbytes, True), 1)
         seconds, c = best(p * nbytes, lambda m: [_node(s, 2 * (big - 1) / big * m), _copy(s, m, True)])
-        host = ((n - 1) * _a(s) + (n - 1) / n * _b(s, p * nbytes) + _reduce(p * nbytes, gpu)
-                + STAGED_NODE_US * 1e-6 + big * nbytes / (STAGED_NODE_GBPS * 1e9) + step)
+        # the leader hands the node its blocks: host MPI's scatter, or over a device transport a node bcast
+        scatter = (_node(s, big * nbytes) if s.device_net else
+                   STAGED_NODE_US * 1e-6 + big * nbytes / (STAGED_NODE_GBPS * 1e9))
+        host = ((n - 1) * _a(s) + (n - 1) / n * _b(s, p * nbytes) + _reduce(s, p * nbytes, gpu) + scatter
+                + step)
         out['leader'] = (seconds + host + _copy(s, nbytes, True), c)
     return out
 

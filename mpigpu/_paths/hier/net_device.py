@@ -12,6 +12,8 @@ float32). Small messages take the one-step form: every rank gathers every row an
 Scratch (`rows`): device memory reserved by the caller's thread before the call (HierState.reserve with
 `bytes_for`), reused by every phase of a call: the phases run in order on one stream.
 """
+import time
+
 from ... import _cuda
 from .net import SMALL_BYTES, byte_pieces
 
@@ -110,6 +112,21 @@ class DeviceNet:
         out = self.rows((n + 1) * piece) + n * piece
         self._reduce_scatter(t, c, src, nbs, displs, out, stream)
         return out
+
+    @staticmethod
+    def round_trips(t, peer, nbytes, rounds, first, stream):
+        """The shortest of `rounds` round trips of nbytes of device memory with `peer` over t (seconds;
+        `first` sends first): the network's figures for the cost model, measured at setup."""
+        dm = _cuda.device
+        buf = dm.DeviceMemory(max(nbytes, 1))
+        best = float('inf')
+        for _ in range(rounds + 1):  # the first round only warms the connection
+            t0 = time.perf_counter()
+            for op in ((t.send, t.recv) if first else (t.recv, t.send)):
+                op(buf.ptr, nbytes, peer, stream)
+            dm.stream_sync(stream)
+            best = min(best, time.perf_counter() - t0)
+        return best
 
     # ---- copies -------------------------------------------------------------------------------------
     @staticmethod

@@ -69,10 +69,7 @@ class HierState:
         self.node = NodePhases(node)
         kinds = st.comm.allgather(self.node.kind)
         self.node_kinds = tuple(kinds[topo.firsts[n]] for n in range(topo.nnodes))
-        self.latency_us, self.gbps = measure_network(st.comm, topo.leaders, topo.node)
         self.cuda_aware = _host_mpi.cuda_aware()
-        self.shape = model.Shape(tuple(topo.sizes), topo.consecutive, self.node_kinds, self.cuda_aware,
-                                      self.latency_us, self.gbps)
         self._scratch = self._net_scratch = None
         self.transport = self.dnet = None  # the rail's transport communicator, the phases over it
         self.join = None  # a stream= call enqueued whole: its stream, which waits for the path's streams
@@ -80,6 +77,12 @@ class HierState:
         _cuda.with_device(self.device, self._make)
         self.net = Net(self.pinned, self.reduce_stream)
         self._connect(st)
+        # the network as the phases take it: over the transport where it moves device memory
+        trips = None if self.dnet is None else lambda *args: _cuda.with_device(
+            self.device, self.dnet.round_trips, self.transport, *args, self.net_stream)
+        self.latency_us, self.gbps = measure_network(st.comm, topo.leaders, topo.node, trips)
+        self.shape = model.Shape(tuple(topo.sizes), topo.consecutive, self.node_kinds, self.cuda_aware,
+                                 self.latency_us, self.gbps, self.dnet is not None)
         log.debug('rank %d: hierarchical path: %s', st.rank, self.describe())
 
     def _make(self):

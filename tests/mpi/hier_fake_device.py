@@ -278,6 +278,23 @@ assert _state.state_of(aware)._owned[hier_state.HierState].cuda_aware
 config.mpi_cuda_aware, config.net = 'auto', net
 aware.Free()
 
+# ranks that disagree on MPIGPU_NET still agree on one transport: host MPI where one rank asks for it
+if config.net != 'mpi':
+    net = config.net
+    config.net = 'mpi' if rank == 0 else net
+    mixed = world.Dup()
+    x = exact(333, np.float32, 1)
+    want = np.empty_like(x)
+    plain.Allreduce(x, want, MPI.SUM)
+    out = np.zeros_like(x)
+    mixed.Allreduce(FakeCAI(x), FakeCAI(out), MPI.SUM)
+    same(out, want, 'Allreduce, rank 0 with MPIGPU_NET=mpi')
+    assert _state.state_of(mixed)._owned[hier_state.HierState].dnet is None, 'mixed MPIGPU_NET: NCCL taken'
+    if rank:
+        assert 'no NCCL: rank 0: MPIGPU_NET=mpi' in mixed.engine_status(), mixed.engine_status()
+    config.net = net
+    mixed.Free()
+
 # a sub-communicator of one simulated node has no hierarchical path
 config.algo = 'hier'
 mine = world.Split(nodes[rank], rank)

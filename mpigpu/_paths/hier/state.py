@@ -100,11 +100,10 @@ class HierState:
         self.ev_end = [dm.event_create() for _ in range(2)]
 
     def _connect(self, st):
-        """The network's transport, the same on every rank (MPIGPU_NET; collective): NCCL over the rails
-        where every rank can take it, else host MPI (net.py; `net_note` says why). A rank of a leaders'
-        communicator is on rail 0, so the rails' communicators serve the leader forms too."""
-        if config.net == 'mpi':
-            return
+        """The network's transport, the same on every rank (MPIGPU_NET; collective, whatever each rank's
+        knob says): NCCL over the rails where every rank can take it, else host MPI (net.py; `net_note`
+        says why). A rank of a leaders' communicator is on rail 0, so the rails' communicators serve
+        the leader forms too."""
         lib, why = self._nccl()
         if not self._agreed(st, why):
             return
@@ -124,23 +123,25 @@ class HierState:
         self.dnet = DeviceNet(lib, self.net_scratch)
 
     def _nccl(self):
-        """(NCCL's library, '') where this rank can take it, else (None, why not)."""
-        lib, why = nccl.library()
+        """(NCCL's library, '') where this rank can take it, else (None, why not); collective on the rail."""
         # NCCL takes one rank per GPU in a communicator (ranks sharing one, MPIGPU_SHARED_GPU: host MPI)
         gpus = self.topo.rail.allgather((socket.gethostname(), _cuda.device.pci_bus_id(self.device)))
+        if config.net == 'mpi':
+            return None, 'MPIGPU_NET=mpi'
+        lib, why = nccl.library()
         if lib is not None and len(set(gpus)) < len(gpus) and not getattr(lib, 'shares_gpus', False):
             return None, 'ranks of a rail share a GPU'
         return lib, why
 
     def _agreed(self, st, why):
-        """True when no rank has a reason (`why`) against NCCL; else notes the first one, or raises it
-        under MPIGPU_NET=nccl (collective)."""
-        whys = st.comm.allgather(why)
-        ranks = [r for r, w in enumerate(whys) if w]
+        """True when no rank has a reason (`why`) against NCCL; else notes the first one, and where any
+        rank set MPIGPU_NET=nccl every rank raises it (collective)."""
+        got = st.comm.allgather((why, config.net == 'nccl'))
+        ranks = [r for r, (w, _demands) in enumerate(got) if w]
         if not ranks:
             return True
-        self.net_note = f'rank {ranks[0]}: {whys[ranks[0]]}'
-        if config.net == 'nccl':
+        self.net_note = f'rank {ranks[0]}: {got[ranks[0]][0]}'
+        if any(demands for _w, demands in got):
             raise Error('hierarchical setup', f'MPIGPU_NET=nccl, but NCCL is not usable on ranks {ranks}: '
                         f'{self.net_note}', rank=st.rank, error_class=MPI.ERR_OTHER)
         log.debug('rank %d: hierarchical path: no NCCL (%s): host MPI', st.rank, self.net_note)

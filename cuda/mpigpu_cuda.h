@@ -155,6 +155,14 @@ int mg_memcpy_async(uintptr_t dst, uintptr_t src, size_t bytes, uintptr_t stream
 int mg_stream_wait_host(uintptr_t stream, uintptr_t words, uint32_t value, double timeout_s);
 /* capturing = 1 while stream is being captured into a CUDA graph. */
 int mg_stream_capturing(uintptr_t stream, int *capturing);
+/* ---- recorded calls (graph.cu) ---- */
+/* A capture of what is enqueued on `stream` (and on the streams that join it through events) begins;
+ * relaxed: other threads' CUDA calls stay legal meanwhile. */
+int mg_capture_begin(uintptr_t stream);
+/* The capture ends and is made launchable (*graph: an executable graph, 0 when none was made). */
+int mg_capture_end(uintptr_t stream, uintptr_t *graph);
+int mg_graph_launch(uintptr_t graph, uintptr_t stream);
+int mg_graph_destroy(uintptr_t graph);
 /* Loads every kernel the hierarchical path may launch while a stream waits for the host (kernel_load.cu:
  * a lazily loaded kernel's first launch may synchronize the context, which would wait for that stream). */
 int mg_load_kernels(void);

@@ -105,6 +105,7 @@ class Agreement:
         self._warned = False  # 'off': device calls were warned about
         self.undecided = collections.deque()  # its non-blocking device calls not decided yet (mpigpu/_undecided.py)
         self._broke = None                     # a timeout or break found while deciding them (host calls raise it)
+        self._kept = None  # 'net': the verdict the fast path of replayed calls reached for the call it handed on
 
     # ---- setup -----------------------------------------------------------------------------------
     def _record(self):
@@ -257,7 +258,8 @@ class Agreement:
         broken communicator they learn it is broken). A call the fast path already posted (and found
         not the engine's) is not posted again: it is given up."""
         try:
-            if self.board is not None and self.board.take_stash() is not None:
+            if (self.board is not None and self.board.take_stash() is not None) or self._kept is not None:
+                self._kept = None
                 self.give_up()
                 return
             if self.undecided:
@@ -327,6 +329,9 @@ class Agreement:
                 self.st.check_usable(name)
         if not self._ready(nonblocking) or self._host_only(coll):
             return Verdict.HOST_MPI
+        if self._kept is not None:  # agreed already (keep): the call the fast path handed on
+            kept, self._kept = self._kept, None
+            return kept
         mode = self.mode
         if defer and mode in ('board', 'net'):
             return self._decide_or_defer(name, coll, then)
@@ -350,6 +355,12 @@ class Agreement:
                 self._timed_out(name, self.board.missing(), who == BEHIND)
             return self.judged(name, Verdict(verdict), [who] if who >= 0 else [])
         return self.judged(name, *self._exchange(coll))
+
+    def keep(self, verdict):
+        """The fast path of replayed calls (mpigpu/_paths/hier/replay.py) agreed on `verdict` (not the
+        device) and hands the call to the general path, whose decide() takes it instead of exchanging
+        again (the peers made this call's exchange once)."""
+        self._kept = verdict
 
     def _exchange(self, coll):
         """A device rank's 'net' exchange: (verdict, culprits)."""

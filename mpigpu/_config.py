@@ -135,6 +135,10 @@ class Config:
         self.nccl_lib = os.environ.get('MPIGPU_NCCL_LIB', '').strip()
         # Hierarchical path: bytes of one pipeline chunk per rank (0: the cost model chooses).
         self.hier_chunk_bytes = _int('MPIGPU_HIER_CHUNK_BYTES', 0, 0, 1 << 34)
+        # Hierarchical path over a transport of device memory: a call that repeats (same shape, same
+        # buffers) recorded once as a CUDA graph and replayed (1, the default), or always issued (0).
+        self.hier_graphs = _choice('MPIGPU_HIER_GRAPHS', '1', {'1': ('1', 'yes', 'true', 'on'),
+                                                               '0': ('0', 'no', 'false', 'off')}) == '1'
         # Device arrays that are not contiguous, passed as a bare buffer: read through their strides
         # (1), or refused with BufferError as mpi4py refuses them (0, the default: MPI's semantics).
         self.strided_arrays = _flag('MPIGPU_STRIDED_ARRAYS')

@@ -36,6 +36,9 @@ class CommState:
         self._abandoned = []    # host MPI requests given up on (their buffers must outlive them)
         self._owned = {}        # path state by class (owned): staging buffers, point-to-point matching
         self.agreement = _agree.Agreement(self)  # how the ranks agree on each collective call's path
+        # A communicator spanning nodes whose calls are replayed: the fast path's entry into them
+        # (mpigpu/_paths/hier/replay.py), else None
+        self.hier_replayed = None
         # What a host-buffer call of an engine collective does to post itself (mpigpu/_ext/_front.pyx):
         # None nothing, a Board a store into it, else a Python call (agreement.host).
         self.host_hook = None if self.size == 1 else self.agreement.host

@@ -56,6 +56,10 @@ cdef extern from "mpigpu_cuda.h" nogil:
     int mg_memcpy_async(uintptr_t dst, uintptr_t src, size_t bytes, uintptr_t stream)
     int mg_stream_wait_host(uintptr_t stream, uintptr_t words, unsigned int value, double timeout_s)
     int mg_stream_capturing(uintptr_t stream, int *capturing)
+    int mg_capture_begin(uintptr_t stream)
+    int mg_capture_end(uintptr_t stream, uintptr_t *graph)
+    int mg_graph_launch(uintptr_t graph, uintptr_t stream)
+    int mg_graph_destroy(uintptr_t graph)
     int mg_load_kernels()
     int mg_reduce_rows(int dtype, int op, uintptr_t dst, uintptr_t src, size_t row_bytes, int nrows, size_t count,
                        uintptr_t stream)

@@ -160,6 +160,41 @@ def stream_capturing(uintptr_t stream):
     return bool(capturing)
 
 
+def capture_begin(uintptr_t stream):
+    """Begins recording what is enqueued on `stream` (and on streams that join it through events) into
+    a graph (mpigpu/_paths/hier/replay.py); nothing enqueued runs until the graph is launched."""
+    check(mg_capture_begin(stream), 'cudaStreamBeginCapture')
+
+
+def capture_end(uintptr_t stream):
+    """Ends the recording begun on `stream`: the Graph to launch."""
+    cdef uintptr_t g = 0
+    check(mg_capture_end(stream, &g), 'cudaStreamEndCapture')
+    graph = Graph()
+    graph.g = g
+    return graph
+
+
+cdef class Graph:
+    """A recorded sequence of enqueued work, launched as one call (an executable CUDA graph)."""
+    cdef uintptr_t g
+
+    cpdef launch(self, uintptr_t stream):
+        if self.g == 0:
+            raise DeviceError(MG_ERR_ARG, 'launch of a released graph')
+        check(mg_graph_launch(self.g, stream), 'cudaGraphLaunch')
+
+    def close(self):
+        cdef uintptr_t g = self.g
+        self.g = 0
+        if g:
+            check(mg_graph_destroy(g), 'cudaGraphExecDestroy')
+
+    def __dealloc__(self):
+        if self.g:
+            mg_graph_destroy(self.g)
+
+
 def reduce_rows(int dtype, int op, uintptr_t dst, uintptr_t src, size_t row_bytes, int nrows, size_t count,
                 uintptr_t stream):
     """Enqueues on `stream`: dst = the nrows rows at src (row_bytes apart, count elements each) reduced in

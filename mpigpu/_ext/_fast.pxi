@@ -154,22 +154,23 @@ cdef inline bint _on_device(uintptr_t ptr, int device):
     return (mt == _MEM_DEVICE or mt == _MEM_MANAGED) and dev == device
 
 
-cpdef int fast_collective(Team team, int device, int coll, object sendbuf, object recvbuf, int op_code,
-                          int root, bint inplace, int algo, int nchannels, Py_ssize_t stream=-1) except -1:
-    """Runs Allreduce, Bcast (buffer as recvbuf), Reduce_scatter_block, Reduce (recvbuf None off the root)
-    or Allgather with MPI semantics when the call is the common case and `device` is current; returns 1
-    when done, 0 when the general path must handle it. stream < 0: on the producer's stream, returning
-    with the result (MPI blocking); stream >= 0: enqueued on that stream, returning at once."""
+cdef int _read_call(int nranks, int rank, int device, int coll, object sendbuf, object recvbuf, int op_code,
+                    int root, bint inplace, uintptr_t *sp_out, uintptr_t *rp_out, Py_ssize_t *count_out,
+                    int *dtype_out, Py_ssize_t *rs_out) except -1:
+    """Reads the common call (of a communicator of nranks, this rank `rank`, on `device`, current): its
+    send and receive pointers (MPI's in-place layouts: a one-buffer call's send pointer is this rank's
+    block; 0 for a Reduce's recvbuf off the root), count, type and producer stream. 1 when read; 0 when
+    the general path must take it (and raise, where the call is wrong)."""
     cdef uintptr_t sp = 0, rp = 0
     cdef Py_ssize_t sc = 0, rc = 0, ss = 0, rs = 0, count = 0, own = 0
     cdef int sd = -1, rd = -1, rdev = -1, sdev = -1, current = -1
     cdef bint sro = False, rro = False
-    cdef bint off_root = coll == MG_REDUCE and team.rank != root  # a Reduce's recvbuf is not significant here
+    cdef bint off_root = coll == MG_REDUCE and rank != root  # a Reduce's recvbuf is not significant here
     cdef bint one_buffer = inplace or coll == MG_BCAST
-    if team.t == NULL or root < 0 or root >= team.nranks:
+    if root < 0 or root >= nranks:
         return 0
     if mg_get_device(&current) != 0 or current != device:
-        return 0  # the general path makes the team's device current
+        return 0  # the general path makes the communicator's device current
     if off_root:
         if inplace:
             return 0  # MPI.IN_PLACE off the root: the general path raises
@@ -192,7 +193,7 @@ cpdef int fast_collective(Team team, int device, int coll, object sendbuf, objec
             return 0
     if coll != MG_ALLGATHER and coll != MG_BCAST and not mg_supports(rd, op_code):
         return 0
-    if geometry(coll, team.nranks, team.rank, not one_buffer, sc, not off_root, rc, one_buffer, &count,
+    if geometry(coll, nranks, rank, not one_buffer, sc, not off_root, rc, one_buffer, &count,
                 &own) != GEOMETRY_OK:
         return 0  # the general path raises, naming the counts
     if one_buffer:
@@ -203,6 +204,24 @@ cpdef int fast_collective(Team team, int device, int coll, object sendbuf, objec
         return 0
     if count and not one_buffer and not (sdev == device if sdev >= 0 else _on_device(sp, device)):
         return 0
+    sp_out[0], rp_out[0], count_out[0], dtype_out[0], rs_out[0] = sp, rp, count, rd, rs
+    return 1
+
+
+cpdef int fast_collective(Team team, int device, int coll, object sendbuf, object recvbuf, int op_code,
+                          int root, bint inplace, int algo, int nchannels, Py_ssize_t stream=-1) except -1:
+    """Runs Allreduce, Bcast (buffer as recvbuf), Reduce_scatter_block, Reduce (recvbuf None off the root)
+    or Allgather with MPI semantics when the call is the common case and `device` is current; returns 1
+    when done, 0 when the general path must handle it. stream < 0: on the producer's stream, returning
+    with the result (MPI blocking); stream >= 0: enqueued on that stream, returning at once."""
+    cdef uintptr_t sp = 0, rp = 0
+    cdef Py_ssize_t count = 0, rs = 0
+    cdef int rd = -1
+    if team.t == NULL:
+        return 0
+    if not _read_call(team.nranks, team.rank, device, coll, sendbuf, recvbuf, op_code, root, inplace, &sp, &rp,
+                      &count, &rd, &rs):
+        return 0
     if team.board is not None:  # ranks that must agree on the call's path (mpigpu/_agree.py)
         if type(team.board) is not Board:
             return 0  # they agree on the general path (across nodes, a broken communicator)
@@ -212,11 +231,27 @@ cpdef int fast_collective(Team team, int device, int coll, object sendbuf, objec
         return 1
     if stream >= 0:
         team.run(coll, algo, rd, op_code, sp, rp, count, root, nchannels, <uintptr_t>stream, False)
-    elif one_buffer and team.nranks == 1:
+    elif (inplace or coll == MG_BCAST) and team.nranks == 1:
         team.run_nothing(<uintptr_t>rs)
     else:
         team.run(coll, algo, rd, op_code, sp, rp, count, root, nchannels, <uintptr_t>rs, True)
     return 1
+
+
+cdef int _hier_call(object st, object replayed, int coll, object sendbuf, object recvbuf, int code, int root,
+                    bint inplace, Py_ssize_t stream) except -1:
+    """The common call of a communicator spanning nodes whose calls are replayed (mpigpu/_paths/hier/
+    replay.py): read here, then `replayed` agrees on it and launches its recorded graph. 1 when it ran;
+    0 when the general path must take it (a call not recorded yet, anything unusual, or agreed on the
+    host MPI call, which the general path then makes without a second exchange)."""
+    cdef uintptr_t sp = 0, rp = 0
+    cdef Py_ssize_t count = 0, rs = 0
+    cdef int rd = -1
+    if st.device is None or not _read_call(st.size, st.rank, st.device, coll, sendbuf, recvbuf, code, root,
+                                           inplace, &sp, &rp, &count, &rd, &rs):
+        return 0
+    return 1 if replayed(coll, root, rd, code, sp, rp, count, inplace, stream if stream >= 0 else rs,
+                         stream >= 0) else 0
 
 
 cdef int _run_agreed(Team team, Board board, int coll, int algo, int dtype, int op, uintptr_t sp, uintptr_t rp,
@@ -287,9 +322,9 @@ cpdef bint fast_entry(object comm, int coll, object sendbuf, object recvbuf, obj
     if st is None:
         return False
     t = st.team
-    if type(t) is not Team:  # none yet (or the CPU tests' fake team)
-        return False
-    team = <Team>t
+    if type(t) is not Team:  # none yet, a communicator spanning nodes (or the CPU tests' fake team)
+        if st.hier_replayed is None:
+            return False
     if coll != MG_ALLGATHER and coll != MG_BCAST:
         if op is _entry_last_op:
             code = _entry_last_code
@@ -301,6 +336,9 @@ cpdef bint fast_entry(object comm, int coll, object sendbuf, object recvbuf, obj
                 return False
             _entry_last_op, _entry_last_code = op, code
     cdef bint in_place = sendbuf is _entry_in_place
+    if type(t) is not Team:
+        return _hier_call(st, st.hier_replayed, coll, sendbuf, recvbuf, code, root, in_place, stream) == 1
+    team = <Team>t
     cdef int algo = MG_ALGO_AUTO, nchannels = 0
     if team.nranks != 1:  # a one-rank team's calls are copies: no algorithm or channels to choose
         cfg = _entry_config

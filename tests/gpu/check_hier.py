@@ -264,6 +264,65 @@ with s:
         check(f'stream= ordering {it}', got, want.astype(np.float64), 'float32')
 s.synchronize()
 
+section('calls on the same buffers: recorded once, replayed (MPIGPU_HIER_GRAPHS)')
+
+
+def replayed_case(coll, dtype, op, count, bufs, it):
+    """One call of `coll` on the device buffers of `bufs` (made on the first call, reused after) with
+    inputs of round `it` written into them; blocking for rounds 0-2 (from round 2 on the fast path's
+    replay), stream= after. Checked as case() checks."""
+    n, r, root = SIZE, RANK, SIZE - 1
+    mop = getattr(MPI, op) if op else None
+    if coll == 'Bcast':
+        ref = gen(root, count, dtype, 'SUM', 10 + it)
+        if not bufs:
+            bufs.append(cp.empty(count, DT[dtype]))
+        buf = bufs[0]
+        if r == root:
+            buf.set(ref)
+        else:
+            buf.view(cp.uint8).fill(0xFF)
+        args, out = (buf, root), buf
+    else:
+        scount = count * n if coll == 'Reduce_scatter_block' else count
+        rcount = count * n if coll == 'Allgather' else count
+        rows = [gen(k, scount, dtype, op or 'SUM', 10 + it) for k in range(n)]
+        ref = (np.concatenate(rows) if coll == 'Allgather' else
+               reduce_ref(rows, dtype, op)[r * count:(r + 1) * count] if coll == 'Reduce_scatter_block' else
+               reduce_ref(rows, dtype, op))
+        if not bufs:
+            bufs.extend([cp.empty(scount, DT[dtype]), cp.empty(rcount, DT[dtype])])
+        send, out = bufs
+        send.set(rows[r])
+        out.view(cp.uint8).fill(0xFF)
+        args = (send, out, mop) if coll != 'Allgather' else (send, out)
+        if coll == 'Reduce':
+            args += (root,)
+    run(coll, args, 'blocking' if it < 3 else 'stream')
+    mine = coll != 'Reduce' or r == root
+    check(f'{coll} {dtype} {op} count={count} round {it} algo={config.algo}', cp.asnumpy(out) if mine else None,
+          ref, dtype, coll != 'Reduce_scatter_block')
+
+
+for form in FORMS:
+    config.algo = form
+    for count in (SIZE - 1, 1001, 100003):
+        for coll, dtype, op in (('Allreduce', 'float32', 'SUM'), ('Reduce', 'int64', 'BXOR'),
+                                ('Reduce_scatter_block', 'float16', 'SUM'), ('Allgather', 'float64', None),
+                                ('Bcast', 'int32', None)):
+            bufs = []
+            for it in range(5):
+                replayed_case(coll, dtype, op, count, bufs, it)
+from mpigpu import _state  # noqa: E402
+from mpigpu._paths.hier.state import HierState  # noqa: E402
+hs = _state.state_of(world)._owned[HierState]
+graphs = 0 if hs.replays is None else sum(1 for v in hs.replays.graphs.values() if v is not None)
+checks += 1
+if config.hier_graphs and hs.dnet is not None and not graphs:
+    failures.append(f'rank {RANK}: no call was recorded for replay (replays: {hs.replays is not None})')
+if RANK == 0:
+    print(f'recorded calls on rank 0: {graphs}', flush=True)
+
 section('CUDA graph capture of a multi-node call raises')
 g = cp.cuda.Stream(non_blocking=True)
 y = cp.ones(16, cp.float32)

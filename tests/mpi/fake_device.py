@@ -187,7 +187,62 @@ def _stream_sync(stream):
             _host_waits.remove(w)
 
 
+# A recording (capture_begin .. capture_end): the enqueued work of the fake layer (copies, reductions,
+# the fake NCCL's operations) is kept in order instead of done, and done at each launch of the graph.
+_recording = None
+
+
+def _enqueued(fn):
+    """fn() done now, or kept for the graph being recorded."""
+    if _recording is not None:
+        _recording.append(fn)
+    else:
+        fn()
+
+
+class _Graph:
+    def __init__(self, ops):
+        self.ops = ops
+        self.launches = 0
+
+    def launch(self, stream):
+        self.launches += 1
+        for op in self.ops:
+            op()
+
+    def close(self):
+        self.ops = []
+
+
+graphs = []  # every graph recorded (the tests count their launches)
+
+
+def _capture_begin(stream):
+    global _recording
+    if _recording is not None:
+        raise DeviceError('capture_begin: a recording is already under way')
+    _recording = []
+
+
+def _capture_end(stream):
+    global _recording
+    ops, _recording = _recording, None
+    if ops is None:
+        raise DeviceError('capture_end: no recording under way')
+    graphs.append(_Graph(ops))
+    return graphs[-1]
+
+
+def _memcpy_async(dst, src, nb, stream):
+    if nb:
+        _enqueued(lambda: ctypes.memmove(dst, src, nb))
+
+
 def _reduce_rows(dtype, op, dst, src, row_bytes, nrows, count, stream):
+    _enqueued(lambda: _reduce_rows_now(dtype, op, dst, src, row_bytes, nrows, count))
+
+
+def _reduce_rows_now(dtype, op, dst, src, row_bytes, nrows, count):
     """The GPU reduction of rows, done on the host (the staged path's host_reduce, same order)."""
     import numpy as np
     from mpigpu._paths.staged import host_reduce
@@ -214,15 +269,22 @@ class _FakeNcclComm:
 
     def send(self, ptr, nbytes, peer, stream):
         if nbytes:
-            self.lib.issue(self.comm.Isend(self._buf(ptr, nbytes), peer, 0))
+            self.lib.issue(lambda: self.comm.Isend(self._buf(ptr, nbytes), peer, 0))
 
     def recv(self, ptr, nbytes, peer, stream):
         if nbytes:
-            self.lib.issue(self.comm.Irecv(self._buf(ptr, nbytes), peer, 0))
+            self.lib.issue(lambda: self.comm.Irecv(self._buf(ptr, nbytes), peer, 0))
 
     def bcast(self, ptr, nbytes, root, stream):
         if nbytes:
-            self.comm.Bcast(self._buf(ptr, nbytes), root)
+            _enqueued(lambda: self.comm.Bcast(self._buf(ptr, nbytes), root))
+
+    def allgather(self, src, dst, nbytes, stream):
+        if nbytes:
+            def run():  # (src may be this rank's block of dst)
+                data = _memory(src, 0, nbytes).copy()
+                self.comm.Allgather([data, nbytes, self.MPI.BYTE], [self._buf(dst, nbytes * self.size)[0], self.MPI.BYTE])
+            _enqueued(run)
 
     def close(self, abort=False):
         self.comm.Free()
@@ -245,11 +307,13 @@ class _FakeNccl:
         self.comms += 1
         return _FakeNcclComm(self, comm)
 
-    def issue(self, req):
+    def issue(self, start):
+        """start(): an operation's request, started now (or at the group's end, or at each launch of
+        the graph being recorded)."""
         if self.pending is None:
-            req.Wait()
+            _enqueued(lambda: start().Wait())
         else:
-            self.pending.append(req)
+            self.pending.append(start)
 
     @contextlib.contextmanager
     def group(self, comm=None):
@@ -257,9 +321,12 @@ class _FakeNccl:
         try:
             yield
         finally:
-            reqs, self.pending = self.pending, None
-            for r in reqs:
-                r.Wait()
+            starts, self.pending = self.pending, None
+
+            def run():
+                for r in [s() for s in starts]:
+                    r.Wait()
+            _enqueued(run)
 
 
 fake_nccl = _FakeNccl()
@@ -272,7 +339,7 @@ fake = types.SimpleNamespace(
     stream_wait_event=lambda s, e: None, stream_sync=_stream_sync,
     stream_wait_host=_stream_wait_host, stream_capturing=lambda s: False,
     reduce_rows=_reduce_rows, load_kernels=lambda: None, nccl_library=lambda: fake_nccl,
-    memcpy_async=lambda dst, src, nb, s: ctypes.memmove(dst, src, nb) if nb else None,
+    memcpy_async=_memcpy_async, capture_begin=_capture_begin, capture_end=_capture_end,
     get_device=lambda: 0, set_device=lambda d: None, PinnedBuffer=_pinned, device_count=lambda: 1,
     pointer_info=_pointer_info, is_device_memory=is_device_pointer, pci_bus_id=lambda d: '0000:00:00.0',
     MEM_DEVICE=MEM_DEVICE, MEM_MANAGED=MEM_MANAGED, MEM_HOST=MEM_HOST, MEM_UNREGISTERED=MEM_UNREGISTERED,

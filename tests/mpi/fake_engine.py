@@ -18,6 +18,7 @@ import types
 
 import numpy as np
 
+import fake_device
 from fake_device import DeviceError, fake, install
 
 _HEADER = 64            # posted and done counters (two 8-byte words)
@@ -143,6 +144,11 @@ class FakeTeam:
     def run(self, coll, algo, dtype, op, send, recv, count, root, nchannels, stream, sync, chunk=0):
         if self.mine is None:
             raise DeviceError('collective on a released team')
+        args = (coll, algo, dtype, op, send, recv, count, root, nchannels, stream, sync, chunk)
+        # enqueued work (fake_device._enqueued): kept for each launch while a graph is recorded
+        fake_device._enqueued(lambda: self._run_now(*args))
+
+    def _run_now(self, coll, algo, dtype, op, send, recv, count, root, nchannels, stream, sync, chunk=0):
         from mpigpu._paths.staged import host_reduce
         from mpigpu._types import numpy_dtype
         self.calls += 1

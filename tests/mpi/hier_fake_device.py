@@ -12,7 +12,7 @@ import os
 import numpy as np
 from mpi4py import MPI
 
-from fake_device import FakeCAI, fake, install
+from fake_device import FakeCAI, fake, graphs as fake_graphs, install
 
 install()
 import mpigpu  # noqa: E402
@@ -251,6 +251,54 @@ assert hs.node.kind in ('staged', 'single'), hs.node.kind
 network = 'nccl' if hs.dnet is not None else 'mpi'
 assert network == ('mpi' if config.net == 'mpi' else 'nccl'), (network, config.net)
 assert ('fake NCCL' in status) == (network == 'nccl'), status
+
+# calls that come again on the same buffers: recorded as a graph the second time, replayed after, by the
+# ranks whose every phase runs on the GPU (a transport of device memory, a node of one rank here; a
+# rank of a staged node issues each call's steps, and ranks may differ: the work is the same)
+config.algo = 'hier'
+recorded = len(fake_graphs)
+x, out, b = exact(333, np.float32, 1), np.zeros(333, np.float32), np.zeros(333, np.float64)
+xs, outs, bs = FakeCAI(x), FakeCAI(out), FakeCAI(b)
+for i in range(4):
+    x[:] = exact(333, np.float32, 1 + i)  # each replay reads the buffers as they are at its launch
+    want = np.empty_like(x)
+    plain.Allreduce(x, want, MPI.SUM)
+    out[:] = 0
+    if i == 3:
+        world.Allreduce(xs, outs, MPI.SUM, stream=7 + rank)
+        fake.stream_sync(7 + rank)
+    else:
+        world.Allreduce(xs, outs, MPI.SUM)
+    same(out, want, f'Allreduce, call {i} on the same buffers')
+    root = n - 1
+    b[:] = exact(333, np.float64, 10 + i, root) if rank == root else 0
+    world.Bcast(bs, root)
+    same(b, exact(333, np.float64, 10 + i, root), f'Bcast, call {i} on the same buffers')
+launches = [g.launches for g in fake_graphs[recorded:]]
+assert launches == ([3, 3] if hs.replays is not None else []), ('recorded calls and their launches', launches)
+checks += 1
+# the fast path's entry into them (mpigpu/_ext/_fast.pxi reads the call on a GPU, then calls this): an
+# all-device call launches its graph; where a peer brings host memory, the entry hands the call to the
+# general path with the verdict, and every rank makes the host MPI call
+replayed = _state.state_of(world).hier_replayed
+assert (replayed is not None) == (hs.replays is not None)
+for host_rank in (None, 0, None):
+    x[:] = exact(333, np.float32, 30 + rank if host_rank is None else 40)
+    want = np.empty_like(x)
+    plain.Allreduce(x, want, MPI.SUM)
+    out[:] = 0
+    if rank == host_rank:
+        world.Allreduce(x, out, MPI.SUM)  # numpy: host memory
+    elif replayed is None:
+        world.Allreduce(xs, outs, MPI.SUM)
+    else:
+        graph = fake_graphs[recorded]
+        before = graph.launches
+        ran = replayed(Coll.ALLREDUCE, 0, Dtype.FLOAT32, Op.SUM, x.ctypes.data, out.ctypes.data, 333, False, 0, False)
+        assert ran == (host_rank is None) and graph.launches == before + ran, (host_rank, ran, graph.launches, before)
+        if not ran:  # agreed on the host MPI call: the general path makes it, with the verdict kept
+            world.Allreduce(xs, outs, MPI.SUM)
+    same(out, want, f'Allreduce through the fast entry, host memory on rank {host_rank}')
 
 # a CUDA-aware MPI takes device pointers in the copying phases (fake device memory is host memory)
 config.mpi_cuda_aware, net = '1', config.net

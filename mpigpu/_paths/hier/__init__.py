@@ -9,6 +9,8 @@ network phases between nodes, pipelined. One module per job:
 - net_device, device_forms: the network phases and the forms over a transport that moves device memory
   (NCCL, mpigpu/_transports), every phase enqueued on the GPU;
 - model: the cost model that chooses a form and a chunking per call shape;
+- replay: calls that come again on the same buffers, recorded once as a CUDA graph and replayed, and the
+  fast path's entry into them;
 - progress: the progress thread that runs non-blocking and stream= calls.
 """
 from .calls import request, run, runs

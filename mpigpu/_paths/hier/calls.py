@@ -19,7 +19,7 @@ from ..._codes import Coll
 from ..._config import config
 from ...errors import Error
 from ..support import requests
-from . import device_forms, model, progress
+from . import device_forms, model, progress, replay
 from .shards import Shards
 from .net import REDUCING, SMALL_BYTES, device_buffer, pieces
 from .state import SLOTS, HierState, largest as _largest, pipeline, slot_size, split as _split
@@ -75,11 +75,17 @@ def run(st, c, stream, sync):
     progress.check(hs, c.name, st.rank)
     _check_capture(hs, c, stream)
     shape = prepare(hs, c)
+
+    def issue(dep):
+        collective(hs, c, dep, shape)
     if not sync and stream_waits(hs):
         if hs.dnet is not None and progress.quiet():
-            _enqueue(hs, c, stream, shape)
+            if not replay.run(hs, c, shape, stream, False, issue):
+                _enqueue(hs, c, stream, shape)
         else:
-            progress.on_stream(hs, stream, lambda dep: collective(hs, c, dep, shape))
+            progress.on_stream(hs, stream, issue)
+        return
+    if replay.run(hs, c, shape, stream, True, issue):
         return
 
     def body():

@@ -61,18 +61,13 @@ class DeviceNet:
         self._reduce(c, out, rows, piece, n, stream)
 
     def _gather_rows(self, t, c, src, dst, nb, root, stream):
-        """The one-step form of small messages: every rank's src (nb bytes) to `root` (None: to every
-        rank), which reduces all the rows into dst."""
-        n, me = t.size, t.rank
-        others = [p for p in range(n) if p != me]
-        if root is not None and me != root:
-            self._exchange(t, [(src, nb, root)], [], stream)
-            return
-        rows = self.rows(n * nb)
-        sends = [(src, nb, p) for p in others] if root is None else []
-        self._exchange(t, sends, [(rows + p * nb, nb, p) for p in others], stream)
-        self._copy(rows + me * nb, src, nb, stream)
-        self._reduce(c, dst, rows, nb, n, stream)
+        """The one-step form of small messages: every rank's src (nb bytes) to every rank (an all-gather:
+        NCCL's collectives have low-latency protocols its sends and receives lack, and these rows are
+        small), and `root` (None: every rank) reduces all the rows into dst in rank order."""
+        rows = self.rows(t.size * nb)
+        t.allgather(src, rows, nb, stream)
+        if root is None or t.rank == root:
+            self._reduce(c, dst, rows, nb, t.size, stream)
 
     def allreduce(self, t, c, src, dst, count, stream):
         """dst = the reduction of every rank's src (count elements; src may be dst)."""
@@ -138,6 +133,9 @@ class DeviceNet:
     def allgatherv(self, t, ptr, counts, displs, stream):
         """In place: rank k's bytes at ptr + displs[k] (counts[k] bytes) to every rank."""
         me = t.rank
+        if all(nb == counts[0] and d == k * counts[0] for k, (nb, d) in enumerate(zip(counts, displs))):
+            t.allgather(ptr + displs[me], ptr, counts[0], stream)  # blocks in rank order: one collective
+            return
         others = [p for p in range(t.size) if p != me]
         self._exchange(t, [(ptr + displs[me], counts[me], p) for p in others],
                        [(ptr + displs[p], counts[p], p) for p in others], stream)

@@ -16,7 +16,7 @@ from ..._state import CommState
 from ..._topology import Topology, measure_network
 from ..._transports import nccl
 from ...errors import Error
-from . import model, progress
+from . import model, progress, replay
 from .net import Net, pieces
 from .net_device import DeviceNet
 from .node import NodePhases
@@ -72,6 +72,7 @@ class HierState:
         self.cuda_aware = _host_mpi.cuda_aware()
         self._scratch = self._net_scratch = None
         self.transport = self.dnet = None  # the rail's transport communicator, the phases over it
+        self.replays = None  # the recorded calls (replay.py), where every phase runs on the GPU
         self.join = None  # a stream= call enqueued whole: its stream, which waits for the path's streams
         self.net_note = ''  # why the network phases are not on NCCL, where MPIGPU_NET let them be
         _cuda.with_device(self.device, self._make)
@@ -121,6 +122,9 @@ class HierState:
                 self.transport = None
             return
         self.dnet = DeviceNet(lib, self.net_scratch)
+        if replay.usable(self):
+            self.replays = replay.Replays(self)
+            st.hier_replayed = replay.fast_entry(st, self)
 
     def _nccl(self):
         """(NCCL's library, '') where this rank can take it, else (None, why not); collective on the rail."""
@@ -187,6 +191,8 @@ class HierState:
                 self.sg.host(k, nb)
                 continue
             size = max(nb, 1 << 16, self._size(k) * 3 // 2)
+            if self.replays is not None:
+                self.replays.clear()  # their graphs hold the old block's address
             setattr(self, attr, None)  # the old block goes before the new one is made
             setattr(self, attr, _cuda.device.DeviceMemory(size))
 
@@ -229,7 +235,8 @@ class HierState:
     def begin(self, dep):
         """Orders the path's streams after event `dep` (the producer's stream when the call came)."""
         dm = _cuda.device
-        for s in (self.stream, self.sg.d2h, self.sg.h2d):
+        # (the copy streams only where copies run: a recorded call's streams must all join its end)
+        for s in (self.stream,) if self.dnet is not None else (self.stream, self.sg.d2h, self.sg.h2d):
             dm.stream_wait_event(s, dep)
         if self.dnet is not None:
             # the network stream after everything the node stream holds (an enqueued call's network
@@ -270,6 +277,10 @@ class HierState:
         dm = _cuda.device
 
         def free():
+            if self.replays is not None:  # before the transport: graphs hold its operations
+                self.st.hier_replayed = None
+                self.replays.close()
+                self.replays = None
             if self.transport is not None:
                 self.transport.close()
                 self.transport = self.dnet = None
@@ -361,6 +372,10 @@ def device_pipeline(hs, nchunks, node_in=None, net=None, node_out=None):
     ns, nets = hs.stream, hs.net_stream
 
     def start(k):
+        if net is not None and k >= SLOTS:
+            # chunk k's node phase writes the slot chunk k - SLOTS's network phase reads (a Reduce's
+            # scratch off the root's node, which has no node_out to order them)
+            dm.stream_wait_event(ns, hs.ev_net[k % SLOTS])
         if node_in is not None:
             node_in(k, ns)
         if net is not None:

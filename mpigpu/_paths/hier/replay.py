@@ -95,9 +95,11 @@ class Replays:
 
     def clear(self):
         graphs, self.graphs = self.graphs, {}
-        for got in graphs.values():
-            if got is not None:
-                got[0].close()
+        made = [got[0] for got in graphs.values() if got is not None]
+        if made:
+            _cuda.device.stream_sync(self.hs.stream)  # a stream= call's graph may still run
+        for g in made:
+            g.close()
 
     def close(self):
         self.clear()
@@ -113,7 +115,13 @@ def run(hs, c, shape, stream, sync, issue):
         return False
     if hs.node.kind == 'engine' and c.coll in REDUCING and not _cuda.device.supports(c.dtype, c.op_code):
         return False  # its node phases are staged through host MPI, which a graph cannot hold
-    graph = hs.replays.graph(c, shape, issue)
+    try:
+        graph = hs.replays.graph(c, shape, issue)
+    except BaseException:
+        # a recording that failed may have left the transport mid-call: the call raises, and this
+        # communicator's later calls are issued step by step
+        drop(hs)
+        raise
     if graph is None:
         return False
     hs.last_form = shape[0]
@@ -145,3 +153,14 @@ def fast_entry(st, hs):
                 replays.launch(got[0], stream, not (enqueue and progress.threads()))
         return True
     return replayed
+
+
+def drop(hs):
+    """This communicator's calls are no longer replayed (its graphs destroyed)."""
+    replays, hs.replays = hs.replays, None
+    hs.st.hier_replayed = None
+    if replays is not None:
+        try:
+            replays.close()
+        except Exception:  # a GPU already failing: the graphs go with the process
+            pass

@@ -277,10 +277,7 @@ class HierState:
         dm = _cuda.device
 
         def free():
-            if self.replays is not None:  # before the transport: graphs hold its operations
-                self.st.hier_replayed = None
-                self.replays.close()
-                self.replays = None
+            replay.drop(self)  # before the transport: graphs hold its operations
             if self.transport is not None:
                 self.transport.close()
                 self.transport = self.dnet = None

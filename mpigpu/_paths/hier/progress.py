@@ -156,6 +156,11 @@ def _stop():
         _progress.stop()
 
 
+def late():
+    """True when a stream= call's stream stopped waiting for it (check() raises that)."""
+    return _progress is not None and bool(_progress.word[1])
+
+
 def check(hs, name, rank):
     """Raises the error of an earlier stream= call of this communicator (once), or of a stream that
     stopped waiting for its call."""
@@ -164,9 +169,9 @@ def check(hs, name, rank):
         raise Error(name, f'an earlier stream= call of this communicator failed: {err}', rank=rank,
                     error_class=MPI.ERR_OTHER)
     p = _progress
-    if p is not None and p.word[1]:
-        late, p.word[1] = int(p.word[1]), 0
-        raise Error(name, f'a stream= call (number {late}) was not done within MPIGPU_TIMEOUT_S; work queued '
+    if late():
+        late_call, p.word[1] = int(p.word[1]), 0
+        raise Error(name, f'a stream= call (number {late_call}) was not done within MPIGPU_TIMEOUT_S; work queued '
                     'after it on its stream ran without its result', rank=rank, error_class=MPI.ERR_OTHER)
 
 

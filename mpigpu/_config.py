@@ -77,6 +77,9 @@ class Config:
         self.nchannels = _int('MPIGPU_NCHANNELS', 0, 0, 128)
         self.max_channels = max(_int('MPIGPU_MAX_CHANNELS', 128, 1, 128), self.nchannels)
         self.timeout_s = _float('MPIGPU_TIMEOUT_S', 600.0, 0.001, 1e7)
+        # A wait on host MPI (the per-call agreement across nodes, setups): after 1 ms of polling, the
+        # longest sleep between polls, us (the request advances only while polled).
+        self.poll_sleep_us = _float('MPIGPU_POLL_SLEEP_US', 50.0, 0.0, 1e6)
         # Direct kernel: from this many pipeline steps per channel, its stages run on separate warps.
         self.split_steps = _int('MPIGPU_SPLIT_STEPS', 4, 0, 1 << 30)
         # Largest per-peer piece of the 128-byte-line protocol; sizes its areas in the workspace.

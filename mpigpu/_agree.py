@@ -16,8 +16,11 @@ engine collective (every rank makes that call, whatever its buffers: one allgath
 - one node ('board'): the placement board, a file the node's ranks map (mpigpu/_ext/board.h). A host
   rank's post is a store into its own line; a device rank reads its peers' lines. No MPI message on
   any call after the setup;
-- several nodes ('net'): a one-word MPI_Iallreduce per call on a private duplicate of the
-  communicator; host ranks start it and never wait for it;
+- several nodes ('nodes'): a board per node, and a one-word MPI_Iallreduce per call among the nodes'
+  leaders, which publish its verdict on their boards (mpigpu/_agree_nodes.py); host ranks post and never
+  wait;
+- several nodes whose ranks cannot map a board ('net'): a one-word MPI_Iallreduce per call among all
+  ranks, on a private duplicate of the communicator; host ranks start it and never wait for it;
 - either only where some rank had a GPU array library loaded at the setup ('armed', _cuda.armed);
   otherwise ('off') nothing is posted and device ranks make the host MPI call (correct, through
   mirrors), so programs that pass only host buffers pay for no board and no exchange.
@@ -47,6 +50,7 @@ from mpi4py import MPI
 from . import _cuda, _deadline, _undecided
 from ._codes import ENGINE_COLLS, Coll, Placement, Verdict
 from ._config import config
+from ._agree_nodes import NodeAgreement, Turn, bits_of, exchange, verdict_of
 from ._ext._board import BEHIND, Board, board_bytes
 from ._topology import simulated_node
 from ._undecided import Undecided
@@ -60,7 +64,6 @@ _RECORD = np.dtype([('host', '<u8'), ('pid', '<i8'), ('serial', '<i8'), ('nonce'
 # The board's check that every rank of the node mapped the same file: (device, inode, ok).
 _MAPPED = np.dtype([('dev', '<u8'), ('ino', '<u8'), ('ok', '<i8')])
 _serials = itertools.count(1)  # boards this process has started
-_HOST_BIT, _REFUSED_BIT = 1, 2  # the 'net' exchange's flags (bitwise OR over the ranks)
 _PENDING_MAX = 256             # a host rank's unfinished exchanges before it waits for the oldest
 _CLOSE_WAIT_S = 5.0            # at exit, how long a host rank's last exchanges may take to finish
 # A non-blocking device call spins this long for its peers' posts before it returns undecided: the ranks
@@ -97,7 +100,8 @@ class Agreement:
         self.st = st
         self.mode = None if st.size > 1 else 'solo'  # None: not set up; 'pending': setup under way
         self.board = None
-        self.ctrl = None       # 'net': the private duplicate the exchange runs on
+        self.ctrl = None       # 'net': the private duplicate the exchange runs on; 'nodes': the leaders'
+        self.across = None     # 'nodes': this rank's NodeAgreement
         self._setup = None     # 'pending': (request, send record, table)
         self._pending = collections.deque()  # 'net': a host rank's unfinished exchanges
         self.nodes = 1
@@ -141,9 +145,15 @@ class Agreement:
             nodes = _nodes(table)
             self.nodes = len(set(nodes))
             self.armed = bool(table['armed'].any())
-            mode = 'off' if not self.armed else 'board' if self.nodes == 1 else 'net'
-            if mode == 'board':
-                mode = self._open_board(table)
+            mode = 'off' if not self.armed else 'board' if self.nodes == 1 else 'nodes'
+            if mode in ('board', 'nodes'):
+                mode = self._open_board(table, nodes)
+            if mode == 'nodes':
+                first = nodes.index(nodes[st.rank])  # the node's first rank leads it
+                self.ctrl = st.comm.Split(0 if first == st.rank else MPI.UNDEFINED, st.rank)
+                if self.ctrl == MPI.COMM_NULL:
+                    self.ctrl = None
+                self.across = NodeAgreement(self.board, self.ctrl, self._pending)
             if mode == 'net' and self.ctrl is None:
                 self.ctrl = st.comm.Dup()  # collective: every rank reached the same mode
         except _deadline.GaveUp as exc:
@@ -184,13 +194,15 @@ class Agreement:
         if team is not None:
             team.board = False
 
-    def _open_board(self, table):
-        """Maps the node's board and checks with the peers that all mapped one file: 'board', or, where
-        some could not, 'net' or 'off' (every rank reaches the same answer)."""
+    def _open_board(self, table, nodes):
+        """Maps this rank's node's board (`nodes`: each rank's node) and checks with the peers that each
+        node's ranks mapped one file: 'board' (one node) or 'nodes', or, where some could not, 'net' or
+        'off' (every rank reaches the same answer)."""
         st = self.st
-        leader = table[0]
+        members = tuple(r for r in range(st.size) if nodes[r] == nodes[st.rank])
+        leader = table[members[0]]
         path = os.path.join(_board_dir(), 'mpigpu-board-%d-%d-%x' % (leader['pid'], leader['serial'], leader['nonce']))
-        size = board_bytes(st.size)
+        size = board_bytes(len(members))
         mine = np.zeros(1, _MAPPED)
         board = None
         try:
@@ -203,7 +215,7 @@ class Agreement:
                 mm = mmap.mmap(fd, size)
             finally:
                 os.close(fd)
-            board = Board(mm, st.rank, tuple(range(st.size)), path, config.timeout_s)
+            board = Board(mm, members.index(st.rank), members, path, config.timeout_s)
             mine['dev'], mine['ino'], mine['ok'] = info.st_dev, info.st_ino, int(board.valid)
         except (OSError, ValueError) as exc:
             log.debug('rank %d: placement board %s: %s', st.rank, path, exc)
@@ -215,11 +227,14 @@ class Agreement:
             _unlink(path)
             raise
         rows = [np.frombuffer(x, _MAPPED)[0] for x in seen]
-        if all(r['ok'] for r in rows) and len({(int(r['dev']), int(r['ino'])) for r in rows}) == 1:
-            if board.mapped_count == st.size:
+        files = {}  # node -> the files its ranks mapped
+        for node, r in zip(nodes, rows):
+            files.setdefault(node, set()).add((int(r['dev']), int(r['ino'])))
+        if all(r['ok'] for r in rows) and all(len(f) == 1 for f in files.values()):
+            if board.mapped_count == len(members):
                 _unlink(path)
             self.board = board
-            return 'board'
+            return 'board' if self.nodes == 1 else 'nodes'
         if board is not None:
             board.close()
         _unlink(path)
@@ -250,7 +265,7 @@ class Agreement:
         if not self._ready(nonblocking):
             return
         if behind:
-            self._timed_out(Coll(coll).mpi_name, self.board.missing() if self.board is not None else [], True)
+            self._timed_out(Coll(coll).mpi_name, self._missing(), True)
         self._post(Coll(coll).mpi_name, coll, Placement.HOST_MPI)
 
     def refuse(self, name, coll, nonblocking=False):
@@ -288,6 +303,11 @@ class Agreement:
             self.st.broken = 'this rank gave up on a call its peers may have begun'
         self._route_general()
 
+    def _missing(self, call=0):
+        """The communicator's ranks that have not posted this rank's call `call` (0: its last) on its board."""
+        board = self.board
+        return [board.ranks[r] for r in board.missing(call)] if board is not None else []
+
     def _host_only(self, coll):
         """True for a call that can only be the host MPI call here (every rank reaches the same answer
         once the setup is done): the all-to-all family across nodes."""
@@ -300,11 +320,13 @@ class Agreement:
         if mode == 'board':
             if not self.board.post(coll, placement):
                 self._timed_out(name, self.board.missing() or [], behind=True)
+        elif mode == 'nodes':
+            self._reap()
+            if not self.across.post(coll, placement):
+                self._timed_out(name, self._missing(), behind=True)
         elif mode == 'net':
             self._reap()
-            send = np.array([_bits(placement), 1 << coll], np.int64)
-            recv = np.zeros(2, np.int64)
-            self._pending.append((self.ctrl.Iallreduce(send, recv, MPI.BOR), send, recv))
+            self._pending.append(exchange(self.ctrl, bits_of(placement), coll))
 
     def decide(self, name, coll, placement, nonblocking=False, then=None):
         """The path of this rank's call `coll`, which brings `placement` (DEVICE or HOST_MPI): the
@@ -333,7 +355,7 @@ class Agreement:
             kept, self._kept = self._kept, None
             return kept
         mode = self.mode
-        if defer and mode in ('board', 'net'):
+        if defer and mode in ('board', 'net', 'nodes'):
             return self._decide_or_defer(name, coll, then)
         if mode == 'solo':
             return Verdict.DEVICE if placement == Placement.DEVICE else Verdict.HOST_MPI
@@ -354,6 +376,12 @@ class Agreement:
             if verdict == Verdict.TIMEOUT:  # BEHIND: nothing posted, the slowest stayed a ring behind
                 self._timed_out(name, self.board.missing(), who == BEHIND)
             return self.judged(name, Verdict(verdict), [who] if who >= 0 else [])
+        if mode == 'nodes':
+            posted = self.across.post_device(coll)
+            if posted is None:
+                self._timed_out(name, self._missing(), behind=True)
+            call, turn = posted
+            return self.judged(name, *self.across.look(call, coll, turn, 0.0, True, self._outcome))
         return self.judged(name, *self._exchange(coll))
 
     def keep(self, verdict):
@@ -369,9 +397,7 @@ class Agreement:
     def _start_exchange(self, coll):
         """Starts a device rank's 'net' exchange for call `coll`: (request, send, recv)."""
         self._reap()
-        send = np.array([_bits(Placement.DEVICE), 1 << coll], np.int64)
-        recv = np.zeros(2, np.int64)
-        return self.ctrl.Iallreduce(send, recv, MPI.BOR), send, recv
+        return exchange(self.ctrl, bits_of(Placement.DEVICE), coll)
 
     def _outcome(self, exchange, coll, blocking):
         """(verdict, culprits) of a 'net' exchange; None while it runs (not `blocking`)."""
@@ -385,12 +411,7 @@ class Agreement:
             except _deadline.GaveUp as exc:
                 self.st.abandon(exc.pending, exc.why)
                 return Verdict.TIMEOUT, []
-        flags, colls = int(recv[0]), int(recv[1])
-        if colls != 1 << coll:
-            return Verdict.MISMATCH, []
-        if flags & _REFUSED_BIT:
-            return Verdict.REFUSED, []
-        return (Verdict.HOST_MPI if flags & _HOST_BIT else Verdict.DEVICE), []
+        return verdict_of(int(recv[0]), int(recv[1]), coll), []
 
     def _decide_or_defer(self, name, coll, then):
         """A non-blocking device call's post: its verdict when its peers have all posted within a short
@@ -399,6 +420,11 @@ class Agreement:
             if not self.board.post(coll, Placement.DEVICE):
                 self._timed_out(name, self.board.missing() or [], behind=True)
             call, exchange = self.board.calls, None
+        elif self.mode == 'nodes':
+            posted = self.across.post_device(coll)
+            if posted is None:
+                self._timed_out(name, self._missing(), behind=True)
+            call, exchange = posted
         else:
             call, exchange = 0, self._start_exchange(coll)
         if not _undecided.pending():
@@ -420,8 +446,10 @@ class Agreement:
 
     def _look(self, coll, call, exchange, spin_s, blocking=False):
         """(verdict, culprits) of this rank's device call `coll` (board: its call number; 'net': its
-        exchange) once every rank has posted it; None while some have not (after `spin_s`;
-        `blocking`: waits up to the deadline)."""
+        exchange; 'nodes': its call number and its Turn) once every rank has posted it; None while some
+        have not (after `spin_s`; `blocking`: waits up to the deadline)."""
+        if self.mode == 'nodes':
+            return self.across.look(call, coll, exchange, spin_s, blocking, self._outcome)
         if self.mode == 'board':
             verdict, who = self.board.wait(call, coll) if blocking else self.board.look(call, coll, spin_s)
             if verdict < 0:
@@ -514,6 +542,7 @@ class Agreement:
                 'broken': 'none: the setup failed (the communicator is broken)',
                 'board': 'the node\'s placement board (shared memory)',
                 'net': f'an exchange between {self.nodes} node{"s" if self.nodes > 1 else ""} (host MPI)',
+                'nodes': f'each node\'s placement board and an exchange between {self.nodes} nodes\' leaders (host MPI)',
                 'off': 'none: no rank had a GPU array library loaded at the setup, so device buffers take the '
                        'host MPI call'}[self.mode]
 
@@ -529,8 +558,9 @@ class Agreement:
         pending = list(self._pending)
         self._pending.clear()
         for u in dropped:
-            if u.exchange is not None:
-                pending.append(u.exchange)  # its MPI_Iallreduce still runs on the private duplicate
+            started = u.exchange.exchange if isinstance(u.exchange, Turn) else u.exchange
+            if started is not None:
+                pending.append(started)  # its MPI_Iallreduce still runs on the private duplicate
             u.decided, u.then, u.exchange = True, None, None
             u.exc = CommunicatorBroken(u.name, 'the communicator was released before the call was agreed',
                                        rank=self.st.rank)
@@ -560,10 +590,6 @@ class Agreement:
 
 
 _kept_requests = []  # what MPI may still use after a release that could not wait for it
-
-
-def _bits(placement):
-    return _REFUSED_BIT if placement == Placement.REFUSED else (0 if placement == Placement.DEVICE else _HOST_BIT)
 
 
 def _unlink(path):

@@ -214,7 +214,8 @@ class _Comm:
 
     def agreement_status(self):
         """How this communicator's ranks agree on each collective call's path (one node: a placement
-        board in shared memory; several: an exchange through host MPI; or 'not set up yet')."""
+        board in shared memory; several: a board per node and an exchange among the nodes' leaders
+        through host MPI; or 'not set up yet')."""
         return _state.agreement_status(self)
 
     def __reduce__(self):

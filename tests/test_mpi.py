@@ -77,11 +77,17 @@ def test_mixed_placement_without_a_shared_board():
     assert 'checks identical to mpi4py' in out and 'exchange between 1 node ' in out
 
 
-@pytest.mark.parametrize('n,engine', [(4, True), (3, False)])
-def test_mixed_placement_on_simulated_nodes(n, engine):
+@pytest.mark.parametrize('n,engine,board', [(4, True, True), (3, False, True), (4, True, False)])
+def test_mixed_placement_on_simulated_nodes(n, engine, board):
+    # a board per node and the leaders' exchange (3 ranks: nodes of 2 and 1); where no node's ranks can
+    # share a board, the exchange among all ranks
     env = {'MIXED_ENGINE': '1' if engine else '0', 'MPIGPU_TIMEOUT_S': '60', 'MPIGPU_SIMULATE_NODES': '2'}
-    out = run_ranks(n, 'mixed_placement.py', env=env, timeout=600)
-    assert 'checks identical to mpi4py' in out and 'exchange between 2 nodes' in out
+    if not board:
+        env['MIXED_NO_BOARD'] = '1'
+    out = run_ranks(n, 'mixed_placement.py', *(() if board else ('--quick',)), env=env, timeout=600)
+    mode = "each node's placement board and an exchange between 2 nodes' leaders" if board else \
+        'an exchange between 2 nodes (host MPI)'
+    assert 'checks identical to mpi4py' in out and mode in out, out[-2000:]
 
 
 @pytest.mark.parametrize('n,engine,env', [(1, True, {}), (2, True, {}), (3, True, {}), (4, True, {}),

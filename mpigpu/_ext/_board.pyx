@@ -17,6 +17,14 @@ cdef extern from "board.h":
     int mg_board_post(mg_board *b, int coll, int placement) nogil
     int mg_board_wait(mg_board *b, int coll, int *who, double spin_s) nogil
     int mg_board_wait_call(mg_board *b, uint64_t k, int coll, int *who, double spin_s) nogil
+    enum:
+        MG_BOARD_SCAN
+        MG_BOARD_PUBLISHED
+    int mg_board_wait_as(mg_board *b, int what, uint64_t k, int coll, int *who, double spin_s) nogil
+    int mg_board_look_as(mg_board *b, int what, uint64_t k, int coll, int *who) nogil
+    void mg_board_ack_call(mg_board *b, uint64_t k) nogil
+    int mg_board_placement_of(const mg_board *b, uint64_t k, int r) nogil
+    void mg_board_publish(mg_board *b, uint64_t k, int verdict) nogil
     int mg_board_look_call(mg_board *b, uint64_t k, int coll, int *who) nogil
     int mg_board_missing_call(const mg_board *b, uint64_t k, int *out, int max) nogil
     void mg_board_give_up_from(mg_board *b, uint64_t k) nogil
@@ -154,6 +162,53 @@ cdef class Board:
             with nogil:
                 v = mg_board_wait_call(&self.b, call, coll, &who, 0.0)
         return v, who
+
+    # ---- several nodes ('nodes' mode, mpigpu/_agree_nodes.py): a board per node, its leader publishes ----
+    cdef _answer(self, int what, uint64_t call, int coll, double spin_s, bint blocking):
+        cdef int who = -1
+        cdef int v
+        if not self._mapped:
+            return MG_VERDICT_TIMEOUT, -1
+        if blocking:
+            v = mg_board_wait_as(&self.b, what, call, coll, &who, _SPIN_S)
+            if v < 0:
+                with nogil:
+                    v = mg_board_wait_as(&self.b, what, call, coll, &who, 0.0)
+        elif spin_s > 0.0:
+            v = mg_board_wait_as(&self.b, what, call, coll, &who, spin_s)
+        else:
+            v = mg_board_look_as(&self.b, what, call, coll, &who)
+        if v < 0:
+            return -1, -1
+        return v, who
+
+    def scan(self, uint64_t call, int coll, double spin_s=0.0, bint blocking=False):
+        """The node's verdict of this rank's call `call` (posted DEVICE) once every peer on the board
+        has posted it, as look() (within `spin_s`) or wait() (`blocking`) answer it, but not acked: the
+        rank reads the leader's verdict next, or acks."""
+        return self._answer(MG_BOARD_SCAN, call, coll, spin_s, blocking)
+
+    def published(self, uint64_t call, double spin_s=0.0, bint blocking=False):
+        """The verdict the node's leader published for call `call` (BROKEN, board rank 0, where it gave
+        up on it), within `spin_s` or up to the deadline (`blocking`): (verdict, board rank or -1), else
+        (-1, -1). Not acked."""
+        return self._answer(MG_BOARD_PUBLISHED, call, 0, spin_s, blocking)
+
+    def placement_of(self, uint64_t call, int rank):
+        """What board rank `rank` posted for call `call` (a Placement code), or -1 (another call there)."""
+        if not self._mapped or not 0 <= rank < self.b.n:
+            return -1
+        return mg_board_placement_of(&self.b, call, rank)
+
+    def ack(self, uint64_t call):
+        """This rank is done reading call `call`."""
+        if self._mapped:
+            mg_board_ack_call(&self.b, call)
+
+    def publish(self, uint64_t call, int verdict):
+        """The leader's verdict of its call `call`, for the node's ranks that wait for it."""
+        if self._mapped:
+            mg_board_publish(&self.b, call, verdict)
 
     def missing(self, uint64_t call=0):
         """The board ranks that have not posted this rank's call `call` (0: its last) (for error messages)."""

@@ -14,6 +14,11 @@
  * An entry is (call << 16) | (collective << 8) | placement. A rank overwrites its entry of call k - depth
  * only once every rank has acked k - depth, so a fast writer waits only when it is depth calls ahead
  * (collectives may synchronize: MPI allows it).
+ * A communicator spanning nodes has one board per node ('nodes' mode, mpigpu/_agree_nodes.py): the node's
+ * leader (board rank 0) then agrees with the other nodes' leaders through MPI and publishes each call's
+ * verdict in a last ring of MG_BOARD_DEPTH words, entry k % depth = (call << 16) | verdict. A rank that
+ * waits for it acks call k only once it has read it, so the leader's next store into that entry (call
+ * k + depth) comes after every reader of call k.
  * No code here allocates, calls MPI or takes the GIL.
  */
 #ifndef MPIGPU_BOARD_H
@@ -69,9 +74,9 @@ static inline const char *mg_verdict_name(int code) {
 
 enum { MG_BOARD_HEADER_MAGIC = 0, MG_BOARD_HEADER_NLOCAL = 1, MG_BOARD_HEADER_MAPPED = 2 };
 
-/* The bytes of a board for n ranks. */
+/* The bytes of a board for n ranks (their rings, then the leader's verdicts). */
 static inline uint64_t mg_board_bytes(int n) {
-  return 8ull * ((uint64_t)MG_BOARD_LINE_WORDS * (1 + (uint64_t)n) + (uint64_t)n * MG_BOARD_DEPTH);
+  return 8ull * ((uint64_t)MG_BOARD_LINE_WORDS * (1 + (uint64_t)n) + ((uint64_t)n + 1) * MG_BOARD_DEPTH);
 }
 
 /* One rank's handle on a mapped board (process memory; the board itself is shared). */
@@ -87,6 +92,8 @@ static inline uint64_t *mg_board_ack(const mg_board *b, int r) { return b->base 
 static inline uint64_t *mg_board_ring(const mg_board *b, int r) {
   return b->base + MG_BOARD_LINE_WORDS * (1 + b->n) + (uint64_t)r * MG_BOARD_DEPTH;
 }
+/* The leader's published verdicts ('nodes' mode): after every rank's ring. */
+static inline uint64_t *mg_board_verdicts(const mg_board *b) { return mg_board_ring(b, b->n); }
 static inline uint64_t mg_board_load(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 static inline void mg_board_store(uint64_t *p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
 
@@ -167,10 +174,9 @@ static inline int mg_board_post(mg_board *b, int coll, int placement) {
 }
 
 /* One look at every peer's post for this rank's call k (posted DEVICE, the oldest it has not decided):
- * -1 while some have not posted (*who the first of them), else the verdict (*who: for REFUSED, MISMATCH
- * and BROKEN the first rank concerned, else -1). A verdict is final: the call is acked, so its entries
- * may be reused. */
-static inline int mg_board_look_call(mg_board *b, uint64_t k, int coll, int *who) {
+ * -1 while some have not posted (*who the first of them), else the node's verdict (*who: for REFUSED,
+ * MISMATCH and BROKEN the first rank concerned, else -1). Reads only: the call is not acked. */
+static inline int mg_board_scan_call(mg_board *b, uint64_t k, int coll, int *who) {
   uint64_t slot = k % MG_BOARD_DEPTH;
   int verdict = MG_VERDICT_DEVICE, culprit = -1;
   if ((mg_board_load(mg_board_ring(b, b->me) + slot) & 0xff) == MG_PLACE_GAVE_UP) {
@@ -197,9 +203,44 @@ static inline int mg_board_look_call(mg_board *b, uint64_t k, int coll, int *who
       verdict = MG_VERDICT_HOST_MPI;
     }
   }
-  mg_board_store(mg_board_ack(b, b->me), k);
   *who = culprit;
   return verdict;
+}
+
+/* What board rank r posted for call k (MG_PLACE_*), or -1 where its entry holds another call. */
+static inline int mg_board_placement_of(const mg_board *b, uint64_t k, int r) {
+  uint64_t e = mg_board_load(mg_board_ring(b, r) + k % MG_BOARD_DEPTH);
+  return (e >> 16) == k ? (int)(e & 0xff) : -1;
+}
+
+/* This rank is done reading call k: its peers may reuse their entries of it. */
+static inline void mg_board_ack_call(mg_board *b, uint64_t k) { mg_board_store(mg_board_ack(b, b->me), k); }
+
+/* mg_board_scan_call, and once the verdict is in, the call acked: a verdict is final, so its entries may
+ * be reused. */
+static inline int mg_board_look_call(mg_board *b, uint64_t k, int coll, int *who) {
+  int v = mg_board_scan_call(b, k, coll, who);
+  if (v >= 0) mg_board_ack_call(b, k);
+  return v;
+}
+
+/* The leader publishes the verdict of its call k that the nodes' leaders agreed on. */
+static inline void mg_board_publish(mg_board *b, uint64_t k, int verdict) {
+  mg_board_store(mg_board_verdicts(b) + k % MG_BOARD_DEPTH, (k << 16) | (uint64_t)(verdict & 0xff));
+}
+
+/* One look at the leader's verdict of this rank's call k: -1 while it is not published, BROKEN (*who 0)
+ * where the leader gave up on the call, else the verdict. Reads only. */
+static inline int mg_board_published_call(mg_board *b, uint64_t k, int *who) {
+  uint64_t e = mg_board_load(mg_board_verdicts(b) + k % MG_BOARD_DEPTH);
+  *who = -1;
+  if ((e >> 16) == k) return (int)(e & 0xff);
+  e = mg_board_load(mg_board_ring(b, 0) + k % MG_BOARD_DEPTH);
+  if ((e >> 16) == k && (e & 0xff) == MG_PLACE_GAVE_UP) {
+    *who = 0;
+    return MG_VERDICT_BROKEN;
+  }
+  return -1;
 }
 
 /* mg_board_look_call of this rank's last call. */
@@ -243,14 +284,24 @@ static inline void mg_board_give_up_from(mg_board *b, uint64_t from) {
 
 static inline void mg_board_give_up(mg_board *b) { mg_board_give_up_from(b, 0); }
 
-/* The verdict of this rank's call k (posted DEVICE), waiting for every peer's post: spins first, then
+/* What one of the looks above answers: 0 every peer's post, acked (mg_board_look_call); 1 the same,
+ * not acked (mg_board_scan_call); 2 the leader's published verdict (mg_board_published_call). */
+enum { MG_BOARD_LOOK = 0, MG_BOARD_SCAN = 1, MG_BOARD_PUBLISHED = 2 };
+
+static inline int mg_board_look_as(mg_board *b, int what, uint64_t k, int coll, int *who) {
+  return what == MG_BOARD_LOOK ? mg_board_look_call(b, k, coll, who)
+         : what == MG_BOARD_SCAN ? mg_board_scan_call(b, k, coll, who)
+                                 : mg_board_published_call(b, k, who);
+}
+
+/* The answer of look `what` for this rank's call k (posted DEVICE), waiting for it: spins first, then
  * (spin_s passed: -1; the caller may release the GIL, or leave a non-blocking call undecided) until the
  * deadline, when it returns MG_VERDICT_TIMEOUT with *who a rank that never posted. */
-static inline int mg_board_wait_call(mg_board *b, uint64_t k, int coll, int *who, double spin_s) {
+static inline int mg_board_wait_as(mg_board *b, int what, uint64_t k, int coll, int *who, double spin_s) {
   unsigned spins = 0;
   double start = 0.0;
   int v;
-  while ((v = mg_board_look_call(b, k, coll, who)) < 0) {
+  while ((v = mg_board_look_as(b, what, k, coll, who)) < 0) {
     mg_board_relax();
     if (++spins % MG_BOARD_CHECK_SPINS == 0) {
       double now = mg_board_now();
@@ -263,6 +314,11 @@ static inline int mg_board_wait_call(mg_board *b, uint64_t k, int coll, int *who
     }
   }
   return v;
+}
+
+/* The verdict of this rank's call k (posted DEVICE), waiting for every peer's post (mg_board_wait_as). */
+static inline int mg_board_wait_call(mg_board *b, uint64_t k, int coll, int *who, double spin_s) {
+  return mg_board_wait_as(b, MG_BOARD_LOOK, k, coll, who, spin_s);
 }
 
 static inline int mg_board_wait(mg_board *b, int coll, int *who, double spin_s) {

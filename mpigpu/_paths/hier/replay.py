@@ -137,7 +137,7 @@ def fast_entry(st, hs):
         it (nothing done, or agreed on the host MPI call: Agreement.keep)."""
         replays = hs.replays
         if (replays is None or st.broken is not None or hs.async_error is not None
-                or st.agreement.mode != 'net' or _undecided.pending() or not progress.quiet()
+                or st.agreement.mode not in ('net', 'nodes') or _undecided.pending() or not progress.quiet()
                 or progress.late()):
             return False  # (the general path raises what is pending)
         got = replays.recorded(coll, dtype, op_code, count, root, inplace, sp, rp)

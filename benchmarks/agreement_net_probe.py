@@ -8,7 +8,7 @@ until done (as mpigpu/_agree.py's 'net' mode waits), in alternating rounds:
                exchange would leave on the network
   allreduce    blocking MPI_Allreduce over every rank, for reference
 
-    MPIGPU_SIMULATE_NODES=2 mpirun -n 4 --mca btl tcp,self python3 benchmarks/agree_probe.py
+    MPIGPU_SIMULATE_NODES=2 mpirun -n 4 --mca btl tcp,self python3 benchmarks/agreement_net_probe.py
 """
 import argparse
 import os

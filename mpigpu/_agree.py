@@ -50,9 +50,8 @@ from mpi4py import MPI
 from . import _cuda, _deadline, _undecided
 from ._codes import ENGINE_COLLS, Coll, Placement, Verdict
 from ._config import config
-from ._agree_nodes import NodeAgreement, Turn, bits_of, exchange, verdict_of
+from ._agree_nodes import NodeAgreement, Turn, bits_of, exchange, node_of_each as _nodes, verdict_of
 from ._ext._board import BEHIND, Board, board_bytes
-from ._topology import simulated_node
 from ._undecided import Undecided
 from .errors import CommunicatorBroken, Error
 
@@ -598,20 +597,3 @@ def _unlink(path):
     except OSError:
         pass
 
-
-def _nodes(table):
-    """The node of each rank: its host, cut into MPIGPU_SIMULATE_NODES simulated nodes as
-    mpigpu._topology cuts them (by the launcher's local rank where it says it, else by the
-    communicator's ranks on the host)."""
-    hosts = [int(h) for h in table['host']]
-    k = config.simulate_nodes
-    if k <= 1:
-        return hosts
-    out = []
-    for rank, host in enumerate(hosts):
-        same = [r for r, h in enumerate(hosts) if h == host]
-        local, nlocal = int(table['local'][rank]), int(table['nlocal'][rank])
-        if local < 0:
-            local, nlocal = same.index(rank), len(same)
-        out.append((host, simulated_node(local, nlocal, k)))
-    return out

@@ -22,6 +22,8 @@ import numpy as np
 from mpi4py import MPI
 
 from ._codes import Placement, Verdict
+from ._config import config
+from ._topology import simulated_node
 
 # The exchange's words: flags (bitwise OR over the nodes' parts) and the collective's bit, which every
 # part sets, so two collectives meeting in one exchange show as two bits.
@@ -145,3 +147,21 @@ class NodeAgreement:
         board.publish(call, got[0])
         board.ack(call)
         return got
+
+
+def node_of_each(table):
+    """The node of each rank: its host, cut into MPIGPU_SIMULATE_NODES simulated nodes as
+    mpigpu._topology cuts them (by the launcher's local rank where it says it, else by the
+    communicator's ranks on the host)."""
+    hosts = [int(h) for h in table['host']]
+    k = config.simulate_nodes
+    if k <= 1:
+        return hosts
+    out = []
+    for rank, host in enumerate(hosts):
+        same = [r for r, h in enumerate(hosts) if h == host]
+        local, nlocal = int(table['local'][rank]), int(table['nlocal'][rank])
+        if local < 0:
+            local, nlocal = same.index(rank), len(same)
+        out.append((host, simulated_node(local, nlocal, k)))
+    return out

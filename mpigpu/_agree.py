@@ -554,6 +554,8 @@ class Agreement:
         dropped = _undecided.drop(self)  # calls nobody waited for (the communicator is released): never run
         if dropped and self.board is not None:
             self.board.give_up(dropped[0].call)  # peers that read them learn it, rather than wait
+        if self.across is not None and mpi:
+            self.across.abandon()  # every exchange another leader started meets this leader's
         pending = list(self._pending)
         self._pending.clear()
         for u in dropped:

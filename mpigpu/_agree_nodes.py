@@ -17,6 +17,8 @@ whose node has not all posted yet (a non-blocking call left undecided) holds bac
 calls after it until its node's verdict is in.
 """
 import collections
+import threading
+import time
 
 import numpy as np
 from mpi4py import MPI
@@ -30,6 +32,11 @@ from ._topology import simulated_node
 HOST_BIT, REFUSED_BIT, MISMATCH_BIT, BROKEN_BIT = 1, 2, 4, 8
 _NODE_BITS = {Verdict.DEVICE: 0, Verdict.HOST_MPI: HOST_BIT, Verdict.REFUSED: REFUSED_BIT,
               Verdict.MISMATCH: MISMATCH_BIT}
+# A board wait spins this long holding the GIL between its looks into MPI (the ranks of a call arrive
+# within microseconds of each other); after _BUSY_S it sleeps between spins, as host MPI waits do.
+_SPIN_S = 20e-6
+_BUSY_S = 1e-3
+_FIRST_SLEEP_S = 1e-5
 
 
 def bits_of(placement):
@@ -56,23 +63,32 @@ def exchange(comm, bits, coll):
 
 
 class Turn:
-    """A leader's call in its order of exchanges: its node's part once known (`bits`), then its exchange;
-    `keep`: the caller reads the exchange's outcome (a device call), else it only has to finish."""
-    __slots__ = ('coll', 'bits', 'exchange', 'keep')
+    """A leader's call number `call` in its order of exchanges: its node's part once known (`bits`), then
+    its exchange; `keep`: the caller reads the exchange's outcome (a device call), else it only has to
+    finish."""
+    __slots__ = ('call', 'coll', 'bits', 'exchange', 'keep')
 
-    def __init__(self, coll, bits, keep):
-        self.coll, self.bits, self.exchange, self.keep = coll, bits, None, keep
+    def __init__(self, call, coll, bits, keep):
+        self.call, self.coll, self.bits, self.exchange, self.keep = call, coll, bits, None, keep
+
+
+def _poke():
+    """A look into MPI, so this rank's own earlier non-blocking messages advance while it waits on its
+    board, as they would inside an MPI call (a peer on another node may need one before it posts)."""
+    MPI.COMM_SELF.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG)
 
 
 class NodeAgreement:
     """One communicator's 'nodes' agreement at this rank: its node's board and, on the leader, the
     leaders' communicator (`ctrl`) with its calls in order. `pending`: where the exchanges nobody reads
-    go to be finished (Agreement._pending)."""
+    go to be finished (Agreement._pending). A call's turn may be looked at from the request thread as
+    well as the caller's: exchanges start under a lock, in call order."""
 
     def __init__(self, board, ctrl, pending):
         self.board, self.ctrl, self.pending = board, ctrl, pending
         self.leader = ctrl is not None
         self.queue = collections.deque()  # the leader's turns not started yet, in call order
+        self._lock = threading.Lock()
 
     def ranks(self, board_ranks):
         """Board ranks as the communicator's ranks."""
@@ -81,12 +97,14 @@ class NodeAgreement:
     def _pump(self):
         """Starts the leader's exchanges whose node part is known, in call order, up to the first that is
         not."""
-        q = self.queue
-        while q and q[0].bits is not None:
-            turn = q.popleft()
-            turn.exchange = exchange(self.ctrl, turn.bits, turn.coll)
-            if not turn.keep:
-                self.pending.append(turn.exchange)
+        with self._lock:
+            q = self.queue
+            while q and q[0].bits is not None:
+                turn = q[0]
+                turn.exchange = exchange(self.ctrl, turn.bits, turn.coll)
+                q.popleft()
+                if not turn.keep:
+                    self.pending.append(turn.exchange)
 
     def post(self, coll, placement):
         """A rank that makes the host MPI call or refused: posts, never waits. False when its board post
@@ -94,7 +112,7 @@ class NodeAgreement:
         if not self.board.post(coll, placement):
             return False
         if self.leader:
-            self.queue.append(Turn(coll, bits_of(placement), False))
+            self.queue.append(Turn(self.board.calls, coll, bits_of(placement), False))
             self._pump()
         return True
 
@@ -105,9 +123,56 @@ class NodeAgreement:
             return None
         turn = None
         if self.leader:
-            turn = Turn(coll, None, True)
+            turn = Turn(self.board.calls, coll, None, True)
             self.queue.append(turn)
         return self.board.calls, turn
+
+    def abandon(self):
+        """At release: the leader's turns whose node part never came count as broken and every turn not
+        started starts, so each exchange another leader started has its peers; all go to `pending`."""
+        with self._lock:
+            for turn in self.queue:
+                if turn.bits is None:
+                    turn.bits = BROKEN_BIT
+                turn.keep = False
+        self._pump()
+
+    def _waited(self, ask, call, spin_s, blocking):
+        """(answer, who) of board look `ask(spin_s)` for this rank's call `call`; (-1, -1) while there is
+        none (after `spin_s`); `blocking`: up to the deadline, polling MPI between short spins and, after
+        a while, sleeping between them (MPIGPU_POLL_SLEEP_US), then (TIMEOUT, -1) with this rank's calls
+        from `call` given up (peers that look later learn it)."""
+        got = ask(_SPIN_S if blocking else spin_s)
+        if got[0] >= 0 or not blocking:
+            return got
+        start = time.monotonic()
+        sleep, most = 0.0, config.poll_sleep_us * 1e-6
+        while True:
+            _poke()
+            got = ask(_SPIN_S)
+            if got[0] >= 0:
+                return got
+            now = time.monotonic()
+            if now - start > config.timeout_s:
+                self.board.give_up(call)
+                return Verdict.TIMEOUT, -1
+            if now - start > _BUSY_S:
+                sleep = min(most, max(sleep * 2, _FIRST_SLEEP_S))
+                if sleep > 0:
+                    time.sleep(sleep)
+
+    def _node_verdict(self, turn_or_call, coll, spin_s, blocking):
+        """The node's verdict of call `turn_or_call` (a Turn: its part set from it): (verdict, who) or
+        None while some rank of the node has not posted."""
+        turn = turn_or_call if isinstance(turn_or_call, Turn) else None
+        call = turn.call if turn is not None else turn_or_call
+        v, who = self._waited(lambda s: self.board.scan(call, coll, s), call, spin_s, blocking)
+        if v < 0:
+            return None
+        v = Verdict(v)
+        if turn is not None and turn.bits is None:
+            turn.bits = _NODE_BITS.get(v, BROKEN_BIT)  # TIMEOUT, BROKEN: the other leaders learn it at once
+        return v, who
 
     def look(self, call, coll, turn, spin_s, blocking, outcome):
         """(verdict, culprits) of this rank's device call number `call` once it is decided, else None
@@ -115,32 +180,41 @@ class NodeAgreement:
         exchange (Agreement._outcome)."""
         board = self.board
         if turn is None or turn.bits is None:
-            v, who = board.scan(call, coll, spin_s, blocking)
-            if v < 0:
+            got = self._node_verdict(turn if turn is not None else call, coll, spin_s, blocking)
+            if got is None:
                 return None
-            v = Verdict(v)
+            v, who = got
             local = v in (Verdict.TIMEOUT, Verdict.BROKEN) or (
                 turn is None and v != Verdict.DEVICE and board.placement_of(call, 0) != Placement.DEVICE)
             if local:
                 # decided within the node: a rank of it gave up, or another is not on the device and the
                 # leader, which makes the host call too, publishes nothing
-                board.ack(call)
                 if turn is not None:
-                    turn.bits = BROKEN_BIT  # the other leaders learn it at once
-                    self._pump()
+                    self._pump()  # its part is BROKEN: the other leaders learn it
+                    board.publish(call, Verdict.BROKEN)  # the node's ranks waiting for the leader too
+                board.ack(call)
                 culprits = self.ranks(board.missing(call)) if v == Verdict.TIMEOUT else self.ranks([who])
                 return v, culprits
             if turn is not None:
-                turn.bits = _NODE_BITS[v]
                 self._pump()
         if turn is None:  # the leader brought device buffers: its verdict, the same on every node
-            v, who = board.published(call, spin_s, blocking)
+            v, who = self._waited(lambda s: board.published(call, s), call, spin_s, blocking)
             if v < 0:
                 return None
             board.ack(call)
+            if v == Verdict.TIMEOUT:
+                return Verdict.TIMEOUT, self.ranks([0])
             return Verdict(v), self.ranks([who])
+        if turn.exchange is None and blocking:
+            # earlier calls whose node has not all posted hold this one back: read their parts here
+            for earlier in list(self.queue):
+                if earlier is turn:
+                    break
+                if earlier.bits is None and self._node_verdict(earlier, earlier.coll, 0.0, True) is None:
+                    return Verdict.TIMEOUT, []
+            self._pump()
         if turn.exchange is None:
-            return None  # behind an earlier call whose node has not all posted (settled first when blocking)
+            return None  # behind an earlier call whose node has not all posted
         got = outcome(turn.exchange, coll, blocking)
         if got is None:
             return None

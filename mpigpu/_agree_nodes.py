@@ -35,6 +35,7 @@ _NODE_BITS = {Verdict.DEVICE: 0, Verdict.HOST_MPI: HOST_BIT, Verdict.REFUSED: RE
 # A board wait spins this long holding the GIL between its looks into MPI (the ranks of a call arrive
 # within microseconds of each other); after _BUSY_S it sleeps between spins, as host MPI waits do.
 _SPIN_S = 20e-6
+_VERDICTS = tuple(Verdict)  # by code (faster than Verdict(code) on every call)
 _BUSY_S = 1e-3
 _FIRST_SLEEP_S = 1e-5
 
@@ -57,8 +58,9 @@ def verdict_of(flags, colls, coll):
 
 def exchange(comm, bits, coll):
     """Starts the one-word exchange of a call on `comm`: (request, send, recv)."""
-    send = np.array([bits, 1 << coll], np.int64)
-    recv = np.zeros(2, np.int64)
+    words = np.zeros(4, np.int64)  # send, then receive: one allocation
+    send, recv = words[:2], words[2:]
+    send[0], send[1] = bits, 1 << coll
     return comm.Iallreduce(send, recv, MPI.BOR), send, recv
 
 
@@ -164,12 +166,15 @@ class NodeAgreement:
     def _node_verdict(self, turn_or_call, coll, spin_s, blocking):
         """The node's verdict of call `turn_or_call` (a Turn: its part set from it): (verdict, who) or
         None while some rank of the node has not posted."""
-        turn = turn_or_call if isinstance(turn_or_call, Turn) else None
+        turn = turn_or_call if type(turn_or_call) is Turn else None
         call = turn.call if turn is not None else turn_or_call
-        v, who = self._waited(lambda s: self.board.scan(call, coll, s), call, spin_s, blocking)
+        board = self.board
+        v, who = board.scan(call, coll, _SPIN_S if blocking else spin_s)  # mostly the answer at once
         if v < 0:
-            return None
-        v = Verdict(v)
+            if not blocking:
+                return None
+            v, who = self._waited(lambda s: board.scan(call, coll, s), call, spin_s, blocking)
+        v = _VERDICTS[v]
         if turn is not None and turn.bits is None:
             turn.bits = _NODE_BITS.get(v, BROKEN_BIT)  # TIMEOUT, BROKEN: the other leaders learn it at once
         return v, who
@@ -204,7 +209,7 @@ class NodeAgreement:
             board.ack(call)
             if v == Verdict.TIMEOUT:
                 return Verdict.TIMEOUT, self.ranks([0])
-            return Verdict(v), self.ranks([who])
+            return _VERDICTS[v], (self.ranks([who]) if who >= 0 else [])
         if turn.exchange is None and blocking:
             # earlier calls whose node has not all posted hold this one back: read their parts here
             for earlier in list(self.queue):

@@ -23,6 +23,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
+from . import _plain
 from ._codes import Placement, Verdict
 from ._config import config
 from ._topology import simulated_node
@@ -76,8 +77,9 @@ class Turn:
 
 def _poke():
     """A look into MPI, so this rank's own earlier non-blocking messages advance while it waits on its
-    board, as they would inside an MPI call (a peer on another node may need one before it posts)."""
-    MPI.COMM_SELF.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG)
+    board, as they would inside an MPI call (a peer on another node may need one before it posts).
+    mpi4py's own Iprobe: under `python -m mpigpu` MPI.COMM_SELF is mpigpu's, whose Iprobe does more."""
+    _plain.Comm.Iprobe(MPI.COMM_SELF, MPI.ANY_SOURCE, MPI.ANY_TAG)
 
 
 class NodeAgreement:

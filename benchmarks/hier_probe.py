@@ -17,13 +17,13 @@ import cProfile
 import io
 import os
 import pstats
-import time
 
 import cupy as cp
 import numpy as np
 from mpi4py import MPI
 
 import mpigpu
+import probe_common
 from mpigpu import _codes, _plan
 from mpigpu.perf import baselines
 
@@ -53,32 +53,14 @@ dup = plain.Dup()
 one, out = np.ones(1, np.int64), np.zeros(1, np.int64)
 
 
-def per_call(fn):
-    for _ in range(20):
-        fn()
-    plain.Barrier()
-    t0 = time.perf_counter()
-    for _ in range(args.calls):
-        fn()
-    return plain.allreduce((time.perf_counter() - t0) / args.calls * 1e6, op=MPI.MAX)
-
-
 rows = []
 for nb in (int(b) for b in args.bytes.split(',')):
     count = nb // 4
     b = baselines.make_buffers(cp, 'allreduce', count, np.float32, n, rank, False, 0)
     plan = _plan.Plan(comm, 'MPI_Allreduce', _codes.Coll.ALLREDUCE, b.send, b.recv, MPI.SUM, 0)
-    forms = {'mpigpu': lambda: comm.Allreduce(b.send, b.recv), 'run': plan.run,
-             'agree': lambda: dup.Iallreduce(one, out, MPI.BOR).Wait()}
-    try:
-        forms['nccl'] = nccl.make(b, 'sum')
-    except baselines.Unavailable as exc:
-        if rank == 0:
-            print('nccl unavailable:', exc)
-    best = {k: float('inf') for k in forms}
-    for _ in range(args.rounds):
-        for k, fn in forms.items():
-            best[k] = min(best[k], per_call(fn))
+    forms = probe_common.with_nccl({'mpigpu': lambda: comm.Allreduce(b.send, b.recv), 'run': plan.run,
+                                    'agree': lambda: dup.Iallreduce(one, out, MPI.BOR).Wait()}, nccl, b, 'sum', rank)
+    best = probe_common.alternating(plain, forms, args.rounds, args.calls, warm=20)
     b.recv.fill(0)
     comm.Allreduce(b.send, b.recv)
     got = float(b.recv[0].get())

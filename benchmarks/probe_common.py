@@ -1,6 +1,7 @@
-"""What the probes share (benchmarks/exchange_probe.py, benchmarks/p2p_probe.py; not a user tool): NCCL
-from CuPy on the same ranks, a part timed in rounds of back-to-back calls, and the table of the slowest
-rank's medians that rank 0 prints."""
+"""What the probes share (benchmarks/exchange_probe.py, p2p_probe.py, hier_probe.py, rail_probe.py; not a
+user tool): NCCL from CuPy on the same ranks, a part timed in rounds of back-to-back calls, and the table
+of the slowest rank's medians that rank 0 prints; forms of one call timed in alternating rounds, NCCL's
+among them where the baseline is there."""
 import time
 
 import numpy as np
@@ -47,3 +48,30 @@ def table(comm, title, sizes, measure):
         print('|---' * (len(keys) + 1) + '|')
         for nbytes, worst in rows:
             print(f'| {nbytes} | ' + ' | '.join(f'{worst[k]:.1f}' for k in keys) + ' |')
+
+
+def with_nccl(forms, impl, b, op, rank):
+    """`forms` with the baseline `impl` (mpigpu.perf.baselines) of buffers b as 'nccl', where it runs."""
+    from mpigpu.perf import baselines
+    try:
+        forms['nccl'] = impl.make(b, op)
+    except baselines.Unavailable as exc:
+        if rank == 0:
+            print('nccl unavailable:', exc)
+    return forms
+
+
+def alternating(comm, forms, rounds, calls, warm=1):
+    """{form: us per call}: the best of `rounds` rounds in which each form in turn runs `calls` calls back
+    to back (after `warm` calls and a barrier), the slowest rank's time of each round."""
+    best = {k: float('inf') for k in forms}
+    for _ in range(rounds):
+        for k, fn in forms.items():
+            for _ in range(warm):
+                fn()
+            comm.Barrier()
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            best[k] = min(best[k], comm.allreduce((time.perf_counter() - t0) / calls * 1e6, op=MPI.MAX))
+    return best

@@ -11,13 +11,13 @@ same buffers, microseconds per blocking call of
     MPIGPU_SIMULATE_NODES=2 mpirun -n 4 --mca btl tcp,self python3 -m mpi4py benchmarks/rail_probe.py
 """
 import argparse
-import time
 
 import cupy as cp
 import numpy as np
 from mpi4py import MPI
 
 import mpigpu
+import probe_common
 from mpigpu import _cuda
 from mpigpu._paths.hier.state import HierState
 from mpigpu._state import state_of
@@ -45,15 +45,6 @@ L = topo.nlocal
 nccl = baselines.NcclNodesImpl(plain)
 
 
-def per_call(fn):
-    fn()
-    plain.Barrier()
-    t0 = time.perf_counter()
-    for _ in range(args.calls):
-        fn()
-    return plain.allreduce((time.perf_counter() - t0) / args.calls * 1e6, op=MPI.MAX)
-
-
 def net_bcast(ptr, nbytes, ranks):
     def run():
         if ranks is None or topo.local in ranks:
@@ -68,20 +59,11 @@ for mb in (int(m) for m in args.mb.split(',')):
     b = baselines.make_buffers(cp, 'bcast', count, np.float32, n, rank, False, 0)
     shard = count // L * 4
     mine = b.send.data.ptr + topo.local * shard
-    forms = {'mpigpu': lambda: comm.Bcast(b.send, root=0),
-             'rails': net_bcast(mine, shard, None),
-             'rail0': net_bcast(b.send.data.ptr, shard, (0,)),
-             'leaders': net_bcast(b.send.data.ptr, count * 4, (0,))}
-    try:
-        forms['nccl'] = nccl.make(b, 'sum')
-    except baselines.Unavailable as exc:
-        if rank == 0:
-            print('nccl unavailable:', exc)
-    best = {k: float('inf') for k in forms}
-    for _ in range(args.rounds):
-        for k, fn in forms.items():
-            best[k] = min(best[k], per_call(fn))
-    rows.append((mb, best))
+    forms = probe_common.with_nccl({'mpigpu': lambda: comm.Bcast(b.send, root=0),
+                                    'rails': net_bcast(mine, shard, None),
+                                    'rail0': net_bcast(b.send.data.ptr, shard, (0,)),
+                                    'leaders': net_bcast(b.send.data.ptr, count * 4, (0,))}, nccl, b, 'sum', rank)
+    rows.append((mb, probe_common.alternating(plain, forms, args.rounds, args.calls)))
 
 if rank == 0:
     keys = list(rows[0][1])

@@ -27,14 +27,16 @@ constexpr int kLanes = 2;          // lane 0: contributions to owners; lane 1: o
 constexpr int kThreads = 256;      // threads per channel (block)
 constexpr size_t kFlagBytes = 2 * kLanes * MG_MAX_CHANNELS * MG_MAX_RANKS * sizeof(uint64_t);
 constexpr size_t kStateOffset = kFlagBytes;  // TeamState follows the counters
-constexpr size_t kSlotsOffset = 65536;  // slots start here, 64 KiB aligned, after the counters
+constexpr size_t kSlotsOffset = 131072;  // slots start here, 64 KiB aligned, after the counters
 // The exchange transport (exchange_kernel.cuh: the all-to-all family) has connections of its own, on
 // up to kExchangeChannels channels: counters data[ch][src] at dst and ack[ch][dst] at src, here, and
 // FIFOs after the LL128 areas (Layout::xchg_off). Its own, because its steps per connection follow
 // that connection's bytes, which only its two ends know: the lanes' bases (one per lane and channel,
 // advanced alike by every rank) cannot count them.
-constexpr int kExchangeChannels = 64;
-constexpr size_t kXFlagsOffset = 57344;
+// 128 channels, not 64: a pair of 16-64 MB moved 10-35% faster on 4x H100 (every SM a channel's copies;
+// docs/benchmarks.md, "The exchange's channels"), for twice the FIFOs' memory.
+constexpr int kExchangeChannels = 128;
+constexpr size_t kXFlagsOffset = 65536;
 constexpr size_t kXFlagBytes = 2 * kExchangeChannels * MG_MAX_RANKS * sizeof(uint64_t);
 static_assert(kXFlagsOffset + kXFlagBytes <= kSlotsOffset, "exchange counters must fit before the slots");
 

@@ -106,7 +106,7 @@ class Config:
         # call instead. 0: since the fast path (mpigpu/_ext/_exchange.pxi) the transport is the faster
         # at every size (1 KB: 21 us against 136 on the mirrors, 2 H100s; docs/benchmarks.md).
         self.exchange_min_bytes = _int('MPIGPU_EXCHANGE_MIN_BYTES', 0, 0, 1 << 62)
-        # The exchange: a pair's bytes per channel before it takes another (at most 64 channels); the same
+        # The exchange: a pair's bytes per channel before it takes another (at most 128 channels); the same
         # on every rank, fixed when a communicator's team is set up.
         self.exchange_channel_bytes = _int('MPIGPU_EXCHANGE_CHANNEL_BYTES', 16 * 1024, 4096, 1 << 40)
         # CUDA-aware MPI: 'auto' asks the library (MPIX_Query_cuda_support), '1'/'0' force it.

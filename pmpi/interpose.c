@@ -23,6 +23,10 @@
 typedef int (*mgi_handler)(int id, const intptr_t *args, unsigned mask);
 
 _Atomic(void *) mgi_handler_fn;
+/* The engine's own entry (mpigpu's _device: the five engine collectives with device buffers, read from the
+ * words in C; NULL: none): same arguments, -1 where the call is not its own and goes to the handler. */
+static _Atomic(void *) mgi_engine_fn;
+static atomic_uchar mgi_engine_takes[MGI_COUNT]; /* the functions the entry may take */
 _Thread_local int mgi_in_handler;
 uintptr_t mgi_pass_lo, mgi_pass_hi;
 
@@ -34,8 +38,10 @@ int mgi_handle(int id, intptr_t *args) {
   if (mgi_driver())
     for (int b = 0; b < mgi_functions[id].nbuffers; b++)
       mask |= (unsigned)mgi_device((const void *)args[mgi_functions[id].buffers[b].param]) << b;
+  mgi_handler engine = (mgi_handler)atomic_load_explicit(&mgi_engine_fn, memory_order_acquire);
   mgi_in_handler = 1;
-  int rc = h(id, args, mask);
+  int rc = engine && mask && atomic_load_explicit(&mgi_engine_takes[id], memory_order_relaxed) ? engine(id, args, mask) : -1;
+  if (rc < 0) rc = h(id, args, mask);
   mgi_in_handler = 0;
   return rc;
 }
@@ -105,6 +111,17 @@ int mgi_missing(int id) { return mgi_fail(id, 0, "the MPI library below has no s
 /* The process's handler of device calls (NULL: none). */
 MGI_EXPORT void mpigpu_pmpi_set_handler(mgi_handler h) {
   atomic_store_explicit(&mgi_handler_fn, (void *)h, memory_order_release);
+}
+
+/* The engine's entry, tried before the handler for the calls of the functions it takes that have a device
+ * buffer (NULL: none). */
+MGI_EXPORT void mpigpu_pmpi_set_engine(mgi_handler e) {
+  atomic_store_explicit(&mgi_engine_fn, (void *)e, memory_order_release);
+}
+
+/* Function id is one the engine's entry takes. */
+MGI_EXPORT void mpigpu_pmpi_engine_takes(int id) {
+  if (id >= 0 && id < MGI_COUNT) atomic_store_explicit(&mgi_engine_takes[id], 1, memory_order_relaxed);
 }
 
 typedef struct {

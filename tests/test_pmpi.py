@@ -71,6 +71,28 @@ def test_table_is_the_one_built():
     assert lib.mpigpu_pmpi_count() == len(TABLE)
 
 
+def test_engine_entry_reads_the_engine_collectives_parameters():
+    """The engine's C entry (_device's _pmpi_entry.pxi) reads each engine collective's call at the parameter
+    indices engine_row gives: every index names a parameter of the kind it reads, the buffers' bits are
+    their places in the device mask, and no other function of the table is given to it."""
+    from mpigpu._codes import ENGINE_COLLS
+    from mpigpu._interpose.handler import engine_row
+    rows = {fn.name: (fn, engine_row(fn)) for fn in TABLE}
+    assert sorted(name for name, (fn, row) in rows.items() if row) == sorted(c.mpi_name for c in ENGINE_COLLS)
+    for name, (fn, row) in rows.items():
+        if row is None:
+            continue
+        coll, send, recv, sbit, rbit, scount, rcount, stype, rtype, op, root, comm = row
+        kind = {i: p.kind for i, p in enumerate(fn.params)}
+        assert coll == next(int(c) for c in ENGINE_COLLS if c.mpi_name == name)
+        assert fn.params[recv].is_buffer and fn.buffers[rbit] == recv, name
+        assert (send, sbit) == (-1, -1) if name == 'Bcast' else (fn.params[send].is_buffer and fn.buffers[sbit] == send)
+        assert kind[scount] == kind[rcount] == 'int' and kind[stype] == kind[rtype] == 'type', name
+        assert (op == -1) if name in ('Bcast', 'Allgather') else kind[op] == 'op', name
+        assert root == fn.root and (root == -1 or fn.params[root].name == 'root'), name
+        assert kind[comm] == 'comm', name
+
+
 @pytest.mark.parametrize('argv,runner', [
     (['python', '-m', 'mpigpu', 'x.py'], True),
     (['python', '-X', 'dev', '-u', '-m', 'mpigpu', '-c', 'pass'], True),

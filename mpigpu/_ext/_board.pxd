@@ -26,4 +26,5 @@ cdef class Board:
     cdef int wait_device(self, int coll, int *who) except -2
     cdef int agree_device(self, int coll, int *who) except -2
     cdef void stash(self, int verdict, int who) noexcept
+    cdef bint has_stash(self) noexcept
     cdef _answer(self, int what, uint64_t call, int coll, double spin_s, bint blocking)

@@ -118,9 +118,13 @@ cdef class Board:
         path agreed, then found the call is not the engine's)."""
         self._stash_call, self._stash_verdict, self._stash_who = self.b.call, verdict, who
 
+    cdef bint has_stash(self) noexcept:
+        """Whether a verdict waits in the stash for the general path (take_stash would return it)."""
+        return self._stash_call != 0 and self._stash_call == self.b.call
+
     def take_stash(self):
         """(verdict, board rank) the fast path agreed for this rank's last call, or None."""
-        if self._stash_call == 0 or self._stash_call != self.b.call:
+        if not self.has_stash():
             return None
         self._stash_call = 0
         return self._stash_verdict, self._stash_who

@@ -7,6 +7,7 @@
 # _pack.pxi (derived datatypes' pack plans), _exchange.pxi (the exchange's fast path and shapes),
 # _p2p.pxi (blocking point-to-point's fast path).
 import sys
+from threading import local as _thread_local
 
 from ._codes import ALIGNMENTS, SIZES, TYPESTR_CODES, typestr
 
@@ -546,6 +547,7 @@ cdef class Team:
 
 include "_requests.pxi"
 include "_fast.pxi"
+include "_pmpi_entry.pxi"
 include "_pack.pxi"
 include "_exchange.pxi"
 include "_p2p.pxi"

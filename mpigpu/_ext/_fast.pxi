@@ -222,19 +222,27 @@ cpdef int fast_collective(Team team, int device, int coll, object sendbuf, objec
     if not _read_call(team.nranks, team.rank, device, coll, sendbuf, recvbuf, op_code, root, inplace, &sp, &rp,
                       &count, &rd, &rs):
         return 0
+    return _run_read(team, coll, algo, rd, op_code, sp, rp, count, root, inplace, nchannels, stream, rs)
+
+
+cdef int _run_read(Team team, int coll, int algo, int dtype, int op_code, uintptr_t sp, uintptr_t rp,
+                   Py_ssize_t count, int root, bint inplace, int nchannels, Py_ssize_t stream,
+                   Py_ssize_t rs) except -1:
+    """Runs a call read by _read_call (or the interposer's entry, _pmpi_entry.pxi): agreed with the peers
+    where they must agree, then on the team. 1 when done, 0 when the general path must take it."""
     if team.board is not None:  # ranks that must agree on the call's path (mpigpu/_agree.py)
         if type(team.board) is not Board:
             return 0  # they agree on the general path (across nodes, a broken communicator)
-        return _run_agreed(team, <Board>team.board, coll, algo, rd, op_code, sp, rp, count, root, nchannels,
+        return _run_agreed(team, <Board>team.board, coll, algo, dtype, op_code, sp, rp, count, root, nchannels,
                            stream, rs)
     if count == 0:
         return 1
     if stream >= 0:
-        team.run(coll, algo, rd, op_code, sp, rp, count, root, nchannels, <uintptr_t>stream, False)
+        team.run(coll, algo, dtype, op_code, sp, rp, count, root, nchannels, <uintptr_t>stream, False)
     elif (inplace or coll == MG_BCAST) and team.nranks == 1:
         team.run_nothing(<uintptr_t>rs)
     else:
-        team.run(coll, algo, rd, op_code, sp, rp, count, root, nchannels, <uintptr_t>rs, True)
+        team.run(coll, algo, dtype, op_code, sp, rp, count, root, nchannels, <uintptr_t>rs, True)
     return 1
 
 
@@ -254,12 +262,39 @@ cdef int _hier_call(object st, object replayed, int coll, object sendbuf, object
                          stream >= 0) else 0
 
 
+# The interposer's hand-off (_pmpi_entry.pxi): a call its entry posted on a board and the board agreed on
+# another path goes to the handler, whose call must take the stashed verdict, not post the call again.
+# Per thread (a call and its handler's call run in one thread); counted, so no other call pays for a look.
+cdef int _pmpi_handoffs = 0
+cdef object _pmpi_local = _thread_local()
+
+
+cdef int _pmpi_begin_handoff(Board board) except -1:
+    global _pmpi_handoffs
+    if getattr(_pmpi_local, 'board', None) is None:
+        _pmpi_handoffs += 1
+    _pmpi_local.board = board
+    return 0
+
+
+cdef int _pmpi_end_handoff() except -1:
+    global _pmpi_handoffs
+    if _pmpi_handoffs and getattr(_pmpi_local, 'board', None) is not None:
+        _pmpi_local.board = None
+        _pmpi_handoffs -= 1
+    return 0
+
+
 cdef int _run_agreed(Team team, Board board, int coll, int algo, int dtype, int op, uintptr_t sp, uintptr_t rp,
                      Py_ssize_t count, int root, int nchannels, Py_ssize_t stream, Py_ssize_t rs) except -1:
     """The fast path's call on a team whose ranks agree on each call: this rank posts DEVICE, and the
     engine runs it when every rank did; a blocking call waits for its peers' posts inside the CUDA
     layer, at the last moment (Team.run_agreed). 0: another verdict, kept for the general path."""
     cdef int who = -1, verdict
+    if _pmpi_handoffs and getattr(_pmpi_local, 'board', None) is board:
+        _pmpi_end_handoff()
+        if board.has_stash():  # the interposer's entry agreed this very call and handed it on: not posted again
+            return 0
     if board.post_device(coll) != 0:
         board.stash(MG_VERDICT_TIMEOUT, MG_BOARD_BEHIND)  # nothing posted
         return 0

@@ -9,6 +9,11 @@ host memory as a ctypes array); the other parameters in C order; a status filled
 written back. So a C caller gets what a
 Python caller of the same method gets: the engine within a node, MPI's semantics everywhere.
 
+The five engine collectives with device buffers first try the engine's own entry (`_device`'s
+_pmpi_entry.pxi, registered with the interposer at install): it reads the call from its words in C and
+runs it as the fast path runs the same call from Python, on what this handler binds (the communicator
+wrappers it keeps, the predefined datatypes); a call it does not take comes here.
+
 Errors go back as MPI errors: an error code whose string names the call, the rank and the reason,
 raised through the communicator's error handler (a C caller's MPI_ERRORS_ARE_FATAL ends the job with
 that message; MPI_ERRORS_RETURN returns it, and MPI_Error_string gives the text).
@@ -18,11 +23,12 @@ import ctypes
 
 from mpi4py import MPI
 
-from .. import _interpose
+from .. import _cuda, _interpose
 from .. import comm as _comm
-from .._codes import TYPESTR_CODES
+from .._codes import ENGINE_COLLS, TYPESTR_CODES
 from .._state import attached, state_of
 from .._types import FROM_MPI
+from .._undecided import unsettled
 from .functions import TABLE
 
 _TYPESTRS = {code: typestr for typestr, code in TYPESTR_CODES.items()}  # dtype code -> a CAI typestr
@@ -33,6 +39,7 @@ _STATUS_IGNORE = (0, 1)                                              # MPI_STATU
 # collectives whose counts are the local group's on an intercommunicator (the handler refuses them there)
 _LOCAL_COUNTS = frozenset(('Reduce_scatter', 'Ireduce_scatter'))
 _HANDLER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_ssize_t), ctypes.c_uint)
+_ENGINE_COLLS = {c.mpi_name: int(c) for c in ENGINE_COLLS}
 
 
 class DeviceMemory:
@@ -60,6 +67,7 @@ class Handler:
         self.types = {}  # datatype handle -> (MPI.Datatype, extent, true lb, true extent, typestr or None)
         self.comms = {}  # communicator handle -> (mpigpu's wrapper, its state)
         self.ops = {}  # predefined op handle -> MPI.Op
+        self.engine_entry = None  # the CUDA layer whose entry is registered (install), or None
 
     def handle(self, cls, word):
         """A handle word as mpi4py writes that handle: MPICH's C int sign-extended to an unsigned 64-bit
@@ -118,6 +126,9 @@ class Handler:
             return Call(self, fn, args, comm, mask).run()
         except BaseException as exc:  # every failure goes back to the C caller as an MPI error
             return _fail(fn, comm, exc)
+        finally:
+            if self.engine_entry is not None:  # a verdict the engine's entry handed this call is taken by now
+                self.engine_entry.pmpi_handoff_end()
 
 
 class Call:
@@ -302,12 +313,34 @@ def _fail(fn, comm, exc):
         return MPI.ERR_OTHER
 
 
+def engine_row(fn):
+    """What the engine's entry reads of function fn, an engine collective's (else None): (coll, send,
+    recv, their bits in the device mask, the two counts' and two datatypes' parameter indices, op, root,
+    comm; -1: none). Bcast's one buffer is its recv; the collectives with one count and one datatype give
+    each twice."""
+    coll = _ENGINE_COLLS.get(fn.name)
+    if coll is None:
+        return None
+    ix = fn.index
+    send, recv = (-1, ix['buffer']) if 'buffer' in ix else (ix['sendbuf'], ix['recvbuf'])
+    bit = {param: b for b, param in enumerate(fn.buffers)}
+    if 'sendcount' in ix:
+        counts, types = (ix['sendcount'], ix['recvcount']), (ix['sendtype'], ix['recvtype'])
+    else:
+        count = ix['recvcount'] if 'recvcount' in ix else ix['count']
+        counts, types = (count, count), (ix['datatype'], ix['datatype'])
+    return (coll, send, recv, bit.get(send, -1), bit[recv]) + counts + types + (ix.get('op', -1), fn.root, fn.comm)
+
+
 _installed = None
 
 
 def calls():
-    """Device calls the handler has run in this process."""
-    return _installed.calls if _installed is not None else 0
+    """Device calls the handler and the engine's entry have run in this process."""
+    if _installed is None:
+        return 0
+    entry = _installed.engine_entry
+    return _installed.calls + (entry.pmpi_entry_calls() if entry is not None else 0)
 
 
 def report():
@@ -331,3 +364,17 @@ def install(lib):
         raise ImportError(f'mpigpu: the MPI interposer cannot find mpi4py\'s extension ({MPI.__file__}) in memory')
     lib.mpigpu_pmpi_set_handler(_installed.cfunc)
     atexit.register(lib.mpigpu_pmpi_set_handler, None)
+    device = _cuda.device
+    # the engine's entry (not without CUDA, nor on the CPU tests' fake layer, nor with an older library)
+    if hasattr(device, 'bind_pmpi_entry') and hasattr(lib, 'mpigpu_pmpi_set_engine'):
+        h = _installed
+        bits = tuple(h.handle_bits[cls.__name__] for cls in (MPI.Comm, MPI.Datatype, MPI.Op))
+        types = {handle: int(code) for handle, code in FROM_MPI.items()}
+        device.bind_pmpi_entry([engine_row(fn) for fn in TABLE], h.comms, types, attached, unsettled,
+                               lambda fid, comm, exc: _fail(TABLE[fid], comm, exc), bits, MPI.ERR_OTHER)
+        for fid, fn in enumerate(TABLE):  # the interposer asks the entry only for these
+            if engine_row(fn) is not None:
+                lib.mpigpu_pmpi_engine_takes(fid)
+        lib.mpigpu_pmpi_set_engine(ctypes.c_void_p(device.pmpi_entry_address()))
+        atexit.register(lib.mpigpu_pmpi_set_engine, None)
+        h.engine_entry = device

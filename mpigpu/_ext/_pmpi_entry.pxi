@@ -1,0 +1,194 @@
+# The interposer's entry into the fast path (included by _device.pyx): the five engine collectives that C
+# code calls below Python (pmpi/interpose.c) with device pointers, read from the call's words and run as
+# fast_entry runs the same call from Python, without the handler's Python (its buffer objects and the
+# mpi4py method call cost 33 of a 1 KB Allreduce's 65 us below Python on an H100 host, docs/benchmarks.md
+# "The MPI interposer"). Anything else returns -1 and the interposer hands the call to the handler
+# (mpigpu/_interpose/handler.py): host or mixed buffers, a type or op the engine lacks, a communicator the
+# handler has not seen yet (it binds what this reads), no device team, undecided non-blocking calls.
+
+cdef struct _PmpiCall:
+    int coll              # the MG_* code; -1: not an engine collective
+    int send, recv        # parameter indices of the buffers (send -1: Bcast's one buffer is recv)
+    int sbit, rbit        # their bits in the interposer's device mask
+    int scount, rcount    # of the counts (Allgather's two; the others' one count, twice)
+    int stype, rtype      # of the datatypes (likewise)
+    int op, root, comm    # -1: none
+
+cdef enum:
+    _PMPI_MAX_FUNCTIONS = 256
+cdef _PmpiCall _pmpi_table[_PMPI_MAX_FUNCTIONS]  # by the interposer's function index
+cdef int _pmpi_nfunctions = 0
+cdef dict _pmpi_comms = None     # communicator handle -> (mpigpu's wrapper, its state): the handler's dict
+cdef dict _pmpi_types = None     # predefined datatype handle -> dtype code
+cdef object _pmpi_attached = None  # mpigpu._state.attached: a wrapper's state, if it still has one
+cdef object _pmpi_unsettled = None # the agreements with undecided non-blocking calls (mpigpu._undecided)
+cdef object _pmpi_fail = None      # (function index, wrapper, exception) -> the MPI error code it returns
+cdef int _pmpi_comm_bits = 64, _pmpi_type_bits = 64, _pmpi_op_bits = 64
+cdef int _pmpi_err_other = 0       # MPI.ERR_OTHER of the MPI below
+cdef unsigned long long _pmpi_count = 0  # calls this entry ran
+
+
+def bind_pmpi_entry(table, comms, types, attached, unsettled, fail, handle_bits, err_other):
+    """Gives the interposer's entry what it reads (see the declarations above): `table` one row per
+    function index, (coll, send, recv, sbit, rbit, scount, rcount, stype, rtype, op, root, comm) or None;
+    `handle_bits` (communicator, datatype, op) the bits of the MPI's handles; `fail` never raises."""
+    global _pmpi_nfunctions, _pmpi_comms, _pmpi_types, _pmpi_attached, _pmpi_unsettled, _pmpi_fail
+    global _pmpi_comm_bits, _pmpi_type_bits, _pmpi_op_bits, _pmpi_err_other
+    cdef int i
+    if len(table) > _PMPI_MAX_FUNCTIONS:
+        raise ValueError(f'the interposer has {len(table)} functions; its entry takes {_PMPI_MAX_FUNCTIONS}')
+    _pmpi_nfunctions = 0
+    for i in range(len(table)):
+        row = table[i] if table[i] is not None else (-1,) * 12
+        _pmpi_table[i].coll, _pmpi_table[i].send, _pmpi_table[i].recv = row[0], row[1], row[2]
+        _pmpi_table[i].sbit, _pmpi_table[i].rbit = row[3], row[4]
+        _pmpi_table[i].scount, _pmpi_table[i].rcount = row[5], row[6]
+        _pmpi_table[i].stype, _pmpi_table[i].rtype = row[7], row[8]
+        _pmpi_table[i].op, _pmpi_table[i].root, _pmpi_table[i].comm = row[9], row[10], row[11]
+    _pmpi_comms, _pmpi_types, _pmpi_attached, _pmpi_unsettled = comms, dict(types), attached, unsettled
+    _pmpi_fail, _pmpi_err_other = fail, err_other
+    _pmpi_comm_bits, _pmpi_type_bits, _pmpi_op_bits = handle_bits
+    _pmpi_nfunctions = len(table)
+
+
+def pmpi_entry_address():
+    """The entry's address, for the interposer (mpigpu_pmpi_set_engine)."""
+    return <uintptr_t>&_pmpi_entry
+
+
+def pmpi_entry_calls():
+    """How many calls below Python the entry ran."""
+    return _pmpi_count
+
+
+def pmpi_handoff_end():
+    """The handler's call is over: a verdict the entry handed it (_fast.pxi) is no longer waited for."""
+    if _pmpi_handoffs:
+        _pmpi_end_handoff()
+
+
+cdef inline object _pmpi_handle(intptr_t word, int bits):
+    """A handle word as mpi4py writes the handle (the handler's rule: MPICH's C int sign-extended to an
+    unsigned 64-bit value, Open MPI's pointer as is)."""
+    cdef uint64_t w = <uint64_t><uintptr_t>word, m
+    if bits < 64:
+        m = ((<uint64_t>1) << bits) - 1
+        w &= m
+        if (w >> (bits - 1)) & 1:
+            w |= ~m
+    return w
+
+
+cdef inline int _pmpi_int(intptr_t word) noexcept:
+    """An int parameter (the word's low 32 bits, as C passed them)."""
+    return <int><uint32_t><uintptr_t>word
+
+
+cdef inline bint _pmpi_in_place(intptr_t word) noexcept:
+    """MPI_IN_PLACE: Open MPI's (void *)1, MPICH's (void *)-1."""
+    return word == 1 or word == -1
+
+
+cdef int _pmpi_entry(int fid, const intptr_t *args, unsigned mask) noexcept with gil:
+    """The call of function `fid` with parameter words `args` (mask: bit b where its b-th buffer is device
+    memory): MPI_SUCCESS or an MPI error code once run here, -1 where the handler must take it."""
+    global _pmpi_count
+    cdef _PmpiCall f
+    cdef Team team
+    cdef uintptr_t sp = 0, rp = 0
+    cdef Py_ssize_t count = 0, own = 0, sc = 0, rc = 0
+    cdef int rd = -1, code = 0, root = 0, current = -1, n, rank, scnt, rcnt, algo = MG_ALGO_AUTO, nchannels = 0
+    cdef bint in_place, off_root, one_buffer
+    if fid < 0 or fid >= _pmpi_nfunctions or _pmpi_comms is None or _entry_ops is None:
+        return -1
+    f = _pmpi_table[fid]
+    if f.coll < 0 or _pmpi_unsettled:
+        return -1
+    try:  # reading the call: nothing has happened yet, so anything unusual is the handler's
+        kept = _pmpi_comms.get(_pmpi_handle(args[f.comm], _pmpi_comm_bits))
+        if kept is None:
+            return -1
+        comm, st = kept
+        if _pmpi_attached(comm) is not st:
+            return -1  # freed since, the handle taken by another communicator: the handler makes a new wrapper
+        t = st.team
+        if type(t) is not Team:  # none yet, across nodes (the hierarchical path), the CPU tests' fake team
+            return -1
+        team = <Team>t
+        if team.t == NULL:
+            return -1
+        n, rank = team.nranks, team.rank
+        rd = _pmpi_types.get(_pmpi_handle(args[f.rtype], _pmpi_type_bits), -1)
+        if rd < 0:
+            return -1
+        if f.op >= 0:
+            code = _entry_ops.get(_pmpi_handle(args[f.op], _pmpi_op_bits), -1)
+            if code < 0 or not mg_supports(rd, code):
+                return -1
+        root = _pmpi_int(args[f.root]) if f.root >= 0 else 0
+        if root < 0 or root >= n:
+            return -1
+        in_place = f.send >= 0 and _pmpi_in_place(args[f.send])
+        off_root = f.coll == MG_REDUCE and rank != root
+        one_buffer = in_place or f.coll == MG_BCAST
+        if off_root and in_place:
+            return -1  # MPI_IN_PLACE off the root: the handler's call raises
+        if f.coll == MG_ALLGATHER and not in_place and _pmpi_types.get(
+                _pmpi_handle(args[f.stype], _pmpi_type_bits), -1) != rd:
+            return -1
+        scnt, rcnt = _pmpi_int(args[f.scount]), _pmpi_int(args[f.rcount])
+        if rcnt <= 0 or (scnt <= 0 and not in_place):  # (in place, MPI ignores an Allgather's sendcount)
+            return -1  # zero counts (rare) and negative ones (errors) on the handler's path
+        # the elements of each buffer, as the fast path reads them from arrays (geometry's inputs)
+        if f.coll == MG_REDUCE_SCATTER_BLOCK:
+            sc, rc = <Py_ssize_t>n * rcnt, (<Py_ssize_t>n * rcnt if in_place else rcnt)
+        elif f.coll == MG_ALLGATHER:
+            sc, rc = scnt, <Py_ssize_t>n * rcnt
+        else:
+            sc = rc = rcnt
+        if geometry(f.coll, n, rank, not one_buffer, sc, not off_root, rc, one_buffer, &count, &own) != GEOMETRY_OK:
+            return -1
+        # every buffer the call reads or writes here is device memory, on the team's GPU, which is current
+        if not off_root and not (mask >> f.rbit) & 1:
+            return -1
+        if not one_buffer and not (mask >> f.sbit) & 1:
+            return -1
+        if mg_get_device(&current) != 0 or current != team.device:
+            return -1
+        rp = 0 if off_root else <uintptr_t>args[f.recv]
+        sp = rp + <uintptr_t>(own * _SIZES[rd]) if one_buffer else <uintptr_t>args[f.send]
+        if (sp | rp) % <uintptr_t>_ALIGN[rd]:
+            return -1
+        if not off_root and not _on_device(rp, team.device):
+            return -1
+        if not one_buffer and not _on_device(sp, team.device):
+            return -1
+        if team.nranks != 1:
+            cfg = _entry_config
+            algo, nchannels = _entry_algos.get(cfg.algo, MG_ALGO_AUTO), cfg.nchannels
+    except BaseException:
+        return -1
+    try:  # the call: agreed with the peers and run (on the legacy default stream: a C caller's work is done)
+        if _run_read(team, f.coll, algo, rd, code, sp, rp, count, root, in_place, nchannels, -1, 0) == 0:
+            board = team.board
+            if type(board) is Board and (<Board>board).has_stash():
+                _pmpi_begin_handoff(<Board>board)  # agreed on another path: the handler's call takes the verdict
+            return -1
+        _pmpi_count += 1
+        return 0
+    except BaseException as exc:
+        err = exc
+    if isinstance(err, DeviceError):
+        try:
+            err = _entry_failed(st, f.coll, err)  # the mpigpu.Error the same call from Python raises
+        except BaseException as exc:
+            err = exc
+    return _pmpi_error(fid, comm, err)
+
+
+cdef int _pmpi_error(int fid, object comm, object exc) noexcept:
+    """exc as the MPI error code the handler gives a failed call (through the communicator's handler)."""
+    try:
+        return _pmpi_fail(fid, comm, exc)
+    except BaseException:  # (it does not raise; an exception cannot cross back into the C caller)
+        return _pmpi_err_other

@@ -75,25 +75,41 @@ def _round_trips(comm, peer, nbytes, rounds, first):
     return best
 
 
-def measure_network(comm, leaders, node, round_trips=None):
-    """(latency us, GB/s per GPU) of the network, the same on every rank of `comm` (collective):
-    MPIGPU_NET_LATENCY_US and MPIGPU_NET_GBPS where set, else measured once by round trips of 8 bytes
-    and 1 MiB between the leaders of nodes 0 and 1: through host MPI on host buffers, or through
-    `round_trips(peer, nbytes, rounds, first)` (seconds of the shortest round trip: the transport the
-    network phases take)."""
+def _exchanges(comm, peer, nbytes, rounds):
+    """The shortest of `rounds` exchanges of nbytes each way with `peer`, both sending at once (seconds)."""
+    out, into = np.zeros(max(nbytes, 1), np.uint8), np.zeros(max(nbytes, 1), np.uint8)
+    best = float('inf')
+    for _ in range(rounds + 1):  # the first round only warms the connection
+        t0 = time.perf_counter()
+        comm.Sendrecv([out, nbytes, MPI.BYTE], peer, _PROBE_TAG, [into, nbytes, MPI.BYTE], peer, _PROBE_TAG)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def measure_network(comm, leaders, node, round_trips=None, exchanges=None):
+    """(latency us, GB/s per GPU one way, GB/s each way while a GPU sends and receives at once) of the
+    network, the same on every rank of `comm` (collective): MPIGPU_NET_LATENCY_US and MPIGPU_NET_GBPS
+    (then both ways) where set, else measured once between the leaders of nodes 0 and 1 by round trips
+    of 8 bytes and 1 MiB and by exchanges of 1 MiB both ways at once: through host MPI on host buffers,
+    or through `round_trips(peer, nbytes, rounds, first)` and `exchanges(peer, nbytes, rounds)` (seconds
+    of the shortest: the transport the network phases take)."""
     lat, gbps = config.net_latency_us, config.net_gbps
+    both = gbps
     measured = None
     if (lat <= 0 or gbps <= 0) and leaders is not None and node < 2:
         peer, first = 1 - node, node == 0
         trips = round_trips or (lambda *args: _round_trips(leaders, *args))
+        swaps = exchanges or (lambda *args: _exchanges(leaders, *args))
         small = trips(peer, _PROBE_SMALL, _PROBE_ROUNDS_SMALL, first) / 2
         large = trips(peer, _PROBE_LARGE, _PROBE_ROUNDS_LARGE, first) / 2
-        measured = (small * 1e6, _PROBE_LARGE / max(large - small, 1e-9) / 1e9)
+        swap = swaps(peer, _PROBE_LARGE, _PROBE_ROUNDS_LARGE)
+        measured = (small * 1e6, _PROBE_LARGE / max(large - small, 1e-9) / 1e9,
+                    _PROBE_LARGE / max(swap - small, 1e-9) / 1e9)
     measured = comm.bcast(measured, root=0)  # rank 0 is node 0's leader
     if measured is not None:
         lat = lat if lat > 0 else measured[0]
-        gbps = gbps if gbps > 0 else measured[1]
-    return lat, gbps
+        gbps, both = (gbps, gbps) if gbps > 0 else measured[1:]
+    return lat, gbps, both
 
 
 class Topology:

@@ -120,13 +120,23 @@ def test_model_of_a_device_transport_has_no_staging_copies():
 
 
 def test_network_figures_come_from_the_transport_given():
-    """measure_network takes the round trips of the transport the phases use (here a stand-in: 10 us
-    for 8 bytes, 10 us + 1 MiB at 1 GB/s for 1 MiB, both ways) and derives latency and bandwidth."""
+    """measure_network takes the round trips and exchanges of the transport the phases use (here a
+    stand-in: 10 us for 8 bytes, 10 us + 1 MiB at 1 GB/s for 1 MiB one way; an exchange of 1 MiB each way
+    at once at half that rate) and derives latency and both bandwidths; the two-way figure prices the
+    phases that send and receive at once, not a broadcast's."""
     from mpi4py import MPI
 
     from mpigpu._topology import measure_network
 
     def trips(peer, nbytes, rounds, first):
         return 2 * (10e-6 + (nbytes / 1e9 if nbytes > 8 else 0.0))
-    lat, gbps = measure_network(MPI.COMM_SELF, MPI.COMM_SELF, 0, trips)
-    assert abs(lat - 10.0) < 1e-6 and abs(gbps - 1.0) < 1e-6
+
+    def swaps(peer, nbytes, rounds):
+        return 10e-6 + nbytes / 0.5e9
+    lat, gbps, both = measure_network(MPI.COMM_SELF, MPI.COMM_SELF, 0, trips, swaps)
+    assert abs(lat - 10.0) < 1e-6 and abs(gbps - 1.0) < 1e-6 and abs(both - 0.5) < 1e-6
+    one_way = _shape([2, 2], latency=lat, gbps=gbps)
+    two_way = hier_model.Shape(one_way.sizes, True, one_way.kinds, False, lat, gbps, gbps_both=both)
+    for coll in (Coll.ALLREDUCE, Coll.ALLGATHER, Coll.REDUCE_SCATTER_BLOCK):
+        assert hier_model.predict(coll, 1 << 26, two_way)['rail'][0] > hier_model.predict(coll, 1 << 26, one_way)['rail'][0]
+    assert hier_model.predict(Coll.BCAST, 1 << 26, two_way) == hier_model.predict(Coll.BCAST, 1 << 26, one_way)

@@ -421,3 +421,15 @@ def test_pingpong_pairs_ranks_0_and_1():
     assert (got[0].expected('sum') == got[1].send).all() and (got[1].expected('sum') == got[0].send).all()
     assert (got[2].expected('sum') == 0).all() and pingpong.mpi_call(None, got[2]) is pingpong._nothing
     assert pingpong.PBuffers(np, 'pingpong', 4, 'int16', 1, 0, 0).peer == 0  # one rank: itself
+
+
+def test_row_shows_the_hierarchical_form_and_the_models_time():
+    """Across nodes a row names the form the path ran and the cost model's time for it, so one run sets
+    the model against measurement (issue 47)."""
+    from mpigpu.perf import report
+    row = {'bytes': 1024, 'count': 256, 'type': 'float32', 'redop': 'sum', 'root': -1,
+           'oop': {'time_us': 108.0, 'algbw': 0.01, 'busbw': 0.01, 'wrong': 0}, 'ip': None, 'baselines': {},
+           'form': 'leader', 'predicted_us': 99.4}
+    assert report.line(row, []).endswith('  [leader, model 99 us]')
+    row['predicted_us'] = None
+    assert report.line(row, []).endswith('  [leader]')

@@ -139,6 +139,7 @@ def main(argv=None):
                         else:
                             row['baselines'][name] = measure.one(impl, buffers(False), bop)
                     row['form'] = baselines.form_of(comm)
+                    row['predicted_us'] = baselines.predicted_us(comm, coll, count, itemsize)
                     for res in [row['oop'], row['ip'], *row['baselines'].values()]:
                         if res and 'time_us' in res:
                             res['algbw'] = row_bytes / res['time_us'] / 1e3 if res['time_us'] > 0 else 0.0

@@ -410,9 +410,28 @@ class NetBoundImpl:
 IMPLS = {impl.name: impl for impl in (NcclImpl, NcclSocketImpl, NcclNodesImpl, StagedImpl, CudaAwareMpiImpl,
                                       Mpi4pyImpl, NetBoundImpl)}
 
-def form_of(comm):
-    """The form the hierarchical path gave the last call on `comm` ('rail' / 'leader'), or None."""
+def _hier_state(comm):
     from .._paths.hier.state import HierState
     from .._state import state_of
     hs = state_of(comm)._owned.get(HierState)
-    return hs.last_form if hs is not None and hs.multi_node else None
+    return hs if hs is not None and hs.multi_node else None
+
+
+def form_of(comm):
+    """The form the hierarchical path gave the last call on `comm` ('rail' / 'leader'), or None."""
+    hs = _hier_state(comm)
+    return hs.last_form if hs is not None else None
+
+
+def predicted_us(comm, coll, count, itemsize):
+    """The cost model's time (us) for the form the hierarchical path gave the last call on `comm`, a call
+    of `count` elements of `itemsize` bytes as the path counts them (Reduce_scatter_block's block,
+    Allgather's contribution), from the network figures measured at setup; None off that path."""
+    from .. import _config
+    from .._codes import Coll
+    from .._paths.hier import model
+    hs = _hier_state(comm)
+    if hs is None or hs.last_form is None:
+        return None
+    forms = model.predict(Coll[coll.upper()], count * itemsize, hs.shape, _config.config.hier_chunk_bytes, itemsize)
+    return forms[hs.last_form][0] * 1e6 if hs.last_form in forms else None

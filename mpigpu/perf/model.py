@@ -43,12 +43,13 @@ def _tree(coll, nbytes, nodes, per_node, latency_us, gbps):
     return node + trips * (hier_model.lg(nodes) * a + nbytes / b)
 
 
-def row(coll, nbytes, nodes, gpus, latency_us, gbps):
+def row(coll, nbytes, nodes, gpus, latency_us, gbps, gbps_both=0.0):
     """{form: (us, busbw GB/s)} and the chosen form; nbytes is the whole buffer as mpigpu-perf counts it
-    (Reduce_scatter_block and Allgather: all ranks' blocks)."""
+    (Reduce_scatter_block and Allgather: all ranks' blocks); gbps_both: each way of an exchange (0: gbps)."""
     p = nodes * gpus
     per_rank = nbytes // p if coll in (Coll.REDUCE_SCATTER_BLOCK, Coll.ALLGATHER) else nbytes
-    shape = hier_model.Shape((gpus,) * nodes, True, ('engine',) * nodes, False, latency_us, gbps)
+    shape = hier_model.Shape((gpus,) * nodes, True, ('engine',) * nodes, False, latency_us, gbps,
+                             gbps_both=gbps_both)
     forms = {f: t for f, (t, _c) in hier_model.predict(coll, per_rank, shape).items()}
     forms['flat'] = _flat(coll, per_rank, nodes, gpus, latency_us, gbps)
     if coll in (Coll.ALLREDUCE, Coll.BCAST):
@@ -83,11 +84,11 @@ def forms_table(coll, gpus, latency_us, gbps, nbytes, nodes=NODES):
     return '\n'.join(lines)
 
 
-def setup_table(nodes, gpus, latency_us, gbps, sizes):
+def setup_table(nodes, gpus, latency_us, gbps, sizes, gbps_both=0.0):
     lines = ['| collective | bytes | rail us | leader us | chosen | predicted busbw GB/s |', '|---|---|---|---|---|---|']
     for coll in COLLS:
         for s in sizes:
-            forms, chosen = row(coll, s, nodes, gpus, latency_us, gbps)
+            forms, chosen = row(coll, s, nodes, gpus, latency_us, gbps, gbps_both)
             cell = lambda f: f'{forms[f][0]:,.0f}' if f in forms else '-'  # noqa: E731
             lines.append(f'| {Coll(coll).mpi_name} | {_size(s)} | {cell("rail")} | {cell("leader")} | {chosen} | '
                          f'{forms[chosen][1]:.2f} |')
@@ -101,10 +102,13 @@ def main(argv=None):
     p.add_argument('--gpus', type=int, default=4, help='GPUs per node')
     p.add_argument('--latency-us', type=float, default=5.0, help='network latency, us')
     p.add_argument('--gbps', type=float, default=25.0, help='network bandwidth per GPU, GB/s')
+    p.add_argument('--gbps-both', type=float, default=0.0,
+                   help='each way while a GPU sends and receives at once, GB/s (0: --gbps; engine_status() '
+                        'reports what the setup measured)')
     a = p.parse_args(argv)
     if a.nodes:
         sizes = [1 << k for k in range(10, 31, 2)]
-        print(setup_table(a.nodes, a.gpus, a.latency_us, a.gbps, sizes))
+        print(setup_table(a.nodes, a.gpus, a.latency_us, a.gbps, sizes, a.gbps_both))
         return 0
     for gbps in (25.0, 50.0):
         for gpus in (4, 8):

@@ -42,7 +42,8 @@ def line(row, baselines):
         ratio = b['time_us'] / mine['time_us'] if mine and 'time_us' in mine and mine['time_us'] > 0 else float('nan')
         out += f' {b["time_us"]:>10.2f}{b["busbw"]:>8.2f}{ratio:>8.2f}x'
     if row.get('form'):
-        out += f'  [{row["form"]}]'
+        predicted = row.get('predicted_us')
+        out += f'  [{row["form"]}' + (f', model {predicted:,.0f} us]' if predicted is not None else ']')
     return out
 
 

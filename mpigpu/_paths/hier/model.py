@@ -1,6 +1,7 @@
 """The hierarchical path's cost model: the predicted time of each form of a collective across nodes, from
 the node's figures (NVLink, PCIe, host work: constants measured on the 4x H200 host) and the network's
-latency and bandwidth per GPU (measured at setup or set by knobs, mpigpu/_topology.py), and the choice
+latency and bandwidth per GPU, one way and each way of an exchange (measured at setup or set by knobs,
+mpigpu/_topology.py), and the choice
 of form and pipeline depth. The same functions print docs/scaling.md's tables (python -m
 mpigpu.perf.model).
 
@@ -36,8 +37,9 @@ MAX_CHUNKS = 64
 class Shape:
     """What the model knows of a communicator: node sizes (node order), whether each node's ranks are
     consecutive, how its node phases run ('engine', 'staged' or 'single' per node), whether MPI takes
-    device pointers, the network (latency us, GB/s per GPU), and whether its transport moves device
-    memory (NCCL: no staging copy, reductions read device memory)."""
+    device pointers, the network (latency us, GB/s per GPU one way; GB/s each way while a GPU sends and
+    receives at once, 0: the same), and whether its transport moves device memory (NCCL: no staging
+    copy, reductions read device memory)."""
     sizes: tuple
     consecutive: bool
     kinds: tuple
@@ -45,6 +47,7 @@ class Shape:
     latency_us: float
     gbps: float
     device_net: bool = False
+    gbps_both: float = 0.0
 
     @property
     def nodes(self):
@@ -66,7 +69,14 @@ def _a(s):
 
 
 def _b(s, x):
+    """x bytes one way (a tree's or a chain's step: the rank sends or receives)."""
     return x / (s.gbps * 1e9)
+
+
+def _b2(s, x):
+    """x bytes each way of a rank that sends and receives at once (exchanges, rings): over NCCL's sockets
+    between the simulated nodes of one host half the one-way rate each (docs/scaling.md)."""
+    return x / ((s.gbps_both or s.gbps) * 1e9)
 
 
 def _reduce(s, rows_bytes, gpu):
@@ -83,18 +93,18 @@ def net_allreduce(s, n, x, gpu=False):
     if n <= 1:
         return 0.0
     if x * n <= SMALL_BYTES:  # Allgather, then every rank reduces all n rows
-        return lg(n) * _a(s) + (n - 1) * _b(s, x) + _reduce(s, n * x, gpu)
-    rs = (n - 1) * _a(s) + (n - 1) / n * _b(s, x) + _reduce(s, x, gpu)  # Alltoallv, reduce
-    return rs + lg(n) * _a(s) + (n - 1) / n * _b(s, x)  # Allgatherv
+        return lg(n) * _a(s) + (n - 1) * _b2(s, x) + _reduce(s, n * x, gpu)
+    rs = (n - 1) * _a(s) + (n - 1) / n * _b2(s, x) + _reduce(s, x, gpu)  # Alltoallv, reduce
+    return rs + lg(n) * _a(s) + (n - 1) / n * _b2(s, x)  # Allgatherv
 
 
 def net_reduce(s, n, x, gpu=False):
     if n <= 1:
         return 0.0
     if x * n <= SMALL_BYTES:
-        return lg(n) * _a(s) + (n - 1) * _b(s, x) + _reduce(s, n * x, gpu)
-    return ((n - 1) * _a(s) + (n - 1) / n * _b(s, x) + _reduce(s, x, gpu)
-            + lg(n) * _a(s) + (n - 1) / n * _b(s, x))
+        return lg(n) * _a(s) + (n - 1) * _b2(s, x) + _reduce(s, n * x, gpu)
+    return ((n - 1) * _a(s) + (n - 1) / n * _b2(s, x) + _reduce(s, x, gpu)
+            + lg(n) * _a(s) + (n - 1) / n * _b(s, x))  # the root gathers: one way
 
 
 def net_bcast(s, n, x):
@@ -113,7 +123,7 @@ def net_allgather(s, n, total):
     """Every rank ends with `total` bytes, 1/n of them its own."""
     if n <= 1:
         return 0.0
-    return lg(n) * _a(s) + (n - 1) / n * _b(s, total)
+    return lg(n) * _a(s) + (n - 1) / n * _b2(s, total)
 
 
 # ---- node phases (seconds): bytes each rank stores ------------------------------------------------
@@ -206,14 +216,14 @@ def _forms(coll, nbytes, s, chunks, itemsize):
     elif coll == Coll.REDUCE_SCATTER_BLOCK and s.consecutive:
         p = sum(s.sizes)
         if s.even:  # a node reduce-scatter per node's region, pieces exchanged over the rail, reduced
-            host = (n - 1) * _a(s) + (n - 1) * _b(s, nbytes) + _reduce(s, n * nbytes, gpu) + step
+            host = (n - 1) * _a(s) + (n - 1) * _b2(s, nbytes) + _reduce(s, n * nbytes, gpu) + step
             out['rail'] = (n * _node(s, (L - 1) * nbytes) + _copy(s, n * nbytes, True) + host
                            + _copy(s, nbytes, True), 1)
         seconds, c = best(p * nbytes, lambda m: [_node(s, 2 * (big - 1) / big * m), _copy(s, m, True)])
         # the leader hands the node its blocks: host MPI's scatter, or over a device transport a node bcast
         scatter = (_node(s, big * nbytes) if s.device_net else
                    STAGED_NODE_US * 1e-6 + big * nbytes / (STAGED_NODE_GBPS * 1e9))
-        host = ((n - 1) * _a(s) + (n - 1) / n * _b(s, p * nbytes) + _reduce(s, p * nbytes, gpu) + scatter
+        host = ((n - 1) * _a(s) + (n - 1) / n * _b2(s, p * nbytes) + _reduce(s, p * nbytes, gpu) + scatter
                 + step)
         out['leader'] = (seconds + host + _copy(s, nbytes, True), c)
     return out

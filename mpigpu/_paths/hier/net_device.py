@@ -123,6 +123,19 @@ class DeviceNet:
             best = min(best, time.perf_counter() - t0)
         return best
 
+    def exchanges(self, t, peer, nbytes, rounds, stream):
+        """The shortest of `rounds` exchanges of nbytes of device memory each way with `peer` over t, both
+        sending at once (seconds): the network's two-way figure for the cost model, measured at setup."""
+        dm = _cuda.device
+        out, into = dm.DeviceMemory(max(nbytes, 1)), dm.DeviceMemory(max(nbytes, 1))
+        best = float('inf')
+        for _ in range(rounds + 1):  # the first round only warms the connection
+            t0 = time.perf_counter()
+            self._exchange(t, [(out.ptr, nbytes, peer)], [(into.ptr, nbytes, peer)], stream)
+            dm.stream_sync(stream)
+            best = min(best, time.perf_counter() - t0)
+        return best
+
     # ---- copies -------------------------------------------------------------------------------------
     @staticmethod
     def bcast(t, ptr, nbytes, root, stream):

@@ -79,12 +79,16 @@ class HierState:
         self.net = Net(self.pinned, self.reduce_stream)
         self._connect(st)
         # the network as the phases take it: over the transport where it moves device memory
-        trips = None if self.dnet is None else lambda *args: _cuda.with_device(
-            self.device, self.dnet.round_trips, self.transport, *args, self.net_stream)
-        self.latency_us, self.gbps = measure_network(st.comm, topo.leaders, topo.node, trips)
+        probes = (None, None) if self.dnet is None else (self._on_transport(self.dnet.round_trips),
+                                                         self._on_transport(self.dnet.exchanges))
+        self.latency_us, self.gbps, self.gbps_both = measure_network(st.comm, topo.leaders, topo.node, *probes)
         self.shape = model.Shape(tuple(topo.sizes), topo.consecutive, self.node_kinds, self.cuda_aware,
-                                 self.latency_us, self.gbps, self.dnet is not None)
+                                 self.latency_us, self.gbps, self.dnet is not None, self.gbps_both)
         log.debug('rank %d: hierarchical path: %s', st.rank, self.describe())
+
+    def _on_transport(self, probe):
+        """A network probe (round trips, exchanges) over the rail's transport, on the path's GPU and stream."""
+        return lambda *args: _cuda.with_device(self.device, probe, self.transport, *args, self.net_stream)
 
     def _make(self):
         dm = _cuda.device
@@ -160,7 +164,8 @@ class HierState:
             net += f' (no NCCL: {self.net_note})'
         kinds = sorted(set(self.node_kinds))
         return (f'{self.topo.describe()}; node phases: {", ".join(kinds)}; network: {net}, '
-                f'{self.latency_us:.1f} us, {self.gbps:.2f} GB/s per GPU')
+                f'{self.latency_us:.1f} us, {self.gbps:.2f} GB/s per GPU one way, {self.gbps_both:.2f} each way '
+                'of an exchange')
 
     def engine_status(self):
         """What comm.engine_status() says of a communicator on this path ('' on one node)."""

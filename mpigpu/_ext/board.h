@@ -24,6 +24,7 @@
 #ifndef MPIGPU_BOARD_H
 #define MPIGPU_BOARD_H
 
+#include <sched.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -71,6 +72,10 @@ static inline const char *mg_verdict_name(int code) {
 #define MG_BOARD_LINE_WORDS 8        /* 64-byte lines: each rank's ack on a line of its own */
 #define MG_BOARD_MAGIC 0x6d67626f61726431ULL
 #define MG_BOARD_CHECK_SPINS 256     /* spins between looks at the clock */
+/* A wait longer than this gives its core up at each look at the clock (sched_yield): where ranks
+ * outnumber cores (the CPU tests, ranks sharing a GPU) the rank it waits for may need that core; a
+ * rank with a core of its own gets it back at once. The ranks of a call arrive within microseconds. */
+#define MG_BOARD_YIELD_AFTER_S 50e-6
 
 enum { MG_BOARD_HEADER_MAGIC = 0, MG_BOARD_HEADER_NLOCAL = 1, MG_BOARD_HEADER_MAPPED = 2 };
 
@@ -148,14 +153,15 @@ static inline int mg_board_may_wait(const mg_board *b) {
 static inline int mg_board_post(mg_board *b, int coll, int placement) {
   uint64_t k = b->call + 1;
   if (k > MG_BOARD_DEPTH && b->min_ack < k - MG_BOARD_DEPTH) {
-    double deadline = 0.0;
+    double start = 0.0;
     unsigned spins = 0;
     while ((b->min_ack = mg_board_min_ack(b)) < k - MG_BOARD_DEPTH) {
       mg_board_relax();
       if (++spins % MG_BOARD_CHECK_SPINS == 0) {
         double now = mg_board_now();
-        if (deadline == 0.0) deadline = now + b->timeout_s;
-        else if (now > deadline) return -1;
+        if (start == 0.0) start = now;
+        else if (now - start > b->timeout_s) return -1;
+        else if (now - start > MG_BOARD_YIELD_AFTER_S) sched_yield();
       }
     }
   }
@@ -310,6 +316,8 @@ static inline int mg_board_wait_as(mg_board *b, int what, uint64_t k, int coll, 
       else if (now - start > b->timeout_s) {
         mg_board_give_up_from(b, k);  /* at once: a peer that comes later learns it, instead of entering alone */
         return MG_VERDICT_TIMEOUT;
+      } else if (now - start > MG_BOARD_YIELD_AFTER_S) {
+        sched_yield();
       }
     }
   }

@@ -66,6 +66,7 @@ ENGINE_MODULES = {3: ['test_cco_buf', 'test_cco_vec', 'test_cco_ngh_buf', 'test_
                      'test_cco_pr_buf']}
 ENGINE_ENV = {'MPIGPU_SUITE_FAKE_ENGINE': '1', 'MPIGPU_EXCHANGE_MIN_BYTES': '0', 'MPIGPU_TIMEOUT_S': '60'}
 MODES = ('host', 'fake-gpu', 'fake-engine')
+NO_YIELD = {'MPIR_CVAR_ENABLE_HEAVY_YIELD': '0', 'OMPI_MCA_mpi_yield_when_idle': '0'}
 STALL_S = 60  # a job in which no test starts or ends for this long is hung (a test takes seconds here)
 
 WORK = Path(fetch.CACHE) / 'runs'
@@ -85,15 +86,18 @@ def run_rank_count(n, suite, guard, work=WORK):
     common = dict(nranks=n, suite=suite, skip_classes=setup['skip_classes'], typecodes=setup['typecodes'],
                   stall_s=STALL_S)
     host = ','.join(setup['backends']['host'] or ()) or None
+    # one rank waits for no peer: MPI's yield while waiting (tests/conftest.py) would only add system calls
+    alone = NO_YIELD if n == 1 else {}
     jobs_of = {
-        'yardstick': dict(modules=modules_for('host', n), runner='mpi4py', backends=host),
-        'host': dict(modules=modules_for('host', n), runner='mpigpu', backends=host),
+        'yardstick': dict(modules=modules_for('host', n), runner='mpi4py', backends=host, env=alone),
+        'host': dict(modules=modules_for('host', n), runner='mpigpu', backends=host, env=alone),
         'fake-gpu': dict(modules=modules_for('fake-gpu', n), runner='mpigpu', fake_device=True, guard=guard,
-                         backends=','.join(setup['backends']['fake-gpu'])),
+                         backends=','.join(setup['backends']['fake-gpu']), env=alone),
     }
     if modules_for('fake-engine', n):
         jobs_of['fake-engine'] = dict(modules=modules_for('fake-engine', n), runner='mpigpu', fake_device=True,
-                                      guard=guard, backends=','.join(setup['backends']['fake-gpu']), env=ENGINE_ENV)
+                                      guard=guard, backends=','.join(setup['backends']['fake-gpu']),
+                                      env={**ENGINE_ENV, **alone})
 
     def one(name):
         kw = dict(jobs_of[name])

@@ -22,10 +22,20 @@ _RANK_VARS = ('OMPI_COMM_WORLD_RANK', 'PMI_RANK', 'PMIX_RANK')
 # The CPU tests' MPI jobs run more ranks than a CI machine has cores (3-6 ranks on 2): a rank waiting
 # in MPI spins in its progress loop on a core the rank it waits for needs. Yielding there cut a 6-rank
 # simulated-node test from 18.1 to 13.3 s on 2 cores (docs/tuning.md, "The tests' MPI jobs"). Set for
-# the jobs this process launches (MPICH reads the first, Open MPI the second), not inside a GPU job's ranks.
-if not any(v in os.environ for v in _RANK_VARS):
-    os.environ.setdefault('MPIR_CVAR_ENABLE_HEAVY_YIELD', '1')
-    os.environ.setdefault('OMPI_MCA_mpi_yield_when_idle', '1')
+# the CPU jobs this process launches (MPICH reads the first, Open MPI the second); not for its GPU jobs
+# (gpu_job_environ), nor inside a GPU job's ranks.
+_CPU_JOB_YIELD = {'MPIR_CVAR_ENABLE_HEAVY_YIELD': '1', 'OMPI_MCA_mpi_yield_when_idle': '1'}
+_YIELD_SET_HERE = () if any(v in os.environ for v in _RANK_VARS) else tuple(
+    k for k in _CPU_JOB_YIELD if k not in os.environ)
+os.environ.update({k: _CPU_JOB_YIELD[k] for k in _YIELD_SET_HERE})
+
+
+def gpu_job_environ(**extra):
+    """The environment of a GPU job launched from the tests (one rank per GPU, or ranks sharing one with
+    cores to spare): without the yield set above for the CPU jobs, with `extra`."""
+    env = {k: v for k, v in os.environ.items() if k not in _YIELD_SET_HERE}
+    env.update(extra)
+    return env
 
 
 @pytest.hookimpl(tryfirst=True)

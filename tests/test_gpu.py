@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import gpu_job_environ
 
 cupy = pytest.importorskip('cupy')
 try:
@@ -33,7 +34,7 @@ def test_gpu_module(module, n):
     if 'Open MPI' in subprocess.run([exe, '--version'], capture_output=True, text=True).stdout:
         cmd += ['--allow-run-as-root', '--oversubscribe']
     cmd += [sys.executable, '-m', 'pytest', '-p', 'no:cacheprovider', '-q', os.path.join(GPU_DIR, module + '.py')]
-    env = dict(os.environ, NCCL_NVLS_ENABLE='0', MPIGPU_TIMEOUT_S='60', PYTHONUNBUFFERED='1')
+    env = gpu_job_environ(NCCL_NVLS_ENABLE='0', MPIGPU_TIMEOUT_S='60', PYTHONUNBUFFERED='1')
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=env)
     assert proc.returncode == 0, proc.stdout[-8000:] + proc.stderr[-4000:]
     assert ' 0 failed (' in proc.stdout, proc.stdout[-8000:]

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import gpu_job_environ
 
 cupy = pytest.importorskip('cupy')
 try:
@@ -25,8 +26,8 @@ def test_hier_suite_simulated_nodes(n, nodes):
     if 'Open MPI' in subprocess.run([exe, '--version'], capture_output=True, text=True).stdout:
         cmd += ['--allow-run-as-root', '--oversubscribe']
     cmd += [sys.executable, os.path.join(HERE, 'gpu', 'check_hier.py')]
-    env = dict(os.environ, NCCL_NVLS_ENABLE='0', MPIGPU_TIMEOUT_S='120', MPIGPU_SHARED_GPU='1',
-               MPIGPU_SIMULATE_NODES=str(nodes))
+    env = gpu_job_environ(NCCL_NVLS_ENABLE='0', MPIGPU_TIMEOUT_S='120', MPIGPU_SHARED_GPU='1',
+                          MPIGPU_SIMULATE_NODES=str(nodes))
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, env=env)
     assert proc.returncode == 0, proc.stdout[-8000:] + proc.stderr[-4000:]
     assert ' 0 failed' in proc.stdout

@@ -108,6 +108,9 @@ def main(argv=None):
                     bop = 'sum' if op == 'none' else op
                     row = {'coll': coll, 'bytes': row_bytes, 'count': count, 'type': dtype, 'redop': op,
                            'root': root, 'baselines': {}}
+                    across = coll in sweep.ENGINE_COLLS  # the collectives the hierarchical path runs
+                    if across:
+                        baselines.forget_form(comm)
 
                     def buffers(inplace):
                         return baselines.make_buffers(xp, coll, count, dtype, n, rank, inplace, max(root, 0))
@@ -138,8 +141,8 @@ def main(argv=None):
                             row['baselines'][name] = {'error': f'{type(impl).__name__}: {impl}'}
                         else:
                             row['baselines'][name] = measure.one(impl, buffers(False), bop)
-                    row['form'] = baselines.form_of(comm)
-                    row['predicted_us'] = baselines.predicted_us(comm, coll, count, itemsize)
+                    row['form'] = baselines.form_of(comm) if across else None
+                    row['predicted_us'] = baselines.predicted_us(comm, coll, count, itemsize) if across else None
                     for res in [row['oop'], row['ip'], *row['baselines'].values()]:
                         if res and 'time_us' in res:
                             res['algbw'] = row_bytes / res['time_us'] / 1e3 if res['time_us'] > 0 else 0.0

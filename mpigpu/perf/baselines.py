@@ -417,6 +417,14 @@ def _hier_state(comm):
     return hs if hs is not None and hs.multi_node else None
 
 
+def forget_form(comm):
+    """Before a row: the form of the hierarchical path's last call is forgotten (a row whose calls take
+    another path then shows none)."""
+    hs = _hier_state(comm)
+    if hs is not None:
+        hs.last_form = None
+
+
 def form_of(comm):
     """The form the hierarchical path gave the last call on `comm` ('rail' / 'leader'), or None."""
     hs = _hier_state(comm)

@@ -101,8 +101,8 @@ def net_allreduce(s, n, x, gpu=False):
 def net_reduce(s, n, x, gpu=False):
     if n <= 1:
         return 0.0
-    if x * n <= SMALL_BYTES:
-        return lg(n) * _a(s) + (n - 1) * _b2(s, x) + _reduce(s, n * x, gpu)
+    if x * n <= SMALL_BYTES:  # host MPI gathers the rows to the root (one way), a device transport all-gathers
+        return lg(n) * _a(s) + (n - 1) * (_b2(s, x) if s.device_net else _b(s, x)) + _reduce(s, n * x, gpu)
     return ((n - 1) * _a(s) + (n - 1) / n * _b2(s, x) + _reduce(s, x, gpu)
             + lg(n) * _a(s) + (n - 1) / n * _b(s, x))  # the root gathers: one way
 
@@ -114,9 +114,10 @@ def net_bcast(s, n, x):
         return 0.0
     if x <= 12 * 1024 or n == 2:
         return lg(n) * (_a(s) + _b(s, x))
+    spread = (n - 1) / n * (_b(s, x) + _b2(s, x))  # the scatter one way, the allgather both ways at once
     if x <= 512 * 1024:
-        return 2 * lg(n) * _a(s) + 2 * (n - 1) / n * _b(s, x)
-    return (lg(n) + n - 1) * _a(s) + 2 * (n - 1) / n * _b(s, x)
+        return 2 * lg(n) * _a(s) + spread
+    return (lg(n) + n - 1) * _a(s) + spread
 
 
 def net_allgather(s, n, total):

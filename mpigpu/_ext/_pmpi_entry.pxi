@@ -20,7 +20,6 @@ cdef _PmpiCall _pmpi_table[_PMPI_MAX_FUNCTIONS]  # by the interposer's function 
 cdef int _pmpi_nfunctions = 0
 cdef dict _pmpi_comms = None     # communicator handle -> (mpigpu's wrapper, its state): the handler's dict
 cdef dict _pmpi_types = None     # predefined datatype handle -> dtype code
-cdef object _pmpi_attached = None  # mpigpu._state.attached: a wrapper's state, if it still has one
 cdef object _pmpi_unsettled = None # the agreements with undecided non-blocking calls (mpigpu._undecided)
 cdef object _pmpi_fail = None      # (function index, wrapper, exception) -> the MPI error code it returns
 cdef int _pmpi_comm_bits = 64, _pmpi_type_bits = 64, _pmpi_op_bits = 64
@@ -28,11 +27,11 @@ cdef int _pmpi_err_other = 0       # MPI.ERR_OTHER of the MPI below
 cdef unsigned long long _pmpi_count = 0  # calls this entry ran
 
 
-def bind_pmpi_entry(table, comms, types, attached, unsettled, fail, handle_bits, err_other):
+def bind_pmpi_entry(table, comms, types, unsettled, fail, handle_bits, err_other):
     """Gives the interposer's entry what it reads (see the declarations above): `table` one row per
     function index, (coll, send, recv, sbit, rbit, scount, rcount, stype, rtype, op, root, comm) or None;
     `handle_bits` (communicator, datatype, op) the bits of the MPI's handles; `fail` never raises."""
-    global _pmpi_nfunctions, _pmpi_comms, _pmpi_types, _pmpi_attached, _pmpi_unsettled, _pmpi_fail
+    global _pmpi_nfunctions, _pmpi_comms, _pmpi_types, _pmpi_unsettled, _pmpi_fail
     global _pmpi_comm_bits, _pmpi_type_bits, _pmpi_op_bits, _pmpi_err_other
     cdef int i
     if len(table) > _PMPI_MAX_FUNCTIONS:
@@ -45,7 +44,7 @@ def bind_pmpi_entry(table, comms, types, attached, unsettled, fail, handle_bits,
         _pmpi_table[i].scount, _pmpi_table[i].rcount = row[5], row[6]
         _pmpi_table[i].stype, _pmpi_table[i].rtype = row[7], row[8]
         _pmpi_table[i].op, _pmpi_table[i].root, _pmpi_table[i].comm = row[9], row[10], row[11]
-    _pmpi_comms, _pmpi_types, _pmpi_attached, _pmpi_unsettled = comms, dict(types), attached, unsettled
+    _pmpi_comms, _pmpi_types, _pmpi_unsettled = comms, types, unsettled
     _pmpi_fail, _pmpi_err_other = fail, err_other
     _pmpi_comm_bits, _pmpi_type_bits, _pmpi_op_bits = handle_bits
     _pmpi_nfunctions = len(table)
@@ -109,9 +108,7 @@ cdef int _pmpi_entry(int fid, const intptr_t *args, unsigned mask) noexcept with
         if kept is None:
             return -1
         comm, st = kept
-        if _pmpi_attached(comm) is not st:
-            return -1  # freed since, the handle taken by another communicator: the handler makes a new wrapper
-        t = st.team
+        t = st.team  # None once the communicator was freed (its state released): the handler makes a new wrapper
         if type(t) is not Team:  # none yet, across nodes (the hierarchical path), the CPU tests' fake team
             return -1
         team = <Team>t

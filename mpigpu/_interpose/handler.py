@@ -370,7 +370,7 @@ def install(lib):
         h = _installed
         bits = tuple(h.handle_bits[cls.__name__] for cls in (MPI.Comm, MPI.Datatype, MPI.Op))
         types = {handle: int(code) for handle, code in FROM_MPI.items()}
-        device.bind_pmpi_entry([engine_row(fn) for fn in TABLE], h.comms, types, attached, unsettled,
+        device.bind_pmpi_entry([engine_row(fn) for fn in TABLE], h.comms, types, unsettled,
                                lambda fid, comm, exc: _fail(TABLE[fid], comm, exc), bits, MPI.ERR_OTHER)
         for fid, fn in enumerate(TABLE):  # the interposer asks the entry only for these
             if engine_row(fn) is not None:

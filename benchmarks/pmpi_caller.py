@@ -1,17 +1,23 @@
 """A call made below Python against the same call from Python, on GPUs: MPI_Allreduce with device
-pointers through the interposer (called with ctypes, as a C extension or mpi4jax calls it) and
-comm.Allreduce on the same CuPy arrays, float32 sum, alternated in rounds in one process.
+pointers through the interposer, from a loop in C (benchmarks/pmpi_caller_loop.c, built here with the
+C compiler and loaded into the process, as a C extension or mpi4jax calls MPI) and one call at a time
+through ctypes, and comm.Allreduce on the same CuPy arrays, float32 sum, alternated in rounds in one
+process.
 
 Run under `python -m mpigpu` (the interposer in place), one rank per GPU:
     mpirun -n 4 python -m mpigpu benchmarks/pmpi_caller.py
-Prints a table (slowest rank, median of rounds, us per call): Python's call, the call below Python, the
-same less ctypes' own cost of a call (what a C caller pays), their ratio, and the share of the calls below
-Python that the engine's fast path ran (its C entry or, through the handler, its Python one; rank 0);
-and checks the results.
+Prints a table (slowest rank, median of rounds, us per call): Python's call, the C loop's call, their
+ratio, the call through ctypes (a Python caller's cost of a C call on top), and the share of the calls
+below Python that the engine's fast path ran (its C entry or, through the handler, its Python one;
+rank 0); and checks the results of both callers below Python.
 """
 import ctypes
+import os
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 
 import cupy as cp
@@ -36,8 +42,25 @@ c = ctypes.CDLL(None)
 W = ctypes.c_ssize_t
 allreduce = c.MPI_Allreduce
 allreduce.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, W, W, W)
-noop = c.mpigpu_pmpi_count  # a C function that does nothing: ctypes' cost of one call
 handles = (W(MPI.FLOAT.handle), W(MPI.SUM.handle), W(comm.handle))
+
+
+def c_loop():
+    """mg_allreduce_loop of pmpi_caller_loop.c, built in a temporary folder; its MPI_Allreduce resolves
+    in the process's global scope, as ctypes' own lookup above does."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    cc = os.environ.get('CC') or shutil.which('cc') or shutil.which('gcc')
+    work = tempfile.mkdtemp()
+    lib = os.path.join(work, 'loop.so')
+    subprocess.run([cc, '-O2', '-shared', '-fPIC', '-o', lib, os.path.join(here, 'pmpi_caller_loop.c')], check=True)
+    fn = ctypes.CDLL(lib, mode=ctypes.RTLD_GLOBAL).mg_allreduce_loop
+    shutil.rmtree(work)
+    fn.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, W, W, W, ctypes.c_int)
+    fn.restype = ctypes.c_double
+    return fn
+
+
+loop = c_loop()
 ROUNDS, budget = 7, 0.05
 
 
@@ -61,34 +84,38 @@ for nbytes in [8, 1024, 8192, 65536, 1 << 20, 8 << 20, 64 << 20]:
     b = cp.zeros(count, cp.float32)
     from_python = lambda: comm.Allreduce(a, b)  # noqa: E731
     below = lambda: allreduce(a.data.ptr, b.data.ptr, count, *handles)  # noqa: E731
-    for fn in (from_python, below):
+
+    def from_c(iters):
+        s = loop(a.data.ptr, b.data.ptr, count, *handles, iters)
+        assert s >= 0, f'rank {rank}: MPI_Allreduce from C failed ({nbytes} B)'
+        return s
+    for fn in (from_python, below, lambda: from_c(1)):
         fn()
     want = (cp.arange(count, dtype=cp.float32) % 1000) * n + n * (n - 1) / 2
-    b.fill(0)
-    cp.cuda.get_current_stream().synchronize()  # a C caller's stream work is done before it calls MPI
-    below()
-    assert bool(cp.all(b == want)), f'rank {rank}: MPI_Allreduce below Python gave a wrong result ({nbytes} B)'
+    for caller, fn in (('ctypes', below), ('a C loop', lambda: from_c(1))):
+        b.fill(0)
+        cp.cuda.get_current_stream().synchronize()  # a C caller's stream work is done before it calls MPI
+        fn()
+        assert bool(cp.all(b == want)), f'rank {rank}: MPI_Allreduce from {caller} gave a wrong result ({nbytes} B)'
     t = timed(from_python, 3)
     iters = max(3, min(2000, int(budget / max(t, 1) * 1e6)))
     iters = comm.allreduce(iters, op=MPI.MIN)
-    py, cc, nop, fast = [], [], [], 0
+    py, cl, ct, fast = [], [], [], 0
     for _ in range(ROUNDS):
         py.append(timed(from_python, iters))
         f0 = fast_calls()
-        cc.append(timed(below, iters))
+        comm.Barrier()
+        cl.append(from_c(iters) / iters * 1e6)
+        ct.append(timed(below, iters))
         fast += fast_calls() - f0
-        t0 = time.perf_counter()
-        for _ in range(1000):
-            noop()
-        nop.append((time.perf_counter() - t0) * 1e3)
-    p, q, z = slowest(statistics.median(py)), slowest(statistics.median(cc)), statistics.median(nop)
-    rows.append((nbytes, p, q, q - z, (q - z) / p, fast / (ROUNDS * iters)))
+    p, q, z = (slowest(statistics.median(x)) for x in (py, cl, ct))
+    rows.append((nbytes, p, q, q / p, z, fast / (2 * ROUNDS * iters)))
 
 if rank == 0:
-    print(f'# MPI_Allreduce below Python (interposer handler) vs comm.Allreduce, {n} ranks, CuPy float32 sum, '
-          f'us per call (slowest rank, median of {ROUNDS} rounds); {handler.calls()} calls handled on rank 0')
-    print('| bytes | from Python | below Python (ctypes) | less ctypes (C caller) | C / Python | on the fast path |')
+    print(f'# MPI_Allreduce below Python (interposer) vs comm.Allreduce, {n} ranks, CuPy float32 sum, us per '
+          f'call (slowest rank, median of {ROUNDS} rounds); {handler.calls()} calls handled on rank 0')
+    print('| bytes | from Python | from C (a loop in C) | C / Python | through ctypes | on the fast path |')
     print('|---|---|---|---|---|---|')
-    for nbytes, p, q, r_, ratio, share in rows:
-        print(f'| {nbytes} | {p:.1f} | {q:.1f} | {r_:.1f} | {ratio:.2f}x | {share:.0%} |')
+    for nbytes, p, q, ratio, z, share in rows:
+        print(f'| {nbytes} | {p:.1f} | {q:.1f} | {ratio:.2f}x | {z:.1f} | {share:.0%} |')
     sys.stdout.flush()

@@ -21,6 +21,8 @@
 
 /* args: the call's parameters as words; mask: bit b set where the function's b-th buffer is device memory */
 typedef int (*mgi_handler)(int id, const intptr_t *args, unsigned mask);
+/* the engine's entry: the same, and the device ordinal of each buffer (-1: host memory) */
+typedef int (*mgi_engine)(int id, const intptr_t *args, unsigned mask, const int *ordinals);
 
 _Atomic(void *) mgi_handler_fn;
 /* The engine's own entry (mpigpu's _device: the five engine collectives with device buffers, read from the
@@ -35,12 +37,17 @@ int mgi_handle(int id, intptr_t *args) {
   if (!h) /* unregistered meanwhile (Python's exit) */
     return mgi_device_call(id, args);
   unsigned mask = 0;
+  int ordinals[2] = {-1, -1}; /* mgi_function's buffers */
   if (mgi_driver())
-    for (int b = 0; b < mgi_functions[id].nbuffers; b++)
-      mask |= (unsigned)mgi_device((const void *)args[mgi_functions[id].buffers[b].param]) << b;
-  mgi_handler engine = (mgi_handler)atomic_load_explicit(&mgi_engine_fn, memory_order_acquire);
+    for (int b = 0; b < mgi_functions[id].nbuffers; b++) {
+      ordinals[b] = mgi_device_of((const void *)args[mgi_functions[id].buffers[b].param]);
+      mask |= (unsigned)(ordinals[b] >= 0) << b;
+    }
+  mgi_engine engine = (mgi_engine)atomic_load_explicit(&mgi_engine_fn, memory_order_acquire);
   mgi_in_handler = 1;
-  int rc = engine && mask && atomic_load_explicit(&mgi_engine_takes[id], memory_order_relaxed) ? engine(id, args, mask) : -1;
+  int rc = engine && mask && atomic_load_explicit(&mgi_engine_takes[id], memory_order_relaxed)
+               ? engine(id, args, mask, ordinals)
+               : -1;
   if (rc < 0) rc = h(id, args, mask);
   mgi_in_handler = 0;
   return rc;
@@ -115,7 +122,7 @@ MGI_EXPORT void mpigpu_pmpi_set_handler(mgi_handler h) {
 
 /* The engine's entry, tried before the handler for the calls of the functions it takes that have a device
  * buffer (NULL: none). */
-MGI_EXPORT void mpigpu_pmpi_set_engine(mgi_handler e) {
+MGI_EXPORT void mpigpu_pmpi_set_engine(mgi_engine e) {
   atomic_store_explicit(&mgi_engine_fn, (void *)e, memory_order_release);
 }
 

@@ -42,14 +42,17 @@ static inline int mgi_special(const void *p) {
 /* memory.c */
 extern atomic_int mgi_driver_ready;   /* 1 once the CUDA driver is loaded and its functions found */
 int mgi_find_driver(void);            /* looks for it again if the loader loaded anything since */
-int mgi_query(const void *p);         /* device or managed memory, as the driver says (driver ready) */
+/* device or managed memory, as the driver says (driver ready): its device's ordinal, -1 where host memory */
+int mgi_query(const void *p);
 int mgi_surely_host(const void *p);   /* the brk heap or this thread's stack: host memory, no question */
 /* Whether this call could hold device memory at all: once per call, not per buffer (without a driver,
  * no memory is device memory). */
 static inline int mgi_driver(void) {
   return atomic_load_explicit(&mgi_driver_ready, memory_order_acquire) || mgi_find_driver();
 }
-static inline int mgi_device(const void *p) { return !mgi_special(p) && !mgi_surely_host(p) && mgi_query(p); }
+/* the device ordinal of device memory, -1 for host memory */
+static inline int mgi_device_of(const void *p) { return mgi_special(p) || mgi_surely_host(p) ? -1 : mgi_query(p); }
+static inline int mgi_device(const void *p) { return mgi_device_of(p) >= 0; }
 static inline int mgi_maybe_device(const void *p) { return mgi_driver() && mgi_device(p); }
 int mgi_copy(void *dst, const void *src, size_t n, const void *device_side); /* 0 or a CUDA error */
 

@@ -150,12 +150,13 @@ int mgi_surely_host(const void *ptr) {
 
 int mgi_query(const void *p) {
   unsigned type = 0;
-  int managed = 0;
-  int attrs[2] = {CU_ATTR_MEMORY_TYPE, CU_ATTR_IS_MANAGED};
-  void *data[2] = {&type, &managed};
+  int managed = 0, ordinal = -1;
+  /* the ordinal in the same question: the engine's entry checks its buffers' device with it */
+  int attrs[3] = {CU_ATTR_MEMORY_TYPE, CU_ATTR_IS_MANAGED, CU_ATTR_DEVICE_ORDINAL};
+  void *data[3] = {&type, &managed, &ordinal};
   /* Plain host memory, or a driver not initialized (so no device memory yet): not device. */
-  if (cu.get_attributes(2, attrs, data, (cu_ptr)(uintptr_t)p) != 0) return 0;
-  return managed || type == CU_MEMORYTYPE_DEVICE;
+  if (cu.get_attributes(3, attrs, data, (cu_ptr)(uintptr_t)p) != 0) return -1;
+  return (managed || type == CU_MEMORYTYPE_DEVICE) && ordinal >= 0 ? ordinal : -1;
 }
 
 /* A copy in the context of the device memory it touches (the caller's thread may have none current),

@@ -1,6 +1,6 @@
 """What the per-call agreement's exchange across nodes could cost (not a user tool; host MPI only, no GPU):
 microseconds per exchange of one 16-byte record per rank, each a non-blocking MPI collective polled
-until done (as mpigpu/_agree.py's 'net' mode waits), in alternating rounds:
+until done (as mpigpu/_state/agree.py's 'net' mode waits), in alternating rounds:
 
   iallreduce   MPI_Iallreduce (BOR) over every rank (what 'net' mode does)
   iallgather   MPI_Iallgather of the records, OR-ed by each rank

@@ -1,4 +1,4 @@
-"""What the per-call agreement costs (mpigpu/_agree.py), in one run on the same buffers: blocking calls
+"""What the per-call agreement costs (mpigpu/_state/agree.py), in one run on the same buffers: blocking calls
 of the engine's fast path with the placement board on and off (the communicator's board handed to its
 device team, or not), and host-buffer calls with their post on the board on and off, in alternating
 rounds, the best round of each. Every rank switches at the same round, so the board stays in step.
@@ -15,7 +15,7 @@ import numpy as np
 from mpi4py import MPI
 
 import mpigpu
-from mpigpu import _state
+from mpigpu._state import comm_state as _state
 
 p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
 p.add_argument('--host-only', action='store_true', help='only host buffers (no GPU)')

@@ -11,10 +11,12 @@ import cupy as cp
 from mpi4py import MPI
 
 import mpigpu
-from mpigpu import _call, _cuda, _plan
-from mpigpu._codes import Algo, Coll, Dtype, Op
+from mpigpu._describe import call as _call
+from mpigpu import _cuda
+from mpigpu._paths import plan as _plan
+from mpigpu._base.codes import Algo, Coll, Dtype, Op
 from mpigpu._ext import _intake
-from mpigpu._state import state_of
+from mpigpu._state.comm_state import state_of
 
 comm = mpigpu.COMM_WORLD
 rank, n = comm.Get_rank(), comm.Get_size()

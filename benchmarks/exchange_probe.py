@@ -23,9 +23,9 @@ import numpy as np
 import mpigpu
 import probe_common
 from mpigpu import _cuda
-from mpigpu._codes import Coll, Placement
+from mpigpu._base.codes import Coll, Placement
 from mpigpu._paths import exchange
-from mpigpu._state import state_of
+from mpigpu._state.comm_state import state_of
 
 comm = mpigpu.COMM_WORLD
 rank, n = comm.Get_rank(), comm.Get_size()

@@ -23,7 +23,7 @@ import mpigpu
 from mpigpu import MPI
 from mpigpu._paths import mirrored
 from mpigpu._paths.mirrored import IN, OUT
-from mpigpu._state import state_of
+from mpigpu._state.comm_state import state_of
 
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 p.add_argument('--n2', type=int, default=8192, help='side of the 2-D float64 array (default 8192)')

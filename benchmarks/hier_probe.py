@@ -24,7 +24,8 @@ from mpi4py import MPI
 
 import mpigpu
 import probe_common
-from mpigpu import _codes, _plan
+from mpigpu._base import codes as _codes
+from mpigpu._paths import plan as _plan
 from mpigpu.perf import baselines
 
 p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
@@ -37,7 +38,7 @@ p.add_argument('--agreement', choices=('auto', 'net'), default='auto',
                help="net: the exchange among all ranks, as where no node's ranks can share a board")
 args = p.parse_args()
 if args.agreement == 'net':  # no folder for the boards' files: every node falls back to the exchange
-    from mpigpu import _agree
+    from mpigpu._state import agree as _agree
     _agree._board_dir = lambda: '/proc/mpigpu-no-such-dir'
 
 plain = MPI.COMM_WORLD

@@ -18,8 +18,8 @@ import cupy as cp
 from mpi4py import MPI
 
 import mpigpu
-from mpigpu._codes import Algo, Coll, Dtype, Op
-from mpigpu._state import state_of
+from mpigpu._base.codes import Algo, Coll, Dtype, Op
+from mpigpu._state.comm_state import state_of
 
 comm = mpigpu.COMM_WORLD
 rank, n = comm.Get_rank(), comm.Get_size()

@@ -16,9 +16,9 @@ from mpi4py import MPI
 
 import mpigpu
 from mpigpu import _cuda
-from mpigpu._codes import Algo, Coll, Dtype, Op
+from mpigpu._base.codes import Algo, Coll, Dtype, Op
 from mpigpu._ext._intake import any_device
-from mpigpu._state import state_of
+from mpigpu._state.comm_state import state_of
 
 dm = _cuda.device
 

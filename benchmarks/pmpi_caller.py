@@ -25,7 +25,7 @@ from mpi4py import MPI
 
 from mpigpu import _interpose
 from mpigpu import _cuda
-from mpigpu._interpose import handler
+from mpigpu._face import interposed as handler
 
 assert _interpose.status() == 'on', f'run under python -m mpigpu (interposer: {_interpose.status()})'
 comm = MPI.COMM_WORLD

@@ -20,7 +20,7 @@ import mpigpu
 import probe_common
 from mpigpu import _cuda
 from mpigpu._paths.hier.state import HierState
-from mpigpu._state import state_of
+from mpigpu._state.comm_state import state_of
 from mpigpu.perf import baselines
 
 p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])

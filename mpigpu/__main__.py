@@ -29,7 +29,7 @@ the other ranks do not wait forever; a bad command line gives 2 (`python -m mpi4
 """
 import sys
 
-from ._cli import UsageError, say, usage_error
+from ._face.cli import UsageError, say, usage_error
 
 _PROG = 'python -m mpigpu'
 _HINT = f'usage: {_PROG} [options] <pyfile> | -m <mod> | -c <cmd> | - [arg] ...  (see {_PROG} --help)'
@@ -37,9 +37,9 @@ _HINT = f'usage: {_PROG} [options] <pyfile> | -m <mod> | -c <cmd> | - [arg] ... 
 
 def install():
     """Put mpigpu under mpi4py: mpi4py.MPI's predefined communicators, datatypes and ops, its
-    communicator classes and its Win, File and Op classes become mpigpu's (mpigpu/_dropin.py says
+    communicator classes and its Win, File and Op classes become mpigpu's (mpigpu/_face/dropin.py says
     which), so a program that uses mpi4py.MPI passes GPU arrays through mpigpu."""
-    from mpigpu import _dropin
+    from mpigpu._face import dropin as _dropin
     _dropin.install()
 
 

@@ -52,7 +52,7 @@ _GPU_LIBRARIES = ('cupy', 'torch', 'jax', 'jaxlib', 'numba', 'cudf', 'pycuda', '
 def armed():
     """True when this process may pass device buffers to a collective: the CUDA layer is here and a GPU
     array library is loaded (the CPU tests' fake layer says for itself). Decides, per communicator
-    spanning several nodes, whether its calls pay for an agreement (mpigpu/_agree.py)."""
+    spanning several nodes, whether its calls pay for an agreement (mpigpu/_state/agree.py)."""
     if device is None:
         return False
     own = getattr(device, 'armed', None)

@@ -1,5 +1,5 @@
 """MPI datatypes of every constructor, nested ones, negative strides, resized extents, and the
-reference packing of each by MPI itself, shared by the CPU tests of mpigpu._datatypes, of the pack
+reference packing of each by MPI itself, shared by the CPU tests of mpigpu._describe.datatypes, of the pack
 kernels' host emulation, and the GPU check tests/gpu/check_pack.py."""
 import numpy as np
 from mpi4py import MPI

@@ -1,4 +1,4 @@
-"""The agreement across nodes at one rank (mpigpu/_agree_nodes.py), with a board and a leaders'
+"""The agreement across nodes at one rank (mpigpu/_state/agree_nodes.py), with a board and a leaders'
 communicator of its own: a leader starts its exchanges in call order whichever thread decides a call and
 in whatever order its calls' node parts come in; at release every turn left starts; a leader that finds
 a call broken within its node publishes it; the node's other ranks read the leader's verdict, or decide
@@ -8,8 +8,8 @@ import threading
 
 import numpy as np
 
-from mpigpu import _agree_nodes as an
-from mpigpu._codes import Coll, Placement, Verdict
+from mpigpu._state import agree_nodes as an
+from mpigpu._base.codes import Coll, Placement, Verdict
 
 
 class FakeRequest:

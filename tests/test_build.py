@@ -13,7 +13,7 @@ def test_imports_without_gpu_and_reports_availability():
 
 @pytest.mark.skipif(shutil.which('nvcc') is None, reason='no nvcc: a CPU-only build is expected')
 def test_cuda_engine_built_when_nvcc_exists():
-    from mpigpu._codes import Dtype, Op
+    from mpigpu._base.codes import Dtype, Op
     from mpigpu._ext import _device
     assert _device.MAX_RANKS >= 2 and _device.supports(Dtype.FLOAT32, Op.SUM)
     assert not _device.supports(Dtype.FLOAT32, Op.BAND)  # MPI forbids it

@@ -1,7 +1,7 @@
 """Environment knobs: read once, validated with a message that names the variable."""
 import pytest
 
-from mpigpu import _config
+from mpigpu._base import config as _config
 
 
 def test_defaults(monkeypatch):
@@ -49,7 +49,7 @@ def test_engine_algorithms(monkeypatch, algo):
 
 def test_algorithm_names_come_from_the_engine():
     """MPIGPU_ALGO takes the engine's algorithms (enum mg_algo, by name) and the paths."""
-    from mpigpu._codes import Algo
+    from mpigpu._base.codes import Algo
     assert _config.ALGOS == tuple(a.knob for a in Algo) + ('staged', 'hier', 'hier-rail', 'hier-leader')
     assert Algo.LL128_TWOSHOT.knob == 'll128-twoshot' and Algo.AUTO.knob == 'auto'
 

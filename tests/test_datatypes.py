@@ -1,13 +1,13 @@
-"""Datatype layouts (mpigpu/_datatypes.py): every constructor, nested types, negative strides,
+"""Datatype layouts (mpigpu/_describe/datatypes.py): every constructor, nested types, negative strides,
 resized extents and counts decoded and packed with NumPy, byte for byte against MPI's own packing
 of the same host arrays; the compact forms the GPU kernels get; the cache and its invalidation."""
 import numpy as np
 import pytest
 from mpi4py import MPI
 
-from mpigpu import _datatypes
-from mpigpu._datatypes import BYTES, layout, pack_host, unpack_host
-from mpigpu._codes import Dtype
+from mpigpu._describe import datatypes as _datatypes
+from mpigpu._describe.datatypes import BYTES, layout, pack_host, unpack_host
+from mpigpu._base.codes import Dtype
 from datatype_cases import CASES, host_buffer, make, mpi_pack, mpi_unpack, span
 
 CALLS = [(name, count) for name, (_, counts, _) in CASES.items() for count in counts]

@@ -69,8 +69,8 @@ def fast():
     """The fast path's reader, its module bound for reading only, and bound back as the library binds
     it afterwards."""
     from mpigpu._ext import _device
-    from mpigpu._undecided import unsettled
-    from mpigpu._config import config
+    from mpigpu._state.undecided import unsettled
+    from mpigpu._base.config import config
     _device.bind_exchange_entry((), None, MPI.Datatype, MPI.IN_PLACE, MPI.PROC_NULL)
     yield _device.exchange_ranges_of
     _device.bind_exchange_entry(unsettled, config, MPI.Datatype, MPI.IN_PLACE, MPI.PROC_NULL)
@@ -114,7 +114,7 @@ def test_fast_reader_reads_what_describe_reads(fast):
     """The fast path's reader gives describe's byte ranges for the common forms (bare arrays; counts and
     displacements as lists, tuples or NumPy arrays; contiguous datatypes; in place) and declines where
     describe does."""
-    from mpigpu._codes import Coll
+    from mpigpu._base.codes import Coll
     taken, declined = set(), 0
     one = MPI.INT.Create_contiguous(1).Commit()
     for n in (1, 2, 3, 5):
@@ -136,7 +136,7 @@ def test_fast_reader_reads_what_describe_reads(fast):
 
 
 def test_fast_reader_declines_what_it_does_not_read(fast):
-    from mpigpu._codes import Coll
+    from mpigpu._base.codes import Coll
     vec = MPI.INT.Create_vector(2, 1, 2).Commit()
     try:
         assert fast(int(Coll.ALLTOALLV), 0, 2, [dev(8), [1, 1], [0, 2], vec], [dev(8), [1, 1], [0, 2], vec]) is None
@@ -174,7 +174,7 @@ def _neighbor_forms(n, rank):
 
 
 def test_fast_reader_reads_neighbors_as_describe_does(fast):
-    from mpigpu._codes import Coll
+    from mpigpu._base.codes import Coll
     taken, declined = set(), 0
     for n in (1, 2, 3, 5):
         for rank in range(n):
@@ -232,7 +232,8 @@ def test_reduction_scratch_lives_as_long_as_its_request(reduces):
     import gc
 
     from mpigpu._paths import exchange_reduce
-    from mpigpu._paths.support import requests, scratch
+    from mpigpu._state import requests
+    from mpigpu._paths.support import scratch
     red = exchange_reduce.describe('Scan', 1, 3, [dev(4), dev(4), MPI.SUM])
     assert red.rows == 2 and red.ranges.send_bytes == [0, 16, 16] and red.ranges.recv_bytes == [16, 16, 0]
     team, req = _Team(), requests.GpuRequest()

@@ -4,10 +4,10 @@ knobs."""
 import pytest
 
 from conftest import run_ranks
-from mpigpu import _config
-from mpigpu._codes import ENGINE_COLLS, Coll
+from mpigpu._base import config as _config
+from mpigpu._base.codes import ENGINE_COLLS, Coll
 from mpigpu._paths.hier import model as hier_model
-from mpigpu._topology import simulated_node
+from mpigpu._state.topology import simulated_node
 
 
 @pytest.mark.parametrize('n,k,sizes', [(2, 2, '1+1'), (3, 2, '2+1'), (4, 2, '2+2'), (5, 2, '3+2'), (4, 3, '2+1+1'),
@@ -126,7 +126,7 @@ def test_network_figures_come_from_the_transport_given():
     phases that send and receive at once, not a broadcast's."""
     from mpi4py import MPI
 
-    from mpigpu._topology import measure_network
+    from mpigpu._state.topology import measure_network
 
     def trips(peer, nbytes, rounds, first):
         return 2 * (10e-6 + (nbytes / 1e9 if nbytes > 8 else 0.0))

@@ -4,8 +4,8 @@ import pytest
 from mpi4py import MPI
 
 import mpigpu
-from mpigpu import _call
-from mpigpu._codes import NAMES, SIZES, Coll
+from mpigpu._describe import call as _call
+from mpigpu._base.codes import NAMES, SIZES, Coll
 from mpigpu._ext import _intake
 from conftest import FakeCAI
 
@@ -363,7 +363,7 @@ def test_every_buffer_method_takes_device_buffers_or_refuses_them():
     from mpigpu import MPI as mpigpu_MPI
     mpigpu_MPI.Attach_buffer(space)  # the process's buffer too
     assert mpigpu_MPI.Detach_buffer() is space
-    from mpigpu import objects
+    from mpigpu._face import objects
     with pytest.raises(mpigpu.Error, match='window memory'):
         objects.Win.Create(x, comm=comm)
     # host buffers go through unchanged

@@ -1,7 +1,7 @@
-"""The package's layering, read from its source: no import circles in mpigpu/ (every import counted:
-module level, inside functions, `importlib.import_module` of a constant name, the Cython extensions'
-imports and cimports) and none among the C and CUDA headers, one door to the CUDA layer (only
-mpigpu/_cuda.py imports mpigpu._ext._device), and every module says its job first."""
+"""The package's layering, read from its source: every import counted (module level, inside functions,
+`importlib.import_module` of a constant name, the Cython extensions' imports and cimports), none goes
+up the layers (LAYERS) and none closes a circle, none among the C and CUDA headers either; one door to
+the CUDA layer (only mpigpu/_cuda.py imports mpigpu._ext._device), and every module says its job first."""
 import ast
 import os
 import re
@@ -11,6 +11,21 @@ PKG = os.path.join(ROOT, 'mpigpu')
 # a Cython module's imports: `from X cimport ...`, `from X import ...`, `cimport X`, `import X`
 _PYX_IMPORT = re.compile(r'^\s*(?:from\s+(\.*[\w.]*)\s+c?import\s+([\w, ]+)|c?import\s+([\w.]+))', re.M)
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+# The layers, top first (docs/architecture.md): a module imports only from its own layer or those below.
+# Each entry is a module or package; a module belongs to the longest entry its name starts with.
+LAYERS = [
+    ('tools', ['mpigpu.__main__', 'mpigpu.perf']),
+    ('public names', ['mpigpu', 'mpigpu.MPI']),
+    ('public face', ['mpigpu._face']),
+    ('paths', ['mpigpu._paths']),
+    ('call description', ['mpigpu._describe']),
+    ('per-communicator state', ['mpigpu._state']),
+    ('transports between nodes', ['mpigpu._transports']),
+    ('door to CUDA', ['mpigpu._cuda']),
+    ('hot path', ['mpigpu._ext']),
+    # (the C code table's reader is compiled with the hot path but imports nothing: base)
+    ('base', ['mpigpu._base', 'mpigpu.errors', 'mpigpu._interpose', 'mpigpu._ext._codes']),
+]
 
 
 def _name_of(path):
@@ -114,12 +129,45 @@ def test_no_import_circles():
     assert not _cycles(graph)
 
 
+def layer_of(module):
+    """The index in LAYERS (0: top) of a module: its longest entry."""
+    best = None
+    for i, (_name, entries) in enumerate(LAYERS):
+        for e in entries:
+            if (module == e or module.startswith(e + '.')) and (best is None or len(e) > len(best[1])):
+                best = (i, e)
+    assert best is not None, f'{module} is in no layer of LAYERS'
+    return best[0]
+
+
+def test_no_import_goes_up_the_layers():
+    ups = []
+    for m, (path, _t, deps) in _modules().items():
+        for d in deps:
+            if layer_of(d) < layer_of(m):
+                ups.append(f'{os.path.relpath(path, ROOT)} ({LAYERS[layer_of(m)][0]}) imports {d} ({LAYERS[layer_of(d)][0]})')
+    assert not ups, '\n'.join(sorted(set(ups)))
+
+
+def test_each_layer_is_its_own_package():
+    """Below the public names, each module sits in its layer's package: no flat modules beside them."""
+    flat = sorted(f for f in os.listdir(PKG) if f.endswith(('.py', '.pyx')) and f not in
+                  ('__init__.py', '__main__.py', 'MPI.py', 'errors.py', '_cuda.py'))
+    assert not flat, flat
+
+
+def test_the_layer_check_sees_an_upward_import():
+    """The layer reader places modules as the check relies on (a regression guard for it)."""
+    assert layer_of('mpigpu._state.agree') > layer_of('mpigpu._paths.hier.calls') > layer_of('mpigpu._face.comm')
+    assert layer_of('mpigpu._interpose') == layer_of('mpigpu._base.config') and layer_of('mpigpu') < layer_of('mpigpu._face')
+
+
 def test_the_graph_sees_deferred_imports():
     """The reader of imports finds what the circle test relies on (a regression guard for the reader)."""
     mods = _modules()
-    assert 'mpigpu._plain' in mods['mpigpu._pickle'][2]           # module level
-    assert 'mpigpu.comm' in mods['mpigpu._capi'][2]               # inside a function
-    assert 'mpigpu._ext._board' in mods['mpigpu._ext._front'][2]  # a Cython cimport
+    assert 'mpigpu._base.plain' in mods['mpigpu._face.pickling'][2]  # module level
+    assert 'mpigpu._face.comm' in mods['mpigpu._face.capi'][2]       # inside a function
+    assert 'mpigpu._ext._board' in mods['mpigpu._ext._front'][2]     # a Cython cimport
     tree = ast.parse("import importlib\ndef f():\n    return importlib.import_module('mpigpu.MPI')\n")
     assert _python_deps(tree, 'mpigpu', {'mpigpu.MPI'}) == ['mpigpu.MPI']
 
@@ -152,7 +200,7 @@ def test_every_module_says_its_job():
 def test_every_buffer_method_of_mpi4py_is_routed():
     """Each buffer method (by mpi4py's annotations) of each class mpigpu wraps is mpigpu's, so none
     can hand a device pointer to MPI unseen; the drop-in replaces what programs reach them through."""
-    from mpigpu import _methods, comm, objects
+    from mpigpu._face import methods as _methods, comm, objects
     classes = (comm.Comm, comm.Intracomm, comm.Intercomm, comm.Topocomm, comm.Cartcomm, comm.Graphcomm, comm.Distgraphcomm,
                objects.Message, objects.Datatype, objects.Op, objects.File, objects.Win)
     assert {cls.__name__: _methods.unrouted(cls) for cls in classes} == {cls.__name__: [] for cls in classes}

@@ -7,7 +7,8 @@ import pytest
 from mpi4py import MPI as mpi4py_MPI
 
 import mpigpu
-from mpigpu import MPI, objects
+from mpigpu import MPI
+from mpigpu._face import objects
 
 
 def test_surface_matches_mpi4py():
@@ -44,7 +45,7 @@ def test_predefined_objects_pickle_by_name():
 
 
 def test_communicator_classes_are_mpigpus_and_accept_mpi4pys_objects():
-    assert MPI.Intracomm is mpigpu.Intracomm and MPI.Comm is mpigpu.comm.Comm and MPI.Cartcomm is mpigpu.Cartcomm
+    assert MPI.Intracomm is mpigpu.Intracomm and MPI.Comm is mpigpu._face.comm.Comm and MPI.Cartcomm is mpigpu.Cartcomm
     plain = mpi4py_MPI.COMM_WORLD
     assert isinstance(plain, MPI.Intracomm) and isinstance(plain, MPI.Comm) and not isinstance(plain, MPI.Cartcomm)
     assert issubclass(mpi4py_MPI.Cartcomm, MPI.Topocomm) and not issubclass(mpi4py_MPI.Intercomm, MPI.Intracomm)
@@ -64,9 +65,9 @@ def test_every_communicator_class_derives_from_mpigpus_comm_at_the_c_level():
     the type's ancestry: every communicator class has mpigpu's Comm in its MRO, and its mpi4py class first
     (the C base whose __new__ checks a topology's kind)."""
     for cls in (MPI.Intracomm, MPI.Intercomm, MPI.Topocomm, MPI.Cartcomm, MPI.Graphcomm, MPI.Distgraphcomm):
-        assert mpigpu.comm.Comm in cls.__mro__, cls
+        assert mpigpu._face.comm.Comm in cls.__mro__, cls
         assert cls.__base__ is cls.stands_for, (cls, cls.__base__)
-    assert mpigpu.comm.Comm in type(MPI.COMM_WORLD).__mro__
+    assert mpigpu._face.comm.Comm in type(MPI.COMM_WORLD).__mro__
 
 
 def test_a_programs_subclass_of_a_replaced_class():
@@ -115,7 +116,9 @@ def test_buffered_send_buffer_of_host_memory_goes_to_mpi():
 
 
 def test_query_cuda_support_answers_for_mpi4pys_objects(monkeypatch):
-    from mpigpu import _cuda, _dropin, _host_mpi
+    from mpigpu import _cuda
+    from mpigpu._face import dropin as _dropin
+    from mpigpu._base import host_mpi as _host_mpi
     monkeypatch.setattr(_host_mpi, 'cuda_aware', lambda: False)
     monkeypatch.setattr(_cuda, 'available', lambda: (True, ''))
     monkeypatch.setattr(_dropin, '_installed', False)

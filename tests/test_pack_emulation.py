@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from mpigpu._datatypes import MAX_DIMS, layout
+from mpigpu._describe.datatypes import MAX_DIMS, layout
 from conftest import host_emulator
 from datatype_cases import CASES, host_buffer, make, mpi_pack, mpi_unpack
 

@@ -195,7 +195,7 @@ EXCHANGE = ('alltoall', 'alltoallv', 'allgatherv', 'gatherv', 'scatterv', 'neigh
 
 
 def test_rows_are_spelled_out():
-    # the rows do not follow mpigpu._codes.Coll, which grows with the library's collectives
+    # the rows do not follow mpigpu._base.codes.Coll, which grows with the library's collectives
     from mpigpu.perf import sweep
     assert sweep.COLLS == ('allreduce', 'bcast', 'reduce_scatter_block', 'reduce', 'allgather') + EXCHANGE + (
         'sendrecv', 'pingpong', 'halo')

@@ -75,8 +75,8 @@ def test_engine_entry_reads_the_engine_collectives_parameters():
     """The engine's C entry (_device's _pmpi_entry.pxi) reads each engine collective's call at the parameter
     indices engine_row gives: every index names a parameter of the kind it reads, the buffers' bits are
     their places in the device mask, and no other function of the table is given to it."""
-    from mpigpu._codes import ENGINE_COLLS
-    from mpigpu._interpose.handler import engine_row
+    from mpigpu._base.codes import ENGINE_COLLS
+    from mpigpu._face.interposed import engine_row
     rows = {fn.name: (fn, engine_row(fn)) for fn in TABLE}
     assert sorted(name for name, (fn, row) in rows.items() if row) == sorted(c.mpi_name for c in ENGINE_COLLS)
     for name, (fn, row) in rows.items():
@@ -173,7 +173,7 @@ def test_preloaded_into_a_python_process_is_adopted():
     """A Python program started with the interposer preloaded (not through python -m mpigpu): mpigpu takes
     it as in place, registers its handler, and asks the MPI library below whether it is CUDA-aware (the
     interposer's own MPIX_Query_cuda_support says yes)."""
-    code = ('import mpigpu\nfrom mpigpu import _host_mpi\n'
+    code = ('import mpigpu\nfrom mpigpu._base import host_mpi as _host_mpi\n'
             'print(mpigpu.interposer_status()["state"], _host_mpi.cuda_aware())\n')
     res = _run([sys.executable, '-c', code], {'LD_PRELOAD': _interpose.path()})
     assert res.returncode == 0, res.stderr[-3000:]

@@ -35,20 +35,20 @@ def test_dash_c_sees_mpigpu_communicators_and_arguments():
     proc = _run(2, '-c', _WHO, 'x', '--y')
     assert proc.returncode == 0, proc.stderr
     assert _ranks_said(proc.stdout) == ['0', '1']
-    assert proc.stdout.count("of 2 mpigpu.comm ['x', '--y']") == 2
+    assert proc.stdout.count("of 2 mpigpu._face.comm ['x', '--y']") == 2
 
 
 def test_dash_m_module(tmp_path):
     (tmp_path / 'who_mod.py').write_text(_WHO.replace('; ', '\n') + '\n')
     proc = _run(2, '-m', 'who_mod', 'a', env={'PYTHONPATH': str(tmp_path)})
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.count("of 2 mpigpu.comm ['a']") == 2
+    assert proc.stdout.count("of 2 mpigpu._face.comm ['a']") == 2
 
 
 def test_dash_reads_the_program_from_stdin():
     proc = _run(1, '-', 'b', stdin=_WHO.replace('; ', '\n') + '\n')
     assert proc.returncode == 0, proc.stderr
-    assert "rank 0 of 1 mpigpu.comm ['b']" in proc.stdout
+    assert "rank 0 of 1 mpigpu._face.comm ['b']" in proc.stdout
 
 
 def test_path_with_its_directory_on_sys_path(tmp_path):
@@ -57,7 +57,7 @@ def test_path_with_its_directory_on_sys_path(tmp_path):
     (tmp_path / 'prog.py').write_text('import helper_mod\n' + _WHO.replace('; ', '\n') + '\nprint(helper_mod.WORD)\n')
     proc = _run(2, str(tmp_path / 'prog.py'), '7', cwd=os.path.dirname(__file__))
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.count("of 2 mpigpu.comm ['7']") == 2 and proc.stdout.count('found') == 2
+    assert proc.stdout.count("of 2 mpigpu._face.comm ['7']") == 2 and proc.stdout.count('found') == 2
 
 
 @pytest.mark.parametrize('args, message', [

@@ -8,7 +8,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from mpigpu._datatypes import layout
+from mpigpu._describe.datatypes import layout
 from mpigpu._paths.exchange_read import SHAPE_MAX_DIMS
 from conftest import host_emulator
 from datatype_cases import CASES, make

@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from mpigpu import _types
-from mpigpu._codes import Coll, Dtype, Op
+from mpigpu._base import types as _types
+from mpigpu._base.codes import Coll, Dtype, Op
 from mpigpu._paths.staged import _bf16_to_f32, _f32_to_bf16, host_reduce
 
 

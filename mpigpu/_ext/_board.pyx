@@ -1,5 +1,5 @@
 # The placement board (board.h): the file the ranks of one node map to agree on each collective call's
-# path, and this rank's handle on it. mpigpu/_agree.py makes the file and decides when a board is used;
+# path, and this rank's handle on it. mpigpu/_state/agree.py makes the file and decides when a board is used;
 # the communicators' methods post on it from C (host buffers: _front; the engine's fast path: _device).
 from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from libc.stdint cimport uint64_t
@@ -167,7 +167,7 @@ cdef class Board:
                 v = mg_board_wait_call(&self.b, call, coll, &who, 0.0)
         return v, who
 
-    # ---- several nodes ('nodes' mode, mpigpu/_agree_nodes.py): a board per node, its leader publishes ----
+    # ---- several nodes ('nodes' mode, mpigpu/_state/agree_nodes.py): a board per node, its leader publishes ----
     cdef _answer(self, int what, uint64_t call, int coll, double spin_s, bint blocking):
         cdef int who = -1
         cdef int v

@@ -1,6 +1,6 @@
 # The codes shared with the CUDA layer, read from its tables (the X-macros of cuda/mpigpu_cuda.h, and of
 # board.h for the placement board), so Python knows every code by the name C gives it;
-# mpigpu/_codes.py turns them into IntEnums. This module needs only the headers, so it is built
+# mpigpu/_base/codes.py turns them into IntEnums. This module needs only the headers, so it is built
 # without CUDA too.
 
 cdef extern from "mpigpu_cuda.h":
@@ -41,7 +41,7 @@ ALGOS = tuple(mg_algo_name(i).decode() for i in range(MG_NALGOS))
 PLACEMENTS = tuple(mg_placement_name(i).decode() for i in range(MG_NPLACEMENTS))
 VERDICTS = tuple(mg_verdict_name(i).decode() for i in range(MG_NVERDICTS))
 
-# What the rest of the package reads of the element types, made here once: mpigpu._codes re-exports
+# What the rest of the package reads of the element types, made here once: mpigpu._base.codes re-exports
 # these, and the Cython modules bind them to typed globals at import (a tuple index or a dict lookup
 # on the hot path, no enum property).
 NAMES = tuple(row[0] for row in DTYPES)         # 'float32' ...

@@ -1,7 +1,7 @@
 # CUDA layer of the hot path: runtime calls, pinned host buffers, and device teams (the workspace
 # shared over CUDA IPC plus the collective launch), and generalized requests for GPU work. Only the
 # plain C ABI of cuda/mpigpu_cuda.h is used here; MPI is reached only by the request completion in
-# cuda/completion.cu, through function pointers that mpigpu._requests resolves. One module, in parts:
+# cuda/completion.cu, through function pointers that mpigpu._state.requests resolves. One module, in parts:
 # this file (runtime calls, memory, Team), _cuda_api.pxi (the C ABI's declarations), _requests.pxi
 # (IPC of user buffers, generalized requests), _fast.pxi (the engine collectives' fast path),
 # _pack.pxi (derived datatypes' pack plans), _exchange.pxi (the exchange's fast path and shapes),
@@ -302,7 +302,7 @@ cdef class Team:
     """One rank's side of a device team: its workspace, the peers' mapped workspaces, and launches."""
     cdef mg_team *t
     cdef readonly int rank, nranks, device
-    # The node's placement board where the communicator's ranks agree on each call (mpigpu/_agree.py),
+    # The node's placement board where the communicator's ranks agree on each call (mpigpu/_state/agree.py),
     # or None (a team of one rank: nothing to agree); set by the team's setup.
     cdef public object board
 
@@ -438,7 +438,7 @@ cdef class Team:
         """The all-to-all family's exchange (mg_exchange): send_bytes[p] bytes from send + send_off[p]
         to rank p, recv_bytes[p] bytes from rank p into recv + recv_off[p]; with `sync`, returns with
         the result (GIL released), else enqueued on `stream` as run() does. `shapes`: None, or (send,
-        recv) lists of a layout (mpigpu._datatypes.Layout, regular) or None per rank: that block is
+        recv) lists of a layout (mpigpu._describe.datatypes.Layout, regular) or None per rank: that block is
         packed bytes of the datatype, send_off/recv_off its first instance's displacement. `then`:
         None, or the reduction that follows, (dtype, op, dst, src, row_bytes, nrows, count)."""
         cdef ExchangeCall c

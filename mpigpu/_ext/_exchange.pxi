@@ -35,7 +35,7 @@ cdef struct XBuf:
     bint ro
 
 
-cdef object _x_unsettled = ()     # the agreements with undecided non-blocking calls (mpigpu/_undecided.py)
+cdef object _x_unsettled = ()     # the agreements with undecided non-blocking calls (mpigpu/_state/undecided.py)
 cdef object _x_config = None      # mpigpu's config (exchange_min_bytes read per call: tests change it)
 cdef object _x_datatype = None    # MPI.Datatype
 cdef object _x_in_place_obj = None  # MPI.IN_PLACE
@@ -481,7 +481,7 @@ cdef int _shapes(mg_exchange_call *x, shapes, mg_block_shape *send, mg_block_sha
 
 
 cdef int _block_shape(mg_block_shape *s, lay) except -1:
-    """s from a regular layout (mpigpu/_datatypes.py) of at most MG_SHAPE_MAX_DIMS dimensions."""
+    """s from a regular layout (mpigpu/_describe/datatypes.py) of at most MG_SHAPE_MAX_DIMS dimensions."""
     cdef int d
     dims = lay.dims
     if not lay.regular or len(dims) > MG_SHAPE_MAX_DIMS:

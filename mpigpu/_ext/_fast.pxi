@@ -4,10 +4,10 @@
 # ---- fast path -----------------------------------------------------------------------------------
 # The common call (CUDA Array Interface arrays, no buffer specification, types and counts that
 # match) is handled here without Python-level parsing. Anything else returns 0 and takes the general
-# path in mpigpu._buffers, which also produces the precise error messages.
+# path (mpigpu/_paths/plan.py over mpigpu/_describe/call.py), which also produces the precise error messages.
 cdef dict _CAI_CODE = TYPESTR_CODES
 cdef tuple _SIZES = SIZES
-# A pointer less aligned than its type takes the general path, which refuses it (mpigpu._call.build).
+# A pointer less aligned than its type takes the general path, which refuses it (mpigpu._describe.call.build).
 cdef tuple _ALIGN = ALIGNMENTS
 # Most elements a buffer may hold: its bytes must fit a Py_ssize_t (16: the largest element).
 cdef Py_ssize_t _MAX_ELEMENTS = PY_SSIZE_T_MAX // 16
@@ -230,7 +230,7 @@ cdef int _run_read(Team team, int coll, int algo, int dtype, int op_code, uintpt
                    Py_ssize_t rs) except -1:
     """Runs a call read by _read_call (or the interposer's entry, _pmpi_entry.pxi): agreed with the peers
     where they must agree, then on the team. 1 when done, 0 when the general path must take it."""
-    if team.board is not None:  # ranks that must agree on the call's path (mpigpu/_agree.py)
+    if team.board is not None:  # ranks that must agree on the call's path (mpigpu/_state/agree.py)
         if type(team.board) is not Board:
             return 0  # they agree on the general path (across nodes, a broken communicator)
         return _run_agreed(team, <Board>team.board, coll, algo, dtype, op_code, sp, rp, count, root, nchannels,
@@ -312,7 +312,7 @@ cdef int _run_agreed(Team team, Board board, int coll, int algo, int dtype, int 
 # ---- the fast path's entry: the communicator's state found and the call run in one Cython call --------
 # (a Python function in between cost ~0.3 us per call: a one-rank 4 MB copy took 12.7 us where the raw
 # team call took 11.4, docs/benchmarks.md "One rank"). Bound once by mpigpu._paths.engine.
-cdef object _entry_key = None         # the key of a communicator's state in its __dict__ (mpigpu._state)
+cdef object _entry_key = None         # the key of a communicator's state in its __dict__ (mpigpu._state.comm_state)
 cdef dict _entry_ops = None           # MPI.Op handle -> op code
 cdef object _entry_config = None      # mpigpu's config (algo and nchannels read per call: tests change them)
 cdef dict _entry_algos = None         # MPIGPU_ALGO value -> algorithm code

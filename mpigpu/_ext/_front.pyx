@@ -1,19 +1,19 @@
-# The engine's five blocking collectives as methods of mpigpu's intracommunicators (mpigpu/comm.py puts
+# The engine's five blocking collectives as methods of mpigpu's intracommunicators (mpigpu/_face/comm.py puts
 # them in its class), written in Cython so that the common call (device arrays, the device team up)
 # goes from the method to the CUDA layer's fast entry with no Python frame in between: a Python method
 # there cost 0.3-0.6 us per call, most of what a one-rank call trailed NCCL by (docs/benchmarks.md,
 # "One rank"). They route as the Python methods did: host buffers to mpi4py untouched (once the call is
-# posted for the ranks that may pass device buffers, mpigpu/_agree.py: a store into the node's
+# posted for the ranks that may pass device buffers, mpigpu/_state/agree.py: a store into the node's
 # placement board), `stream=` calls to the stream path, device buffers to the fast entry, else the
-# general path (mpigpu._plan.Plan).
+# general path (mpigpu._paths.plan.Plan).
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid
 from cpython.pyport cimport PY_SSIZE_T_MAX
 from mpi4py import MPI
 
 from mpigpu._ext._board cimport Board
 from mpigpu._ext._intake cimport any_device
-from mpigpu import _plain
-from mpigpu._codes import Coll
+from mpigpu._base import plain as _plain
+from mpigpu._base.codes import Coll
 
 ctypedef int (*entry_fn)(object comm, int coll, object sendbuf, object recvbuf, object op, int root,
                          Py_ssize_t stream) except -1
@@ -28,12 +28,12 @@ cdef object _host_allgather = _plain.Intracomm.Allgather
 cdef entry_fn _entry_c = NULL  # the CUDA layer's fast entry (_device.pyx), called in C
 cdef object _entry_py = None   # else a Python one (the CPU tests' fake layer)
 cdef object _general = None    # (comm, name, coll, sendbuf, recvbuf, op, root) -> the general path's result
-cdef object _state_key = None  # a communicator's state in its __dict__ (mpigpu._state)
-cdef object _host_slow = None  # (comm, coll, nonblocking, behind): posts a host call the slow way (mpigpu._agree)
-cdef object _unsettled = ()    # the agreements with undecided non-blocking calls (mpigpu._undecided.unsettled)
-cdef object _settle = None     # (comm): has them decided before another collective (mpigpu._state.settle_before)
-cdef object _settle_all = None # (): has every one decided before an engine call (mpigpu._state.settle_all)
-cdef object _follow = None     # (comm, name, start): a non-blocking call made after them (mpigpu._state.follow)
+cdef object _state_key = None  # a communicator's state in its __dict__ (mpigpu._state.comm_state)
+cdef object _host_slow = None  # (comm, coll, nonblocking, behind): posts a host call the slow way (mpigpu._state.agree)
+cdef object _unsettled = ()    # the agreements with undecided non-blocking calls (mpigpu._state.undecided.unsettled)
+cdef object _settle = None     # (comm): has them decided before another collective (mpigpu._state.comm_state.settle_before)
+cdef object _settle_all = None # (): has every one decided before an engine call (mpigpu._state.comm_state.settle_all)
+cdef object _follow = None     # (comm, name, start): a non-blocking call made after them (mpigpu._state.comm_state.follow)
 cdef object _host_barrier = _plain.Comm.Barrier, _host_ibarrier = _plain.Comm.Ibarrier
 
 ENTRY_CAPSULE = b'mpigpu.fast_entry'
@@ -55,7 +55,7 @@ def bind(entry, general, state_key, host_slow, unsettled, settle, settle_all, fo
 
 
 cdef inline int _note_host(object comm, int coll, bint nonblocking) except -1:
-    """Posts this rank's host-buffer call of `coll` on `comm` for its peers (mpigpu/_agree.py): nothing
+    """Posts this rank's host-buffer call of `coll` on `comm` for its peers (mpigpu/_state/agree.py): nothing
     on one rank, a store into the node's board, else the slow way (the first call's setup, several
     nodes). Never waits for a peer (but at the setup, or a whole ring of calls ahead of the slowest)."""
     cdef dict d
@@ -84,7 +84,7 @@ def note_host(comm, int coll, bint nonblocking=False):
 cdef inline bint _fast(object comm, int coll, object sendbuf, object recvbuf, object op, int root,
                        Py_ssize_t stream) except -1:
     """True when the fast path ran the call (stream >= 0: enqueued on that stream)."""
-    if _unsettled:  # undecided non-blocking calls (any communicator) launch first (mpigpu/_undecided.py)
+    if _unsettled:  # undecided non-blocking calls (any communicator) launch first (mpigpu/_state/undecided.py)
         _settle_all()
     if _entry_c != NULL:
         return _entry_c(comm, coll, sendbuf, recvbuf, op, root, stream) == 1
@@ -118,7 +118,7 @@ cdef object _on_stream(object comm, int coll, object sendbuf, object recvbuf, ob
 
 
 cdef object _rank(object comm):
-    """This process's rank in `comm` (its state's, else MPI's): mpigpu.comm._rank without a Python call,
+    """This process's rank in `comm` (its state's, else MPI's): mpigpu._face.comm._rank without a Python call,
     which Reduce would make on every call."""
     try:
         st = comm.__dict__.get(_state_key)
@@ -187,7 +187,7 @@ def Allgather(self, sendbuf, recvbuf, *, stream=None):
 
 # ---- collectives without buffers: in MPI's order after the undecided non-blocking calls ------------
 def Barrier(self):
-    if _unsettled:  # a set, empty unless a non-blocking call is undecided (mpigpu/_undecided.py)
+    if _unsettled:  # a set, empty unless a non-blocking call is undecided (mpigpu/_state/undecided.py)
         _settle(self)
     return _host_barrier(self)
 

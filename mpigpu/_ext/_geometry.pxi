@@ -1,5 +1,5 @@
 # The count and in-place layout MPI defines for each of the engine's collectives, written once: the fast
-# path (_device.pyx) and the general path (mpigpu/_call.py, through _intake.call_geometry) both use it.
+# path (_device.pyx) and the general path (mpigpu/_describe/call.py, through _intake.call_geometry) both use it.
 # Counts in: the elements each buffer describes in all (a buffer specification's per-block count times
 # its blocks). Out: the call's count (Allreduce, Bcast, Reduce: elements; Reduce_scatter_block: per
 # rank; Allgather: per contributor) and, for an in-place Allgather, the element where this rank's
@@ -20,7 +20,7 @@ cdef enum:
     GEOMETRY_SEND_NOT_MULTIPLE = 3  # Reduce_scatter_block: sendbuf not n blocks
     GEOMETRY_BLOCKS_DIFFER = 4      # Reduce_scatter_block, Allgather: recvbuf is not the n blocks sendbuf gives
 
-# What each error means, for the general path's messages (mpigpu/_call.py)
+# What each error means, for the general path's messages (mpigpu/_describe/call.py)
 GEOMETRY_ERRORS = {GEOMETRY_COUNTS_DIFFER: 'counts_differ', GEOMETRY_RECV_NOT_MULTIPLE: 'recv_not_multiple',
                    GEOMETRY_SEND_NOT_MULTIPLE: 'send_not_multiple', GEOMETRY_BLOCKS_DIFFER: 'blocks_differ'}
 

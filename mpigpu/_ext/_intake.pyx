@@ -2,7 +2,7 @@
 # and reads a device buffer's pointer, size, element type, writability and producer stream from the
 # CUDA Array Interface (v2/v3), DLPack (legacy and versioned capsules) or the buffer protocol. Every
 # export is validated before any pointer arithmetic; a malformed one raises the Python exception
-# mpi4py raises for it (TypeError, ValueError, BufferError, KeyError), which mpigpu._call turns into
+# mpi4py raises for it (TypeError, ValueError, BufferError, KeyError), which mpigpu._describe.call turns into
 # an mpigpu.Error of that class. Host buffers are not parsed here: they go to mpi4py untouched.
 import sys
 import warnings

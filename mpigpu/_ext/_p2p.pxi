@@ -18,7 +18,7 @@ cdef enum:
     # Threads that may hold buffers here; a program that makes more takes the general path on the rest.
     _MAX_THREADS = 64
 
-cdef object _p2p_key = None           # a communicator's state in its __dict__ (mpigpu._state)
+cdef object _p2p_key = None           # a communicator's state in its __dict__ (mpigpu._state.comm_state)
 cdef object _p2p_kept_type = None     # p2p.P2pState: messages Probe took out of MPI, and reply tags
 cdef object _p2p_config = None        # mpigpu's config (MPIGPU_P2P_IPC_BYTES read per call: tests change it)
 cdef object _p2p_ipc = None           # mpigpu._paths.p2p_ipc: usable, header_at, parse, receive, check_reply

@@ -1,4 +1,4 @@
-# Derived datatypes packed on the device (cuda/pack.cu): a layout of mpigpu._datatypes made ready
+# Derived datatypes packed on the device (cuda/pack.cu): a layout of mpigpu._describe.datatypes made ready
 # for one device (its block table uploaded once), and the pack / unpack launch on a stream.
 # Included at the end of _device.pyx, whose `check` and `DeviceError` it uses.
 from libc.stdint cimport int64_t
@@ -29,7 +29,7 @@ PACK_MAX_DIMS = MG_PACK_MAX_DIMS
 
 
 cdef class PackPlan:
-    """A datatype layout (mpigpu._datatypes.Layout) on one device: its block table, when it has
+    """A datatype layout (mpigpu._describe.datatypes.Layout) on one device: its block table, when it has
     one, in that device's memory, uploaded once. Build it with that device current (pack_plan)."""
     cdef mg_layout lay
     cdef readonly int device

@@ -3,7 +3,7 @@
 # fast_entry runs the same call from Python, without the handler's Python (its buffer objects and the
 # mpi4py method call cost 33 of a 1 KB Allreduce's 65 us below Python on an H100 host, docs/benchmarks.md
 # "The MPI interposer"). Anything else returns -1 and the interposer hands the call to the handler
-# (mpigpu/_interpose/handler.py): host or mixed buffers, a type or op the engine lacks, a communicator the
+# (mpigpu/_face/interposed.py): host or mixed buffers, a type or op the engine lacks, a communicator the
 # handler has not seen yet (it binds what this reads), no device team, undecided non-blocking calls.
 
 cdef struct _PmpiCall:
@@ -20,7 +20,7 @@ cdef _PmpiCall _pmpi_table[_PMPI_MAX_FUNCTIONS]  # by the interposer's function 
 cdef int _pmpi_nfunctions = 0
 cdef dict _pmpi_comms = None     # communicator handle -> (mpigpu's wrapper, its state): the handler's dict
 cdef dict _pmpi_types = None     # predefined datatype handle -> dtype code
-cdef object _pmpi_unsettled = None # the agreements with undecided non-blocking calls (mpigpu._undecided)
+cdef object _pmpi_unsettled = None # the agreements with undecided non-blocking calls (mpigpu._state.undecided)
 cdef object _pmpi_fail = None      # (function index, wrapper, exception) -> the MPI error code it returns
 cdef int _pmpi_comm_bits = 64, _pmpi_type_bits = 64, _pmpi_op_bits = 64
 cdef int _pmpi_err_other = 0       # MPI.ERR_OTHER of the MPI below

@@ -6,7 +6,7 @@
  * arguments); a rank with device buffers reads every peer's post for that call and takes the engine
  * only when every rank brought device buffers; otherwise every rank makes the same host MPI call.
  *
- * The board is a file mapped by the node's ranks (mpigpu/_agree.py makes it). Host ranks only write
+ * The board is a file mapped by the node's ranks (mpigpu/_state/agree.py makes it). Host ranks only write
  * (a store and a flag: no MPI message, no wait), so programs that pass host buffers pay nothing
  * measurable; device ranks read their peers' lines. Layout, in 64-bit words:
  *   line 0: header;  line 1 + r: rank r's ack (the last call it is done reading, or posted as a writer);
@@ -14,7 +14,7 @@
  * An entry is (call << 16) | (collective << 8) | placement. A rank overwrites its entry of call k - depth
  * only once every rank has acked k - depth, so a fast writer waits only when it is depth calls ahead
  * (collectives may synchronize: MPI allows it).
- * A communicator spanning nodes has one board per node ('nodes' mode, mpigpu/_agree_nodes.py): the node's
+ * A communicator spanning nodes has one board per node ('nodes' mode, mpigpu/_state/agree_nodes.py): the node's
  * leader (board rank 0) then agrees with the other nodes' leaders through MPI and publishes each call's
  * verdict in a last ring of MG_BOARD_DEPTH words, entry k % depth = (call << 16) | verdict. A rank that
  * waits for it acks call k only once it has read it, so the leader's next store into that entry (call
@@ -38,7 +38,7 @@ static inline void mg_board_relax(void) {}
 #endif
 
 /* What one rank brings to a call (a post), and what the call's ranks agreed (the verdict). Written
- * once, as X-macro tables; mpigpu/_ext/_codes.pyx reads the names (mpigpu/_codes.py: Placement,
+ * once, as X-macro tables; mpigpu/_ext/_codes.pyx reads the names (mpigpu/_base/codes.py: Placement,
  * Verdict). Placement 0 is an empty entry. */
 #define MG_PLACEMENTS(X) X(NONE) X(HOST_MPI) X(DEVICE) X(REFUSED) X(GAVE_UP)
 /* DEVICE: every rank brought device buffers (the engine, the hierarchical or the staged path);

@@ -3,7 +3,7 @@ process, and what it reports.
 
 The interposer defines the buffer-taking MPI_* functions of its table (functions.py) over MPI's
 profiling interface: host buffers go to PMPI_* untouched, a call with a device buffer goes to the
-handler mpigpu registers (handler.py: the call runs on mpigpu's paths), or, in a process without one,
+handler mpigpu registers (_face/interposed.py: the call runs on mpigpu's paths), or, in a process without one,
 to the MPI library where it is CUDA-aware, else through host copies. So code that calls MPI below
 Python (mpi4jax's XLA calls, Cython and C extensions, C libraries) passes device pointers on any MPI.
 

@@ -1,5 +1,7 @@
-"""The paths a device-buffer call can take, one module (or package) each:
+"""The paths a device-buffer call can take, one module (or package) each, and the plan that binds a call to one:
 
+- plan: a call described (mpigpu/_describe), agreed with its peers (mpigpu/_state) and bound to its path:
+  run blocking, enqueued on `stream=`, or started as a request;
 - engine: the device team's fused kernels over peer mappings (the five collectives within a node);
 - staged: those five collectives through host MPI, the buffer cut into chunks whose copies to and from
   pinned host memory overlap MPI (where there is no team, or the engine lacks the type or op);
@@ -10,6 +12,6 @@
 - hier (a package): the five collectives across nodes, node phases on each node's team and network
   phases between nodes, pipelined;
 - p2p, p2p_ipc: point-to-point, GPU to GPU over peer mappings where the team is up, else staged;
-- support (a package): what the paths share: requests, pinned host memory, bounded waits, derived
+- support (a package): what the paths share: pinned host memory, bounded waits, derived
   datatypes packed on the GPU, device scratch.
 """

@@ -3,10 +3,10 @@ Reduce and Allgather between the GPUs of one node, over peer mappings of each ra
 from mpi4py import MPI
 
 from .. import _cuda
-from .._codes import Algo, Coll
-from .._config import config
-from .._state import _CACHE as _CACHE_KEY
-from .._types import OP_CODE
+from .._base.codes import Algo, Coll
+from .._base.config import config
+from .._state.comm_state import _CACHE as _CACHE_KEY
+from .._base.types import OP_CODE
 
 _IN_PLACE = MPI.IN_PLACE
 NO_OP = (Coll.BCAST, Coll.ALLGATHER)  # the engine's collectives that take no reduction op

@@ -8,7 +8,7 @@ output": `describe` reads this rank's arguments into those ranges (`Ranges`; a b
 gaps as its packed bytes and its layout, which the kernel follows: cuda/block_shape.cuh), or None where
 only the mirrored path can read them (a datatype the kernel cannot follow, a specification it does not
 take, an intercommunicator, host memory among the significant buffers, in-place Alltoall). The ranks agree on the
-call's path as for the engine's collectives (mpigpu/_agree.py: a host rank of the call posts on the
+call's path as for the engine's collectives (mpigpu/_state/agree.py: a host rank of the call posts on the
 placement board, comm's generated method): the exchange when every rank described its call, else the
 host MPI call on every rank (device buffers through mirrors, mpigpu/_paths/mirrored.py), which also
 raises mpi4py's own errors for arguments it refuses. `run` takes the blocking calls, `on_stream` their
@@ -17,13 +17,13 @@ stream= forms, `start` their non-blocking (I*) forms, `persistent` their *_init 
 from mpi4py import MPI
 
 from .. import _cuda
-from .._codes import Coll, Placement, Verdict
-from .._config import config
-from .. import _undecided
-from .._undecided import Undecided, unsettled
+from .._base.codes import Coll, Placement, Verdict
+from .._base.config import config
+from .._state import undecided as _undecided
+from .._state.undecided import Undecided, unsettled
 from ..errors import Error
 from .exchange_read import describe, edges_of
-from .support import requests
+from .._state import requests
 
 # The blocking methods this path takes, with their code on the placement board.
 CODES = {'Alltoall': Coll.ALLTOALL, 'Alltoallv': Coll.ALLTOALLV, 'Alltoallw': Coll.ALLTOALLW,
@@ -79,7 +79,7 @@ def start_work(st, name, code, read, host_start):
     buffers' stream with a request that completes after the kernel, where every rank described its call
     and the communicator's team is up already (a team is set up by a blocking call: a rank without one
     votes for the host); else host_start(), the host MPI call on mirrors in MPI's order. Its ranks agree
-    without waiting (mpigpu/_agree.py): the request of a call whose peers have not all posted starts its
+    without waiting (mpigpu/_state/agree.py): the request of a call whose peers have not all posted starts its
     path once they have."""
     _usable(st, name, code, True)
     work = read() if st.team is not None else None
@@ -132,7 +132,7 @@ class _Rounds:
         completed (no C completion: the CPU tests' fake layer)."""
         st, w = self.st, self.work
         if _undecided.pending():
-            _undecided.settle()  # kernels meet their peers' in launch order (mpigpu/_undecided.py)
+            _undecided.settle()  # kernels meet their peers' in launch order (mpigpu/_state/undecided.py)
         st.check_usable(self.name)
         if st.team is None:
             raise Error(self.name, 'persistent request used after its communicator was freed', rank=st.rank,

@@ -10,8 +10,9 @@ import operator
 
 from mpi4py import MPI
 
-from .. import _cuda, _datatypes
-from .._call import datatype_of, read_whole, unpack_spec
+from .. import _cuda
+from .._describe import datatypes as _datatypes
+from .._describe.call import datatype_of, read_whole, unpack_spec
 from .support import packing
 
 _ROOTED = frozenset(('Gather', 'Gatherv', 'Scatter', 'Scatterv'))
@@ -75,7 +76,7 @@ def _shape(name, label, rank, dt):
     """(layout or None, packed bytes of one instance, extent, element code) of datatype dt: the layout
     where the datatype has gaps and the kernel can follow it (a regular layout of at most SHAPE_MAX_DIMS
     dimensions, positive extent), None where it is contiguous; raises Unread for the others. The code
-    is the element type's (mpigpu._types; -1: none of ours, or derived)."""
+    is the element type's (mpigpu._base.types; -1: none of ours, or derived)."""
     code, mpi_type, extent, contiguous = datatype_of(name, label, rank, dt)
     if extent <= 0:
         raise Unread

@@ -23,8 +23,8 @@ import weakref
 from mpi4py import MPI
 
 from .. import _cuda
-from .._codes import Coll
-from .._types import check_op, op_code
+from .._base.codes import Coll
+from .._base.types import check_op, op_code
 from . import exchange
 from .support import scratch
 from .exchange_read import BufferArg, Ranges, Unread, count_of, one_device

@@ -25,13 +25,15 @@ import threading
 import numpy as np
 from mpi4py import MPI
 
-from .. import _cuda, _undecided
-from .._call import read_whole, within
-from .._codes import Dtype
-from .._types import HOST_FLOAT16
+from .. import _cuda
+from .._state import undecided as _undecided
+from .._describe.call import read_whole, within
+from .._base.codes import Dtype
+from .._base.types import HOST_FLOAT16
 from .._ext._intake import is_device
 from ..errors import Error
-from .support import packing, requests
+from .support import packing
+from .._state import requests
 from .support.pinned import Stager, give, take
 
 IN, OUT, INOUT = 1, 2, 3  # how a call uses a buffer argument

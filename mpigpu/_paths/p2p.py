@@ -15,15 +15,17 @@ finish them in place. Pinned buffers come from a process-wide pool and go back o
 import numpy as np
 from mpi4py import MPI
 
-from .. import _cuda, _plain
-from .._call import read_whole
-from .._config import config
+from .. import _cuda
+from .._base import plain as _plain
+from .._describe.call import read_whole
+from .._base.config import config
 from .._ext._intake import is_device
-from .._state import _CACHE as _CACHE_KEY, state_of
-from .._strided import as_spec
+from .._state.comm_state import _CACHE as _CACHE_KEY, state_of
+from .._describe.strided import as_spec
 from ..errors import Error
 from . import mirrored, p2p_ipc
-from .support import packed, packing, requests
+from .support import packed, packing
+from .._state import requests
 from .mirrored import IN, host_view, split_spec, trusted
 from .support.pinned import Stager, give, take
 

@@ -27,9 +27,9 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import _cuda
-from .._config import config
+from .._base.config import config
 from ..errors import Error
-from .support import requests
+from .._state import requests
 
 MAGIC = bytes.fromhex('6d7067707532703a9d4c17e2a05b33c1')  # 'mpgpu2p:' + 8 random bytes
 _HDR = struct.Struct('=16sIiQQQQii64s')  # magic, version, reply tag, payload, offset, base, id, world rank, -, handle

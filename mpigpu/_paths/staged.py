@@ -15,9 +15,9 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import _cuda
-from .._codes import Coll, Dtype, Op
-from .._config import config
-from .._types import NATIVE, numpy_dtype
+from .._base.codes import Coll, Dtype, Op
+from .._base.config import config
+from .._base.types import NATIVE, numpy_dtype
 from ..errors import Error
 from .support.bounded import Bounded
 from .support.pinned import SLOTS, Stager

@@ -19,7 +19,7 @@ import time
 from mpi4py import MPI
 
 from .. import _cuda
-from .._config import config
+from .._base.config import config
 
 # NCCL's ABI constants (nccl.h): ncclSuccess, ncclUint8.
 _SUCCESS, _UINT8 = 0, 1

@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 
-from .._cli import UsageError, say, usage_error
+from .._face.cli import UsageError, say, usage_error
 from . import options
 from .vrows import COLLS as EXCHANGE_COLLS
 

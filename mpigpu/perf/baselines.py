@@ -10,7 +10,7 @@ from functools import partial
 import numpy as np
 from mpi4py import MPI
 
-from .. import _plain
+from .._base import plain as _plain
 from . import halo, pingpong, redistribute, vrows
 
 
@@ -217,7 +217,7 @@ class CudaAwareMpiImpl:
     name = 'cuda-aware-mpi'
 
     def __init__(self, comm):
-        from .._host_mpi import cuda_aware
+        from .._base.host_mpi import cuda_aware
         self.comm = _plain.Intracomm(comm)
         self.ok = cuda_aware()
 
@@ -352,7 +352,7 @@ class NcclNodesImpl(NcclImpl):
 def rails(comm):
     """(node communicator, rail communicator, local rank, node sizes) of `comm` as mpigpu cuts it
     (MPIGPU_SIMULATE_NODES included)."""
-    from .._topology import node_comm
+    from .._state.topology import node_comm
     plain = _plain.Intracomm(comm)
     node = node_comm(plain)
     local = node.Get_rank()
@@ -412,7 +412,7 @@ IMPLS = {impl.name: impl for impl in (NcclImpl, NcclSocketImpl, NcclNodesImpl, S
 
 def _hier_state(comm):
     from .._paths.hier.state import HierState
-    from .._state import state_of
+    from .._state.comm_state import state_of
     hs = state_of(comm)._owned.get(HierState)
     return hs if hs is not None and hs.multi_node else None
 
@@ -435,8 +435,8 @@ def predicted_us(comm, coll, count, itemsize):
     """The cost model's time (us) for the form the hierarchical path gave the last call on `comm`, a call
     of `count` elements of `itemsize` bytes as the path counts them (Reduce_scatter_block's block,
     Allgather's contribution), from the network figures measured at setup; None off that path."""
-    from .. import _config
-    from .._codes import Coll
+    from .._base import config as _config
+    from .._base.codes import Coll
     from .._paths.hier import model
     hs = _hier_state(comm)
     if hs is None or hs.last_form is None:

@@ -1,7 +1,7 @@
 """The `hand` baseline: staging by hand, what a GPU program does on an MPI that is not CUDA-aware."""
 import numpy as np
 
-from .. import _plain
+from .._base import plain as _plain
 from .baselines import Unavailable, make_buffers, mpi_call, require_staging
 
 

@@ -6,7 +6,7 @@ across 2-1024 nodes, and for one setup of nodes and network.
 """
 import argparse
 
-from .._codes import Coll
+from .._base.codes import Coll
 from .._paths.hier import model as hier_model
 from .sweep import bus_factor
 

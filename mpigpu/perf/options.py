@@ -1,10 +1,10 @@
 """mpigpu-perf's command line: the parser and every check of the arguments, done before any
-measurement (a bad argument is one line on rank 0 and exit status 2, mpigpu/_cli.py)."""
+measurement (a bad argument is one line on rank 0 and exit status 2, mpigpu/_face/cli.py)."""
 import argparse
 
-from .._cli import UsageError, say
-from .._codes import KINDS, NAMES
-from .._config import ALGOS
+from .._face.cli import UsageError, say
+from .._base.codes import KINDS, NAMES
+from .._base.config import ALGOS
 from .sweep import COLLS, parse_size
 
 PROG = 'mpigpu-perf'

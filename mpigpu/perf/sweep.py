@@ -7,7 +7,7 @@ import time
 
 from . import redistribute, vrows
 
-# The rows by name, spelled out rather than read from mpigpu._codes.Coll: that enum grows with the
+# The rows by name, spelled out rather than read from mpigpu._base.codes.Coll: that enum grows with the
 # library's collectives, and a row exists only where this tool knows its buffers, check and baselines.
 # The engine's collectives (reductions, bcast, allgather), the exchange rows (vrows.py), point-to-point.
 ENGINE_COLLS = ('allreduce', 'bcast', 'reduce_scatter_block', 'reduce', 'allgather')

@@ -313,7 +313,7 @@ for form in FORMS:
             bufs = []
             for it in range(5):
                 replayed_case(coll, dtype, op, count, bufs, it)
-from mpigpu import _state  # noqa: E402
+from mpigpu._state import comm_state as _state  # noqa: E402
 from mpigpu._paths.hier.state import HierState  # noqa: E402
 hs = _state.state_of(world)._owned[HierState]
 graphs = 0 if hs.replays is None else sum(1 for v in hs.replays.graphs.values() if v is not None)

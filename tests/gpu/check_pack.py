@@ -21,7 +21,7 @@ import numpy as np
 from mpi4py import MPI
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
-from mpigpu._datatypes import layout, pack_host  # noqa: E402
+from mpigpu._describe.datatypes import layout, pack_host  # noqa: E402
 from mpigpu._ext import _device  # noqa: E402
 from datatype_cases import CASES, host_buffer, make, mpi_pack, mpi_unpack  # noqa: E402
 

@@ -17,7 +17,7 @@ import numpy as np
 from mpi4py import MPI
 
 import mpigpu
-from mpigpu._interpose import handler
+from mpigpu._face import interposed as handler
 
 comm = MPI.COMM_WORLD
 rank, n = comm.Get_rank(), comm.Get_size()

@@ -27,8 +27,8 @@ from mpi4py import MPI
 
 import mpigpu
 from mpigpu import _cuda
-from mpigpu._codes import Algo, Coll, Dtype, Op
-from mpigpu._paths.support import requests
+from mpigpu._base.codes import Algo, Coll, Dtype, Op
+from mpigpu._state import requests
 
 dm = _cuda.device
 plain = MPI.COMM_WORLD

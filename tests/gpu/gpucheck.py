@@ -39,8 +39,8 @@ if not any(v in os.environ for v in ('OMPI_COMM_WORLD_SIZE', 'PMI_SIZE', 'PMI_RA
 import mpigpu  # noqa: E402 (after the skip: importing it starts MPI)
 from mpi4py import MPI  # noqa: E402
 from mpigpu import _cuda  # noqa: E402
-from mpigpu._codes import Algo, Coll, Dtype  # noqa: E402
-from mpigpu._state import state_of  # noqa: E402
+from mpigpu._base.codes import Algo, Coll, Dtype  # noqa: E402
+from mpigpu._state.comm_state import state_of  # noqa: E402
 
 if not _cuda.available()[0]:
     pytest.skip(_cuda.available()[1], allow_module_level=True)

@@ -14,7 +14,7 @@ from mpi4py import MPI
 
 import mpigpu
 import wide_steps  # this directory, beside the script
-from mpigpu._state import state_of
+from mpigpu._state.comm_state import state_of
 
 # memcheck knows the allocations that exist when a kernel is launched, so a resident kernel instance
 # (resident_kernel.cuh) that writes into a buffer allocated after it started is reported as out of

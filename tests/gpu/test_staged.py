@@ -6,7 +6,7 @@ import pytest
 
 import gpucheck as gc
 from gpucheck import OPS_FOR, SIZE, run_case, settings, torch
-from mpigpu import _host_mpi
+from mpigpu._base import host_mpi as _host_mpi
 
 
 @pytest.fixture(scope='module')

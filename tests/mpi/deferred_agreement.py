@@ -1,5 +1,5 @@
 """A non-blocking collective on device buffers never waits for its peers to reach the call (MPI: it
-returns whatever the other ranks do), while its ranks still agree on its path (mpigpu/_agree.py).
+returns whatever the other ranks do), while its ranks still agree on its path (mpigpu/_state/agree.py).
 
 Patterns, each on the device (every rank) and mixed (rank 1 on the host), each result checked:
 - rank 0 starts the call and then sends rank 1 the message rank 1 waits for before it starts the
@@ -34,7 +34,7 @@ elif cp is None:
 
 import mpigpu  # noqa: E402
 
-from mpigpu import _agree  # noqa: E402
+from mpigpu._state import agree as _agree  # noqa: E402
 
 if os.environ.get('DEFERRED_NO_BOARD') == '1':
     _agree._board_dir = lambda: '/proc/mpigpu-no-such-dir'

@@ -14,7 +14,7 @@ from mpi4py import MPI
 from exchange_common import (PLACEMENTS, compared, cp, device, engine, exchange, nonblocking, one_node, output,
                              persistent, placed, streamed, values)
 import mpigpu  # noqa: E402
-from mpigpu._config import config  # noqa: E402
+from mpigpu._base.config import config  # noqa: E402
 
 plain = MPI.COMM_WORLD
 comm = mpigpu.COMM_WORLD
@@ -298,7 +298,7 @@ checks += 1
 if engine and one_node and transport:
     import time
 
-    from mpigpu._state import state_of
+    from mpigpu._state.comm_state import state_of
     for late_rank in sorted({0, n - 1}):
         s = np.arange(2 * n, dtype=np.int32) + 100 * rank
         r1, r2 = device(np.full(2 * n, -1, np.int32)), device(np.full(2 * n, -1, np.int32))
@@ -321,7 +321,7 @@ if engine and one_node and transport:
         checks += 3
 
 if not one_node:  # across nodes the family is the host MPI call: nothing posted, no exchange started
-    from mpigpu._state import state_of
+    from mpigpu._state.comm_state import state_of
     assert not state_of(comm).agreement._pending, 'the all-to-all family posted across nodes'
 total = plain.allreduce(checks)
 if rank == 0:

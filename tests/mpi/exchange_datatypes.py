@@ -14,7 +14,7 @@ from mpi4py import MPI
 
 from exchange_common import PLACEMENTS, compared, engine, nonblocking, one_node, persistent, placed, streamed
 import mpigpu  # noqa: E402
-from mpigpu._config import config  # noqa: E402
+from mpigpu._base.config import config  # noqa: E402
 
 plain = MPI.COMM_WORLD
 comm = mpigpu.COMM_WORLD

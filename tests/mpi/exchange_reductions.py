@@ -14,7 +14,7 @@ from mpi4py import MPI
 
 from exchange_common import PLACEMENTS, engine, exchange, nonblocking, one_node, persistent, placed, streamed, values
 import mpigpu  # noqa: E402
-from mpigpu._config import config  # noqa: E402
+from mpigpu._base.config import config  # noqa: E402
 
 plain = MPI.COMM_WORLD
 comm = mpigpu.COMM_WORLD

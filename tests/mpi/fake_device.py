@@ -1,5 +1,5 @@
 """A fake CUDA layer for CPU tests: host memory plays device memory, copies are memmove, datatype
-packing is mpigpu._datatypes' NumPy reference, streams and events are no-ops; team setup fails as on
+packing is mpigpu._describe.datatypes' NumPy reference, streams and events are no-ops; team setup fails as on
 GPUs that cannot form a team, so the staged path runs. install() makes it mpigpu's CUDA layer.
 
 Which host memory plays device memory is a registry of address ranges: pointer queries report a
@@ -130,7 +130,7 @@ def _memory(ptr, lo, hi):
 
 
 class _PackPlan:
-    """_device.PackPlan over host memory: mpigpu._datatypes' NumPy packing at raw addresses."""
+    """_device.PackPlan over host memory: mpigpu._describe.datatypes' NumPy packing at raw addresses."""
 
     def __init__(self, layout, device):
         self.layout, self.device, self.size, self.extent = layout, device, layout.size, layout.extent
@@ -140,14 +140,14 @@ class _PackPlan:
         return (int(offs.min()), int(offs.max()) + 1) if len(offs) else (0, 0)
 
     def pack(self, count, buf, packed, stream):
-        from mpigpu._datatypes import pack_host
+        from mpigpu._describe.datatypes import pack_host
         lo, hi = self._span(count)
         if hi > lo:
             data = pack_host(self.layout, count, _memory(buf, lo, hi), -lo)
             ctypes.memmove(packed, data, len(data))
 
     def unpack(self, count, packed, buf, stream):
-        from mpigpu._datatypes import unpack_host
+        from mpigpu._describe.datatypes import unpack_host
         lo, hi = self._span(count)
         if hi > lo:
             data = ctypes.string_at(packed, count * self.size)
@@ -246,7 +246,7 @@ def _reduce_rows_now(dtype, op, dst, src, row_bytes, nrows, count):
     """The GPU reduction of rows, done on the host (the staged path's host_reduce, same order)."""
     import numpy as np
     from mpigpu._paths.staged import host_reduce
-    from mpigpu._types import numpy_dtype
+    from mpigpu._base.types import numpy_dtype
     npt = numpy_dtype(dtype)
     nb = count * npt.itemsize
     rows = [np.ctypeslib.as_array((ctypes.c_uint8 * nb).from_address(src + k * row_bytes)).view(npt)

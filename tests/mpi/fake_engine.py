@@ -3,7 +3,7 @@ engine's kernels meet in peer-mapped GPU memory, and never through MPI.
 
 So a rank that runs a collective on it waits for every peer to run the same call on it, and a peer
 that makes the host MPI call instead never arrives (the call gives up after MPIGPU_TIMEOUT_S): the
-property that makes mixed placement across ranks a question of agreement (mpigpu/_agree.py). Each
+property that makes mixed placement across ranks a question of agreement (mpigpu/_state/agree.py). Each
 rank's workspace is a file in /dev/shm (its "IPC handle" is the file's name); a call moves its data
 in rounds through the workspaces (each rank writes its part, every rank reads what it needs, two
 counters per rank separate the rounds) and reduces in rank order, as the engine's one-shot kernel
@@ -24,7 +24,7 @@ from fake_device import DeviceError, fake, install
 _HEADER = 64            # posted and done counters (two 8-byte words)
 _REGION = 1 << 20       # bytes of data one rank offers per round
 _ids = itertools.count()
-_ALLREDUCE, _BCAST, _RSB, _REDUCE, _ALLGATHER = range(5)  # mpigpu._codes.Coll, checked at install
+_ALLREDUCE, _BCAST, _RSB, _REDUCE, _ALLGATHER = range(5)  # mpigpu._base.codes.Coll, checked at install
 
 
 def _memory(ptr, nbytes):
@@ -150,7 +150,7 @@ class FakeTeam:
 
     def _run_now(self, coll, algo, dtype, op, send, recv, count, root, nchannels, stream, sync, chunk=0):
         from mpigpu._paths.staged import host_reduce
-        from mpigpu._types import numpy_dtype
+        from mpigpu._base.types import numpy_dtype
         self.calls += 1
         npt = numpy_dtype(dtype)
         its, n, me = npt.itemsize, self.nranks, self.rank
@@ -241,7 +241,7 @@ class FakeTeam:
 def install_engine():
     """The fake CUDA layer with this engine: every process a GPU of its own (its PCI bus id from its
     pid), each with peer access to the others. Returns FakeCAI (as fake_device.install)."""
-    from mpigpu._codes import Coll
+    from mpigpu._base.codes import Coll
     assert [Coll.ALLREDUCE, Coll.BCAST, Coll.REDUCE_SCATTER_BLOCK, Coll.REDUCE, Coll.ALLGATHER] == list(range(5))
     layer = types.SimpleNamespace(**vars(fake))
     bus = '%04x:%02x:%02x.0' % (os.getpid() >> 16, (os.getpid() >> 8) & 0xff, os.getpid() & 0xff)

@@ -16,11 +16,12 @@ from fake_device import FakeCAI, fake, graphs as fake_graphs, install
 
 install()
 import mpigpu  # noqa: E402
-from mpigpu import _call, _state  # noqa: E402
-from mpigpu._codes import Coll, Dtype, Op  # noqa: E402
+from mpigpu._describe import call as _call
+from mpigpu._state import comm_state as _state  # noqa: E402
+from mpigpu._base.codes import Coll, Dtype, Op  # noqa: E402
 from mpigpu._paths import hier  # noqa: E402
 from mpigpu._paths.hier import calls as hier_calls, net as hier_net, progress as hier_progress, state as hier_state  # noqa: E402
-from mpigpu._topology import simulated_node  # noqa: E402
+from mpigpu._state.topology import simulated_node  # noqa: E402
 
 config = mpigpu.config
 config.hier_chunk_bytes = 96     # many chunks, more than the pipeline's slots

@@ -108,7 +108,7 @@ if rank == 0:
     print(f'host collectives: {checked} checks on {n} ranks identical to mpi4py')
 
 # Free releases what mpigpu attached: the state leaves the exit registry
-from mpigpu import _state  # noqa: E402
+from mpigpu._state import comm_state as _state  # noqa: E402
 d = world.Dup()
 before = len(_state._states)
 _state.state_of(d)

@@ -1,5 +1,5 @@
 """One call, one contract: any subset of ranks may pass device memory while the others pass host memory
-in the same collective call, and the call gives MPI's result (mpigpu/_agree.py).
+in the same collective call, and the call gives MPI's result (mpigpu/_state/agree.py).
 
 Every engine collective (Allreduce, Bcast, Reduce, Reduce_scatter_block, Allgather; out of place, in
 place, zero counts, None off the root) x placement (all device, all host, the root only, the others
@@ -33,7 +33,7 @@ import mpigpu  # noqa: E402
 from mpigpu._ext._intake import is_device  # noqa: E402
 
 if os.environ.get('MIXED_NO_BOARD') == '1':  # no file the node's ranks can share: they agree through MPI
-    from mpigpu import _agree
+    from mpigpu._state import agree as _agree
     _agree._board_dir = lambda: '/proc/mpigpu-no-such-dir'
 
 world_plain = MPI.COMM_WORLD

@@ -1,4 +1,4 @@
-"""Non-blocking and persistent calls with device buffers (mpigpu/_paths/support/requests.py, mpigpu/_paths/p2p.py) on the
+"""Non-blocking and persistent calls with device buffers (mpigpu/_state/requests.py, mpigpu/_paths/p2p.py) on the
 staged path, checked against plain mpi4py on NumPy buffers: Isend/Irecv rings completed by the
 class-level Waitall (the agent thread completes the generalized requests), statuses, Probe then
 Irecv, Testall loops, the five non-blocking collectives, persistent collectives started several

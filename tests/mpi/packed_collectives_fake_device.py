@@ -1,6 +1,6 @@
 """Collectives with derived datatypes on device buffers: the instances each call reaches are packed on the
 GPU into the pinned mirror (mpigpu/_paths/support/packing.py; here the fake CUDA layer's pack plans, which run
-mpigpu._datatypes' host reference at the same addresses), host MPI runs the rewritten specification, and
+mpigpu._describe.datatypes' host reference at the same addresses), host MPI runs the rewritten specification, and
 outputs are unpacked on the GPU. Every constructor of tests/datatype_cases.py through Bcast, Gather(v),
 Scatter(v), Allgather(v), Alltoall(v, w), neighbourhood collectives and non-blocking and persistent
 forms, byte for byte against plain mpi4py on host copies of the same bytes; the reductions, Scan and
@@ -22,8 +22,8 @@ import datatype_cases as cases  # noqa: E402
 cp = install_unless_gpu()
 GPU = cp is not None
 import mpigpu  # noqa: E402
-from mpigpu import _datatypes  # noqa: E402
-from mpigpu import _types as mpigpu_types  # noqa: E402
+from mpigpu._describe import datatypes as _datatypes  # noqa: E402
+from mpigpu._base import types as mpigpu_types  # noqa: E402
 from mpigpu._paths.support import packing  # noqa: E402
 
 world = mpigpu.COMM_WORLD

@@ -1,5 +1,5 @@
 """Derived datatypes on device buffers, packed and unpacked by the GPU's pack plans (here the fake CUDA
-layer's, which run mpigpu._datatypes' host reference at the same addresses): point-to-point (Sendrecv
+layer's, which run mpigpu._describe.datatypes' host reference at the same addresses): point-to-point (Sendrecv
 ring, Isend/Irecv) and Datatype.Pack/Unpack of every constructor of tests/datatype_cases.py, byte for
 byte against plain mpi4py on host copies of the same bytes. Run under mpiexec -n 1..3."""
 import os
@@ -15,7 +15,7 @@ import datatype_cases as cases  # noqa: E402
 
 install()
 import mpigpu  # noqa: E402
-from mpigpu import objects  # noqa: E402
+from mpigpu._face import objects  # noqa: E402
 
 world = mpigpu.COMM_WORLD
 plain = MPI.COMM_WORLD

@@ -20,11 +20,11 @@ install()
 from mpi4py import MPI  # noqa: E402
 
 from mpigpu import _interpose  # noqa: E402
-from mpigpu._interpose import handler  # noqa: E402
+from mpigpu._face import interposed as handler  # noqa: E402
 
 assert _interpose.status() == 'on', _interpose.status()
 # the interposer's MPIX_Query_cuda_support() says yes; mpigpu asks the library below it, which is not
-from mpigpu import _host_mpi  # noqa: E402
+from mpigpu._base import host_mpi as _host_mpi  # noqa: E402
 
 assert not _host_mpi.cuda_aware()
 # mpi4py's own calls (from anywhere in its extension) pass untouched; a ctypes call (libffi) does not

@@ -7,8 +7,10 @@ from mpi4py import MPI
 from fake_device import FakeCAI, install, pinned_made
 
 install()
-from mpigpu import _call, _config, _state  # noqa: E402
-from mpigpu._codes import Coll  # noqa: E402
+from mpigpu._describe import call as _call
+from mpigpu._base import config as _config
+from mpigpu._state import comm_state as _state  # noqa: E402
+from mpigpu._base.codes import Coll  # noqa: E402
 from mpigpu._paths import staged  # noqa: E402
 
 _config.config.stage_chunk_bytes = 4096  # many chunks even for small tests

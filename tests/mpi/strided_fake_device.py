@@ -1,6 +1,6 @@
 """Device arrays that are not contiguous (permuted axes, sliced with steps, negative strides) passed as bare
 buffers: refused with BufferError by default, as mpi4py refuses them; with MPIGPU_STRIDED_ARRAYS=1
-(mpigpu/_strided.py) each call sends the elements in the array's logical order and receives
+(mpigpu/_describe/strided.py) each call sends the elements in the array's logical order and receives
 into its strides, which is what plain mpi4py does with a contiguous copy of the array. Point-to-point,
 collectives, reductions (the element type decides) and the mirrored methods, with the fake CUDA layer.
 Run under mpiexec -n 1..3."""
@@ -14,7 +14,7 @@ from fake_device import device_memory, install_unless_gpu
 cp = install_unless_gpu()
 GPU = cp is not None
 import mpigpu  # noqa: E402
-from mpigpu._config import config  # noqa: E402
+from mpigpu._base.config import config  # noqa: E402
 
 world = mpigpu.COMM_WORLD
 plain = MPI.COMM_WORLD

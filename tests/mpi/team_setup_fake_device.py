@@ -10,8 +10,8 @@ from mpi4py import MPI
 from fake_device import fake, install
 
 install()
-from mpigpu import _team  # noqa: E402
-from mpigpu._config import config  # noqa: E402
+from mpigpu._state import team as _team  # noqa: E402
+from mpigpu._base.config import config  # noqa: E402
 
 comm = MPI.COMM_WORLD
 rank, n = comm.Get_rank(), comm.Get_size()

@@ -15,10 +15,10 @@ order), so forms, chunkings and the model's choice change no bit of a result.
 from mpi4py import MPI
 
 from ... import _cuda
-from ..._codes import Coll
-from ..._config import config
+from ..._base.codes import Coll
+from ..._base.config import config
 from ...errors import Error
-from ..support import requests
+from ..._state import requests
 from . import device_forms, model, progress, replay
 from .shards import Shards
 from .net import REDUCING, SMALL_BYTES, device_buffer, pieces
@@ -27,7 +27,7 @@ from .state import SLOTS, HierState, largest as _largest, pipeline, slot_size, s
 _FORCED = {'hier-rail': 'rail', 'hier-leader': 'leader'}
 
 
-# ---- entry points (mpigpu/_plan.py) ----------------------------------------------------------------
+# ---- entry points (mpigpu/_paths/plan.py) ----------------------------------------------------------------
 def runs(st, c):
     """True when the hierarchical path runs Call `c`: the communicator's ranks span several nodes (no
     device team of its own). Its first call sets up the topology, collectively (all ranks make the

@@ -10,7 +10,7 @@ one rank of a node to another with host MPI, these use a node phase (a broadcast
 from mpi4py import MPI
 
 from ... import _cuda
-from ..._codes import Coll
+from ..._base.codes import Coll
 from ...errors import Error
 from ..._transports.nccl import NcclError
 from .net_device import bytes_for

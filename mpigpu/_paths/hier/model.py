@@ -1,7 +1,7 @@
 """The hierarchical path's cost model: the predicted time of each form of a collective across nodes, from
 the node's figures (NVLink, PCIe, host work: constants measured on the 4x H200 host) and the network's
 latency and bandwidth per GPU, one way and each way of an exchange (measured at setup or set by knobs,
-mpigpu/_topology.py), and the choice
+mpigpu/_state/topology.py), and the choice
 of form and pipeline depth. The same functions print docs/scaling.md's tables (python -m
 mpigpu.perf.model).
 
@@ -15,7 +15,7 @@ figures every rank agreed on, so all ranks choose alike; all hierarchical forms 
 import math
 from dataclasses import dataclass
 
-from ..._codes import Coll
+from ..._base.codes import Coll
 from .net import GPU_REDUCE_BYTES, SMALL_BYTES
 
 # The node (4x H200 SXM host: docs/benchmarks.md, and the NCCL and hardware figures measured there):

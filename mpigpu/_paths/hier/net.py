@@ -16,8 +16,8 @@ the same bits.
 from mpi4py import MPI
 
 from ... import _cuda
-from ..._codes import Coll
-from ..._types import numpy_dtype
+from ..._base.codes import Coll
+from ..._base.types import numpy_dtype
 from ..staged import host_reduce
 
 # A reduction whose pieces from all nodes together are at most this many bytes is gathered whole

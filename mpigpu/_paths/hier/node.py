@@ -10,8 +10,8 @@ Reduce_scatter_block reads `send == recv` and leaves its block first; an in-plac
 pointer is this rank's block inside recv).
 """
 from ... import _cuda
-from ..._call import Call
-from ..._codes import SIZES, Algo, Coll
+from ..._describe.call import Call
+from ..._base.codes import SIZES, Algo, Coll
 from .. import staged
 
 

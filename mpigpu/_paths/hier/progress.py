@@ -25,9 +25,9 @@ import numpy as np
 from mpi4py import MPI
 
 from ... import _cuda
-from ..._config import config
+from ..._base.config import config
 from ...errors import Error
-from ..support import requests
+from ..._state import requests
 
 log = logging.getLogger('mpigpu')
 

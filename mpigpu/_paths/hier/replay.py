@@ -13,9 +13,10 @@ the direct call's own sequence, and the engine's and NCCL's sequence numbers liv
 graph runs on the node stream, after the work the path queued there before, so the path's calls stay
 in program order whichever way each one runs.
 """
-from ... import _cuda, _undecided
-from ..._codes import Coll, Placement, Verdict
-from ..._config import config
+from ... import _cuda
+from ..._state import undecided as _undecided
+from ..._base.codes import Coll, Placement, Verdict
+from ..._base.config import config
 from . import progress
 from .net import REDUCING
 

@@ -10,10 +10,11 @@ import socket
 import numpy as np
 from mpi4py import MPI
 
-from ... import _cuda, _host_mpi
-from ..._config import config
-from ..._state import CommState
-from ..._topology import Topology, measure_network
+from ... import _cuda
+from ..._base import host_mpi as _host_mpi
+from ..._base.config import config
+from ..._state.comm_state import CommState
+from ..._state.topology import Topology, measure_network
 from ..._transports import nccl
 from ...errors import Error
 from . import model, progress, replay

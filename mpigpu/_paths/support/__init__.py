@@ -1,7 +1,5 @@
 """What the paths share, one module each:
 
-- requests: the MPI requests that non-blocking and persistent calls on the paths return (generalized
-  requests completed in C after GPU work, or by the request agent after host MPI work);
 - pinned: the pinned host memory and copy streams the staging paths share;
 - bounded: the staged path's host MPI collectives that give up at the deadline (a peer that never arrives);
 - packing: derived datatypes read into pack plans, packed and unpacked on the GPU;

@@ -1,8 +1,8 @@
-"""Host MPI collectives of the staged path that give up (mpigpu/_deadline.py): a peer that never
+"""Host MPI collectives of the staged path that give up (mpigpu/_base/deadline.py): a peer that never
 arrives, or an abort, ends the call in an error and breaks the communicator instead of a wait without
 end. `Bounded(st, call)` has the blocking collectives the staged path uses, each run as its
 non-blocking form and waited for with the deadline."""
-from ... import _deadline
+from ..._base import deadline as _deadline
 from ...errors import CommunicatorBroken
 
 

@@ -1,6 +1,6 @@
 """Device buffers described by a non-contiguous MPI datatype, packed on the GPU (cuda/pack.cu).
 
-`Packed` is one such buffer argument: the user's buffer, the datatype's layout (mpigpu/_datatypes.py,
+`Packed` is one such buffer argument: the user's buffer, the datatype's layout (mpigpu/_describe/datatypes.py,
 decoded once per handle) and the count; `pack` fills a contiguous scratch buffer (device memory from
 the pool of mpigpu/_paths/support/scratch.py, no allocation per call once warm) with the described elements
 on the producer's stream, `unpack` scatters one back. The paths that move contiguous device bytes (point-to-point, GPU to GPU
@@ -11,9 +11,10 @@ type (`mpi_type`), a mixed struct's bytes.
 """
 from mpi4py import MPI
 
-from ... import _cuda, _datatypes
-from ..._call import read_whole, unpack_spec, within
-from ..._types import NATIVE
+from ... import _cuda
+from ..._describe import datatypes as _datatypes
+from ..._describe.call import read_whole, unpack_spec, within
+from ..._base.types import NATIVE
 from ...errors import Error, ValueArgumentError
 from . import scratch
 

@@ -19,12 +19,12 @@ import operator
 
 from mpi4py import MPI
 
-from ... import _cuda, _datatypes
-from ..._call import unpack_spec
-from ..._types import NATIVE
+from ... import _cuda
+from ..._describe import datatypes as _datatypes
+from ..._describe.datatypes import SIMPLE, VECTOR, W
+from ..._describe.call import unpack_spec
+from ..._base.types import NATIVE
 from .packed import check_within
-
-SIMPLE, VECTOR, W = 'simple', 'vector', 'w'
 
 # Buffer parameters that hold one block per rank (SIZE: of the communicator, or the remote group of an
 # intercommunicator) or per neighbour (IN: sources, OUT: destinations), by blocking method; every other

@@ -16,9 +16,13 @@ its extent: one more, outermost, dimension (`dims_for(count)`).
 import numpy as np
 from mpi4py import MPI
 
-from ._codes import NAMES, SIZES
-from ._types import FROM_MPI, from_typecode
-from .errors import Error
+from .._base.codes import NAMES, SIZES
+from .._base.types import FROM_MPI, from_typecode
+from ..errors import Error
+
+# The forms of a buffer argument as mpi4py reads it: one message [data, count, type]; per-rank counts and
+# displacements [data, counts, displs, type]; and per-rank types as well (Alltoallw)
+SIMPLE, VECTOR, W = 'simple', 'vector', 'w'
 
 BYTES = -1      # element code of a layout whose leaves are not all one type: its bytes move, nothing reduces
 MAX_DIMS = 7    # nested dimensions a layout keeps (MG_PACK_MAX_DIMS in cuda/mpigpu_cuda.h)
@@ -29,7 +33,7 @@ _EMPTY = np.zeros(0, _I64)
 
 class Layout:
     """The flattened type map of one MPI datatype (see the module docstring). `code` is the element
-    type of every leaf (a code of mpigpu._types) or BYTES; sizes, bounds and offsets are bytes."""
+    type of every leaf (a code of mpigpu._base.types) or BYTES; sizes, bounds and offsets are bytes."""
     __slots__ = ('code', 'size', 'lb', 'extent', 'true_lb', 'true_extent', 'offsets', 'lengths', 'dims',
                  'plans', '__weakref__')
 

@@ -17,11 +17,11 @@ import sys
 
 from mpi4py import MPI
 
-from ._codes import SIZES, TYPESTR_CODES
-from ._config import config
-from ._paths.support.packing import SIMPLE, VECTOR
-from ._types import NATIVE
-from .errors import Error
+from .._base.codes import SIZES, TYPESTR_CODES
+from .._base.config import config
+from .datatypes import SIMPLE, VECTOR
+from .._base.types import NATIVE
+from ..errors import Error
 
 _MAX_TYPES = 256     # datatypes kept for distinct (typestr, shape, strides); the oldest is freed beyond
 _types = {}          # key -> committed datatype, in insertion order (oldest first)

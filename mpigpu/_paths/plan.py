@@ -1,5 +1,5 @@
-"""A device-buffer collective bound to the path that runs it: parsed and checked once (mpigpu/_call.py),
-its path agreed with the other ranks (mpigpu/_agree.py), its GPU and launch stream resolved, then run
+"""A device-buffer collective bound to the path that runs it: parsed and checked once (mpigpu/_describe/call.py),
+its path agreed with the other ranks (mpigpu/_state/agree.py), its GPU and launch stream resolved, then run
 to completion (blocking), enqueued on a stream (stream=), or started as a request (non-blocking,
 persistent). A blocking call is a one-shot plan, so every form shares this setup; the Cython fast path
 (mpigpu/_paths/engine.py) skips it for the common blocking call once the communicator's team is up.
@@ -13,18 +13,21 @@ know), every rank makes it: device buffers through host mirrors (the mirrored pa
 """
 from mpi4py import MPI
 
-from . import _cuda, _host_mpi, _plain, _undecided
-from ._call import build, is_in_place
-from ._config import config
-from ._ext._intake import is_device
-from ._state import follow as _state_follow, state_of
-from ._strided import as_spec
-from ._types import NATIVE
-from ._undecided import Undecided
-from .errors import Error
-from ._codes import Coll, Placement, Verdict
-from ._paths import engine, hier, mirrored, staged
-from ._paths.support import packing, requests
+from .. import _cuda
+from .._base import host_mpi as _host_mpi, plain as _plain
+from .._state import undecided as _undecided
+from .._describe.call import build, is_in_place
+from .._base.config import config
+from .._ext._intake import is_device
+from .._state.comm_state import follow as _state_follow, state_of
+from .._describe.strided import as_spec
+from .._base.types import NATIVE
+from .._state.undecided import Undecided
+from ..errors import Error
+from .._base.codes import Coll, Placement, Verdict
+from . import engine, hier, mirrored, staged
+from .support import packing
+from .._state import requests
 
 _PARAMS = {mirrored.IN: 'sendbuf', mirrored.OUT: 'recvbuf', mirrored.INOUT: 'buf'}  # by role, in _host_args
 
@@ -71,7 +74,7 @@ def _host_args(coll, sendbuf, recvbuf, op, root):
 class Plan:
     """One collective call on device buffers, ready to run (MPI_Allreduce and MPI_Allreduce_init alike).
 
-    Its ranks agree on its path first (mpigpu/_agree.py): the engine's paths when every rank brought
+    Its ranks agree on its path first (mpigpu/_state/agree.py): the engine's paths when every rank brought
     device buffers they can take, else (`host_mpi`) the host MPI call every rank makes."""
     __slots__ = ('comm', 'st', 'c', 'name', 'coll', 'stream', 'engine_args', 'hier', 'device', 'args', 'buffers',
                  'host_mpi', 'inplace', 'undecided', '_dev', '_user_stream')
@@ -108,7 +111,7 @@ class Plan:
             agreement.refuse(name, coll, nonblocking)
             raise
         verdict = agreement.decide(name, coll, placement, nonblocking, self._started if nonblocking else None)
-        if isinstance(verdict, Undecided):  # its request decides it (mpigpu/_agree.py)
+        if isinstance(verdict, Undecided):  # its request decides it (mpigpu/_state/agree.py)
             self.undecided = verdict
         else:
             self._bind(verdict)
@@ -139,7 +142,7 @@ class Plan:
         return self._start_request()
 
     def _strided(self, name, coll, sendbuf, recvbuf):
-        """Bare arrays that are not contiguous as specifications through their strides (_strided.py)."""
+        """Bare arrays that are not contiguous as specifications through their strides (_describe/strided.py)."""
         method, in_place = Coll(coll).mpi_name, coll != Coll.BCAST and is_in_place(sendbuf)
         if coll != Coll.BCAST and not in_place:
             sendbuf = as_spec(sendbuf, packing.form_of(self.comm, method, 'sendbuf', in_place), name, self.st.rank)
@@ -191,7 +194,7 @@ class Plan:
     def request(self):
         """Starts the call and returns a request for it (non-blocking). An undecided call's request
         starts it once its ranks agree (when it is waited for or tested, by the request thread, at this
-        rank's next collective on the communicator, or at its next engine call on any; mpigpu/_undecided.py)."""
+        rank's next collective on the communicator, or at its next engine call on any; mpigpu/_state/undecided.py)."""
         u = self.undecided
         if u is not None:
             agreement = self.st.agreement
@@ -245,7 +248,7 @@ class Plan:
         request); returns the ticket of the GPU work, or 0 when the round already completed."""
         st, c = self.st, self.c
         if _undecided.pending():
-            _undecided.settle()  # the engine's kernels meet their peers' in launch order (mpigpu/_undecided.py)
+            _undecided.settle()  # the engine's kernels meet their peers' in launch order (mpigpu/_state/undecided.py)
         st.check_usable(c.name)
         if c.count == 0:
             requests.set_handle(req, requests.completed())

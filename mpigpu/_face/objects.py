@@ -2,7 +2,7 @@
 (Pack, Unpack), Op (Reduce_local), File (reads and writes) and Win (RMA origin buffers).
 
 As with communicators, host buffers go to mpi4py untouched and device buffers take the mirrored path
-(methods generated from mpi4py's signatures by mpigpu/_methods.py), except where a call's buffer must
+(methods generated from mpi4py's signatures by mpigpu/_face/methods.py), except where a call's buffer must
 outlive it: an RMA operation's origin buffer is MPI's until the epoch's synchronization, so `Win` keeps
 its mirrors until then and copies results back there; window memory itself must be host memory.
 mpi4py makes objects of the class a method is called on, so a datatype derived from one of these
@@ -12,13 +12,16 @@ import ctypes
 
 from mpi4py import MPI
 
-from . import _cuda, _methods, _pickle, _plain
-from ._ext._intake import is_device
-from ._paths import mirrored, p2p
-from ._paths.support import packed, requests
-from ._paths.mirrored import IN, INOUT, OUT
-from ._state import local_state, state_of
-from .errors import BufferArgumentError, Error
+from .. import _cuda
+from . import methods as _methods, pickling as _pickle
+from .._base import plain as _plain
+from .._ext._intake import is_device
+from .._paths import mirrored, p2p
+from .._paths.support import packed
+from .._state import requests
+from .._paths.mirrored import IN, INOUT, OUT
+from .._state.comm_state import local_state, state_of
+from ..errors import BufferArgumentError
 
 
 class _Constant:

@@ -17,7 +17,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from ._config import config
+from .config import config
 
 _SPIN_S = 1e-3       # busy polling first: short calls pay no sleep
 _FIRST_SLEEP_S = 1e-5

@@ -11,7 +11,7 @@ import ctypes
 
 from mpi4py import MPI
 
-from . import _plain
+from .._base import plain as _plain
 
 _capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
 _capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]

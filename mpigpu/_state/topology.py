@@ -13,7 +13,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from ._config import config
+from .._base.config import config
 
 # Marks a communicator that is one node already (a node communicator made here): a team set up on it is
 # not cut again into simulated nodes.

@@ -1,13 +1,12 @@
 """Collective setup of a communicator's device team: whether its ranks can form one (one node, GPUs
 with peer access), the workspaces and their peer mappings, and the agreement of every rank on the
-outcome. Called by the first device call on a communicator (mpigpu/_state.py)."""
+outcome. Called by the first device call on a communicator (mpigpu/_state/comm_state.py)."""
 import logging
 
-from mpi4py import MPI
-
-from . import _cuda, _deadline
-from ._config import config
-from ._topology import node_comm
+from .. import _cuda
+from .._base import deadline as _deadline
+from .._base.config import config
+from .topology import node_comm
 
 log = logging.getLogger('mpigpu')
 
@@ -62,7 +61,7 @@ def _why_not(comm, rank, n, dev, bus, buses, shared, knobs):
 
 def setup(comm, rank, n, dev):
     """Collective: every rank of `comm` takes part, and all agree on the outcome. It runs at a call
-    whose ranks all brought device buffers and accepted their own arguments (mpigpu/_agree.py); a peer
+    whose ranks all brought device buffers and accepted their own arguments (mpigpu/_state/agree.py); a peer
     that never arrives ends it in _deadline.GaveUp after MPIGPU_TIMEOUT_S.
     Returns (team or None, reason ('' with a team), the team's control communicator or None)."""
     dm = _cuda.device

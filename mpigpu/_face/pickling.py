@@ -2,13 +2,13 @@
 name in `from mpigpu import MPI` (mpigpu's), looked up when they are unpickled.
 
 The names resolve through the drop-in's table of replacements, which the package binds here when it is
-imported (before any of its modules: unpickling `mpigpu._pickle.predefined` imports the package first),
+imported (before any of its modules: unpickling `mpigpu._face.pickling.predefined` imports the package first),
 so this module needs nothing above it."""
 from mpi4py import MPI
 
-from . import _plain
+from .._base import plain as _plain
 
-_replacements = None  # () -> {name: mpigpu's object} (mpigpu/_dropin.py), bound by the package
+_replacements = None  # () -> {name: mpigpu's object} (mpigpu/_face/dropin.py), bound by the package
 
 
 def bind(replacements):
@@ -27,7 +27,7 @@ def predefined(name):
 def copy_of(cls, name):
     """A new `cls` object on the handle of the predefined object `name` (what a copy of one pickles as).
     `cls` is a class, or the name of one of mpi4py's own classes (python -m mpigpu puts mpigpu's under
-    mpi4py's names, so pickle cannot refer to mpi4py's by name: mpigpu/_plain.py keeps them)."""
+    mpi4py's names, so pickle cannot refer to mpi4py's by name: mpigpu/_base/plain.py keeps them)."""
     if isinstance(cls, str):
         cls = getattr(_plain, cls)
     return cls(predefined(name))

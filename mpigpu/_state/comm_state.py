@@ -10,10 +10,12 @@ from contextlib import contextmanager
 
 from mpi4py import MPI
 
-from . import _agree, _cuda, _deadline, _plain, _team, _undecided
-from ._paths.support import requests
-from ._config import config
-from .errors import CommunicatorBroken, Error
+from . import agree as _agree, team as _team, undecided as _undecided
+from .. import _cuda
+from .._base import deadline as _deadline, plain as _plain
+from . import requests
+from .._base.config import config
+from ..errors import CommunicatorBroken, Error
 
 log = logging.getLogger('mpigpu')
 
@@ -220,7 +222,7 @@ def attached(comm):
 
 def settle_before(comm):
     """Before a collective of any kind on `comm`: its undecided non-blocking calls are decided and
-    started first (MPI's order of collectives; mpigpu/_undecided.py). Called where
+    started first (MPI's order of collectives; mpigpu/_state/undecided.py). Called where
     _undecided.unsettled is not empty."""
     st = cached(comm)
     if st is None:
@@ -251,7 +253,7 @@ def follow(comm, name, start):
 
 def settle_all():
     """Before an engine call on any communicator: every undecided call of the process starts first
-    (the engine's kernels meet their peers' in launch order; mpigpu/_undecided.py)."""
+    (the engine's kernels meet their peers' in launch order; mpigpu/_state/undecided.py)."""
     _undecided.settle()
 
 
@@ -320,7 +322,7 @@ def engine_status(comm):
 
 
 def agreement_status(comm):
-    """How the ranks of a communicator agree on the path of each collective call (mpigpu/_agree.py)."""
+    """How the ranks of a communicator agree on the path of each collective call (mpigpu/_state/agree.py)."""
     return state_of(comm).agreement.describe()
 
 

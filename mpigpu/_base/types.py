@@ -3,8 +3,8 @@ each Dtype, the ops of MPI.Op handles, the (type, op) pairs MPI allows, and the 
 import numpy as np
 from mpi4py import MPI
 
-from ._codes import MIRROR_TYPESTRS, Dtype, Op, dtype_for
-from .errors import Error
+from .codes import MIRROR_TYPESTRS, Dtype, Op, dtype_for
+from ..errors import Error
 
 OP_CODE = {getattr(MPI, op.name).handle: op for op in Op}  # MPI.SUM.handle -> Op.SUM
 

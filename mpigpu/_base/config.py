@@ -2,7 +2,7 @@
 import logging
 import os
 
-from ._codes import Algo
+from .codes import Algo
 
 # MPIGPU_ALGO: the engine's algorithms by knob name, and the paths a call can be sent down instead:
 # 'staged' (host MPI for the whole buffer), 'hier' (across nodes: the hierarchical path, the cost model

@@ -1,5 +1,5 @@
 """The per-call agreement across nodes through each node's board and its leader ('nodes' mode of
-mpigpu/_agree.py).
+mpigpu/_state/agree.py).
 
 Every rank posts each call on its node's placement board (mpigpu/_ext/board.h), as the ranks of one
 node do. The node's first rank, its leader, also makes the call's one-word exchange with the other
@@ -23,10 +23,10 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from . import _plain
-from ._codes import Placement, Verdict
-from ._config import config
-from ._topology import simulated_node
+from .._base import plain as _plain
+from .._base.codes import Placement, Verdict
+from .._base.config import config
+from .topology import simulated_node
 
 # The exchange's words: flags (bitwise OR over the nodes' parts) and the collective's bit, which every
 # part sets, so two collectives meeting in one exchange show as two bits.
@@ -232,7 +232,7 @@ class NodeAgreement:
 
 def node_of_each(table):
     """The node of each rank: its host, cut into MPIGPU_SIMULATE_NODES simulated nodes as
-    mpigpu._topology cuts them (by the launcher's local rank where it says it, else by the
+    mpigpu._state.topology cuts them (by the launcher's local rank where it says it, else by the
     communicator's ranks on the host)."""
     hosts = [int(h) for h in table['host']]
     k = config.simulate_nodes

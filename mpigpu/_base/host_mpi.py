@@ -1,8 +1,8 @@
 """What the host MPI library can do with device memory: whether it is CUDA-aware."""
 import ctypes
 
-from . import _interpose
-from ._config import config
+from .. import _interpose
+from .config import config
 
 _queried = None
 

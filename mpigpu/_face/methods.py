@@ -13,17 +13,17 @@ import inspect
 
 from mpi4py import MPI
 
-from . import _cuda
-from ._config import config
-from ._undecided import ordered as is_collective, unsettled
-from ._ext._front import note_host
-from ._ext._intake import is_device
-from ._state import follow, settle_before
-from ._strided import as_spec
-from ._paths import exchange, exchange_reduce, mirrored
-from ._paths.support import packing
-from ._paths.mirrored import IN, INOUT, OUT
-from .errors import BufferArgumentError, Error
+from .. import _cuda
+from .._base.config import config
+from .._state.undecided import ordered as is_collective, unsettled
+from .._ext._front import note_host
+from .._ext._intake import is_device
+from .._state.comm_state import follow, settle_before
+from .._describe.strided import as_spec
+from .._paths import exchange, exchange_reduce, mirrored
+from .._paths.support import packing
+from .._paths.mirrored import IN, INOUT, OUT
+from ..errors import BufferArgumentError, Error
 
 _BUFFER = ('BufSpec', 'Buffer')
 
@@ -133,7 +133,7 @@ def _exchanged(owner, name):
     """The placement board's code of a blocking, non-blocking (I*) or persistent (*_init) method the
     exchange path may take on `owner`'s communicators (mpigpu/_paths/exchange.py; the reductions:
     exchange_reduce.py), else None. Its host-buffer calls are posted
-    for the ranks that may bring device buffers, as the engine's collectives are (mpigpu/_agree.py)."""
+    for the ranks that may bring device buffers, as the engine's collectives are (mpigpu/_state/agree.py)."""
     if not config.exchange or not issubclass(owner, MPI.Intracomm):
         return None
     kind = _kind(name, owner)
@@ -230,7 +230,7 @@ def _handler(owner, name, base, params, bufs, state_of):
 
 def ordered(owner, name):
     """True for a collective of a communicator: it follows the communicator's undecided non-blocking
-    engine calls in MPI's order (mpigpu/_agree.py), so it has them decided first."""
+    engine calls in MPI's order (mpigpu/_state/agree.py), so it has them decided first."""
     return issubclass(owner, MPI.Comm) and is_collective(name)
 
 

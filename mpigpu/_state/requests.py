@@ -26,8 +26,9 @@ import time
 
 from mpi4py import MPI
 
-from ... import _cuda, _plain
-from ...errors import Error
+from .. import _cuda
+from .._base import plain as _plain
+from ..errors import Error
 
 _POLL_S = 20e-6  # agent's pause between rounds while host MPI work is pending
 log = logging.getLogger('mpigpu')
@@ -197,7 +198,7 @@ class Work:
 class Deferred(Work):
     """Work whose operation starts later: `begin(blocking)` returns the operation's request once it
     has started, None while it cannot yet (a non-blocking collective whose ranks have not all said
-    which path they take: mpigpu/_agree.py), or raises why it never will."""
+    which path they take: mpigpu/_state/agree.py), or raises why it never will."""
     __slots__ = ('begin',)
 
     def __init__(self, begin):
@@ -443,7 +444,7 @@ class Persistent(Startable, _WaitsForGpu, MPI.Prequest):
 
     @classmethod
     def create(cls, plan):
-        """The request of `plan` (its `st`, `name` and `start(req)`: mpigpu._plan.Plan, or the exchange's
+        """The request of `plan` (its `st`, `name` and `start(req)`: mpigpu._paths.plan.Plan, or the exchange's
         persistent call)."""
         req = cls()
         st, name = plan.st, plan.name

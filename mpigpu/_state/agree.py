@@ -17,7 +17,7 @@ engine collective (every rank makes that call, whatever its buffers: one allgath
   rank's post is a store into its own line; a device rank reads its peers' lines. No MPI message on
   any call after the setup;
 - several nodes ('nodes'): a board per node, and a one-word MPI_Iallreduce per call among the nodes'
-  leaders, which publish its verdict on their boards (mpigpu/_agree_nodes.py); host ranks post and never
+  leaders, which publish its verdict on their boards (mpigpu/_state/agree_nodes.py); host ranks post and never
   wait;
 - several nodes whose ranks cannot map a board ('net'): a one-word MPI_Iallreduce per call among all
   ranks, on a private duplicate of the communicator; host ranks start it and never wait for it;
@@ -47,13 +47,15 @@ import warnings
 import numpy as np
 from mpi4py import MPI
 
-from . import _cuda, _deadline, _undecided
-from ._codes import ENGINE_COLLS, Coll, Placement, Verdict
-from ._config import config
-from ._agree_nodes import NodeAgreement, Turn, bits_of, exchange, node_of_each as _nodes, verdict_of
-from ._ext._board import BEHIND, Board, board_bytes
-from ._undecided import Undecided
-from .errors import CommunicatorBroken, Error
+from .. import _cuda
+from .._base import deadline as _deadline
+from . import undecided as _undecided
+from .._base.codes import ENGINE_COLLS, Coll, Placement, Verdict
+from .._base.config import config
+from .agree_nodes import NodeAgreement, Turn, bits_of, exchange, node_of_each as _nodes, verdict_of
+from .._ext._board import BEHIND, Board, board_bytes
+from .undecided import Undecided
+from ..errors import CommunicatorBroken, Error
 
 log = logging.getLogger('mpigpu')
 
@@ -106,7 +108,7 @@ class Agreement:
         self.nodes = 1
         self.armed = False
         self._warned = False  # 'off': device calls were warned about
-        self.undecided = collections.deque()  # its non-blocking device calls not decided yet (mpigpu/_undecided.py)
+        self.undecided = collections.deque()  # its non-blocking device calls not decided yet (mpigpu/_state/undecided.py)
         self._broke = None                     # a timeout or break found while deciding them (host calls raise it)
         self._kept = None  # 'net': the verdict the fast path of replayed calls reached for the call it handed on
 
@@ -475,7 +477,7 @@ class Agreement:
         return self._look(u.coll, u.call, u.exchange, 0.0, blocking)
 
     def settled(self, u):
-        """Undecided call `u` was decided (mpigpu/_undecided.py): a timeout or break found there is kept
+        """Undecided call `u` was decided (mpigpu/_state/undecided.py): a timeout or break found there is kept
         for the host call or collective that had it decided (settle_before raises it)."""
         if isinstance(u.exc, CommunicatorBroken):
             self._broke = u.exc

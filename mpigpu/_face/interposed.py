@@ -24,12 +24,12 @@ import ctypes
 from mpi4py import MPI
 
 from .. import _cuda, _interpose
-from .. import comm as _comm
-from .._codes import ENGINE_COLLS, TYPESTR_CODES
-from .._state import attached, state_of
-from .._types import FROM_MPI
-from .._undecided import unsettled
-from .functions import TABLE
+from . import comm as _comm
+from .._base.codes import ENGINE_COLLS, TYPESTR_CODES
+from .._state.comm_state import attached, state_of
+from .._base.types import FROM_MPI
+from .._state.undecided import unsettled
+from .._interpose.functions import TABLE
 
 _TYPESTRS = {code: typestr for typestr, code in TYPESTR_CODES.items()}  # dtype code -> a CAI typestr
 

@@ -1,4 +1,4 @@
-"""Non-blocking device calls whose path is not decided yet (mpigpu/_agree.py), in this process's call
+"""Non-blocking device calls whose path is not decided yet (mpigpu/_state/agree.py), in this process's call
 order, and the one place that decides them.
 
 A device rank's `Iallreduce` ... returns undecided where its peers had not all posted their placement.

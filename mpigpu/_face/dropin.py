@@ -8,13 +8,13 @@ Reduce_local take device buffers, and derived datatypes are mpigpu's too), the c
 the classes whose objects programs make through class methods (Win, File, Op, Message: its Probe and
 Iprobe), Prequest (its Startall starts mpigpu's persistent requests too), and the functions of the
 buffered-send buffer (Attach_buffer, Detach_buffer: a device buffer is replaced by host memory MPI
-can write, mpigpu/_bsend.py). mpi4py's own objects of a replaced class are instances of
-mpigpu's (mpigpu/_plain.py), so `isinstance(c, MPI.Intracomm)` holds for every communicator, and
+can write, mpigpu/_face/bsend.py). mpi4py's own objects of a replaced class are instances of
+mpigpu's (mpigpu/_base/plain.py), so `isinstance(c, MPI.Intracomm)` holds for every communicator, and
 mpigpu's methods take them (mpi4py.util.pkl5 calls MPI.Comm.Recv and MPI.Message.Recv on its own).
 Request classes stay mpi4py's. Null objects (DATATYPE_NULL, OP_NULL, WIN_NULL, FILE_NULL,
 COMM_NULL, the MESSAGE_ constants) stay mpi4py's: they take no buffers, and they compare, pickle and
 come out of mpi4py's C API as its own. mpi4py's C API constructors give mpigpu's classes too
-(mpigpu/_capi.py).
+(mpigpu/_face/capi.py).
 
 Pickling: mpi4py pickles a predefined object by its name in mpi4py.MPI, which then names mpigpu's
 object, so the plain ones that mpi4py itself still makes (a datatype's decoded parts, ...) pickle
@@ -24,7 +24,8 @@ import copyreg
 
 from mpi4py import MPI
 
-from . import _bsend, _capi, _pickle, _plain
+from . import bsend as _bsend, capi as _capi, pickling as _pickle
+from .._base import plain as _plain
 
 
 def _null(obj):
@@ -45,7 +46,7 @@ def replacements():
     if _replaced:
         return _replaced
     from . import comm, objects
-    from ._paths.support import requests
+    from .._state import requests
     out = {'COMM_WORLD': comm.COMM_WORLD, 'COMM_SELF': comm.COMM_SELF}
     for cls in (comm.Comm, comm.Intracomm, comm.Intercomm, comm.Topocomm, comm.Cartcomm, comm.Graphcomm,
                 comm.Distgraphcomm, objects.Win, objects.File, objects.Op, objects.Message, requests.Prequest):

@@ -2,22 +2,25 @@
 handles) whose buffer methods take GPU arrays.
 
 Host buffers go to mpi4py unchanged (the added cost is a type check per buffer). Device buffers take
-the path their method has: the engine's five collectives through a Plan (mpigpu/_plan.py: the device
+the path their method has: the engine's five collectives through a Plan (mpigpu/_paths/plan.py: the device
 engine, or host MPI), point-to-point through mpigpu/_paths/p2p.py, every other buffer method through
-the mirrored path, generated from mpi4py's signatures (mpigpu/_methods.py). Every communicator made
+the mirrored path, generated from mpi4py's signatures (mpigpu/_face/methods.py). Every communicator made
 from one of these is one of these too.
 """
 from mpi4py import MPI
 
-from . import _bsend, _cuda, _methods, _pickle, _plain, _state, objects
-from ._undecided import unsettled as _unsettled
-from ._codes import Coll
-from ._ext import _front
-from ._ext._intake import any_device, is_device
-from ._paths import p2p
-from ._paths.engine import fast_entry
-from ._plan import Plan
-from .errors import Error
+from . import bsend as _bsend, methods as _methods, pickling as _pickle, objects
+from .. import _cuda
+from .._base import plain as _plain
+from .._state import comm_state as _state
+from .._state.undecided import unsettled as _unsettled
+from .._base.codes import Coll
+from .._ext import _front
+from .._ext._intake import any_device, is_device
+from .._paths import p2p
+from .._paths.engine import fast_entry
+from .._paths.plan import Plan
+from ..errors import Error
 
 _ANY_SOURCE, _ANY_TAG = MPI.ANY_SOURCE, MPI.ANY_TAG
 _ALLREDUCE, _BCAST, _REDUCE_SCATTER_BLOCK, _REDUCE, _ALLGATHER = (
@@ -76,7 +79,7 @@ class _Comm:
     """What every mpigpu communicator adds to its mpi4py class: point-to-point on device buffers,
     communicators and matched-probe messages of its own kind, Free that releases mpigpu's state."""
 
-    Barrier, Ibarrier = _front.Barrier, _front.Ibarrier  # after the undecided calls (mpigpu/_agree.py)
+    Barrier, Ibarrier = _front.Barrier, _front.Ibarrier  # after the undecided calls (mpigpu/_state/agree.py)
 
     # ---- point-to-point (mpigpu/_paths/p2p.py): GPU to GPU over peer mappings, or staged ----------
     def Isend(self, buf, dest, tag=0):
@@ -264,12 +267,12 @@ class _EngineCollectives:
         Plan(self, name, coll, sendbuf, recvbuf, op, root, stream=handle).run(sync=False)
         return None
 
-    # ---- non-blocking and persistent forms: generalized requests (mpigpu/_paths/support/requests.py) -------
+    # ---- non-blocking and persistent forms: generalized requests (mpigpu/_state/requests.py) -------
     def Iallreduce(self, sendbuf, recvbuf, op=_SUM):
         if _any_device(sendbuf, recvbuf):
             return Plan(self, 'Iallreduce', _ALLREDUCE, sendbuf, recvbuf, op, 0, nonblocking=True).request()
         _note_host(self, _ALLREDUCE, True)
-        if _unsettled:  # after this communicator's undecided calls (mpigpu/_undecided.py)
+        if _unsettled:  # after this communicator's undecided calls (mpigpu/_state/undecided.py)
             return _state.follow(self, 'Iallreduce', lambda: _plain.Intracomm.Iallreduce(self, sendbuf, recvbuf, op))
         return _plain.Intracomm.Iallreduce(self, sendbuf, recvbuf, op)
 
@@ -391,7 +394,7 @@ def _constructor(name, base):
 
 def _ordered(name, base):
     """A collective without buffers (Barrier, the pickled collectives) that has the communicator's
-    undecided non-blocking calls decided first (MPI's order of collectives; mpigpu/_agree.py)."""
+    undecided non-blocking calls decided first (MPI's order of collectives; mpigpu/_state/agree.py)."""
     def method(self, *args, **kwargs):
         if _unsettled:
             _state.settle_before(self)

@@ -12,12 +12,13 @@ import operator
 
 from mpi4py import MPI
 
-from . import _cuda, _datatypes
-from ._codes import ALIGNMENTS, NAMES, SIZES, Coll
-from ._ext._intake import DeviceBuffer, call_geometry, device_buffer
-from ._types import FROM_MPI, check_op, from_typecode, op_code
-from .errors import (PYTHON_ERRORS, BufferArgumentError, Error, KeyArgumentError, TypeArgumentError,
-                     ValueArgumentError, like)
+from .. import _cuda
+from . import datatypes as _datatypes
+from .._base.codes import ALIGNMENTS, NAMES, SIZES, Coll
+from .._ext._intake import DeviceBuffer, call_geometry, device_buffer
+from .._base.types import FROM_MPI, check_op, from_typecode, op_code
+from ..errors import (PYTHON_ERRORS, BufferArgumentError, Error, KeyArgumentError, TypeArgumentError,
+                      ValueArgumentError, like)
 
 
 class Arg:

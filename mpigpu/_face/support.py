@@ -1,6 +1,8 @@
 """mpigpu.query_cuda_support(): the answer Open MPI's MPIX_Query_cuda_support() gives, for the MPI a
 program reaches through mpi4py.MPI in this process (docs/cuda-aware-codes.md)."""
-from . import _cuda, _dropin, _host_mpi
+from .. import _cuda
+from . import dropin as _dropin
+from .._base import host_mpi as _host_mpi
 
 
 def query_cuda_support():

@@ -3,7 +3,7 @@ table of each, the X-macros of cuda/mpigpu_cuda.h and mpigpu/_ext/board.h (read 
 mpigpu._ext._codes)."""
 from enum import IntEnum
 
-from ._ext import _codes as _table
+from .._ext import _codes as _table
 
 
 class _Coll(IntEnum):

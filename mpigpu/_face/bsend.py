@@ -8,10 +8,10 @@ Host buffers and MPI.BUFFER_AUTOMATIC go to MPI unchanged.
 """
 from mpi4py import MPI
 
-from . import _plain
-from ._call import read_whole
-from ._ext._intake import is_device
-from ._state import local_state
+from .._base import plain as _plain
+from .._describe.call import read_whole
+from .._ext._intake import is_device
+from .._state.comm_state import local_state
 
 _stand_ins = {}  # scope (None: the process; a communicator's handle) -> the program's device buffer
 

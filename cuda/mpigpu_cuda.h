@@ -23,7 +23,7 @@ extern "C" {
 
 /* The codes shared with Python, each written once as an X-macro table: the enums below and the name
  * functions after them are expanded from these, and mpigpu/_ext/_codes.pyx reads the names, so Python
- * knows every code by name (mpigpu/_codes.py) without a second table. */
+ * knows every code by name (mpigpu/_base/codes.py) without a second table. */
 
 /* Element types: X(NAME, name, bytes, C alignment, kind). kind: 'b' bool, 'i' signed, 'u' unsigned,
  * 'f' IEEE float, 'B' bfloat16, 'c' complex (aligned like its component). */
@@ -354,7 +354,7 @@ void mg_completion_shutdown(void);
 #define MG_PACK_MAX_DIMS 7  /* nested dimensions of a layout (the count of a call adds one) */
 enum mg_pack_direction { MG_PACK = 0, MG_UNPACK = 1 };
 
-/* A datatype's type map (mpigpu/_datatypes.py): a block table repeated over nested dimensions,
+/* A datatype's type map (mpigpu/_describe/datatypes.py): a block table repeated over nested dimensions,
  * packed in order (innermost dimension fastest, the table's entries in order within each). A regular
  * layout's table is one block (start, block); a longer table lives in device memory. Offsets and
  * strides are bytes from the buffer pointer, of any sign. */

@@ -1,5 +1,5 @@
 // pack_kernel.cuh: the kernels that pack derived datatypes into contiguous bytes and unpack them
-// (layouts: mpigpu/_datatypes.py; the C ABI: mg_layout in mpigpu_cuda.h; launches: pack.cu).
+// (layouts: mpigpu/_describe/datatypes.py; the C ABI: mg_layout in mpigpu_cuda.h; launches: pack.cu).
 //
 // A call moves `rows` repetitions of a block table (a regular layout: one block, a "row"), whose
 // repetition j lies row_offset(j) bytes from the strided side's pointer and j * block bytes into

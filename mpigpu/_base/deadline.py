@@ -11,6 +11,7 @@ collective (the agreement's MPI_Iallreduce across nodes) that arrives while its 
 the sleep, and every step can. With sleeps of up to 1 ms, the hierarchical Bcast of 16 MB on 2 x 2
 simulated nodes took 7.5 ms where its network phase alone took 1.9 (docs/benchmarks.md).
 """
+import os
 import pickle
 import time
 
@@ -21,6 +22,11 @@ from .config import config
 
 _SPIN_S = 1e-3       # busy polling first: short calls pay no sleep
 _FIRST_SLEEP_S = 1e-5
+# Past this, each look gives the core up to a runnable process, if any (sched_yield: about a microsecond
+# where none is): ranks that outnumber the cores let the peer they wait for run (a 6-rank job on 2 cores:
+# 12.3 -> 7.5 s, docs/tuning.md), as the placement board's waits do (mpigpu/_ext/board.h).
+_YIELD_AFTER_S = 5e-5
+_yield = getattr(os, 'sched_yield', lambda: None)
 
 
 class GaveUp(Exception):
@@ -50,6 +56,8 @@ def wait(req, broken=None, keep=(), timeout_s=None):
             sleep = min(most, max(sleep * 2, _FIRST_SLEEP_S))
             if sleep > 0:
                 time.sleep(sleep)
+        elif now - start > _YIELD_AFTER_S:
+            _yield()
 
 
 def allgather(comm, obj, broken=None):

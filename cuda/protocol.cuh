@@ -358,6 +358,33 @@ struct Group {
   }
 };
 
+// One 16-byte vector of each of the first nsrc sources combined element by element, in source order
+// (accumulated in A: float for 16-bit floats); w[0] itself where there is one source.
+template <typename T, typename Op, int MaxSrc>
+__device__ __forceinline__ uint4 reduce_vec(const uint4 (&w)[MaxSrc], int nsrc) {
+  using A = typename AccOf<T>::type;
+  constexpr int V = 16 / sizeof(T);
+  uint4 out = w[0];
+  if (MaxSrc > 1) {
+    A acc[V];
+    const T *e = reinterpret_cast<const T *>(&w[0]);
+#pragma unroll
+    for (int v = 0; v < V; ++v) acc[v] = to_acc<A, T>(e[v]);
+#pragma unroll
+    for (int k = 1; k < MaxSrc; ++k) {
+      if (k < nsrc) {
+        const T *f = reinterpret_cast<const T *>(&w[k]);
+#pragma unroll
+        for (int v = 0; v < V; ++v) acc[v] = Op::f(acc[v], to_acc<A, T>(f[v]));
+      }
+    }
+    T *o = reinterpret_cast<T *>(&out);
+#pragma unroll
+    for (int v = 0; v < V; ++v) o[v] = from_acc<T, A>(acc[v]);
+  }
+  return out;
+}
+
 // dst[d][i] = src[0][i] op src[1][i] op ... for every destination d, in source order, so every rank
 // that reduces the same sources gets bitwise the same values. 16-byte vectors where every pointer is
 // 16-byte aligned, scalars otherwise and for the tail. All threads of the group take part.
@@ -394,24 +421,10 @@ __device__ __forceinline__ void reduce_copy(const Group &g, const char *const *s
         for (int u = 0; u < U; ++u) w[k][u] = ld_volatile_v4(src[k] + (i + u * stride) * 16);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      uint4 out = w[0][u];
-      if (MaxSrc > 1) {
-        A acc[V];
-        const T *e = reinterpret_cast<const T *>(&w[0][u]);
+      uint4 col[MaxSrc];
 #pragma unroll
-        for (int v = 0; v < V; ++v) acc[v] = to_acc<A, T>(e[v]);
-#pragma unroll
-        for (int k = 1; k < MaxSrc; ++k) {
-          if (k < nsrc) {
-            const T *f = reinterpret_cast<const T *>(&w[k][u]);
-#pragma unroll
-            for (int v = 0; v < V; ++v) acc[v] = Op::f(acc[v], to_acc<A, T>(f[v]));
-          }
-        }
-        T *o = reinterpret_cast<T *>(&out);
-#pragma unroll
-        for (int v = 0; v < V; ++v) o[v] = from_acc<T, A>(acc[v]);
-      }
+      for (int k = 0; k < MaxSrc; ++k) col[k] = w[k][u];
+      const uint4 out = reduce_vec<T, Op, MaxSrc>(col, nsrc);
 #pragma unroll
       for (int d = 0; d < MaxDst; ++d)
         if (d < ndst) *reinterpret_cast<uint4 *>(dst[d] + (i + u * stride) * 16) = out;
@@ -422,24 +435,7 @@ __device__ __forceinline__ void reduce_copy(const Group &g, const char *const *s
 #pragma unroll
     for (int k = 0; k < MaxSrc; ++k)
       if (k < nsrc) w[k] = ld_volatile_v4(src[k] + i * 16);
-    uint4 out = w[0];
-    if (MaxSrc > 1) {
-      A acc[V];
-      const T *e = reinterpret_cast<const T *>(&w[0]);
-#pragma unroll
-      for (int v = 0; v < V; ++v) acc[v] = to_acc<A, T>(e[v]);
-#pragma unroll
-      for (int k = 1; k < MaxSrc; ++k) {
-        if (k < nsrc) {
-          const T *f = reinterpret_cast<const T *>(&w[k]);
-#pragma unroll
-          for (int v = 0; v < V; ++v) acc[v] = Op::f(acc[v], to_acc<A, T>(f[v]));
-        }
-      }
-      T *o = reinterpret_cast<T *>(&out);
-#pragma unroll
-      for (int v = 0; v < V; ++v) o[v] = from_acc<T, A>(acc[v]);
-    }
+    const uint4 out = reduce_vec<T, Op, MaxSrc>(w, nsrc);
 #pragma unroll
     for (int d = 0; d < MaxDst; ++d)
       if (d < ndst) *reinterpret_cast<uint4 *>(dst[d] + i * 16) = out;

@@ -6,7 +6,8 @@ at import); run it in both and compare (benchmarks/device_session.sh has no part
     MPI4JAX_USE_CUDA_MPI=1 mpirun -n 2 python -m mpigpu benchmarks/mpi4jax_caller.py
     MPI4JAX_USE_CUDA_MPI=0 mpirun -n 2 python -m mpigpu benchmarks/mpi4jax_caller.py
 
-Each rank takes the GPU of its rank (JAX_CUDA_VISIBLE_DEVICES, set here before JAX starts). Prints
+Each rank takes the GPU of its rank (JAX_CUDA_VISIBLE_DEVICES, set here before JAX starts; the header shows
+where each rank's array is). Prints
 one line per size: bytes, us per call (slowest rank, median of 5 rounds), and checks the sums.
 """
 import os
@@ -44,8 +45,9 @@ for nbytes in [1 << 10, 64 << 10, 1 << 20, 8 << 20, 64 << 20]:
         y.block_until_ready()
         times.append((time.perf_counter() - t0) / iters * 1e6)
     rows.append((nbytes, comm.allreduce(statistics.median(times), op=MPI.MAX)))
+devices = comm.gather(f'{x.devices()}', root=0)  # ranks sharing a GPU have no device team: every call staged
 if rank == 0:
-    print(f'# mpi4jax {mpi4jax.__version__} allreduce, jax {jax.__version__} on {jax.devices()[0]}, {n} ranks, '
+    print(f'# mpi4jax {mpi4jax.__version__} allreduce, jax {jax.__version__}, {n} ranks on {devices}, '
           f'MPI4JAX_USE_CUDA_MPI={mode}')
     for nbytes, us in rows:
         print(f'mpi4jax allreduce mode={mode} {nbytes} B: {us:.1f} us')

@@ -6,9 +6,9 @@ at import); run it in both and compare (benchmarks/device_session.sh has no part
     MPI4JAX_USE_CUDA_MPI=1 mpirun -n 2 python -m mpigpu benchmarks/mpi4jax_caller.py
     MPI4JAX_USE_CUDA_MPI=0 mpirun -n 2 python -m mpigpu benchmarks/mpi4jax_caller.py
 
-Each rank takes the GPU of its rank (JAX_CUDA_VISIBLE_DEVICES, set here before JAX starts; the header shows
-where each rank's array is). Prints
-one line per size: bytes, us per call (slowest rank, median of 5 rounds), and checks the sums.
+Each rank takes the GPU of its rank (JAX_CUDA_VISIBLE_DEVICES, set here before JAX starts; the header
+shows where each rank's array is). Prints one line per size: bytes, us per call (slowest rank, median of
+5 rounds), and checks the sums.
 """
 import os
 import statistics

@@ -1,9 +1,12 @@
 """The hierarchical path across (simulated) nodes on CPUs: the composition under mpiexec with the fake CUDA
 layer (tests/mpi/hier_fake_device.py), the cut into simulated nodes, the cost model's choices and the
 knobs."""
+import subprocess
+import sys
+
 import pytest
 
-from conftest import run_ranks
+from conftest import mpiexec, run_ranks
 from mpigpu._base import config as _config
 from mpigpu._base.codes import ENGINE_COLLS, Coll
 from mpigpu._paths.hier import model as hier_model
@@ -140,3 +143,32 @@ def test_network_figures_come_from_the_transport_given():
     for coll in (Coll.ALLREDUCE, Coll.ALLGATHER, Coll.REDUCE_SCATTER_BLOCK):
         assert hier_model.predict(coll, 1 << 26, two_way)['rail'][0] > hier_model.predict(coll, 1 << 26, one_way)['rail'][0]
     assert hier_model.predict(Coll.BCAST, 1 << 26, two_way) == hier_model.predict(Coll.BCAST, 1 << 26, one_way)
+
+
+def test_model_counts_the_agreement_of_every_call_and_chooses_without_it():
+    """The agreement across nodes (measured at setup) costs every form of a call the same: each
+    prediction grows by it, and the choice of form is the one made without it."""
+    plain = _shape([4, 4])
+    agreed = hier_model.Shape(plain.sizes, True, plain.kinds, False, plain.latency_us, plain.gbps, agree_us=40.0)
+    for coll in ENGINE_COLLS:
+        for nbytes in (8, 1 << 16, 1 << 24, 1 << 30):
+            without, with_ = hier_model.predict(coll, nbytes, plain), hier_model.predict(coll, nbytes, agreed)
+            assert without.keys() == with_.keys()
+            for form in without:
+                assert abs(with_[form][0] - without[form][0] - 40e-6) < 1e-12 and with_[form][1] == without[form][1]
+            assert hier_model.choose(coll, nbytes, agreed) == hier_model.choose(coll, nbytes, plain)
+
+
+def test_the_agreement_is_measured_on_the_leaders():
+    """measure_agreement: 0 on one node (no leaders' exchange), else a positive time (here COMM_WORLD's
+    ranks stand for the leaders of as many nodes), the same on every rank."""
+    from mpi4py import MPI
+    from mpigpu._state.topology import measure_agreement
+    assert measure_agreement(MPI.COMM_SELF, None) == 0.0
+    assert measure_agreement(MPI.COMM_SELF, MPI.COMM_SELF) == 0.0  # one leader: one node
+    code = ("from mpi4py import MPI\nfrom mpigpu._state.topology import measure_agreement\n"
+            "w = MPI.COMM_WORLD\nus = measure_agreement(w, w)\n"
+            "assert us > 0 and w.allgather(us) == [us] * 2, us\nprint('agreement', us)")
+    proc = subprocess.run([mpiexec(), '-n', '2', sys.executable, '-m', 'mpi4py', '-c', code], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.count('agreement') == 2, proc.stdout + proc.stderr

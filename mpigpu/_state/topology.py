@@ -112,6 +112,29 @@ def measure_network(comm, leaders, node, round_trips=None, exchanges=None):
     return lat, gbps, both
 
 
+_AGREE_ROUNDS = 10  # and one to warm up
+
+
+def measure_agreement(comm, leaders):
+    """What the agreement across nodes costs a call (us, the same on every rank of `comm`; collective):
+    the median of rounds of its leaders' step, the one-word MPI_Iallreduce the agreement exchanges over
+    host MPI on every call (mpigpu/_state/agree_nodes.py), waited for as the agreement waits. 0 on one
+    node."""
+    measured = None
+    if leaders is not None and leaders.Get_size() > 1:
+        words = np.zeros(4, np.int64)
+        times = []
+        for _ in range(_AGREE_ROUNDS + 1):
+            t0 = time.perf_counter()
+            req = leaders.Iallreduce(words[:2], words[2:], MPI.BOR)
+            while not req.Test():
+                pass
+            times.append(time.perf_counter() - t0)
+        measured = sorted(times[1:])[len(times[1:]) // 2] * 1e6
+    measured = comm.bcast(measured, root=0)  # rank 0 is node 0's leader
+    return measured or 0.0
+
+
 class Topology:
     """One rank's view of the nodes of a communicator (made collectively; `close` frees what it made).
 

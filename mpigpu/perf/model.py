@@ -43,13 +43,15 @@ def _tree(coll, nbytes, nodes, per_node, latency_us, gbps):
     return node + trips * (hier_model.lg(nodes) * a + nbytes / b)
 
 
-def row(coll, nbytes, nodes, gpus, latency_us, gbps, gbps_both=0.0):
+def row(coll, nbytes, nodes, gpus, latency_us, gbps, gbps_both=0.0, agree_us=0.0):
     """{form: (us, busbw GB/s)} and the chosen form; nbytes is the whole buffer as mpigpu-perf counts it
-    (Reduce_scatter_block and Allgather: all ranks' blocks); gbps_both: each way of an exchange (0: gbps)."""
+    (Reduce_scatter_block and Allgather: all ranks' blocks); gbps_both: each way of an exchange (0: gbps);
+    agree_us: the agreement across nodes per call (mpigpu's forms only: flat and tree stand for another
+    library's)."""
     p = nodes * gpus
     per_rank = nbytes // p if coll in (Coll.REDUCE_SCATTER_BLOCK, Coll.ALLGATHER) else nbytes
     shape = hier_model.Shape((gpus,) * nodes, True, ('engine',) * nodes, False, latency_us, gbps,
-                             gbps_both=gbps_both)
+                             gbps_both=gbps_both, agree_us=agree_us)
     forms = {f: t for f, (t, _c) in hier_model.predict(coll, per_rank, shape).items()}
     forms['flat'] = _flat(coll, per_rank, nodes, gpus, latency_us, gbps)
     if coll in (Coll.ALLREDUCE, Coll.BCAST):
@@ -84,11 +86,11 @@ def forms_table(coll, gpus, latency_us, gbps, nbytes, nodes=NODES):
     return '\n'.join(lines)
 
 
-def setup_table(nodes, gpus, latency_us, gbps, sizes, gbps_both=0.0):
+def setup_table(nodes, gpus, latency_us, gbps, sizes, gbps_both=0.0, agree_us=0.0):
     lines = ['| collective | bytes | rail us | leader us | chosen | predicted busbw GB/s |', '|---|---|---|---|---|---|']
     for coll in COLLS:
         for s in sizes:
-            forms, chosen = row(coll, s, nodes, gpus, latency_us, gbps, gbps_both)
+            forms, chosen = row(coll, s, nodes, gpus, latency_us, gbps, gbps_both, agree_us)
             cell = lambda f: f'{forms[f][0]:,.0f}' if f in forms else '-'  # noqa: E731
             lines.append(f'| {Coll(coll).mpi_name} | {_size(s)} | {cell("rail")} | {cell("leader")} | {chosen} | '
                          f'{forms[chosen][1]:.2f} |')
@@ -105,10 +107,12 @@ def main(argv=None):
     p.add_argument('--gbps-both', type=float, default=0.0,
                    help='each way while a GPU sends and receives at once, GB/s (0: --gbps; engine_status() '
                         'reports what the setup measured)')
+    p.add_argument('--agree-us', type=float, default=0.0,
+                   help="the agreement across nodes per call, us (one setup; engine_status() reports the setup's)")
     a = p.parse_args(argv)
     if a.nodes:
         sizes = [1 << k for k in range(10, 31, 2)]
-        print(setup_table(a.nodes, a.gpus, a.latency_us, a.gbps, sizes, a.gbps_both))
+        print(setup_table(a.nodes, a.gpus, a.latency_us, a.gbps, sizes, a.gbps_both, a.agree_us))
         return 0
     for gbps in (25.0, 50.0):
         for gpus in (4, 8):

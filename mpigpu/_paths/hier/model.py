@@ -38,8 +38,9 @@ class Shape:
     """What the model knows of a communicator: node sizes (node order), whether each node's ranks are
     consecutive, how its node phases run ('engine', 'staged' or 'single' per node), whether MPI takes
     device pointers, the network (latency us, GB/s per GPU one way; GB/s each way while a GPU sends and
-    receives at once, 0: the same), and whether its transport moves device memory (NCCL: no staging
-    copy, reductions read device memory)."""
+    receives at once, 0: the same), whether its transport moves device memory (NCCL: no staging
+    copy, reductions read device memory), and what the agreement across nodes costs every call (us,
+    measured at setup: the same for every form)."""
     sizes: tuple
     consecutive: bool
     kinds: tuple
@@ -48,6 +49,7 @@ class Shape:
     gbps: float
     device_net: bool = False
     gbps_both: float = 0.0
+    agree_us: float = 0.0
 
     @property
     def nodes(self):
@@ -236,8 +238,10 @@ RAIL_MARGIN = 0.02
 
 
 def predict(coll, nbytes, shape, chunk_bytes=0, itemsize=4):
-    """{form: (seconds, chunks)} for every form of `coll` that applies to `shape`."""
-    return _forms(coll, nbytes, shape, chunk_bytes, itemsize)
+    """{form: (seconds, chunks)} for every form of `coll` that applies to `shape`, each with the call's
+    agreement across nodes (the same whatever the form: `choose` compares the forms without it)."""
+    agree = shape.agree_us * 1e-6
+    return {f: (t + agree, c) for f, (t, c) in _forms(coll, nbytes, shape, chunk_bytes, itemsize).items()}
 
 
 def choose(coll, nbytes, shape, forced='', chunk_bytes=0, itemsize=4):

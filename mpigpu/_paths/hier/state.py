@@ -14,7 +14,7 @@ from ... import _cuda
 from ..._base import host_mpi as _host_mpi
 from ..._base.config import config
 from ..._state.comm_state import CommState
-from ..._state.topology import Topology, measure_network
+from ..._state.topology import Topology, measure_agreement, measure_network
 from ..._transports import nccl
 from ...errors import Error
 from . import model, progress, replay
@@ -83,8 +83,9 @@ class HierState:
         probes = (None, None) if self.dnet is None else (self._on_transport(self.dnet.round_trips),
                                                          self._on_transport(self.dnet.exchanges))
         self.latency_us, self.gbps, self.gbps_both = measure_network(st.comm, topo.leaders, topo.node, *probes)
+        self.agree_us = measure_agreement(st.comm, topo.leaders)
         self.shape = model.Shape(tuple(topo.sizes), topo.consecutive, self.node_kinds, self.cuda_aware,
-                                 self.latency_us, self.gbps, self.dnet is not None, self.gbps_both)
+                                 self.latency_us, self.gbps, self.dnet is not None, self.gbps_both, self.agree_us)
         log.debug('rank %d: hierarchical path: %s', st.rank, self.describe())
 
     def _on_transport(self, probe):
@@ -166,7 +167,7 @@ class HierState:
         kinds = sorted(set(self.node_kinds))
         return (f'{self.topo.describe()}; node phases: {", ".join(kinds)}; network: {net}, '
                 f'{self.latency_us:.1f} us, {self.gbps:.2f} GB/s per GPU one way, {self.gbps_both:.2f} each way '
-                'of an exchange')
+                f'of an exchange; agreement across nodes {self.agree_us:.1f} us a call')
 
     def engine_status(self):
         """What comm.engine_status() says of a communicator on this path ('' on one node)."""

@@ -42,7 +42,9 @@ static inline int mgi_special(const void *p) {
 /* memory.c */
 extern atomic_int mgi_driver_ready;   /* 1 once the CUDA driver is loaded and its functions found */
 int mgi_find_driver(void);            /* looks for it again if the loader loaded anything since */
-/* device or managed memory, as the driver says (driver ready): its device's ordinal, -1 where host memory */
+/* device or managed memory, as the driver says (driver ready): its device's ordinal (MGI_DEVICE_UNKNOWN
+ * where the driver names none), -1 where host memory */
+#define MGI_DEVICE_UNKNOWN 0x7fffffff
 int mgi_query(const void *p);
 int mgi_surely_host(const void *p);   /* the brk heap or this thread's stack: host memory, no question */
 /* Whether this call could hold device memory at all: once per call, not per buffer (without a driver,

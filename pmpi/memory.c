@@ -156,7 +156,8 @@ int mgi_query(const void *p) {
   void *data[3] = {&type, &managed, &ordinal};
   /* Plain host memory, or a driver not initialized (so no device memory yet): not device. */
   if (cu.get_attributes(3, attrs, data, (cu_ptr)(uintptr_t)p) != 0) return -1;
-  return (managed || type == CU_MEMORYTYPE_DEVICE) && ordinal >= 0 ? ordinal : -1;
+  if (!managed && type != CU_MEMORYTYPE_DEVICE) return -1;
+  return ordinal >= 0 ? ordinal : MGI_DEVICE_UNKNOWN; /* device memory all the same, on no GPU the entry has */
 }
 
 /* A copy in the context of the device memory it touches (the caller's thread may have none current),

@@ -8,6 +8,7 @@ Nodes are numbered by their lowest rank; a node's ranks keep the communicator's 
 (the node's leader) is its lowest rank. A rail is the ranks with the same local rank on every node that
 has one; rail 0 is the leaders' communicator.
 """
+import statistics
 import time
 
 import numpy as np
@@ -117,20 +118,18 @@ _AGREE_ROUNDS = 10  # and one to warm up
 
 def measure_agreement(comm, leaders):
     """What the agreement across nodes costs a call (us, the same on every rank of `comm`; collective):
-    the median of rounds of its leaders' step, the one-word MPI_Iallreduce the agreement exchanges over
-    host MPI on every call (mpigpu/_state/agree_nodes.py), waited for as the agreement waits. 0 on one
-    node."""
+    the median of rounds of its leaders' step, the one-word allreduce (bitwise or) it makes over host MPI
+    on every call (mpigpu/_state/agree_nodes.py), blocking here as the network probes above are. 0 on
+    one node."""
     measured = None
     if leaders is not None and leaders.Get_size() > 1:
         words = np.zeros(4, np.int64)
         times = []
         for _ in range(_AGREE_ROUNDS + 1):
             t0 = time.perf_counter()
-            req = leaders.Iallreduce(words[:2], words[2:], MPI.BOR)
-            while not req.Test():
-                pass
+            leaders.Allreduce(words[:2], words[2:], MPI.BOR)
             times.append(time.perf_counter() - t0)
-        measured = sorted(times[1:])[len(times[1:]) // 2] * 1e6
+        measured = statistics.median(times[1:]) * 1e6  # the first round only warms the connection
     measured = comm.bcast(measured, root=0)  # rank 0 is node 0's leader
     return measured or 0.0
 

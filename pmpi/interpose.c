@@ -17,16 +17,17 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "engine_entry.h"
 #include "functions.h"
 
 /* args: the call's parameters as words; mask: bit b set where the function's b-th buffer is device memory */
 typedef int (*mgi_handler)(int id, const intptr_t *args, unsigned mask);
-/* the engine's entry: the same, and the device ordinal of each buffer (-1: host memory) */
-typedef int (*mgi_engine)(int id, const intptr_t *args, unsigned mask, const int *ordinals);
 
 _Atomic(void *) mgi_handler_fn;
-/* The engine's own entry (mpigpu's _device: the five engine collectives with device buffers, read from the
- * words in C; NULL: none): same arguments, -1 where the call is not its own and goes to the handler. */
+/* The engine's own entry (mpigpu's _device: the five engine collectives, read from the words in C; NULL:
+ * none): same arguments and the buffers' ordinals (engine_entry.h). It runs their device-buffer calls and
+ * posts their host-buffer calls for the peers (then made here on the library), without the handler's
+ * Python; it answers MGI_ENTRY_HANDLER for anything else. */
 static _Atomic(void *) mgi_engine_fn;
 static atomic_uchar mgi_engine_takes[MGI_COUNT]; /* the functions the entry may take */
 _Thread_local int mgi_in_handler;
@@ -45,10 +46,13 @@ int mgi_handle(int id, intptr_t *args) {
     }
   mgi_engine engine = (mgi_engine)atomic_load_explicit(&mgi_engine_fn, memory_order_acquire);
   mgi_in_handler = 1;
-  int rc = engine && mask && atomic_load_explicit(&mgi_engine_takes[id], memory_order_relaxed)
+  int rc = engine && atomic_load_explicit(&mgi_engine_takes[id], memory_order_relaxed)
                ? engine(id, args, mask, ordinals)
-               : -1;
-  if (rc < 0) rc = h(id, args, mask);
+               : MGI_ENTRY_HANDLER;
+  if (rc == MGI_ENTRY_LOWER)
+    rc = mgi_call_lower(id, args); /* (mgi_in_handler set: nothing the library calls comes back here) */
+  else if (rc < 0)
+    rc = h(id, args, mask);
   mgi_in_handler = 0;
   return rc;
 }

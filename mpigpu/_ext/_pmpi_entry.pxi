@@ -1,10 +1,17 @@
 # The interposer's entry into the fast path (included by _device.pyx): the five engine collectives that C
-# code calls below Python (pmpi/interpose.c) with device pointers, read from the call's words and run as
-# fast_entry runs the same call from Python, without the handler's Python (its buffer objects and the
-# mpi4py method call cost 33 of a 1 KB Allreduce's 65 us below Python on an H100 host, docs/benchmarks.md
-# "The MPI interposer"). Anything else returns -1 and the interposer hands the call to the handler
-# (mpigpu/_face/interposed.py): host or mixed buffers, a type or op the engine lacks, a communicator the
-# handler has not seen yet (it binds what this reads), no device team, undecided non-blocking calls.
+# code calls below Python (pmpi/interpose.c), read from the call's words without the handler's Python (its
+# buffer objects and the mpi4py method call cost 33 of a 1 KB Allreduce's 65 us below Python on an H100
+# host, docs/benchmarks.md "The MPI interposer"). Device pointers run as fast_entry runs the same call from
+# Python; host buffers are posted for the peers as _front posts them, and the interposer then makes the
+# call on the library below (MGI_ENTRY_LOWER, pmpi/engine_entry.h). Anything else returns
+# MGI_ENTRY_HANDLER and the interposer hands the call to the handler (mpigpu/_face/interposed.py): mixed
+# buffers, a type or op the engine lacks, a communicator the handler has not seen yet (it binds what this
+# reads), no device team, undecided non-blocking calls.
+
+cdef extern from "engine_entry.h":
+    enum:
+        MGI_ENTRY_HANDLER
+        MGI_ENTRY_LOWER
 
 cdef struct _PmpiCall:
     int coll              # the MG_* code; -1: not an engine collective
@@ -25,6 +32,7 @@ cdef object _pmpi_fail = None      # (function index, wrapper, exception) -> the
 cdef int _pmpi_comm_bits = 64, _pmpi_type_bits = 64, _pmpi_op_bits = 64
 cdef int _pmpi_err_other = 0       # MPI.ERR_OTHER of the MPI below
 cdef unsigned long long _pmpi_count = 0  # calls this entry ran
+cdef unsigned long long _pmpi_host_count = 0  # host-buffer calls it posted for the library below
 
 
 def bind_pmpi_entry(table, comms, types, unsettled, fail, handle_bits, err_other):
@@ -60,6 +68,11 @@ def pmpi_entry_calls():
     return _pmpi_count
 
 
+def pmpi_entry_host_calls():
+    """How many host-buffer calls below Python the entry posted and handed to the library below."""
+    return _pmpi_host_count
+
+
 def pmpi_handoff_end():
     """The handler's call is over: a verdict the entry handed it (_fast.pxi) is no longer waited for."""
     if _pmpi_handoffs:
@@ -91,7 +104,8 @@ cdef inline bint _pmpi_in_place(intptr_t word) noexcept:
 cdef int _pmpi_entry(int fid, const intptr_t *args, unsigned mask, const int *ordinals) noexcept with gil:
     """The call of function `fid` with parameter words `args` (mask: bit b where its b-th buffer is device
     memory, ordinals[b] its device, as the interposer asked the driver): MPI_SUCCESS or an MPI error code
-    once run here, -1 where the handler must take it."""
+    once run here, MGI_ENTRY_LOWER for a host-buffer call posted for the peers, MGI_ENTRY_HANDLER where the
+    handler must take it."""
     global _pmpi_count
     cdef _PmpiCall f
     cdef Team team
@@ -100,43 +114,45 @@ cdef int _pmpi_entry(int fid, const intptr_t *args, unsigned mask, const int *or
     cdef int rd = -1, code = 0, root = 0, current = -1, n, rank, scnt, rcnt, algo = MG_ALGO_AUTO, nchannels = 0
     cdef bint in_place, off_root, one_buffer
     if fid < 0 or fid >= _pmpi_nfunctions or _pmpi_comms is None or _entry_ops is None:
-        return -1
+        return MGI_ENTRY_HANDLER
     f = _pmpi_table[fid]
     if f.coll < 0 or _pmpi_unsettled:
-        return -1
+        return MGI_ENTRY_HANDLER
+    if mask == 0:
+        return _pmpi_host(f.coll, args[f.comm])
     try:  # reading the call: nothing has happened yet, so anything unusual is the handler's
         kept = _pmpi_comms.get(_pmpi_handle(args[f.comm], _pmpi_comm_bits))
         if kept is None:
-            return -1
+            return MGI_ENTRY_HANDLER
         comm, st = kept
         t = st.team  # None once the communicator was freed (its state released): the handler makes a new wrapper
         if type(t) is not Team:  # none yet, across nodes (the hierarchical path), the CPU tests' fake team
-            return -1
+            return MGI_ENTRY_HANDLER
         team = <Team>t
         if team.t == NULL:
-            return -1
+            return MGI_ENTRY_HANDLER
         n, rank = team.nranks, team.rank
         rd = _pmpi_types.get(_pmpi_handle(args[f.rtype], _pmpi_type_bits), -1)
         if rd < 0:
-            return -1
+            return MGI_ENTRY_HANDLER
         if f.op >= 0:
             code = _entry_ops.get(_pmpi_handle(args[f.op], _pmpi_op_bits), -1)
             if code < 0 or not mg_supports(rd, code):
-                return -1
+                return MGI_ENTRY_HANDLER
         root = _pmpi_int(args[f.root]) if f.root >= 0 else 0
         if root < 0 or root >= n:
-            return -1
+            return MGI_ENTRY_HANDLER
         in_place = f.send >= 0 and _pmpi_in_place(args[f.send])
         off_root = f.coll == MG_REDUCE and rank != root
         one_buffer = in_place or f.coll == MG_BCAST
         if off_root and in_place:
-            return -1  # MPI_IN_PLACE off the root: the handler's call raises
+            return MGI_ENTRY_HANDLER  # MPI_IN_PLACE off the root: the handler's call raises
         if f.coll == MG_ALLGATHER and not in_place and _pmpi_types.get(
                 _pmpi_handle(args[f.stype], _pmpi_type_bits), -1) != rd:
-            return -1
+            return MGI_ENTRY_HANDLER
         scnt, rcnt = _pmpi_int(args[f.scount]), _pmpi_int(args[f.rcount])
         if rcnt <= 0 or (scnt <= 0 and not in_place):  # (in place, MPI ignores an Allgather's sendcount)
-            return -1  # zero counts (rare) and negative ones (errors) on the handler's path
+            return MGI_ENTRY_HANDLER  # zero counts (rare) and negative ones (errors) on the handler's path
         # the elements of each buffer, as the fast path reads them from arrays (geometry's inputs)
         if f.coll == MG_REDUCE_SCATTER_BLOCK:
             sc, rc = <Py_ssize_t>n * rcnt, (<Py_ssize_t>n * rcnt if in_place else rcnt)
@@ -145,30 +161,30 @@ cdef int _pmpi_entry(int fid, const intptr_t *args, unsigned mask, const int *or
         else:
             sc = rc = rcnt
         if geometry(f.coll, n, rank, not one_buffer, sc, not off_root, rc, one_buffer, &count, &own) != GEOMETRY_OK:
-            return -1
+            return MGI_ENTRY_HANDLER
         # every buffer the call reads or writes here is device memory on the team's GPU (the interposer
         # asked the driver; a second question would cost 0.1-0.2 us a buffer), which is current
         if not off_root and ordinals[f.rbit] != team.device:
-            return -1
+            return MGI_ENTRY_HANDLER
         if not one_buffer and ordinals[f.sbit] != team.device:
-            return -1
+            return MGI_ENTRY_HANDLER
         if mg_get_device(&current) != 0 or current != team.device:
-            return -1
+            return MGI_ENTRY_HANDLER
         rp = 0 if off_root else <uintptr_t>args[f.recv]
         sp = rp + <uintptr_t>(own * _SIZES[rd]) if one_buffer else <uintptr_t>args[f.send]
         if (sp | rp) % <uintptr_t>_ALIGN[rd]:
-            return -1
+            return MGI_ENTRY_HANDLER
         if team.nranks != 1:
             cfg = _entry_config
             algo, nchannels = _entry_algos.get(cfg.algo, MG_ALGO_AUTO), cfg.nchannels
     except BaseException:
-        return -1
+        return MGI_ENTRY_HANDLER
     try:  # the call: agreed with the peers and run (on the legacy default stream: a C caller's work is done)
         if _run_read(team, f.coll, algo, rd, code, sp, rp, count, root, in_place, nchannels, -1, 0) == 0:
             board = team.board
             if type(board) is Board and (<Board>board).has_stash():
                 _pmpi_begin_handoff(<Board>board)  # agreed on another path: the handler's call takes the verdict
-            return -1
+            return MGI_ENTRY_HANDLER
         _pmpi_count += 1
         return 0
     except BaseException as exc:
@@ -179,6 +195,27 @@ cdef int _pmpi_entry(int fid, const intptr_t *args, unsigned mask, const int *or
         except BaseException as exc:
             err = exc
     return _pmpi_error(fid, comm, err)
+
+
+cdef int _pmpi_host(int coll, intptr_t comm_word) noexcept:
+    """A host-buffer call of collective `coll`: posted for the communicator's peers (its board, or nothing
+    to post), MGI_ENTRY_LOWER; MGI_ENTRY_HANDLER where the handler must see it (a communicator it has not
+    seen or that was released, a post that needs Python: several nodes, a board refusing it)."""
+    global _pmpi_host_count
+    try:
+        kept = _pmpi_comms.get(_pmpi_handle(comm_word, _pmpi_comm_bits))
+        if kept is None:
+            return MGI_ENTRY_HANDLER
+        st = kept[1]
+        if st.released:  # the handle now names another communicator: the handler makes its wrapper
+            return MGI_ENTRY_HANDLER
+        hook = st.host_hook
+        if hook is None or (type(hook) is Board and (<Board>hook).post_host(coll) == 0):
+            _pmpi_host_count += 1
+            return MGI_ENTRY_LOWER
+    except BaseException:
+        pass
+    return MGI_ENTRY_HANDLER
 
 
 cdef int _pmpi_error(int fid, object comm, object exc) noexcept:

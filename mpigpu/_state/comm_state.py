@@ -35,6 +35,7 @@ class CommState:
         self.control = None     # private duplicate made with the team: point-to-point replies ride on it
         self.dep_event = None   # orders a second buffer's producer stream before the launch stream
         self.broken = None      # why device calls on this communicator raise at once (a fault, an abort)
+        self.released = False   # True once released: its handle may name another communicator since
         self._abandoned = []    # host MPI requests given up on (their buffers must outlive them)
         self._owned = {}        # path state by class (owned): staging buffers, point-to-point matching
         self.agreement = _agree.Agreement(self)  # how the ranks agree on each collective call's path
@@ -133,6 +134,7 @@ class CommState:
         team, self.team = self.team, None
         control, self.control = self.control, None
         self.host_hook = None
+        self.released = True
         self.agreement.close(collective and (team is None or not team.fault), mpi)
         if team is not None and team.fault:
             collective = False

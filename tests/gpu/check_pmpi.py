@@ -4,7 +4,7 @@ makes them) under `python -m mpigpu` on GPUs: the interposer's handler runs them
     mpirun -n N python -m mpigpu tests/gpu/check_pmpi.py      (MPIGPU_SHARED_GPU=1 on one GPU)
 
 Each call's result is compared, byte for byte, with mpi4py's same call on host copies: Allreduce (out of
-place, in place, host to device), Bcast, Reduce, Allgather, Reduce_scatter_block, Alltoall(v), Gatherv,
+place, in place, host to device, host buffers, host on one rank and device on the others), Bcast, Reduce, Allgather, Reduce_scatter_block, Alltoall(v), Gatherv,
 Scatter, Scan, Sendrecv with its status, Isend/Irecv, Iallgatherv, Neighbor_alltoall(v) on a Cart, Bcast
 of a vector datatype, Reduce_local. Then how many calls the handler ran and which of the engine's and
 the exchange's fast paths took them. Exits 1 on any failure; the last line is the summary.
@@ -17,7 +17,9 @@ import numpy as np
 from mpi4py import MPI
 
 import mpigpu
+from mpigpu._ext._board import Board
 from mpigpu._face import interposed as handler
+from mpigpu._state.comm_state import state_of
 
 comm = MPI.COMM_WORLD
 rank, n = comm.Get_rank(), comm.Get_size()
@@ -78,6 +80,25 @@ same(r, want, 'Allreduce in place')
 r = cp.zeros(N, cp.float32)
 call('Allreduce', p(x), p(r), N, h(MPI.FLOAT), h(MPI.SUM), h(comm))
 same(r, want, 'Allreduce host to device')
+
+# Host buffers on every rank: the engine's entry posts the call for the peers and the library below makes
+# it (no handler's Python); then host buffers on rank 0 and device buffers elsewhere in one call, which
+# every rank makes on the library (the device ranks learn of rank 0's host buffers on the board).
+entry_host = getattr(mpigpu._cuda.device, 'pmpi_entry_host_calls', None)
+posted = entry_host() if entry_host is not None else 0
+for k in range(3):
+    r = np.zeros(N, np.float32)
+    call('Allreduce', p(x), p(r), N, h(MPI.FLOAT), h(MPI.SUM), h(comm))
+    same(r, want, f'Allreduce host buffers, call {k}')
+s = x if rank == 0 else cp.asarray(x)
+r = np.zeros(N, np.float32) if rank == 0 else cp.zeros(N, cp.float32)
+call('Allreduce', p(s), p(r), N, h(MPI.FLOAT), h(MPI.SUM), h(comm))
+same(r, want, 'Allreduce host buffers on rank 0, device buffers elsewhere')
+if entry_host is not None and type(state_of(comm).host_hook) is Board:
+    checks += 1
+    posted = entry_host() - posted
+    if posted < 3 + (rank == 0):
+        failures.append(f'rank {rank}: the engine entry posted {posted} host-buffer calls of {3 + (rank == 0)}')
 
 b = cp.asarray(x if rank == 0 else np.zeros(N, np.float32))
 call('Bcast', p(b), N, h(MPI.FLOAT), 0, h(comm))

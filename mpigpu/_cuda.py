@@ -1,8 +1,12 @@
 """The one door to the CUDA layer: the optional import of mpigpu._ext._device, the device-current
-context, the translation of its errors into mpigpu.Error, stream choice and pointer checks.
+context, the translation of its errors into mpigpu.Error, stream choice and pointer checks, and the verbs
+the paths need of it (streams, events, copies, memory, graph capture, a reduction kernel).
 
-No other module imports mpigpu._ext._device: they use `_cuda.device` (looked up at call time, so the
-fake CUDA layer of the CPU tests replaces it in one place). `device` is None in a build without nvcc.
+No other module imports mpigpu._ext._device. The paths, the call description and the public face use the
+verbs below; `_cuda.device` itself (looked up at call time, so the fake CUDA layer of the CPU tests
+replaces it in one place) is read only by the modules that set up or wire the CUDA layer's own objects:
+the device team and its completion requests, the peer-memory (IPC) transport, NCCL, and the fast paths'
+bindings (tests/test_layout.py lists them). `device` is None in a build without nvcc.
 """
 import sys
 from contextlib import contextmanager
@@ -178,3 +182,129 @@ def release_streams():
         except Exception:
             pass
     _consumer_streams.clear()
+
+
+# ---- verbs: what the layers above ask of the CUDA layer ------------------------------------------------
+# Each looks `device` up at call time (the CPU tests swap the layer). Streams and events are the CUDA
+# layer's handles (ints); a call's work is ordered with them, never with a host wait where a stream wait
+# will do.
+def stream():
+    """A new non-blocking stream on the current device."""
+    return device.stream_create()
+
+
+def free_stream(s):
+    device.stream_destroy(s)
+
+
+def event():
+    """A new event (timing off) on the current device."""
+    return device.event_create()
+
+
+def free_event(e):
+    device.event_destroy(e)
+
+
+def record(e, s):
+    """Event `e` completes once the work queued on stream `s` so far has."""
+    device.event_record(e, s)
+
+
+def wait(s, e):
+    """Work queued on stream `s` from now on waits for event `e`."""
+    device.stream_wait_event(s, e)
+
+
+def after(s, producer, e):
+    """Work queued on stream `s` from now on waits for the work queued on stream `producer` so far
+    (through event `e`, recorded on it)."""
+    device.event_record(e, producer)
+    device.stream_wait_event(s, e)
+
+
+def sync(s):
+    """Returns once the work queued on stream `s` is done (GIL released)."""
+    device.stream_sync(s)
+
+
+def sync_event(e):
+    """Returns once event `e` has completed."""
+    device.event_sync(e)
+
+
+def copy(dst, src, nbytes, s):
+    """nbytes from address src to dst (device or page-locked memory) queued on stream `s`."""
+    device.memcpy_async(dst, src, nbytes, s)
+
+
+def device_memory(nbytes):
+    """nbytes of device memory on the current device (.ptr; freed with the object or its close())."""
+    return device.DeviceMemory(nbytes)
+
+
+def pinned_memory(nbytes):
+    """nbytes of page-locked host memory (.ptr, a NumPy-readable buffer)."""
+    return device.PinnedBuffer(nbytes)
+
+
+def current_device():
+    return device.get_device()
+
+
+def supports(dtype, op_code):
+    """True when the engine's kernels reduce elements of `dtype` with `op_code`."""
+    return device.supports(dtype, op_code)
+
+
+def reduce_rows(dtype, op_code, out, rows, row_bytes, nrows, count, s):
+    """out = the reduction of nrows rows of row_bytes each at `rows` (device memory), in row order, on `s`."""
+    device.reduce_rows(dtype, op_code, out, rows, row_bytes, nrows, count, s)
+
+
+def capturing(s):
+    """True while stream `s` is being captured into a CUDA graph."""
+    return device.stream_capturing(s)
+
+
+def can_capture():
+    """True when this CUDA layer records and replays graphs (the CPU tests' fake layer does not)."""
+    return device is not None and hasattr(device, 'capture_begin')
+
+
+def capture_begin(s):
+    device.capture_begin(s)
+
+
+def capture_end(s):
+    """The graph captured on `s` since capture_begin (.launch(stream), .close())."""
+    return device.capture_end(s)
+
+
+def wait_host(s, word_ptr, value, timeout_s):
+    """Work queued on stream `s` from now on waits until the 32-bit word of page-locked memory at
+    word_ptr holds `value` (set by a host thread), at most timeout_s seconds."""
+    device.stream_wait_host(s, word_ptr, value, timeout_s)
+
+
+def pack_plan(layout, dev):
+    """The CUDA layer's plan of a datatype layout's pack and unpack kernels on device `dev`."""
+    return device.pack_plan(layout, dev)
+
+
+def load_kernels():
+    """Loads every kernel now (a stream that waits for a host thread must not meet a first launch)."""
+    device.load_kernels()
+
+
+def pci_bus_id(dev):
+    return device.pci_bus_id(dev)
+
+
+def fault_reason(code, timeout_s):
+    """Why a device team gave up a call, from its fault code; None where the code names no reason."""
+    if code == device.ERR_TIMEOUT:
+        return f'peers did not arrive within MPIGPU_TIMEOUT_S={timeout_s:g} s'
+    if code == device.ERR_ABORTED:
+        return 'the communicator was aborted'
+    return None

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 C_TYPES = {'in': 'const void *', 'out': 'void *', 'inout': 'void *', 'int': 'int', 'ints': 'const int *',
-           'aints': 'const intptr_t *',
+           'aints': 'const intptr_t *', 'intp': 'int *',
            'type': 'intptr_t', 'op': 'intptr_t', 'comm': 'intptr_t', 'types': 'const void *',
            'request': 'void *', 'status': 'void *'}
 
@@ -49,7 +49,7 @@ def header(mod):
 def span_init(mod, f, s):
     idx = f.index
     return (f'{{MGI_FORM_{s.form.upper()}, {idx[s.count]}, {idx[s.displs] if s.displs else -1}, '
-            f'{idx[s.type]}, {mod.GROUPS.index(s.group)}}}')
+            f'{idx[s.type] if s.type else -1}, {mod.GROUPS.index(s.group)}}}')
 
 
 def descriptors(mod):
@@ -79,19 +79,19 @@ def wrappers(mod):
         bufs = [p.name for p in f.params if p.is_buffer]
         test = 'mgi_driver() && (' + ' || '.join(f'mgi_device({b})' for b in bufs) + ')'
         words = ', '.join(to_word(p) for p in f.params)
-        out += [f'typedef int (*lower_{f.name})({types});',
-                f'MGI_EXPORT int MPI_{f.name}({decl}) {{',
-                f'  if (mgi_takes_all(__builtin_return_address(0))) {{',
-                f'    intptr_t a[{len(f.params)}] = {{{words}}};',
-                f'    return mgi_handle(MGI_{f.name}, a);',
-                '  }',
-                f'  if (!({test})) {{',
-                f'    lower_{f.name} fn = (lower_{f.name})mgi_lower(MGI_{f.name});',
-                f'    return fn ? fn({names}) : mgi_missing(MGI_{f.name});',
-                '  }',
-                f'  intptr_t a[{len(f.params)}] = {{{words}}};',
-                f'  return mgi_device_call(MGI_{f.name}, a);',
-                '}', '']
+        words_decl = f'  intptr_t a[{len(f.params)}] = {{{words}}};'
+        to_handler = f'  if (mgi_takes_all(__builtin_return_address(0))) return mgi_handle(MGI_{f.name}, a);'
+        lower = [f'  if (!({test})) {{',
+                 f'    lower_{f.name} fn = (lower_{f.name})mgi_lower(MGI_{f.name});',
+                 f'    return fn ? fn({names}) : mgi_missing(MGI_{f.name});',
+                 '  }']
+        if f.local:  # talks to no other rank, so no peer must learn where its buffers are: host buffers
+            body = lower + [words_decl, to_handler]  # go straight to the library, with a handler too
+        else:
+            body = [f'  if (mgi_takes_all(__builtin_return_address(0))) {{', '  ' + words_decl,
+                    f'    return mgi_handle(MGI_{f.name}, a);', '  }'] + lower + [words_decl]
+        out += [f'typedef int (*lower_{f.name})({types});', f'MGI_EXPORT int MPI_{f.name}({decl}) {{'] + body + [
+                f'  return mgi_device_call(MGI_{f.name}, a);', '}', '']
         args = ', '.join(from_word(p, i) for i, p in enumerate(f.params))
         calls.append(f'    case MGI_{f.name}: return ((lower_{f.name})fn)({args});')
     out += ['int mgi_call_lower(int id, const intptr_t *a) {', '  void *fn = mgi_lower(id);',

@@ -48,6 +48,11 @@ static void cover(byte_range *r, intptr_t offset, long long count, const type_sh
  * neighbourhood collectives' degrees). */
 static int span_of(const mgi_span *f, const intptr_t *a, int n, int rank, byte_range *r) {
   type_shape s;
+  if (f->form == MGI_FORM_BYTES) { /* packed bytes: the count is their number */
+    int bytes = (int)a[f->count];
+    if (bytes > 0) *r = (byte_range){0, bytes, 1};
+    return 0;
+  }
   if (f->form == MGI_FORM_W || f->group != 0 || shape_of(a[f->type], &s)) return -1;
   const int *counts = (const int *)a[f->count];
   long long total = 0;

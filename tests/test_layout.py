@@ -189,6 +189,36 @@ def test_one_door_to_the_cuda_layer():
     assert importers == ['mpigpu._cuda'], importers
 
 
+# The modules that set up or wire the CUDA layer's own objects, which read `_cuda.device` itself: the
+# device team, its completion requests, the peer-memory (IPC) transport, NCCL, and the bindings of the
+# fast paths (point-to-point, engine, exchange, the interposer's entry). Every other module asks the
+# door's verbs (mpigpu/_cuda.py).
+_WIRING = {'mpigpu._state.team', 'mpigpu._state.requests', 'mpigpu._paths.p2p_ipc', 'mpigpu._paths.p2p',
+           'mpigpu._paths.engine', 'mpigpu._paths.exchange', 'mpigpu._transports.nccl',
+           'mpigpu._face.interposed', 'mpigpu._cuda'}
+
+
+def _door_uses(tree):
+    """The attributes a module reads off `_cuda` (the door), by name."""
+    return {node.attr for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == '_cuda'}
+
+
+def test_the_door_is_narrow():
+    readers = sorted(m for m, (_p, tree, _d) in _modules().items()
+                     if tree is not None and 'device' in _door_uses(tree) and m not in _WIRING)
+    assert not readers, f'modules reading _cuda.device instead of the door\'s verbs: {readers}'
+
+
+def test_every_verb_used_is_the_doors():
+    """A name the paths ask of the door exists there (the GPU-only paths, NCCL's and the replays', run in
+    no CPU test: a misspelt verb would show only on a GPU)."""
+    from mpigpu import _cuda
+    missing = sorted(f'{m}: _cuda.{name}' for m, (_p, tree, _d) in _modules().items() if tree is not None
+                     for name in _door_uses(tree) if not hasattr(_cuda, name))
+    assert not missing, missing
+
+
 def test_every_module_says_its_job():
     for name, (path, tree, _deps) in _modules().items():
         if tree is None:  # a Cython module: its comment block says it (not a docstring ast can read)

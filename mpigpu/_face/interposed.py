@@ -24,7 +24,7 @@ import ctypes
 from mpi4py import MPI
 
 from .. import _cuda, _interpose
-from . import comm as _comm
+from . import comm as _comm, objects as _objects
 from .._base.codes import ENGINE_COLLS, TYPESTR_CODES
 from .._state.comm_state import attached, state_of
 from .._base.types import FROM_MPI
@@ -235,6 +235,8 @@ class Call:
         return (ctypes.c_char * nbytes).from_address(ptr)
 
     def run(self):
+        if self.fn.name in ('Pack', 'Unpack'):
+            return self.packing()
         fn, positional, b = self.fn, [], 0
         status = None
         for i, p in enumerate(fn.params):
@@ -258,6 +260,27 @@ class Call:
             ctypes.memmove(self.args[fn.status], MPI._addressof(status), MPI._sizeof(MPI.Status))
         if fn.request >= 0:
             ctypes.memmove(self.args[fn.request], MPI._addressof(result), MPI._sizeof(MPI.Request))
+        return MPI.SUCCESS
+
+
+    def packing(self):
+        """MPI_Pack and MPI_Unpack as mpigpu's Datatype.Pack and Unpack make them (on the GPU where both
+        buffers are device memory): mpi4py counts a buffer's elements as its bytes over the datatype's
+        extent, so the typed side is given count x extent bytes, and the packed side its size in bytes;
+        the position is read from and written back to the caller's int."""
+        fn = self.fn
+        dtype = self.value('datatype')
+        extent = dtype.Get_extent()[1]
+        position = ctypes.c_int.from_address(self.args[fn.index['position']])
+        sides = []
+        for b, i in enumerate(fn.buffers):
+            param, form = fn.params[i], fn.params[i].forms[0]
+            nbytes = self.value(form.count) * (extent if form.type else 1)
+            sides.append(self.memory(self.args[i], nbytes, param, bool(self.mask >> b & 1)))
+        if fn.name == 'Pack':
+            position.value = _objects.Datatype.Pack(dtype, sides[0], sides[1], position.value, self.comm)
+        else:
+            position.value = _objects.Datatype.Unpack(dtype, sides[0], position.value, sides[1], self.comm)
         return MPI.SUCCESS
 
 

@@ -213,7 +213,7 @@ def _handler(owner, name, base, params, bufs, state_of):
             raise
         if not exchanged:  # the exchange switched off (MPIGPU_EXCHANGE=0): the mirrors, the stream's work first
             with _cuda.errors_as(name, st.rank):
-                _cuda.device.stream_sync(handle)
+                _cuda.sync(handle)
             return mirrored_call(self, st, args, 'blocking')
         return path.on_stream(st, name, args, handle, lambda: mirrored_call(self, st, args, 'blocking'))
     device_call.on_stream = stream_call

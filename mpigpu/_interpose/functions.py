@@ -2,9 +2,10 @@
 C wrappers, their argument lists and the staging descriptors) and by the Python handler at run time.
 
 Each entry is the function's name without `MPI_` and its parameters in C order, `name:kind`:
-- `int`, `ints` (an int array), `aints` (an MPI_Aint array), `type`, `types` (an array of datatypes), `op`,
-  `comm`, `request` (MPI_Request *), `status` (MPI_Status *): passed through; handles travel as pointer-sized words, so
-  the one library serves MPIs whose handles are ints (MPICH) or pointers (Open MPI);
+- `int`, `ints` (an int array), `aints` (an MPI_Aint array), `intp` (an int the call reads and writes: Pack's
+  position), `type`, `types` (an array of datatypes), `op`, `comm`, `request` (MPI_Request *), `status`
+  (MPI_Status *): passed through; handles travel as pointer-sized words, so the one library serves MPIs whose
+  handles are ints (MPICH) or pointers (Open MPI);
 - a buffer, `in`, `out` or `inout`, with where its bytes lie in brackets, `[count,type]` over the
   function's other parameters:
     `c,t`       c elements of type t
@@ -13,10 +14,12 @@ Each entry is the function's name without `MPI_` and its parameters in C order, 
     `cs/ds,ts`  cs[i] elements of ts[i] at ds[i] bytes (the w-forms)
     `cs+,t`     the sum of cs[i] elements
     `cs.,t`     cs[rank] elements
+    `c`         c bytes (MPI_PACKED: Pack's and Unpack's packed side)
   `a|b`: form b where the call is in place (sendbuf is MPI_IN_PLACE); `@root`: read only at the root.
   The group a count is for: the communicator's (remote) size `n`, or, for the neighbourhood collectives,
   the topology's in- or out-degree: `c*in`, `c*out`, `cs/ds@in`, `cs/ds@out`.
-A buffer is where device pointers may appear; the others never hold one.
+A buffer is where device pointers may appear; the others never hold one. LOCAL: the functions that
+communicate with no other rank (nothing to agree on: their host buffers go straight to the library).
 """
 
 FUNCTIONS = (
@@ -131,11 +134,16 @@ FUNCTIONS = (
     ('Ineighbor_alltoallw', 'sendbuf:in[sendcounts/sdispls@out,sendtypes] sendcounts:ints sdispls:aints '
                             'sendtypes:types recvbuf:out[recvcounts/rdispls@in,recvtypes] recvcounts:ints '
                             'rdispls:aints recvtypes:types comm:comm request:request'),
-    # no communicator
+    # no communication
     ('Reduce_local', 'inbuf:in[count,datatype] inoutbuf:inout[count,datatype] count:int datatype:type op:op'),
+    ('Pack', 'inbuf:in[incount,datatype] incount:int datatype:type outbuf:out[outsize] outsize:int '
+             'position:intp comm:comm'),
+    ('Unpack', 'inbuf:in[insize] insize:int position:intp outbuf:out[outcount,datatype] outcount:int '
+               'datatype:type comm:comm'),
 )
+LOCAL = ('Reduce_local', 'Pack', 'Unpack')
 
-KINDS = ('int', 'ints', 'aints', 'type', 'types', 'op', 'comm', 'request', 'status')
+KINDS = ('int', 'ints', 'aints', 'intp', 'type', 'types', 'op', 'comm', 'request', 'status')
 DIRECTIONS = ('in', 'out', 'inout')
 
 
@@ -156,14 +164,17 @@ class Param:
 
 
 class Span:
-    """Where a buffer's bytes lie: `form` one of simple, times_n, v, w, sum, own; the count, displacements
-    and type parameters it reads; the group its counts are for (`group`: n, in, out)."""
+    """Where a buffer's bytes lie: `form` one of simple, times_n, v, w, sum, own, bytes; the count,
+    displacements and type parameters it reads (type None: bytes); the group its counts are for (`group`:
+    n, in, out)."""
 
     def __init__(self, text):
-        count, _, self.type = text.partition(',')
+        count, comma, self.type = text.partition(',')
         self.displs = None
         self.group = 'n'
-        if '/' in count:
+        if not comma:
+            self.type, self.form = None, 'bytes'
+        elif '/' in count:
             count, self.displs = count.split('/')
             self.displs, _, group = self.displs.partition('@')
             self.group = group or 'n'
@@ -180,7 +191,7 @@ class Span:
         self.count = count
 
 
-FORMS = ('simple', 'times_n', 'v', 'w', 'sum', 'own')
+FORMS = ('simple', 'times_n', 'v', 'w', 'sum', 'own', 'bytes')
 GROUPS = ('n', 'in', 'out')
 
 
@@ -197,16 +208,18 @@ class Function:
             for s in p.forms:
                 if s.form == 'v' and self.params[self.index[s.type]].kind == 'types':
                     s.form = 'w'
-                for ref in (s.count, s.type) + ((s.displs,) if s.displs else ()):
+                for ref in (s.count,) + ((s.type,) if s.type else ()) + ((s.displs,) if s.displs else ()):
                     if ref not in self.index:
                         raise ValueError(f'MPI_{name}: {p.name} refers to unknown parameter {ref!r}')
         self.comm, self.request, self.status = self.find('comm'), self.find('request'), self.find('status')
         self.root = self.index.get('root', -1)
+        self.local = name in LOCAL
         self.buffers = tuple(i for i, p in enumerate(self.params) if p.is_buffer)
         self.folded = set()
         for p in self.params:
             for s in p.forms:
                 self.folded.update((s.type, s.displs) if s.form in ('sum', 'own') else (s.count, s.type, s.displs))
+        self.folded.discard(None)
 
     def find(self, kind):
         """Index of the first parameter of this kind, or -1."""

@@ -15,7 +15,7 @@ NO_OP = (Coll.BCAST, Coll.ALLGATHER)  # the engine's collectives that take no re
 def runs(st, c):
     """True when the device team runs Call `c` (not staging: no team, or a type or op it lacks)."""
     return st.team is not None and c.dtype >= 0 and (c.coll in NO_OP or (
-        c.op_code >= 0 and _cuda.device.supports(c.dtype, c.op_code)))
+        c.op_code >= 0 and _cuda.supports(c.dtype, c.op_code)))
 
 
 def launch_args(c, stream):

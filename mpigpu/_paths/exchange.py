@@ -163,7 +163,7 @@ def _usable(st, name, code, nonblocking):
 
 def _default_device(st):
     """The GPU of a call none of whose buffers holds a byte: the communicator's, else the current one."""
-    return st.device if st.device is not None else _cuda.device.get_device()
+    return st.device if st.device is not None else _cuda.current_device()
 
 
 def _request(st, name, work):
@@ -211,7 +211,7 @@ def run_work(st, name, code, read, host_call, stream=None):
     if verdict != Verdict.DEVICE or st.team is None:
         if stream is not None:
             with _cuda.errors_as(name, st.rank):
-                _cuda.device.stream_sync(stream)
+                _cuda.sync(stream)
         return host_call()
     with st.errors(name):
         if stream is None:

@@ -109,7 +109,7 @@ def _give_after(mem, device, streams):
     """Gives scratch back to the pool once the GPU work of `streams` (one, or a list) is done."""
     try:
         for s in streams if isinstance(streams, list) else [streams]:
-            _cuda.with_device(device, _cuda.device.stream_sync, s)
+            _cuda.with_device(device, _cuda.sync, s)
     except Exception:  # noqa: BLE001 - at exit or after a fault: the block is not reused then
         return
     scratch.give(mem, device)
@@ -152,7 +152,7 @@ def _describe(name, rank, n, args):
         if send.code != recv.code:
             raise Unread  # mismatched types: host MPI says what is wrong
     dtype, item, code = recv.code, recv.size, op_code(op) if isinstance(op, MPI.Op) else -1
-    if code < 0 or not _cuda.device.supports(dtype, code):
+    if code < 0 or not _cuda.supports(dtype, code):
         raise Unread
     check_op(name, dtype, op, rank)  # a pair MPI forbids: the host MPI call raises MPI's error
     r = Ranges(n)

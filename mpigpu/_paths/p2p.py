@@ -90,11 +90,9 @@ def _fast_failed(comm, name, exc):
 
 def _copy_sync(dev, dst, src, nbytes, stream):
     """Copies nbytes on `stream` of device `dev` and waits for it."""
-    dm = _cuda.device
-
     def copy():
-        dm.memcpy_async(dst, src, nbytes, stream)
-        dm.stream_sync(stream)
+        _cuda.copy(dst, src, nbytes, stream)
+        _cuda.sync(stream)
     _cuda.with_device(dev, copy)
 
 
@@ -168,7 +166,7 @@ def _post_send(st, comm, name, base, value, dest, tag):
         reply = st.owned(P2pState).next_reply_tag(dest) if p2p_ipc.usable(st) else 0
         header = p2p_ipc.header_at(st, buf.ptr, buf.nbytes, dev, dest, reply)
         if header is not None:
-            _cuda.with_device(dev, _cuda.device.stream_sync, _cuda.stream_of(buf, dev))  # payload ready
+            _cuda.with_device(dev, _cuda.sync, _cuda.stream_of(buf, dev))  # payload ready
             code = np.full(1, -1, np.int32)
             inner = st.control.Irecv([code, MPI.INT], dest, reply)
             send = _plain.Comm.Issend if name in _SYNCHRONOUS else _plain.Comm.Isend

@@ -135,8 +135,8 @@ def receive(st, name, fields, source, dst, capacity, stream):
         def copy():
             with _lock:  # no other thread unmaps this allocation while it is read
                 base = _map(st.device, world_rank, ident, sender_base, handle)
-                dm.memcpy_async(dst, base + offset, nbytes, stream)
-                dm.stream_sync(stream)
+                _cuda.copy(dst, base + offset, nbytes, stream)
+                _cuda.sync(stream)
         try:
             _cuda.with_device(st.device, copy)
         except dm.DeviceError as exc:

@@ -45,7 +45,7 @@ def _device_of(st, c):
             raise Error(c.name, f'buffers on devices {first} and {dev}', arg=label, rank=st.rank,
                         error_class=MPI.ERR_BUFFER)
     if first is None:
-        first = c.device if c.device is not None and c.device >= 0 else _cuda.device.get_device()
+        first = c.device if c.device is not None and c.device >= 0 else _cuda.current_device()
     return first
 
 
@@ -238,7 +238,7 @@ class Plan:
         c = self.c
         mpi_can = c.coll in engine.NO_OP or c.mpi_type is not None or (c.dtype >= 0 and NATIVE[c.dtype] is not None)
         if _host_mpi.cuda_aware() and mpi_can:
-            _cuda.device.stream_sync(self.stream)  # CUDA-aware MPI reads device memory without stream ordering
+            _cuda.sync(self.stream)  # CUDA-aware MPI reads device memory without stream ordering
             self._mpi4py()(self.comm, *self.args)
         else:
             staged.run(self.st, c, self.stream)
@@ -263,7 +263,7 @@ class Plan:
         with st.errors(c.name):
             if self.engine_args is not None and requests.c_completion():
                 run, args = st.team.run_request, self.engine_args
-                if _cuda.device.get_device() == self.device and requests.agent.enabled():
+                if _cuda.current_device() == self.device and requests.agent.enabled():
                     return run(*args, MPI._addressof(req), True)  # the common case, one Cython call
                 return _cuda.with_device(self.device, requests.start_gpu, req,
                                          lambda addr, watch: run(*args, addr, watch))._ticket

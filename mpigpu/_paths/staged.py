@@ -26,7 +26,6 @@ from .support.pinned import SLOTS, Stager
 def _pipeline(sg, count, itemsize, src_ptr, dst_ptr, mpi_chunk):
     """src (device) -> pinned -> mpi_chunk(send_view, recv_view, n) -> pinned -> dst (device), in
     chunks, the copies of neighbouring chunks overlapping MPI. src_ptr/dst_ptr 0: that side is off."""
-    dm = _cuda.device
     ce = max(1, config.stage_chunk_bytes // itemsize)
     cb = ce * itemsize
     nchunks = (count + ce - 1) // ce
@@ -35,8 +34,8 @@ def _pipeline(sg, count, itemsize, src_ptr, dst_ptr, mpi_chunk):
 
     def copy_in(k):
         nk = min(ce, count - k * ce) * itemsize
-        dm.memcpy_async(sbuf.ptr + (k % SLOTS) * cb, src_ptr + k * cb, nk, sg.d2h)
-        dm.event_record(sg.ev_in[k % SLOTS], sg.d2h)
+        _cuda.copy(sbuf.ptr + (k % SLOTS) * cb, src_ptr + k * cb, nk, sg.d2h)
+        _cuda.record(sg.ev_in[k % SLOTS], sg.d2h)
 
     if src_ptr:
         copy_in(0)
@@ -46,16 +45,16 @@ def _pipeline(sg, count, itemsize, src_ptr, dst_ptr, mpi_chunk):
         if src_ptr:
             if k + 1 < nchunks:
                 copy_in(k + 1)
-            dm.event_sync(sg.ev_in[k % SLOTS])
+            _cuda.sync_event(sg.ev_in[k % SLOTS])
         if dst_ptr and k >= SLOTS:
-            dm.event_sync(sg.ev_out[k % SLOTS])  # copy-out of chunk k-3 left the slot
+            _cuda.sync_event(sg.ev_out[k % SLOTS])  # copy-out of chunk k-3 left the slot
         mpi_chunk(snp[slot:slot + n * itemsize] if src_ptr else None,
                   rnp[slot:slot + n * itemsize] if dst_ptr else None, n)
         if dst_ptr:
-            dm.memcpy_async(dst_ptr + k * cb, rbuf.ptr + slot, n * itemsize, sg.h2d)
-            dm.event_record(sg.ev_out[k % SLOTS], sg.h2d)
+            _cuda.copy(dst_ptr + k * cb, rbuf.ptr + slot, n * itemsize, sg.h2d)
+            _cuda.record(sg.ev_out[k % SLOTS], sg.h2d)
     if dst_ptr:
-        dm.stream_sync(sg.h2d)
+        _cuda.sync(sg.h2d)
 
 
 # ---- host reduction for types host MPI lacks -------------------------------------------------------

@@ -63,7 +63,7 @@ class CommState:
                 self.abandon(exc.pending, exc.why + ' (at the device team setup)')
                 raise CommunicatorBroken(call, self.broken, rank=self.rank) from None
             self.device = dev
-            self.dep_event = _cuda.with_device(dev, _cuda.device.event_create)
+            self.dep_event = _cuda.with_device(dev, _cuda.event)
             if self.team is not None:
                 self.team.board = self.agreement.team_board()  # what the fast path agrees on
         elif dev != self.device:
@@ -82,13 +82,11 @@ class CommState:
         every later device call on it raise, naming the ranks that never joined the call."""
         if not getattr(exc, 'fault', False):
             return Error(call, str(exc), rank=self.rank, error_class=MPI.ERR_OTHER)
-        dm, team = _cuda.device, self.team
-        why = {dm.ERR_TIMEOUT: f'peers did not arrive within MPIGPU_TIMEOUT_S={config.timeout_s:g} s',
-               dm.ERR_ABORTED: 'the communicator was aborted'}.get(exc.code, 'a peer gave up on a call')
+        team = self.team
+        why = _cuda.fault_reason(exc.code, config.timeout_s) or 'a peer gave up on a call'
         fault = team.fault if team is not None else 0
         if fault and fault != exc.code:  # the first cause, wherever it was seen
-            why = {dm.ERR_TIMEOUT: f'peers did not arrive within MPIGPU_TIMEOUT_S={config.timeout_s:g} s',
-                   dm.ERR_ABORTED: 'the communicator was aborted'}.get(fault, why)
+            why = _cuda.fault_reason(fault, config.timeout_s) or why
         missing = team.missing_peers() if team is not None else []
         if missing:
             why += f'; rank{"s" if len(missing) > 1 else ""} {", ".join(map(str, missing))} never joined the call'
@@ -159,7 +157,7 @@ class CommState:
                 obj.close()
         self._owned.clear()
         if self.dep_event is not None:
-            _cuda.device.event_destroy(self.dep_event)
+            _cuda.free_event(self.dep_event)
             self.dep_event = None
 
 
@@ -298,8 +296,7 @@ def _release_all():
     _states.clear()
     if _local is not None:
         _local.close()
-    if _cuda.device is not None:
-        _cuda.release_streams()
+    _cuda.release_streams()
 
 
 def abort(comm):

@@ -110,7 +110,7 @@ class Library:
             raise NcclError(got[1])
         uid = _UniqueId.from_buffer_copy(got[0])
         handle, done = ctypes.c_void_p(), {}
-        device = _cuda.device.get_device()  # NCCL binds the communicator to the setup thread's device
+        device = _cuda.current_device()  # NCCL binds the communicator to the setup thread's device
 
         def setup():
             try:

@@ -6,7 +6,7 @@ makes them) under `python -m mpigpu` on GPUs: the interposer's handler runs them
 Each call's result is compared, byte for byte, with mpi4py's same call on host copies: Allreduce (out of
 place, in place, host to device, host buffers, host on one rank and device on the others), Bcast, Reduce, Allgather, Reduce_scatter_block, Alltoall(v), Gatherv,
 Scatter, Scan, Sendrecv with its status, Isend/Irecv, Iallgatherv, Neighbor_alltoall(v) on a Cart, Bcast
-of a vector datatype, Reduce_local. Then how many calls the handler ran and which of the engine's and
+of a vector datatype, Reduce_local, Pack and Unpack. Then how many calls the handler ran and which of the engine's and
 the exchange's fast paths took them. Exits 1 on any failure; the last line is the summary.
 """
 import ctypes
@@ -199,6 +199,23 @@ vec.Free()
 s, r = cp.arange(8, dtype=cp.float32), cp.ones(8, cp.float32)
 call('Reduce_local', p(s), p(r), 8, h(MPI.FLOAT), h(MPI.SUM))
 same(r, np.arange(8, dtype=np.float32) + 1, 'Reduce_local')
+
+# MPI_Pack and MPI_Unpack of two vectors of 4 doubles (every other one), device memory on both sides,
+# against mpi4py's on host copies; the position read from and written to the caller's int
+vec = MPI.DOUBLE.Create_vector(4, 1, 2).Commit()
+src = np.arange(16, dtype=np.float64) + 100 * rank
+want = np.zeros(80, np.uint8)
+wpos = vec.Pack(src, want, 8, comm)
+packed, pos = cp.zeros(80, cp.uint8), ctypes.c_int(8)
+call('Pack', p(cp.asarray(src)), 2, h(vec), p(packed), 80, ctypes.byref(pos), h(comm))
+same(np.array([pos.value]), np.array([wpos]), 'Pack position')
+same(packed, want, 'Pack')
+back, pos = cp.zeros(16), ctypes.c_int(8)
+call('Unpack', p(packed), 72, ctypes.byref(pos), p(back), 2, h(vec), h(comm))
+wback = np.zeros(16)
+vec.Unpack(want, 8, wback, comm)
+same(back, wback, 'Unpack')
+vec.Free()
 
 handled = handler.calls() - before
 all_failures = comm.gather(failures)

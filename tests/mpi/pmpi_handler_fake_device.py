@@ -240,6 +240,32 @@ b = device(np.arange(6.0)) if rank == n - 1 else np.zeros(6)
 call('Bcast', p(b), 6, h(MPI.DOUBLE), n - 1, h(comm))
 same(b, np.arange(6.0), 'Bcast, device on the root only')
 
+# MPI_Pack and MPI_Unpack: two vectors of 4 doubles (every other one) from device memory into a device
+# buffer at a position, and back into zeroed device memory, against mpi4py's on host copies; the position
+# read from and written to the caller's int. With host buffers they go straight to the library (they talk
+# to no other rank): the handler does not see them.
+vec = MPI.DOUBLE.Create_vector(4, 1, 2).Commit()
+src = np.arange(16, dtype=np.float64) + 100 * rank
+want = np.zeros(80, np.uint8)
+wpos = vec.Pack(src, want, 8, comm)
+assert wpos == 72, wpos
+packed, pos = device(np.zeros(80, np.uint8)), ctypes.c_int(8)
+call('Pack', p(device(src)), 2, h(vec), p(packed), 80, ctypes.byref(pos), h(comm))
+same(np.array([pos.value]), np.array([wpos]), 'Pack position')
+same(packed, want, 'Pack')
+back, pos = device(np.zeros(16)), ctypes.c_int(8)
+call('Unpack', p(packed), 72, ctypes.byref(pos), p(back), 2, h(vec), h(comm))
+wback = np.zeros(16)
+vec.Unpack(want, 8, wback, comm)
+same(np.array([pos.value]), np.array([wpos]), 'Unpack position')
+same(back, wback, 'Unpack')
+seen = handler.calls()
+host_packed, pos = np.zeros(80, np.uint8), ctypes.c_int(8)
+call('Pack', p(src), 2, h(vec), p(host_packed), 80, ctypes.byref(pos), h(comm))
+same(host_packed, want, 'Pack of host buffers')
+assert handler.calls() == seen, 'a Pack of host buffers went to the handler'
+vec.Free()
+
 handled = handler.calls() - before
 assert handled >= 3023, f'rank {rank}: the handler ran {handled} calls'
 

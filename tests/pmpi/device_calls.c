@@ -218,6 +218,29 @@ int main(int argc, char **argv) {
   check(ok, "Reduce_local");
   free(g);
 
+  /* Pack and Unpack: two vectors of 4 ints (every other one) from device memory into a device buffer
+   * and back into zeroed device memory; the position moves by the packed bytes */
+  MPI_Datatype vec;
+  MPI_Type_vector(4, 1, 2, MPI_INT, &vec);
+  MPI_Type_commit(&vec);
+  for (int i = 0; i < 16; i++) h[i] = 100 * r + i;
+  int *vsrc = dints(16, h), *vdst = dints(16, NULL), *packed = dints(16, NULL);
+  int position = 4, bytes = 4 + 2 * 4 * (int)sizeof(int);
+  MPI_Pack(vsrc, 2, vec, packed, 16 * (int)sizeof(int), &position, MPI_COMM_WORLD);
+  check(position == bytes, "Pack position");
+  g = host_of(packed, 16), ok = g[0] == 0; /* the bytes before the position are left alone */
+  for (int k = 0; k < 8; k++) ok &= g[1 + k] == 100 * r + (k / 4) * 7 + 2 * (k % 4);
+  check(ok, "Pack");
+  free(g);
+  position = 4;
+  MPI_Unpack(packed, bytes, &position, vdst, 2, vec, MPI_COMM_WORLD);
+  check(position == bytes, "Unpack position");
+  g = host_of(vdst, 16), ok = 1;
+  for (int i = 0; i < 16; i++) ok &= g[i] == ((i < 7 ? i % 2 == 0 : i < 14 && i % 2 == 1) ? 100 * r + i : 0);
+  check(ok, "Unpack");
+  free(g);
+  MPI_Type_free(&vec);
+
   /* a non-blocking call with device buffers and no handler: an MPI error naming the call */
   if (argc > 1 && strcmp(argv[1], "--expect-nonblocking-error") == 0) {
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);

@@ -59,7 +59,7 @@ _FORMS_KEPT = 512
 
 
 def _check_capture(hs, c, stream):
-    if _cuda.device.stream_capturing(stream):
+    if _cuda.capturing(stream):
         raise Error(c.name, 'a CUDA graph cannot capture this call: the communicator spans several nodes, '
                     'and the network phase of its collectives runs on the host (MPI) and would not replay; '
                     'capture calls of a node-local communicator, or call it outside the capture',
@@ -89,7 +89,7 @@ def run(st, c, stream, sync):
         return
 
     def body():
-        _cuda.device.event_record(hs.ev_dep, stream)
+        _cuda.record(hs.ev_dep, stream)
         collective(hs, c, hs.ev_dep, shape)
     progress.blocking(hs, body)
 
@@ -99,7 +99,7 @@ def _enqueue(hs, c, stream, shape):
     the engine): enqueued from this thread, after the work queued on `stream`, which then waits for it
     on the GPU; no host thread in between (nothing is queued on the progress thread, so the order of
     the node phases is the program's)."""
-    _cuda.device.event_record(hs.ev_dep, stream)
+    _cuda.record(hs.ev_dep, stream)
     hs.join = stream
     try:
         collective(hs, c, hs.ev_dep, shape)
@@ -399,7 +399,6 @@ _HOP_TAG = 23
 # ---- Allgather (node regions are consecutive ranks) -------------------------------------------------
 def _allgather(hs, c, form, nchunks):
     topo, its = hs.topo, c.itemsize
-    dm = _cuda.device
     n, bb = topo.node, c.count * its
     R, ns = c.recv_ptr, hs.stream
 
@@ -410,37 +409,36 @@ def _allgather(hs, c, form, nchunks):
         _allgather_rail(hs, c, bb)
     else:
         _allgather_leader(hs, c, bb, nchunks)
-    dm.stream_sync(hs.sg.h2d)
-    dm.stream_sync(ns)
+    _cuda.sync(hs.sg.h2d)
+    _cuda.sync(ns)
 
 
 def _allgather_rail(hs, c, bb):
     """Every rank's block over its rail, then a node all-gather of each other node's region."""
-    topo, dm, ns = hs.topo, _cuda.device, hs.stream
+    topo, ns = hs.topo, hs.stream
     n, l, N, R = topo.node, topo.local, topo.nnodes, c.recv_ptr
     displs = [(topo.firsts[m] + l) * bb for m in range(N)]
     if hs.cuda_aware:
-        dm.event_record(hs.ev_node[0], ns)
-        dm.event_sync(hs.ev_node[0])  # this rank's block is in recvbuf now
+        _cuda.record(hs.ev_node[0], ns)
+        _cuda.sync_event(hs.ev_node[0])  # this rank's block is in recvbuf now
         hs.net.allgatherv(topo.rail, device_buffer(R, displs[-1] + bb), [bb] * N, displs)
     else:
         buf, arr = hs.pinned('ag', N * bb)
-        dm.memcpy_async(buf.ptr + n * bb, c.send_ptr, bb, hs.sg.d2h)
-        dm.stream_sync(hs.sg.d2h)
+        _cuda.copy(buf.ptr + n * bb, c.send_ptr, bb, hs.sg.d2h)
+        _cuda.sync(hs.sg.d2h)
         hs.net.allgatherv(topo.rail, arr, [bb] * N, [m * bb for m in range(N)])
     for i in range(1, N):
         m = (n + i) % N
         if not hs.cuda_aware:
-            dm.memcpy_async(R + displs[m], buf.ptr + m * bb, bb, hs.sg.h2d)
+            _cuda.copy(R + displs[m], buf.ptr + m * bb, bb, hs.sg.h2d)
             ev = hs.ev_h2d[i % SLOTS]
-            dm.event_record(ev, hs.sg.h2d)
-            dm.stream_wait_event(ns, ev)
+            _cuda.after(ns, hs.sg.h2d, ev)
         hs.node.allgather(c, R + displs[m], R + topo.firsts[m] * bb, c.count, ns)
 
 
 def _allgather_leader(hs, c, bb, nchunks):
     """The leaders all-gather the node regions; each node broadcasts the others' from its leader."""
-    topo, dm, ns = hs.topo, _cuda.device, hs.stream
+    topo, ns = hs.topo, hs.stream
     n, N, R = topo.node, topo.nnodes, c.recv_ptr
     leader, aware = topo.local == 0, hs.cuda_aware
     counts = [topo.sizes[m] * bb for m in range(N)]
@@ -448,15 +446,15 @@ def _allgather_leader(hs, c, bb, nchunks):
     total = displs[-1] + counts[-1]
     own = (displs[n], displs[n] + counts[n])
     if leader:
-        dm.event_record(hs.ev_node[0], ns)
+        _cuda.record(hs.ev_node[0], ns)
         if aware:
-            dm.event_sync(hs.ev_node[0])
+            _cuda.sync_event(hs.ev_node[0])
             hs.net.allgatherv(topo.leaders, device_buffer(R, total), counts, displs)
         else:
             buf, arr = hs.pinned('ag', total)
-            dm.stream_wait_event(hs.sg.d2h, hs.ev_node[0])
-            dm.memcpy_async(buf.ptr + own[0], R + own[0], counts[n], hs.sg.d2h)
-            dm.stream_sync(hs.sg.d2h)
+            _cuda.wait(hs.sg.d2h, hs.ev_node[0])
+            _cuda.copy(buf.ptr + own[0], R + own[0], counts[n], hs.sg.d2h)
+            _cuda.sync(hs.sg.d2h)
             hs.net.allgatherv(topo.leaders, arr, counts, displs)
     # the rest of recvbuf (before and after this node's region) from the leader, in chunks
     spans = [(0, own[0]), (own[1], total)]
@@ -465,10 +463,9 @@ def _allgather_leader(hs, c, bb, nchunks):
     for i, (start, size) in enumerate(_chunks_of(elems, max(1, -(-rest // max(1, nchunks))))):
         nb = size * c.itemsize
         if leader and not aware:
-            dm.memcpy_async(R + start * c.itemsize, buf.ptr + start * c.itemsize, nb, hs.sg.h2d)
+            _cuda.copy(R + start * c.itemsize, buf.ptr + start * c.itemsize, nb, hs.sg.h2d)
             ev = hs.ev_h2d[i % SLOTS]
-            dm.event_record(ev, hs.sg.h2d)
-            dm.stream_wait_event(ns, ev)
+            _cuda.after(ns, hs.sg.h2d, ev)
         hs.node.bcast(c, R + start * c.itemsize, size, 0, ns)
 
 
@@ -492,7 +489,7 @@ def _reduce_scatter_block(hs, c, form, nchunks):
 def _reduce_scatter_rail(hs, c):
     """A node reduce-scatter of every node's region (into scratch), each partial block sent over the
     rail to its node, the partials of this rank's block reduced in node order on the host."""
-    topo, dm, ns, its = hs.topo, _cuda.device, hs.stream, c.itemsize
+    topo, ns, its = hs.topo, hs.stream, c.itemsize
     n, N, rail = topo.node, topo.nnodes, topo.rail
     bb = c.count * its
     src = c.recv_ptr if c.inplace else c.send_ptr
@@ -507,22 +504,21 @@ def _reduce_scatter_rail(hs, c):
         m = order[i]
         hs.node.reduce_scatter(c, src + topo.firsts[m] * bb, scratch + m * bb, c.count, ns)
         ev = hs.ev_node[i % SLOTS]
-        dm.event_record(ev, ns)
-        dm.stream_wait_event(hs.sg.d2h, ev)
-        dm.memcpy_async(pbuf.ptr + m * bb, scratch + m * bb, bb, hs.sg.d2h)
-        dm.event_record(hs.ev_d2h[i % SLOTS], hs.sg.d2h)
+        _cuda.after(hs.sg.d2h, ns, ev)
+        _cuda.copy(pbuf.ptr + m * bb, scratch + m * bb, bb, hs.sg.d2h)
+        _cuda.record(hs.ev_d2h[i % SLOTS], hs.sg.d2h)
     issue(0)
     for i, m in enumerate(order):
         if i + 1 < N:
             issue(i + 1)
-        dm.event_sync(hs.ev_d2h[i % SLOTS])
+        _cuda.sync_event(hs.ev_d2h[i % SLOTS])
         if m != n:
             sends.append(rail.Isend([parr[m * bb:(m + 1) * bb], bb, MPI.BYTE], m, _RS_TAG))
     MPI.Request.Waitall(recvs + sends)
     rows[n * bb:(n + 1) * bb] = parr[n * bb:(n + 1) * bb]
     out, oarr = hs.pinned('rs-out', bb)
     hs.net.reduce_rows(c, rows, N, oarr[:bb])
-    dm.memcpy_async(c.recv_ptr, out.ptr, bb, hs.sg.h2d)
+    _cuda.copy(c.recv_ptr, out.ptr, bb, hs.sg.h2d)
     hs.finish()
 
 

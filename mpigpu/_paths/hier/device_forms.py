@@ -243,7 +243,7 @@ def _reduce_scatter_block(hs, c, form, nchunks):
             m = (n + 1 + i) % N  # nodes start with different regions; this node's last
             hs.node.reduce_scatter(c, src + topo.firsts[m] * bb, scratch + m * bb, c.count, ns)
         out = hs.dnet.reduce_regions(t, c, scratch, [c.count] * N, ns)
-        _cuda.device.memcpy_async(c.recv_ptr, out, bb, ns)
+        _cuda.copy(c.recv_ptr, out, bb, ns)
     else:
         # node reduce of the whole vector to the leader, the leaders reduce-scatter it by node regions,
         # each leader broadcasts its region over the node and every rank keeps its block
@@ -254,7 +254,7 @@ def _reduce_scatter_block(hs, c, form, nchunks):
         region = (hs.dnet.reduce_regions(t, c, target, [topo.sizes[m] * c.count for m in range(N)], ns)
                   if leader else hs.scratch(L * bb))
         hs.node.bcast(c, region, L * c.count, 0, ns)
-        _cuda.device.memcpy_async(c.recv_ptr, region + topo.local * bb, bb, ns)
+        _cuda.copy(c.recv_ptr, region + topo.local * bb, bb, ns)
     hs.finish()
 
 

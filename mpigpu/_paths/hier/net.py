@@ -69,10 +69,9 @@ class Net:
         if not nb:
             return
         if self.gpu:
-            dm = _cuda.device
-            dm.reduce_rows(c.dtype, c.op_code, out.ctypes.data, rows.ctypes.data, nb, nrows, nb // c.itemsize,
+            _cuda.reduce_rows(c.dtype, c.op_code, out.ctypes.data, rows.ctypes.data, nb, nrows, nb // c.itemsize,
                            self.stream)
-            dm.stream_sync(self.stream)
+            _cuda.sync(self.stream)
             return
         npt = numpy_dtype(c.dtype)
         out.view(npt)[:] = host_reduce([rows[k * nb:(k + 1) * nb].view(npt) for k in range(nrows)], c.dtype,

@@ -41,12 +41,12 @@ class DeviceNet:
     @staticmethod
     def _copy(dst, src, nb, stream):
         if nb and dst != src:
-            _cuda.device.memcpy_async(dst, src, nb, stream)
+            _cuda.copy(dst, src, nb, stream)
 
     @staticmethod
     def _reduce(c, out, rows, row_bytes, nrows, stream):
         if row_bytes:
-            _cuda.device.reduce_rows(c.dtype, c.op_code, out, rows, row_bytes, nrows, row_bytes // c.itemsize,
+            _cuda.reduce_rows(c.dtype, c.op_code, out, rows, row_bytes, nrows, row_bytes // c.itemsize,
                                      stream)
 
     def _reduce_scatter(self, t, c, src, counts, displs, out, stream):
@@ -112,27 +112,25 @@ class DeviceNet:
     def round_trips(t, peer, nbytes, rounds, first, stream):
         """The shortest of `rounds` round trips of nbytes of device memory with `peer` over t (seconds;
         `first` sends first): the network's figures for the cost model, measured at setup."""
-        dm = _cuda.device
-        buf = dm.DeviceMemory(max(nbytes, 1))
+        buf = _cuda.device_memory(max(nbytes, 1))
         best = float('inf')
         for _ in range(rounds + 1):  # the first round only warms the connection
             t0 = time.perf_counter()
             for op in ((t.send, t.recv) if first else (t.recv, t.send)):
                 op(buf.ptr, nbytes, peer, stream)
-            dm.stream_sync(stream)
+            _cuda.sync(stream)
             best = min(best, time.perf_counter() - t0)
         return best
 
     def exchanges(self, t, peer, nbytes, rounds, stream):
         """The shortest of `rounds` exchanges of nbytes of device memory each way with `peer` over t, both
         sending at once (seconds): the network's two-way figure for the cost model, measured at setup."""
-        dm = _cuda.device
-        out, into = dm.DeviceMemory(max(nbytes, 1)), dm.DeviceMemory(max(nbytes, 1))
+        out, into = _cuda.device_memory(max(nbytes, 1)), _cuda.device_memory(max(nbytes, 1))
         best = float('inf')
         for _ in range(rounds + 1):  # the first round only warms the connection
             t0 = time.perf_counter()
             self._exchange(t, [(out.ptr, nbytes, peer)], [(into.ptr, nbytes, peer)], stream)
-            dm.stream_sync(stream)
+            _cuda.sync(stream)
             best = min(best, time.perf_counter() - t0)
         return best
 

@@ -67,14 +67,14 @@ class NodePhases:
     @staticmethod
     def _copy(dst, src, nbytes, stream):
         if dst != src and nbytes:
-            _cuda.device.memcpy_async(dst, src, nbytes, stream)
+            _cuda.copy(dst, src, nbytes, stream)
 
     def _run(self, c, coll, send, recv, count, root, stream):
         if not count:
             return
         reduces = coll in (Coll.REDUCE_SCATTER_BLOCK, Coll.REDUCE)
         op = c.op_code if reduces else 0
-        if self.kind == 'engine' and (not reduces or _cuda.device.supports(c.dtype, op)):
+        if self.kind == 'engine' and (not reduces or _cuda.supports(c.dtype, op)):
             self.team.run(coll, self._algo(coll, c.dtype, count), c.dtype, op, send, recv, count, root, 0,
                           stream, False)
         else:

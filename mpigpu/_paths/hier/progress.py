@@ -60,7 +60,7 @@ class Progress:
         self.stopping = False
         self.seq = 0
         self.events = {}         # device -> free events
-        self.words = _cuda.device.PinnedBuffer(64)
+        self.words = _cuda.pinned_memory(64)
         self.word = np.frombuffer(self.words, np.uint32, count=2)
         self.word[:] = 0
         self.thread = threading.Thread(target=self._loop, name='mpigpu-hier', daemon=True)
@@ -112,7 +112,7 @@ class Progress:
 
     def event(self, device):
         free = self.events.setdefault(device, [])
-        return free.pop() if free else _cuda.with_device(device, _cuda.device.event_create)
+        return free.pop() if free else _cuda.with_device(device, _cuda.event)
 
     def stop(self):
         with self.cond:
@@ -123,7 +123,7 @@ class Progress:
         for free in self.events.values():
             for ev in free:
                 try:
-                    _cuda.device.event_destroy(ev)
+                    _cuda.free_event(ev)
                 except Exception:
                     pass
         self.events = {}
@@ -189,13 +189,12 @@ def blocking(hs, body):
 def on_stream(hs, stream, body):
     """A stream= call: body(dep) runs on the progress thread after the work queued on `stream` (event
     dep), and `stream` waits for it on the GPU; returns at once."""
-    dm = _cuda.device
     p = progress()
     ev = p.event(hs.device)
-    dm.event_record(ev, stream)
+    _cuda.record(ev, stream)
     p.seq = (p.seq + 1) & 0xFFFFFFFF or 1
     seq = p.seq
-    dm.stream_wait_host(stream, p.words.ptr, seq, config.timeout_s)
+    _cuda.wait_host(stream, p.words.ptr, seq, config.timeout_s)
 
     def run():
         _cuda.with_device(hs.device, body, ev)
@@ -222,10 +221,9 @@ class _JobWork(requests.Work):
 def request(hs, stream, body):
     """A non-blocking call: body(dep) queued on the progress thread after the work queued on `stream`;
     returns the request it completes."""
-    dm = _cuda.device
     p = progress()
     ev = p.event(hs.device)
-    dm.event_record(ev, stream)
+    _cuda.record(ev, stream)
     work = _JobWork(None)
     work.job = None
     greq = MPI.Grequest.Start(work.query, requests._noop, requests._noop)

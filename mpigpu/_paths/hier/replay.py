@@ -26,7 +26,7 @@ _KEPT = 64  # graphs per communicator before they are all dropped (a program cyc
 def usable(hs):
     """True when calls of this communicator may be recorded and replayed."""
     return (config.hier_graphs and hs.dnet is not None and hs.node.kind != 'staged'
-            and hasattr(_cuda.device, 'capture_begin'))
+            and _cuda.can_capture())
 
 
 class Replays:
@@ -63,49 +63,47 @@ class Replays:
         return got[0]
 
     def _record(self, issue):
-        hs, dm = self.hs, _cuda.device
+        hs = self.hs
         if self.origin is None:
-            self.origin = dm.stream_create()
-        dm.capture_begin(self.origin)
+            self.origin = _cuda.stream()
+        _cuda.capture_begin(self.origin)
         try:
-            dm.event_record(hs.ev_dep, self.origin)
+            _cuda.record(hs.ev_dep, self.origin)
             hs.join = self.origin
             issue(hs.ev_dep)
         except BaseException:
             hs.join = None
             try:
-                dm.capture_end(self.origin).close()
+                _cuda.capture_end(self.origin).close()
             except Exception:
                 pass  # the capture's own failure: the call's error is the one to raise
             raise
         hs.join = None
-        return dm.capture_end(self.origin)
+        return _cuda.capture_end(self.origin)
 
     def launch(self, graph, stream, sync):
         """Runs `graph` on the node stream after the work queued on `stream`: done on return (sync),
         else `stream` waits for it on the GPU."""
-        hs, dm = self.hs, _cuda.device
-        dm.event_record(hs.ev_dep, stream)
-        dm.stream_wait_event(hs.stream, hs.ev_dep)
+        hs = self.hs
+        _cuda.after(hs.stream, stream, hs.ev_dep)
         graph.launch(hs.stream)
         if sync:
-            dm.stream_sync(hs.stream)
+            _cuda.sync(hs.stream)
         else:
-            dm.event_record(hs.ev_end[0], hs.stream)
-            dm.stream_wait_event(stream, hs.ev_end[0])
+            _cuda.after(stream, hs.stream, hs.ev_end[0])
 
     def clear(self):
         graphs, self.graphs = self.graphs, {}
         made = [got[0] for got in graphs.values() if got is not None]
         if made:
-            _cuda.device.stream_sync(self.hs.stream)  # a stream= call's graph may still run
+            _cuda.sync(self.hs.stream)  # a stream= call's graph may still run
         for g in made:
             g.close()
 
     def close(self):
         self.clear()
         if self.origin is not None:
-            _cuda.device.stream_destroy(self.origin)
+            _cuda.free_stream(self.origin)
             self.origin = None
 
 
@@ -114,7 +112,7 @@ def run(hs, c, shape, stream, sync, issue):
     work, and then did)."""
     if hs.replays is None or not progress.quiet():
         return False
-    if hs.node.kind == 'engine' and c.coll in REDUCING and not _cuda.device.supports(c.dtype, c.op_code):
+    if hs.node.kind == 'engine' and c.coll in REDUCING and not _cuda.supports(c.dtype, c.op_code):
         return False  # its node phases are staged through host MPI, which a graph cannot hold
     try:
         graph = hs.replays.graph(c, shape, issue)
@@ -142,7 +140,7 @@ def fast_entry(st, hs):
                 or progress.late()):
             return False  # (the general path raises what is pending)
         got = replays.recorded(coll, dtype, op_code, count, root, inplace, sp, rp)
-        if got is None or _cuda.device.stream_capturing(stream):
+        if got is None or _cuda.capturing(stream):
             return False  # (a capture: the general path raises)
         name = Coll(coll).mpi_name
         verdict = st.agreement.decide(name, coll, Placement.DEVICE)

@@ -93,18 +93,17 @@ class HierState:
         return lambda *args: _cuda.with_device(self.device, probe, self.transport, *args, self.net_stream)
 
     def _make(self):
-        dm = _cuda.device
-        dm.load_kernels()  # before any stream waits for the progress thread (cuda/kernel_load.cu)
-        self.stream = dm.stream_create()     # node phases
-        self.net_stream = dm.stream_create()  # network phases on a transport of device memory
-        self.reduce_stream = dm.stream_create()  # reductions of what arrives from the network
+        _cuda.load_kernels()  # before any stream waits for the progress thread (cuda/kernel_load.cu)
+        self.stream = _cuda.stream()     # node phases
+        self.net_stream = _cuda.stream()  # network phases on a transport of device memory
+        self.reduce_stream = _cuda.stream()  # reductions of what arrives from the network
         self.sg = Stager(None).on(self.device)  # its d2h and h2d copy streams, pinned chunks
-        self.ev_dep = dm.event_create()
-        self.ev_node = [dm.event_create() for _ in range(SLOTS)]
-        self.ev_d2h = [dm.event_create() for _ in range(SLOTS)]
-        self.ev_h2d = [dm.event_create() for _ in range(SLOTS)]
-        self.ev_net = [dm.event_create() for _ in range(SLOTS)]
-        self.ev_end = [dm.event_create() for _ in range(2)]
+        self.ev_dep = _cuda.event()
+        self.ev_node = [_cuda.event() for _ in range(SLOTS)]
+        self.ev_d2h = [_cuda.event() for _ in range(SLOTS)]
+        self.ev_h2d = [_cuda.event() for _ in range(SLOTS)]
+        self.ev_net = [_cuda.event() for _ in range(SLOTS)]
+        self.ev_end = [_cuda.event() for _ in range(2)]
 
     def _connect(self, st):
         """The network's transport, the same on every rank (MPIGPU_NET; collective, whatever each rank's
@@ -135,7 +134,7 @@ class HierState:
     def _nccl(self):
         """(NCCL's library, '') where this rank can take it, else (None, why not); collective on the rail."""
         # NCCL takes one rank per GPU in a communicator (ranks sharing one, MPIGPU_SHARED_GPU: host MPI)
-        gpus = self.topo.rail.allgather((socket.gethostname(), _cuda.device.pci_bus_id(self.device)))
+        gpus = self.topo.rail.allgather((socket.gethostname(), _cuda.pci_bus_id(self.device)))
         if config.net == 'mpi':
             return None, 'MPIGPU_NET=mpi'
         lib, why = nccl.library()
@@ -201,7 +200,7 @@ class HierState:
             if self.replays is not None:
                 self.replays.clear()  # their graphs hold the old block's address
             setattr(self, attr, None)  # the old block goes before the new one is made
-            setattr(self, attr, _cuda.device.DeviceMemory(size))
+            setattr(self, attr, _cuda.device_memory(size))
 
     def _size(self, key):
         attr = self._DEVICE_KEYS.get(key)
@@ -241,32 +240,27 @@ class HierState:
 
     def begin(self, dep):
         """Orders the path's streams after event `dep` (the producer's stream when the call came)."""
-        dm = _cuda.device
         # (the copy streams only where copies run: a recorded call's streams must all join its end)
         for s in (self.stream,) if self.dnet is not None else (self.stream, self.sg.d2h, self.sg.h2d):
-            dm.stream_wait_event(s, dep)
+            _cuda.wait(s, dep)
         if self.dnet is not None:
             # the network stream after everything the node stream holds (an enqueued call's network
             # phases included, joined there by finish): calls never overlap on the path's scratch
-            dm.event_record(self.ev_end[0], self.stream)
-            dm.stream_wait_event(self.net_stream, self.ev_end[0])
+            _cuda.after(self.net_stream, self.stream, self.ev_end[0])
         elif self.cuda_aware:  # MPI reads and writes the user's buffers itself: the producer must be done
-            dm.event_sync(dep)
+            _cuda.sync_event(dep)
 
     def finish(self):
         """Waits for the call's work on the path's streams; for a call enqueued whole (`join`), makes its
         stream wait for it instead."""
-        dm = _cuda.device
         if self.join is not None:  # the node stream takes in the network stream's work, the caller's both
-            dm.event_record(self.ev_end[1], self.net_stream)
-            dm.stream_wait_event(self.stream, self.ev_end[1])
-            dm.event_record(self.ev_end[0], self.stream)
-            dm.stream_wait_event(self.join, self.ev_end[0])
+            _cuda.after(self.stream, self.net_stream, self.ev_end[1])
+            _cuda.after(self.join, self.stream, self.ev_end[0])
             return
-        dm.stream_sync(self.sg.h2d)
+        _cuda.sync(self.sg.h2d)
         if self.dnet is not None:
-            dm.stream_sync(self.net_stream)
-        dm.stream_sync(self.stream)
+            _cuda.sync(self.net_stream)
+        _cuda.sync(self.stream)
 
     # ---- release -------------------------------------------------------------------------------------
     def close_collective(self):
@@ -281,7 +275,6 @@ class HierState:
         thread = progress.running()
         if thread is not None:  # no call of this communicator may still run
             thread.drain(_CLOSE_WAIT_S)
-        dm = _cuda.device
 
         def free():
             replay.drop(self)  # before the transport: graphs hold its operations
@@ -289,9 +282,9 @@ class HierState:
                 self.transport.close()
                 self.transport = self.dnet = None
             for s in (self.stream, self.net_stream, self.reduce_stream):
-                dm.stream_destroy(s)
+                _cuda.free_stream(s)
             for ev in [self.ev_dep] + self.ev_node + self.ev_d2h + self.ev_h2d + self.ev_net + self.ev_end:
-                dm.event_destroy(ev)
+                _cuda.free_event(ev)
             self.sg.close()
             self._scratch = self._net_scratch = None
         try:
@@ -312,7 +305,6 @@ def pipeline(hs, nchunks, node_in=None, to_host=None, net=None, to_device=None, 
     device memory); h2d_after_node: copies to the device wait for the node phases enqueued before them.
     The host side of chunk k must not be written by net(k) before the copy-out of chunk k - SLOTS is done:
     net(k) runs after it. Returns with every stage done."""
-    dm = _cuda.device
     ns, d2h, h2d = hs.stream, hs.sg.d2h, hs.sg.h2d
 
     def issue(k):
@@ -321,14 +313,13 @@ def pipeline(hs, nchunks, node_in=None, to_host=None, net=None, to_device=None, 
         copies = to_host(k) if to_host is not None else None
         if copies:
             ev = hs.ev_node[k % SLOTS]
-            dm.event_record(ev, ns)
-            dm.stream_wait_event(d2h, ev)
+            _cuda.after(d2h, ns, ev)
             for dst, src, nb in copies:
-                dm.memcpy_async(dst, src, nb, d2h)
-            dm.event_record(hs.ev_d2h[k % SLOTS], d2h)
+                _cuda.copy(dst, src, nb, d2h)
+            _cuda.record(hs.ev_d2h[k % SLOTS], d2h)
             return hs.ev_d2h[k % SLOTS]
         if wait_in and node_in is not None:
-            dm.event_record(hs.ev_node[k % SLOTS], ns)
+            _cuda.record(hs.ev_node[k % SLOTS], ns)
             return hs.ev_node[k % SLOTS]
         return None
 
@@ -336,21 +327,20 @@ def pipeline(hs, nchunks, node_in=None, to_host=None, net=None, to_device=None, 
     for k in range(nchunks):
         following = issue(k + 1) if k + 1 < nchunks else None
         if ready is not None:
-            dm.event_sync(ready)
+            _cuda.sync_event(ready)
         if k >= SLOTS:
-            dm.event_sync(hs.ev_h2d[k % SLOTS])  # chunk k - SLOTS's copy-out has left this slot
+            _cuda.sync_event(hs.ev_h2d[k % SLOTS])  # chunk k - SLOTS's copy-out has left this slot
         if net is not None:
             net(k)
         copies = to_device(k) if to_device is not None else None
         if copies:
             if h2d_after_node:
-                dm.event_record(hs.ev_node[k % SLOTS], ns)
-                dm.stream_wait_event(h2d, hs.ev_node[k % SLOTS])
+                _cuda.after(h2d, ns, hs.ev_node[k % SLOTS])
             for dst, src, nb in copies:
-                dm.memcpy_async(dst, src, nb, h2d)
-            dm.event_record(hs.ev_h2d[k % SLOTS], h2d)
+                _cuda.copy(dst, src, nb, h2d)
+            _cuda.record(hs.ev_h2d[k % SLOTS], h2d)
             if node_out is not None:
-                dm.stream_wait_event(ns, hs.ev_h2d[k % SLOTS])
+                _cuda.wait(ns, hs.ev_h2d[k % SLOTS])
         if node_out is not None:
             node_out(k, ns)
         ready = following
@@ -372,22 +362,20 @@ def device_pipeline(hs, nchunks, node_in=None, net=None, node_out=None):
     node stream after that; chunk k + 1's node phase is issued before chunk k's node_out, so it runs
     while chunk k crosses the network. Nothing waits on the host until every stage is done (the
     node's ranks issue their phases in the same order, as the device team needs)."""
-    dm = _cuda.device
     ns, nets = hs.stream, hs.net_stream
 
     def start(k):
         if net is not None and k >= SLOTS:
             # chunk k's node phase writes the slot chunk k - SLOTS's network phase reads (a Reduce's
             # scratch off the root's node, which has no node_out to order them)
-            dm.stream_wait_event(ns, hs.ev_net[k % SLOTS])
+            _cuda.wait(ns, hs.ev_net[k % SLOTS])
         if node_in is not None:
             node_in(k, ns)
         if net is not None:
             ev = hs.ev_node[k % SLOTS]
-            dm.event_record(ev, ns)
-            dm.stream_wait_event(nets, ev)
+            _cuda.after(nets, ns, ev)
             net(k, nets)
-            dm.event_record(hs.ev_net[k % SLOTS], nets)
+            _cuda.record(hs.ev_net[k % SLOTS], nets)
     if nchunks:
         start(0)
     for k in range(nchunks):
@@ -395,6 +383,6 @@ def device_pipeline(hs, nchunks, node_in=None, net=None, node_out=None):
             start(k + 1)
         if node_out is not None:
             if net is not None:
-                dm.stream_wait_event(ns, hs.ev_net[k % SLOTS])
+                _cuda.wait(ns, hs.ev_net[k % SLOTS])
             node_out(k, ns)
     hs.finish()

@@ -106,9 +106,9 @@ class Packed:
         mem = self.take()
         if self.nbytes:
             def run():
-                plan = _cuda.device.pack_plan(self.layout, self.device)
+                plan = _cuda.pack_plan(self.layout, self.device)
                 plan.pack(self.count, self.base, mem.ptr, self.stream)
-                _cuda.device.stream_sync(self.stream)
+                _cuda.sync(self.stream)
             _cuda.with_device(self.device, run)
 
     def unpack(self, nbytes=None):
@@ -120,9 +120,9 @@ class Packed:
         count = nbytes // self.layout.size if self.layout.size else 0
         if count:
             def run():
-                plan = _cuda.device.pack_plan(self.layout, self.device)
+                plan = _cuda.pack_plan(self.layout, self.device)
                 plan.unpack(count, self.scratch.ptr, self.base, self.stream)
-                _cuda.device.stream_sync(self.stream)
+                _cuda.sync(self.stream)
             _cuda.with_device(self.device, run)
 
     def release(self):
@@ -186,10 +186,10 @@ def _run(lay, dev, count, buf, packed_ptr, stream, unpacking):
         return
 
     def run():
-        plan = _cuda.device.pack_plan(lay, dev)
+        plan = _cuda.pack_plan(lay, dev)
         if unpacking:
             plan.unpack(count, packed_ptr, buf, stream)
         else:
             plan.pack(count, buf, packed_ptr, stream)
-        _cuda.device.stream_sync(stream)
+        _cuda.sync(stream)
     _cuda.with_device(dev, run)

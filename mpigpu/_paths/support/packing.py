@@ -320,16 +320,16 @@ class Packing:
         runs = [r for r in self.runs if r[1] and r[0].size]
         if not runs:
             return
-        dm, stream, base = _cuda.device, self.stream, self.buf.ptr
+        stream, base = self.stream, self.buf.ptr
 
         def run():
             for lay, count, offset, at in runs:
-                plan = dm.pack_plan(lay, self.device)
+                plan = _cuda.pack_plan(lay, self.device)
                 if unpacking:
                     plan.unpack(count, pinned_ptr + at, base + offset, stream)
                 else:
                     plan.pack(count, base + offset, pinned_ptr + at, stream)
-            dm.stream_sync(stream)
+            _cuda.sync(stream)
         _cuda.with_device(self.device, run)
 
 

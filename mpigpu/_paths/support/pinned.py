@@ -27,21 +27,19 @@ class Stager:
         return self
 
     def _make(self):
-        dm = _cuda.device
-        self.d2h = dm.stream_create()
-        self.h2d = dm.stream_create()
-        self.ev_dep = dm.event_create()
-        self.ev_in = [dm.event_create() for _ in range(SLOTS)]
-        self.ev_out = [dm.event_create() for _ in range(SLOTS)]
+        self.d2h = _cuda.stream()
+        self.h2d = _cuda.stream()
+        self.ev_dep = _cuda.event()
+        self.ev_in = [_cuda.event() for _ in range(SLOTS)]
+        self.ev_out = [_cuda.event() for _ in range(SLOTS)]
 
     def close(self):
         if self.device is None:
             return
-        dm = _cuda.device
         for s in (self.d2h, self.h2d):
-            dm.stream_destroy(s)
+            _cuda.free_stream(s)
         for ev in [self.ev_dep] + self.ev_in + self.ev_out:
-            dm.event_destroy(ev)
+            _cuda.free_event(ev)
         self.pinned.clear()
         self.device = None
 
@@ -52,23 +50,21 @@ class Stager:
             # grow geometrically, so a run of slightly larger calls does not pin memory every time
             size = max(nbytes, 1 << 16, 0 if buf is None else buf.nbytes * 3 // 2)
             self.pinned.pop(key, None)
-            buf = self.pinned[key] = _cuda.device.PinnedBuffer(size)
+            buf = self.pinned[key] = _cuda.pinned_memory(size)
         return buf, np.frombuffer(buf, dtype=np.uint8, count=buf.nbytes)
 
     def after(self, stream):
         """Orders both copy streams after the producer's stream."""
-        dm = _cuda.device
-        dm.event_record(self.ev_dep, stream)
-        dm.stream_wait_event(self.d2h, self.ev_dep)
-        dm.stream_wait_event(self.h2d, self.ev_dep)
+        _cuda.after(self.d2h, stream, self.ev_dep)
+        _cuda.wait(self.h2d, self.ev_dep)
 
     def to_host(self, dst_ptr, src_ptr, nbytes):
-        _cuda.device.memcpy_async(dst_ptr, src_ptr, nbytes, self.d2h)
-        _cuda.device.stream_sync(self.d2h)
+        _cuda.copy(dst_ptr, src_ptr, nbytes, self.d2h)
+        _cuda.sync(self.d2h)
 
     def to_device(self, dst_ptr, src_ptr, nbytes):
-        _cuda.device.memcpy_async(dst_ptr, src_ptr, nbytes, self.h2d)
-        _cuda.device.stream_sync(self.h2d)
+        _cuda.copy(dst_ptr, src_ptr, nbytes, self.h2d)
+        _cuda.sync(self.h2d)
 
 
 # ---- process-wide pool for point-to-point messages in flight ----------------------------------
@@ -83,7 +79,7 @@ def take(nbytes):
         free = _pool.get(size)
         if free:
             return free.pop()
-    return _cuda.device.PinnedBuffer(size)
+    return _cuda.pinned_memory(size)
 
 
 def give(buf):

@@ -16,7 +16,7 @@ def take(nbytes, device):
         free = _pool.get((device, size))
         if free:
             return free.pop()
-    return _cuda.with_device(device, _cuda.device.DeviceMemory, size)
+    return _cuda.with_device(device, _cuda.device_memory, size)
 
 
 def give(mem, device):

@@ -2,7 +2,9 @@
 functions (mpigpu/_interpose/functions.py, loaded by path so the build needs no installed package)
 - functions.h: the function ids, and each function's buffers as the staging code reads them;
 - wrappers.c: each MPI_<name> (host buffers straight to PMPI_<name>, device buffers to
-  mgi_device_call), and mgi_call_lower (a call whose arguments were rewritten, to PMPI).
+  mgi_device_call), and mgi_call_lower (a call whose arguments were rewritten, to PMPI); and the calls
+  that start, complete and free requests (REQUEST_CALLS: to the library, or to the handler where a request
+  is a proxy of mpigpu's, requests.c).
 
 usage: generate.py functions.py outdir
 """
@@ -13,7 +15,7 @@ from pathlib import Path
 C_TYPES = {'in': 'const void *', 'out': 'void *', 'inout': 'void *', 'int': 'int', 'ints': 'const int *',
            'aints': 'const intptr_t *', 'intp': 'int *',
            'type': 'intptr_t', 'op': 'intptr_t', 'comm': 'intptr_t', 'types': 'const void *',
-           'request': 'void *', 'status': 'void *'}
+           'request': 'void *', 'status': 'void *', 'info': 'intptr_t', 'requests': 'void *', 'reqval': 'intptr_t'}
 
 
 def load(path):
@@ -43,6 +45,15 @@ def header(mod):
            '#pragma once', '#include "interpose.h"', '', 'enum mgi_function_id {']
     out += [f'  MGI_{f.name},' for f in mod.TABLE] + ['  MGI_COUNT', '};', '']
     out += ['enum mgi_form {'] + [f'  MGI_FORM_{x.upper()},' for x in mod.FORMS] + ['};', '']
+    out += ['enum mgi_request_call_id {'] + [f'  MGI_REQ_{f.name},' for f in mod.REQUEST_TABLE]
+    out += ['  MGI_REQ_COUNT', '};', '',
+            '/* a request call: its names, its parameters, and where its requests are (count: the index of their',
+            ' * number; -1: one, through a pointer; -2: one, by value) */',
+            'typedef struct {', '  const char *name, *lower_name;', '  int8_t nparams, count, requests;',
+            '} mgi_request_call;', 'extern const mgi_request_call mgi_request_calls[MGI_REQ_COUNT];',
+            'int mgi_holds_proxy(const void *caller, int id, const intptr_t *args); /* requests.c */',
+            'int mgi_request_call_handle(int id, intptr_t *args);', 'void *mgi_lower_request(int id);',
+            'int mgi_missing_request(int id);', '']
     return '\n'.join(out) + '\n'
 
 
@@ -97,7 +108,33 @@ def wrappers(mod):
     out += ['int mgi_call_lower(int id, const intptr_t *a) {', '  void *fn = mgi_lower(id);',
             '  if (!fn) return mgi_missing(id);', '  switch (id) {'] + calls
     out += ['    default: return mgi_missing(id);', '  }', '}', '']
+    out += request_wrappers(mod)
     return '\n'.join(out)
+
+
+def request_wrappers(mod):
+    """MPI_Start, MPI_Wait & co.: to the handler where one of their requests is a proxy of mpigpu's
+    persistent requests (mgi_holds_proxy: one atomic load while there is none), else to the library."""
+    out = ['const mgi_request_call mgi_request_calls[MGI_REQ_COUNT] = {']
+    for f in mod.REQUEST_TABLE:
+        reqs = next(i for i, p in enumerate(f.params) if p.kind in ('request', 'requests', 'reqval'))
+        kind = f.params[reqs].kind
+        count = f.index['count'] if kind == 'requests' else -1 if kind == 'request' else -2
+        out.append(f'  {{"MPI_{f.name}", "PMPI_{f.name}", {len(f.params)}, {count}, {reqs}}},')
+    out += ['};', '']
+    for f in mod.REQUEST_TABLE:
+        decl = ', '.join(_decl(p) for p in f.params)
+        types = ', '.join(C_TYPES[p.kind] for p in f.params)
+        names = ', '.join(p.name for p in f.params)
+        words = ', '.join(to_word(p) for p in f.params)
+        out += [f'typedef int (*lower_req_{f.name})({types});',
+                f'MGI_EXPORT int MPI_{f.name}({decl}) {{',
+                f'  intptr_t a[{len(f.params)}] = {{{words}}};',
+                f'  if (mgi_holds_proxy(__builtin_return_address(0), MGI_REQ_{f.name}, a))',
+                f'    return mgi_request_call_handle(MGI_REQ_{f.name}, a);',
+                f'  lower_req_{f.name} fn = (lower_req_{f.name})mgi_lower_request(MGI_REQ_{f.name});',
+                f'  return fn ? fn({names}) : mgi_missing_request(MGI_REQ_{f.name});', '}', '']
+    return out
 
 
 def main(table, outdir):

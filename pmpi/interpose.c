@@ -117,6 +117,13 @@ int mgi_fail(int id, intptr_t comm, const char *why) {
 
 int mgi_missing(int id) { return mgi_fail(id, 0, "the MPI library below has no such function"); }
 
+/* An MPI error code naming a call that has no communicator (the request calls, requests.c). */
+int mgi_fail_named(const char *name, const char *why) {
+  char msg[400];
+  snprintf(msg, sizeof msg, "%s: %s (mpigpu interposer)", name, why);
+  return code_for(msg);
+}
+
 /* ---- exported ---------------------------------------------------------------------------------- */
 
 /* The process's handler of device calls (NULL: none). */

@@ -1,6 +1,7 @@
 /* The interposer's internal interface: what the generated wrappers (wrappers.c) and the hand-written
  * parts (interpose.c: the device call's routing; lower.c: the MPI library below; memory.c: where a
- * pointer lives, through the CUDA driver; staging.c: device buffers through host copies) share.
+ * pointer lives, through the CUDA driver; staging.c: device buffers through host copies; requests.c: the
+ * persistent requests made for calls below Python and the request calls that meet them) share.
  * No MPI header: handles travel as pointer-sized words (MPICH's ints and Open MPI's pointers alike), so
  * one build serves the MPI the process loads. */
 #pragma once
@@ -81,6 +82,7 @@ int mgi_device_call(int id, intptr_t *args); /* a call with a device buffer that
                                                the library where CUDA-aware, else host copies */
 int mgi_missing(int id);                     /* the MPI library has no PMPI_<name> */
 int mgi_fail(int id, intptr_t comm, const char *why); /* an MPI error naming the call, through comm's handler */
+int mgi_fail_named(const char *name, const char *why); /* the same for a call without a communicator */
 
 /* staging.c: a blocking call's device buffers through host copies */
 int mgi_stage(int id, intptr_t *args);

@@ -10,5 +10,7 @@
   bsend: the buffered-send buffer (MPI_Buffer_attach) of Bsend and Ibsend;
 - interposed: calls made below Python through the MPI interposer (mpigpu/_interpose), run as the
   method of the same name on mpigpu's communicator;
+  interposed_requests: the persistent requests those calls make, behind proxies the library knows, and
+  the request calls (MPI_Start, MPI_Wait & co.) that meet them;
 - support: `query_cuda_support()`; cli: the runner's and the tools' usage errors.
 """

@@ -25,9 +25,11 @@ from mpi4py import MPI
 
 from .. import _cuda, _interpose
 from . import comm as _comm, objects as _objects
+from .interposed_requests import Requests
 from .._base.codes import ENGINE_COLLS, TYPESTR_CODES
 from .._state.comm_state import attached, state_of
 from .._base.types import FROM_MPI
+from .._state.requests import Startable
 from .._state.undecided import unsettled
 from .._interpose.functions import TABLE
 
@@ -68,6 +70,7 @@ class Handler:
         self.comms = {}  # communicator handle -> (mpigpu's wrapper, its state)
         self.ops = {}  # predefined op handle -> MPI.Op
         self.engine_entry = None  # the CUDA layer whose entry is registered (install), or None
+        self.requests = None  # the persistent requests made below Python and their request calls (install)
 
     def handle(self, cls, word):
         """A handle word as mpi4py writes that handle: MPICH's C int sign-extended to an unsigned 64-bit
@@ -245,8 +248,8 @@ class Call:
                 b += 1
             elif i == fn.status:
                 status = MPI.Status() if self.args[i] not in _STATUS_IGNORE else None
-            elif p.kind in ('comm', 'request') or p.name in fn.folded:
-                continue
+            elif p.kind in ('comm', 'request', 'info') or p.name in fn.folded:
+                continue  # (an info's hints are not read: MPI lets an implementation ignore them)
             elif p.kind == 'op' and fn.comm < 0:
                 continue  # MPI_Reduce_local: the op is the receiver
             else:
@@ -258,7 +261,9 @@ class Call:
             result = method(*positional, status=status) if status is not None else method(*positional)
         if status is not None:
             ctypes.memmove(self.args[fn.status], MPI._addressof(status), MPI._sizeof(MPI.Status))
-        if fn.request >= 0:
+        if fn.request >= 0 and isinstance(result, Startable):  # mpigpu's persistent request: a proxy stands for it
+            self.h.requests.hand_out(result, self.comm, self.args[fn.request])
+        elif fn.request >= 0:
             ctypes.memmove(self.args[fn.request], MPI._addressof(result), MPI._sizeof(MPI.Request))
         return MPI.SUCCESS
 
@@ -387,6 +392,9 @@ def install(lib):
         raise ImportError(f'mpigpu: the MPI interposer cannot find mpi4py\'s extension ({MPI.__file__}) in memory')
     lib.mpigpu_pmpi_set_handler(_installed.cfunc)
     atexit.register(lib.mpigpu_pmpi_set_handler, None)
+    if hasattr(lib, 'mpigpu_pmpi_set_request_handler'):
+        _installed.requests = Requests(lib, lambda fn, exc: _fail(fn, None, exc))
+        atexit.register(_installed.requests.close)
     device = _cuda.device
     # the engine's entry (not without CUDA, nor on the CPU tests' fake layer, nor with an older library)
     if hasattr(device, 'bind_pmpi_entry') and hasattr(lib, 'mpigpu_pmpi_set_engine'):

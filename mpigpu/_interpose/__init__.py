@@ -17,7 +17,7 @@ import importlib.util
 import os
 import sys
 
-from .functions import TABLE
+from .functions import REQUEST_TABLE, TABLE
 
 _lib = None
 _status = 'off'
@@ -87,6 +87,11 @@ def _check_table(lib):
         sig = ' '.join(f'{p.name}:{p.kind}' for p in f.params)
         if lib.mpigpu_pmpi_signature(i).decode() != sig:
             raise ImportError(f'mpigpu: the MPI interposer was built from another table (MPI_{f.name}); rebuild')
+    lib.mpigpu_pmpi_request_call.restype = ctypes.c_char_p
+    for i, f in enumerate(REQUEST_TABLE + (None,)):
+        got = lib.mpigpu_pmpi_request_call(i)
+        if (got.decode() if got else None) != (f'MPI_{f.name}' if f else None):
+            raise ImportError('mpigpu: the MPI interposer was built from another table of request calls; rebuild')
 
 
 def library():

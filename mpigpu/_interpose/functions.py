@@ -3,7 +3,7 @@ C wrappers, their argument lists and the staging descriptors) and by the Python 
 
 Each entry is the function's name without `MPI_` and its parameters in C order, `name:kind`:
 - `int`, `ints` (an int array), `aints` (an MPI_Aint array), `intp` (an int the call reads and writes: Pack's
-  position), `type`, `types` (an array of datatypes), `op`, `comm`, `request` (MPI_Request *), `status`
+  position), `type`, `types` (an array of datatypes), `op`, `comm`, `info`, `request` (MPI_Request *), `status`
   (MPI_Status *): passed through; handles travel as pointer-sized words, so the one library serves MPIs whose
   handles are ints (MPICH) or pointers (Open MPI);
 - a buffer, `in`, `out` or `inout`, with where its bytes lie in brackets, `[count,type]` over the
@@ -134,6 +134,71 @@ FUNCTIONS = (
     ('Ineighbor_alltoallw', 'sendbuf:in[sendcounts/sdispls@out,sendtypes] sendcounts:ints sdispls:aints '
                             'sendtypes:types recvbuf:out[recvcounts/rdispls@in,recvtypes] recvcounts:ints '
                             'rdispls:aints recvtypes:types comm:comm request:request'),
+    # persistent: mpigpu's persistent request behind a request of the library's that stands for it (a proxy),
+    # which the calls of REQUEST_CALLS below start, complete and free (the info hints are not read)
+    ('Send_init', 'buf:in[count,datatype] count:int datatype:type dest:int tag:int comm:comm request:request'),
+    ('Bsend_init', 'buf:in[count,datatype] count:int datatype:type dest:int tag:int comm:comm request:request'),
+    ('Ssend_init', 'buf:in[count,datatype] count:int datatype:type dest:int tag:int comm:comm request:request'),
+    ('Rsend_init', 'buf:in[count,datatype] count:int datatype:type dest:int tag:int comm:comm request:request'),
+    ('Recv_init', 'buf:out[count,datatype] count:int datatype:type source:int tag:int comm:comm request:request'),
+    ('Bcast_init', 'buffer:inout[count,datatype] count:int datatype:type root:int comm:comm info:info '
+                   'request:request'),
+    ('Reduce_init', 'sendbuf:in[count,datatype] recvbuf:out[count,datatype]@root count:int datatype:type op:op '
+                    'root:int comm:comm info:info request:request'),
+    ('Allreduce_init', 'sendbuf:in[count,datatype] recvbuf:out[count,datatype] count:int datatype:type op:op '
+                       'comm:comm info:info request:request'),
+    ('Reduce_scatter_block_init', 'sendbuf:in[recvcount*n,datatype] '
+                                  'recvbuf:out[recvcount,datatype|recvcount*n,datatype] recvcount:int '
+                                  'datatype:type op:op comm:comm info:info request:request'),
+    ('Allgather_init', 'sendbuf:in[sendcount,sendtype] sendcount:int sendtype:type '
+                       'recvbuf:out[recvcount*n,recvtype] recvcount:int recvtype:type comm:comm info:info '
+                       'request:request'),
+    ('Allgatherv_init', 'sendbuf:in[sendcount,sendtype] sendcount:int sendtype:type '
+                        'recvbuf:out[recvcounts/displs,recvtype] recvcounts:ints displs:ints recvtype:type '
+                        'comm:comm info:info request:request'),
+    ('Gather_init', 'sendbuf:in[sendcount,sendtype] sendcount:int sendtype:type '
+                    'recvbuf:out[recvcount*n,recvtype]@root recvcount:int recvtype:type root:int comm:comm '
+                    'info:info request:request'),
+    ('Scatter_init', 'sendbuf:in[sendcount*n,sendtype]@root sendcount:int sendtype:type '
+                     'recvbuf:out[recvcount,recvtype] recvcount:int recvtype:type root:int comm:comm info:info '
+                     'request:request'),
+    ('Alltoall_init', 'sendbuf:in[sendcount*n,sendtype] sendcount:int sendtype:type '
+                      'recvbuf:out[recvcount*n,recvtype] recvcount:int recvtype:type comm:comm info:info '
+                      'request:request'),
+    ('Alltoallv_init', 'sendbuf:in[sendcounts/sdispls,sendtype] sendcounts:ints sdispls:ints sendtype:type '
+                       'recvbuf:out[recvcounts/rdispls,recvtype] recvcounts:ints rdispls:ints recvtype:type '
+                       'comm:comm info:info request:request'),
+    ('Reduce_scatter_init', 'sendbuf:in[recvcounts+,datatype] '
+                            'recvbuf:out[recvcounts.,datatype|recvcounts+,datatype] recvcounts:ints datatype:type '
+                            'op:op comm:comm info:info request:request'),
+    ('Gatherv_init', 'sendbuf:in[sendcount,sendtype] sendcount:int sendtype:type '
+                     'recvbuf:out[recvcounts/displs,recvtype]@root recvcounts:ints displs:ints recvtype:type '
+                     'root:int comm:comm info:info request:request'),
+    ('Scatterv_init', 'sendbuf:in[sendcounts/displs,sendtype]@root sendcounts:ints displs:ints sendtype:type '
+                      'recvbuf:out[recvcount,recvtype] recvcount:int recvtype:type root:int comm:comm info:info '
+                      'request:request'),
+    ('Alltoallw_init', 'sendbuf:in[sendcounts/sdispls,sendtypes] sendcounts:ints sdispls:ints sendtypes:types '
+                       'recvbuf:out[recvcounts/rdispls,recvtypes] recvcounts:ints rdispls:ints recvtypes:types '
+                       'comm:comm info:info request:request'),
+    ('Neighbor_allgather_init', 'sendbuf:in[sendcount,sendtype] sendcount:int sendtype:type '
+                                'recvbuf:out[recvcount*in,recvtype] recvcount:int recvtype:type comm:comm '
+                                'info:info request:request'),
+    ('Neighbor_allgatherv_init', 'sendbuf:in[sendcount,sendtype] sendcount:int sendtype:type '
+                                 'recvbuf:out[recvcounts/displs@in,recvtype] recvcounts:ints displs:ints '
+                                 'recvtype:type comm:comm info:info request:request'),
+    ('Neighbor_alltoall_init', 'sendbuf:in[sendcount*out,sendtype] sendcount:int sendtype:type '
+                               'recvbuf:out[recvcount*in,recvtype] recvcount:int recvtype:type comm:comm info:info '
+                               'request:request'),
+    ('Neighbor_alltoallv_init', 'sendbuf:in[sendcounts/sdispls@out,sendtype] sendcounts:ints sdispls:ints '
+                                'sendtype:type recvbuf:out[recvcounts/rdispls@in,recvtype] recvcounts:ints '
+                                'rdispls:ints recvtype:type comm:comm info:info request:request'),
+    ('Neighbor_alltoallw_init', 'sendbuf:in[sendcounts/sdispls@out,sendtypes] sendcounts:ints sdispls:aints '
+                                'sendtypes:types recvbuf:out[recvcounts/rdispls@in,recvtypes] recvcounts:ints '
+                                'rdispls:aints recvtypes:types comm:comm info:info request:request'),
+    ('Scan_init', 'sendbuf:in[count,datatype] recvbuf:out[count,datatype] count:int datatype:type op:op comm:comm '
+                  'info:info request:request'),
+    ('Exscan_init', 'sendbuf:in[count,datatype] recvbuf:out[count,datatype] count:int datatype:type op:op '
+                    'comm:comm info:info request:request'),
     # no communication
     ('Reduce_local', 'inbuf:in[count,datatype] inoutbuf:inout[count,datatype] count:int datatype:type op:op'),
     ('Pack', 'inbuf:in[incount,datatype] incount:int datatype:type outbuf:out[outsize] outsize:int '
@@ -143,7 +208,27 @@ FUNCTIONS = (
 )
 LOCAL = ('Reduce_local', 'Pack', 'Unpack')
 
-KINDS = ('int', 'ints', 'aints', 'intp', 'type', 'types', 'op', 'comm', 'request', 'status')
+# The calls that start, complete or free requests: no buffers. The interposer hands one to the handler
+# only where a request it names is a proxy of FUNCTIONS' persistent calls (requests: an array of `count`
+# requests; reqval: a request passed by value); any other goes straight to the library.
+REQUEST_CALLS = (
+    ('Start', 'request:request'),
+    ('Startall', 'count:int requests:requests'),
+    ('Wait', 'request:request status:status'),
+    ('Test', 'request:request flag:intp status:status'),
+    ('Waitall', 'count:int requests:requests statuses:status'),
+    ('Testall', 'count:int requests:requests flag:intp statuses:status'),
+    ('Waitany', 'count:int requests:requests index:intp status:status'),
+    ('Testany', 'count:int requests:requests index:intp flag:intp status:status'),
+    ('Waitsome', 'count:int requests:requests outcount:intp indices:intp statuses:status'),
+    ('Testsome', 'count:int requests:requests outcount:intp indices:intp statuses:status'),
+    ('Request_free', 'request:request'),
+    ('Cancel', 'request:request'),
+    ('Request_get_status', 'request:reqval flag:intp status:status'),
+)
+
+KINDS = ('int', 'ints', 'aints', 'intp', 'type', 'types', 'op', 'comm', 'info', 'request', 'requests', 'reqval',
+         'status')
 DIRECTIONS = ('in', 'out', 'inout')
 
 
@@ -227,3 +312,4 @@ class Function:
 
 
 TABLE = tuple(Function(name, sig) for name, sig in FUNCTIONS)
+REQUEST_TABLE = tuple(Function(name, sig) for name, sig in REQUEST_CALLS)

@@ -6,7 +6,7 @@ makes them) under `python -m mpigpu` on GPUs: the interposer's handler runs them
 Each call's result is compared, byte for byte, with mpi4py's same call on host copies: Allreduce (out of
 place, in place, host to device, host buffers, host on one rank and device on the others), Bcast, Reduce, Allgather, Reduce_scatter_block, Alltoall(v), Gatherv,
 Scatter, Scan, Sendrecv with its status, Isend/Irecv, Iallgatherv, Neighbor_alltoall(v) on a Cart, Bcast
-of a vector datatype, Reduce_local, Pack and Unpack. Then how many calls the handler ran and which of the engine's and
+of a vector datatype, Reduce_local, Pack and Unpack, persistent Send_init/Recv_init and Allreduce_init. Then how many calls the handler ran and which of the engine's and
 the exchange's fast paths took them. Exits 1 on any failure; the last line is the summary.
 """
 import ctypes
@@ -216,6 +216,33 @@ wback = np.zeros(16)
 vec.Unpack(want, 8, wback, comm)
 same(back, wback, 'Unpack')
 vec.Free()
+
+# Persistent requests made below Python: MPI_Send_init/MPI_Recv_init on a ring and MPI_Allreduce_init, CuPy
+# arrays, three rounds of MPI_Startall and MPI_Waitall; the caller's handles stay the same proxies until
+# MPI_Request_free
+RQ = MPI._sizeof(MPI.Request)
+reqs = (ctypes.c_byte * (3 * RQ))()
+at = [ctypes.addressof(reqs) + k * RQ for k in range(3)]
+nxt, prv = (rank + 1) % n, (rank - 1) % n
+ring_s, ring_r = cp.zeros(1024), cp.zeros(1024)
+ar_s, ar_r = cp.zeros(4096, cp.float32), cp.zeros(4096, cp.float32)
+call('Recv_init', p(ring_r), 1024, h(MPI.DOUBLE), prv, 31, h(comm), ctypes.c_void_p(at[0]))
+call('Send_init', p(ring_s), 1024, h(MPI.DOUBLE), nxt, 31, h(comm), ctypes.c_void_p(at[1]))
+call('Allreduce_init', p(ar_s), p(ar_r), 4096, h(MPI.FLOAT), h(MPI.SUM), h(comm), h(MPI.INFO_NULL),
+     ctypes.c_void_p(at[2]))
+proxies = bytes(reqs)
+for k in range(3):
+    ring_s.fill(rank + 10 * k)
+    ar_s.fill(rank + k)
+    cp.cuda.get_current_stream().synchronize()
+    call('Startall', 3, reqs)
+    call('Waitall', 3, reqs, None)
+    same(ring_r, np.full(1024, prv + 10.0 * k), f'Send_init/Recv_init, round {k}')
+    same(ar_r, np.full(4096, n * (n - 1) / 2 + n * k, np.float32), f'Allreduce_init, round {k}')
+    if bytes(reqs) != proxies:
+        failures.append(f'rank {rank}: round {k} changed the caller\'s request handles')
+for k in range(3):
+    call('Request_free', ctypes.c_void_p(at[k]))
 
 handled = handler.calls() - before
 all_failures = comm.gather(failures)

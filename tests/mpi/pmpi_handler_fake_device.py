@@ -266,6 +266,91 @@ same(host_packed, want, 'Pack of host buffers')
 assert handler.calls() == seen, 'a Pack of host buffers went to the handler'
 vec.Free()
 
+# Persistent requests: a ring of MPI_Send_init/MPI_Recv_init and an MPI_Allreduce_init on device buffers,
+# three rounds of MPI_Startall and MPI_Start, completed by MPI_Waitall (with a host MPI_Isend of the
+# library's among them), MPI_Wait and MPI_Test, MPI_Testany and MPI_Waitsome; the caller's handles are
+# proxies the library knows, unchanged by every round, until MPI_Request_free.
+lib = _interpose.library()
+lib.mpigpu_pmpi_proxy_count.restype = ctypes.c_size_t
+RQ = MPI._sizeof(MPI.Request)
+reqs = (ctypes.c_byte * (3 * RQ))()
+at = [ctypes.addressof(reqs) + k * RQ for k in range(3)]
+ring_s, ring_r = device(np.zeros(32)), device(np.zeros(32))
+call('Recv_init', p(ring_r), 32, h(MPI.DOUBLE), prv, 21, h(comm), ctypes.c_void_p(at[0]))
+call('Send_init', p(ring_s), 32, h(MPI.DOUBLE), nxt, 21, h(comm), ctypes.c_void_p(at[1]))
+ar_s, ar_r = device(np.zeros(16, np.float32)), device(np.zeros(16, np.float32))
+call('Allreduce_init', p(ar_s), p(ar_r), 16, h(MPI.FLOAT), h(MPI.SUM), h(comm), h(MPI.INFO_NULL),
+     ctypes.c_void_p(at[2]))
+assert lib.mpigpu_pmpi_proxy_count() == 3, lib.mpigpu_pmpi_proxy_count()
+proxies = bytes(reqs)
+host_out, host_in = np.full(4, rank, np.int32), np.zeros(4, np.int32)
+for k in range(3):
+    ring_s[...] = rank + 10 * k
+    ar_s[...] = rank + k
+    c.MPI_Startall(2, reqs)
+    call('Start', ctypes.c_void_p(at[2]))
+    both = (ctypes.c_byte * (3 * RQ))()
+    ctypes.memmove(both, reqs, 2 * RQ)
+    host_req = comm.Irecv(host_in, source=prv, tag=22)
+    c.MPI_Isend(p(host_out), 4, h(MPI.INT), nxt, 22, h(comm), ctypes.c_void_p(ctypes.addressof(both) + 2 * RQ))
+    statuses = (ctypes.c_byte * (3 * MPI._sizeof(MPI.Status)))()
+    assert c.MPI_Waitall(3, both, statuses) == MPI.SUCCESS
+    host_req.Wait()
+    st = MPI.Status()
+    ctypes.memmove(MPI._addressof(st), statuses, MPI._sizeof(MPI.Status))
+    assert (st.Get_source(), st.Get_tag()) == (prv, 21), (st.Get_source(), st.Get_tag())
+    lib_req = MPI.Request()
+    ctypes.memmove(MPI._addressof(lib_req), ctypes.addressof(both) + 2 * RQ, RQ)
+    assert lib_req == MPI.REQUEST_NULL, 'the library\'s request was not written back completed'
+    flag = ctypes.c_int(0)
+    while not flag.value:
+        assert c.MPI_Test(ctypes.c_void_p(at[2]), ctypes.byref(flag), None) == MPI.SUCCESS
+    same(ring_r, np.full(32, prv + 10.0 * k), f'Send_init/Recv_init, round {k}')
+    same(ar_r, np.full(16, n * (n - 1) / 2 + n * k, np.float32), f'Allreduce_init, round {k}')
+    same(host_in, np.full(4, prv, np.int32), f'a host Isend among them, round {k}')
+    assert bytes(reqs) == proxies, 'a round changed the caller\'s handles'
+# MPI_Testany and MPI_Waitsome over the persistent ring
+c.MPI_Startall(2, reqs)
+index, flag, outcount = ctypes.c_int(-1), ctypes.c_int(0), ctypes.c_int(0)
+indices = (ctypes.c_int * 2)()
+while not flag.value:
+    assert c.MPI_Testany(2, reqs, ctypes.byref(index), ctypes.byref(flag), None) == MPI.SUCCESS
+assert index.value in (0, 1), index.value
+assert c.MPI_Waitsome(2, reqs, ctypes.byref(outcount), indices, None) == MPI.SUCCESS
+assert outcount.value == 1 and indices[0] == 1 - index.value, (outcount.value, list(indices))
+checks += 3
+for k in range(3):
+    call('Request_free', ctypes.c_void_p(at[k]))
+# a v-collective's and a neighbourhood collective's persistent forms, two rounds each
+gc = np.arange(1, n + 1, dtype=np.int32)
+gd = np.concatenate([[0], np.cumsum(gc)[:-1]]).astype(np.int32)
+gs, gr = device(np.zeros(rank + 1)), device(np.zeros(int(gc.sum())))
+cart = comm.Create_cart([n], periods=[True])
+ns_, nr_ = device(np.zeros(4, np.int32)), device(np.zeros(4, np.int32))
+call('Gatherv_init', p(gs), rank + 1, h(MPI.DOUBLE), p(gr), p(gc), p(gd), h(MPI.DOUBLE), 0, h(comm),
+     h(MPI.INFO_NULL), ctypes.c_void_p(at[0]))
+call('Neighbor_alltoall_init', p(ns_), 2, h(MPI.INT), p(nr_), 2, h(MPI.INT), h(cart), h(MPI.INFO_NULL),
+     ctypes.c_void_p(at[1]))
+for k in range(2):
+    gs[...] = rank + 100 * k
+    ns_[...] = np.arange(4, dtype=np.int32) + 10 * rank + 100 * k
+    call('Startall', 2, reqs)
+    call('Waitall', 2, reqs, None)
+    if rank == 0:
+        same(gr, np.concatenate([np.full(j + 1, j + 100.0 * k) for j in range(n)]), f'Gatherv_init, round {k}')
+    want = np.zeros(4, np.int32)
+    cart.Neighbor_alltoall(np.arange(4, dtype=np.int32) + 10 * rank + 100 * k, want)
+    same(nr_, want, f'Neighbor_alltoall_init, round {k}')
+for k in range(2):
+    call('Request_free', ctypes.c_void_p(at[k]))
+cart.Free()
+assert lib.mpigpu_pmpi_proxy_count() == 0, lib.mpigpu_pmpi_proxy_count()
+for a in at:
+    freed = MPI.Request()
+    ctypes.memmove(MPI._addressof(freed), a, RQ)
+    assert freed == MPI.REQUEST_NULL, 'MPI_Request_free left a handle'
+checks += 1
+
 handled = handler.calls() - before
 assert handled >= 3023, f'rank {rank}: the handler ran {handled} calls'
 

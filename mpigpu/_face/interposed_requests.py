@@ -1,0 +1,196 @@
+"""Persistent requests made below Python: what MPI_Send_init, MPI_Allreduce_init & co. with device buffers
+give a C caller, and the request calls (MPI_Start, MPI_Wait & co.) that meet them.
+
+mpigpu's persistent request (a `Startable`: its Start is mpigpu's, each round a generalized request that
+completes once the GPU work is done) does the work. The caller gets a request of the library's that
+stands for it: a proxy, an inactive persistent receive from MPI_PROC_NULL, so a handle the library never
+trips over. The interposer (pmpi/requests.c) knows the proxies and hands a request call that holds one
+here (`Requests.dispatch`); the call then runs on mpi4py's class-level functions over mpigpu's requests in
+the proxies' places and the library's requests as they are, and every handle but a proxy is written back
+as the library left it. A proxy stays the caller's handle until MPI_Request_free, as an inactive
+persistent request does.
+"""
+import ctypes
+
+from mpi4py import MPI
+
+from .._base import plain as _plain
+from .._interpose.functions import REQUEST_TABLE
+from .._state import requests as _requests
+
+_WORD = (1 << (8 * ctypes.sizeof(ctypes.c_void_p))) - 1
+_IGNORE = (0, 1)  # MPI_STATUS(ES)_IGNORE: Open MPI's, MPICH's
+_HANDLER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_ssize_t))
+
+
+class Requests:
+    """The proxies of one process (proxy handle -> (mpigpu's request, the proxy)) and the request calls'
+    handler; `fail(function, exc)` turns an exception into the MPI error code the caller gets."""
+
+    def __init__(self, lib, fail):
+        self.lib, self.fail = lib, fail
+        self.proxies = {}
+        self.size = MPI._sizeof(MPI.Request)
+        self.status_size = MPI._sizeof(MPI.Status)
+        self.cell = ctypes.c_int32 if self.size == 4 else ctypes.c_int64
+        self.cfunc = _HANDLER(self.dispatch)
+        lib.mpigpu_pmpi_proxy_add.argtypes = lib.mpigpu_pmpi_proxy_remove.argtypes = (ctypes.c_ssize_t,)
+        lib.mpigpu_pmpi_set_request_handler(self.cfunc, self.size)
+
+    def close(self):
+        self.lib.mpigpu_pmpi_set_request_handler(None, self.size)
+
+    # ---- the persistent calls' side ----------------------------------------------------------------
+    def hand_out(self, request, comm, address):
+        """Writes a proxy of mpigpu's persistent `request` (made on `comm`) to the caller's MPI_Request at
+        `address`."""
+        proxy = _plain.Comm.Recv_init(comm, None, MPI.PROC_NULL)
+        word = proxy.handle & _WORD
+        if self.lib.mpigpu_pmpi_proxy_add(self._signed(word)) != 0:
+            proxy.Free()
+            raise MemoryError('no memory left for the interposer\'s table of persistent requests')
+        self.proxies[word] = (request, proxy)
+        ctypes.memmove(address, MPI._addressof(proxy), self.size)
+
+    def _signed(self, word):
+        return word - (1 << 64) if word >= 1 << 63 else word
+
+    # ---- the request calls' side -------------------------------------------------------------------
+    def _words(self, address, n):
+        cells = (self.cell * n).from_address(address)
+        return [c & _WORD for c in cells]
+
+    def _put(self, address, i, handle):
+        cells = (self.cell * (i + 1)).from_address(address)
+        bits = 8 * self.size
+        h = handle & ((1 << bits) - 1)
+        cells[i] = h - (1 << bits) if h >= 1 << (bits - 1) else h
+
+    def _objects(self, words, persistent=False):
+        """mpigpu's request for each proxy, the library's request (as mpi4py's object) for each other."""
+        cls = MPI.Prequest if persistent else MPI.Request
+        return [self.proxies[w][0] if w in self.proxies else cls.fromhandle(w) for w in words]
+
+    def _write_back(self, address, words, objs):
+        for i, (w, r) in enumerate(zip(words, objs)):
+            if w not in self.proxies and (r.handle & _WORD) != w:
+                self._put(address, i, r.handle)
+
+    def _status(self, address, status, i=0):
+        if address not in _IGNORE and status is not None:
+            ctypes.memmove(address + i * self.status_size, MPI._addressof(status), self.status_size)
+
+    def dispatch(self, index, words):
+        fn = REQUEST_TABLE[index]
+        try:
+            a = {p.name: words[i] & _WORD for i, p in enumerate(fn.params)}
+            return getattr(self, '_' + fn.name.lower())(a)
+        except BaseException as exc:  # back to the C caller as an MPI error
+            return self.fail(fn, exc)
+
+    def _int(self, address, value):
+        ctypes.c_int.from_address(address).value = value
+
+    def _start(self, a):
+        self.proxies[self._words(a['request'], 1)[0]][0].Start()
+        return MPI.SUCCESS
+
+    def _startall(self, a):
+        _requests.Startall(self._objects(self._words(a['requests'], a['count']), persistent=True))
+        return MPI.SUCCESS
+
+    def _wait(self, a):
+        status = MPI.Status()
+        self.proxies[self._words(a['request'], 1)[0]][0].Wait(status)
+        self._status(a['status'], status)
+        return MPI.SUCCESS
+
+    def _test(self, a):
+        status = MPI.Status()
+        flag = self.proxies[self._words(a['request'], 1)[0]][0].Test(status)
+        self._int(a['flag'], int(flag))
+        if flag:
+            self._status(a['status'], status)
+        return MPI.SUCCESS
+
+    def _many(self, a, call):
+        """A call over an array of requests: call(objects, statuses) with mpi4py's class-level function;
+        handles written back, statuses copied out."""
+        n = a['count']
+        words = self._words(a['requests'], n)
+        objs = self._objects(words)
+        statuses = [MPI.Status() for _ in range(n)]
+        result = call(objs, statuses)
+        self._write_back(a['requests'], words, objs)
+        return result, statuses
+
+    def _waitall(self, a):
+        _, statuses = self._many(a, MPI.Request.Waitall)
+        for i, s in enumerate(statuses):
+            self._status(a['statuses'], s, i)
+        return MPI.SUCCESS
+
+    def _testall(self, a):
+        flag, statuses = self._many(a, MPI.Request.Testall)
+        self._int(a['flag'], int(flag))
+        if flag:
+            for i, s in enumerate(statuses):
+                self._status(a['statuses'], s, i)
+        return MPI.SUCCESS
+
+    def _waitany(self, a):
+        index, statuses = self._many(a, lambda objs, sts: MPI.Request.Waitany(objs, sts[0] if sts else None))
+        self._int(a['index'], index)
+        if statuses:
+            self._status(a['status'], statuses[0])
+        return MPI.SUCCESS
+
+    def _testany(self, a):
+        (index, flag), statuses = self._many(a, lambda objs, sts: MPI.Request.Testany(objs, sts[0] if sts else None))
+        self._int(a['index'], index)
+        self._int(a['flag'], int(flag))
+        if flag and statuses:
+            self._status(a['status'], statuses[0])
+        return MPI.SUCCESS
+
+    def _some(self, a, call):
+        got, statuses = self._many(a, call)
+        done = got if got is not None else []
+        self._int(a['outcount'], MPI.UNDEFINED if got is None else len(done))
+        for k, i in enumerate(done):
+            self._int(a['indices'] + 4 * k, i)
+            self._status(a['statuses'], statuses[k], k)
+        return MPI.SUCCESS
+
+    def _waitsome(self, a):
+        return self._some(a, MPI.Request.Waitsome)
+
+    def _testsome(self, a):
+        return self._some(a, MPI.Request.Testsome)
+
+    def _request_free(self, a):
+        word = self._words(a['request'], 1)[0]
+        request, proxy = self.proxies.pop(word)
+        self.lib.mpigpu_pmpi_proxy_remove(self._signed(word))
+        try:
+            request.Free()
+        finally:
+            proxy.Free()
+            self._put(a['request'], 0, MPI.REQUEST_NULL.handle)
+        return MPI.SUCCESS
+
+    def _cancel(self, a):
+        MPI.Request.Cancel(self.proxies[self._words(a['request'], 1)[0]][0])
+        return MPI.SUCCESS
+
+    def _request_get_status(self, a):
+        bits = 8 * self.size
+        word = a['request'] & ((1 << bits) - 1)
+        if self.size == 4 and word >= 1 << 31:
+            word = (word - (1 << 32)) & _WORD
+        status = MPI.Status()
+        flag = self.proxies[word][0].Get_status(status)
+        self._int(a['flag'], int(flag))
+        if flag:
+            self._status(a['status'], status)
+        return MPI.SUCCESS

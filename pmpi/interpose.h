@@ -12,8 +12,9 @@
 #define MGI_EXPORT __attribute__((visibility("default")))
 
 /* How a buffer's bytes lie, as the table says (functions.py's Span): one form, the indices of the
- * parameters holding its count (or counts), displacements (-1: none) and datatype (or datatypes), and the
- * group its counts are for (0: the communicator's size; 1, 2: a topology's in- and out-degree). */
+ * parameters holding its count (or counts), displacements (-1: none; the times_p form's factor there) and
+ * datatype (or datatypes), and the group its counts are for (0: the communicator's size; 1, 2: a
+ * topology's in- and out-degree). */
 typedef struct {
   int8_t form, count, displs, type, group;
 } mgi_span;

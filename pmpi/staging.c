@@ -59,6 +59,7 @@ static int span_of(const mgi_span *f, const intptr_t *a, int n, int rank, byte_r
   switch (f->form) {
     case MGI_FORM_SIMPLE: cover(r, 0, (int)a[f->count], &s); return 0;
     case MGI_FORM_TIMES_N: cover(r, 0, (long long)(int)a[f->count] * n, &s); return 0;
+    case MGI_FORM_TIMES_P: cover(r, 0, (long long)a[f->count] * (int)a[f->displs], &s); return 0; /* displs: the factor */
     case MGI_FORM_OWN: cover(r, 0, counts[rank], &s); return 0;
     case MGI_FORM_SUM:
       for (int i = 0; i < n; i++) total += counts[i];

@@ -183,6 +183,8 @@ class Call:
         if kind == 'int':
             word &= 0xFFFFFFFF
             return word - (1 << 32) if word >= 1 << 31 else word
+        if kind == 'count':  # an MPI_Count: 64 bits, signed
+            return word - (1 << 64) if word >= 1 << 63 else word
         if kind in ('ints', 'aints', 'types'):
             return self.array(name, self.size)
         if kind == 'type':
@@ -204,14 +206,16 @@ class Call:
             return None
         device = bool(self.mask >> b & 1)
         form = param.forms[1 if self.in_place and len(param.forms) > 1 else 0]
-        if form.form in ('simple', 'times_n'):
+        if form.form in ('simple', 'times_n', 'times_p'):
             dtype, extent, true_lb, true_extent, typestr = self.h.datatype(self.args[fn.index[form.type]])
             count = self.value(form.count)
-            blocks = count * (self.group_size(form.group) if form.form == 'times_n' else 1)
+            blocks = count * (self.group_size(form.group) if form.form == 'times_n' else
+                              self.value(form.factor) if form.form == 'times_p' else 1)
             if device and typestr is not None:
                 return DeviceMemory(ptr, blocks, typestr, param.kind == 'in')
             nbytes = _reach([(0, blocks, (extent, true_lb, true_extent))])
-            return [self.memory(ptr, nbytes, param, device), count, dtype]
+            # (a partitioned call's specification counts every partition's elements, as mpi4py reads it)
+            return [self.memory(ptr, nbytes, param, device), blocks if form.form == 'times_p' else count, dtype]
         length = self.group_size(form.group)
         counts = self.array(form.count, length)
         if form.form in ('sum', 'own'):

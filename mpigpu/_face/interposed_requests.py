@@ -183,14 +183,41 @@ class Requests:
         MPI.Request.Cancel(self.proxies[self._words(a['request'], 1)[0]][0])
         return MPI.SUCCESS
 
-    def _request_get_status(self, a):
-        bits = 8 * self.size
-        word = a['request'] & ((1 << bits) - 1)
+    def _by_value(self, word):
+        """mpigpu's request behind a proxy passed by value (a word of the library's handle width)."""
+        word &= (1 << (8 * self.size)) - 1
         if self.size == 4 and word >= 1 << 31:
             word = (word - (1 << 32)) & _WORD
+        return self.proxies[word][0]
+
+    @staticmethod
+    def _c_int(word):
+        word &= 0xFFFFFFFF
+        return word - (1 << 32) if word >= 1 << 31 else word
+
+    def _request_get_status(self, a):
         status = MPI.Status()
-        flag = self.proxies[word][0].Get_status(status)
+        flag = self._by_value(a['request']).Get_status(status)
         self._int(a['flag'], int(flag))
         if flag:
             self._status(a['status'], status)
+        return MPI.SUCCESS
+
+    # ---- partitioned requests (Psend_init, Precv_init) ---------------------------------------------------
+    def _pready(self, a):
+        self._by_value(a['request']).Pready(self._c_int(a['partition']))
+        return MPI.SUCCESS
+
+    def _pready_range(self, a):
+        self._by_value(a['request']).Pready_range(self._c_int(a['partition_low']), self._c_int(a['partition_high']))
+        return MPI.SUCCESS
+
+    def _pready_list(self, a):
+        n = self._c_int(a['length'])
+        partitions = list((ctypes.c_int * n).from_address(a['array_of_partitions'])) if n > 0 else []
+        self._by_value(a['request']).Pready_list(partitions)
+        return MPI.SUCCESS
+
+    def _parrived(self, a):
+        self._int(a['flag'], int(self._by_value(a['request']).Parrived(self._c_int(a['partition']))))
         return MPI.SUCCESS

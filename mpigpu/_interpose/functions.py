@@ -2,8 +2,8 @@
 C wrappers, their argument lists and the staging descriptors) and by the Python handler at run time.
 
 Each entry is the function's name without `MPI_` and its parameters in C order, `name:kind`:
-- `int`, `ints` (an int array), `aints` (an MPI_Aint array), `intp` (an int the call reads and writes: Pack's
-  position), `type`, `types` (an array of datatypes), `op`, `comm`, `info`, `request` (MPI_Request *), `status`
+- `int`, `count` (an MPI_Count), `ints` (an int array), `aints` (an MPI_Aint array), `intp` (an int the call
+  reads and writes: Pack's position), `type`, `types` (an array of datatypes), `op`, `comm`, `info`, `request` (MPI_Request *), `status`
   (MPI_Status *): passed through; handles travel as pointer-sized words, so the one library serves MPIs whose
   handles are ints (MPICH) or pointers (Open MPI);
 - a buffer, `in`, `out` or `inout`, with where its bytes lie in brackets, `[count,type]` over the
@@ -15,6 +15,7 @@ Each entry is the function's name without `MPI_` and its parameters in C order, 
     `cs+,t`     the sum of cs[i] elements
     `cs.,t`     cs[rank] elements
     `c`         c bytes (MPI_PACKED: Pack's and Unpack's packed side)
+    `c*p,t`     c elements for each of p (another parameter: the partitions of a partitioned call)
   `a|b`: form b where the call is in place (sendbuf is MPI_IN_PLACE); `@root`: read only at the root.
   The group a count is for: the communicator's (remote) size `n`, or, for the neighbourhood collectives,
   the topology's in- or out-degree: `c*in`, `c*out`, `cs/ds@in`, `cs/ds@out`.
@@ -199,6 +200,11 @@ FUNCTIONS = (
                   'info:info request:request'),
     ('Exscan_init', 'sendbuf:in[count,datatype] recvbuf:out[count,datatype] count:int datatype:type op:op '
                     'comm:comm info:info request:request'),
+    # partitioned (MPI-4): mpigpu's partitioned request behind a proxy, as the persistent calls above
+    ('Psend_init', 'buf:in[count*partitions,datatype] partitions:int count:count datatype:type dest:int tag:int '
+                   'comm:comm info:info request:request'),
+    ('Precv_init', 'buf:out[count*partitions,datatype] partitions:int count:count datatype:type source:int '
+                   'tag:int comm:comm info:info request:request'),
     # no communication
     ('Reduce_local', 'inbuf:in[count,datatype] inoutbuf:inout[count,datatype] count:int datatype:type op:op'),
     ('Pack', 'inbuf:in[incount,datatype] incount:int datatype:type outbuf:out[outsize] outsize:int '
@@ -225,9 +231,13 @@ REQUEST_CALLS = (
     ('Request_free', 'request:request'),
     ('Cancel', 'request:request'),
     ('Request_get_status', 'request:reqval flag:intp status:status'),
+    ('Pready', 'partition:int request:reqval'),
+    ('Pready_range', 'partition_low:int partition_high:int request:reqval'),
+    ('Pready_list', 'length:int array_of_partitions:ints request:reqval'),
+    ('Parrived', 'request:reqval partition:int flag:intp'),
 )
 
-KINDS = ('int', 'ints', 'aints', 'intp', 'type', 'types', 'op', 'comm', 'info', 'request', 'requests', 'reqval',
+KINDS = ('int', 'count', 'ints', 'aints', 'intp', 'type', 'types', 'op', 'comm', 'info', 'request', 'requests', 'reqval',
          'status')
 DIRECTIONS = ('in', 'out', 'inout')
 
@@ -249,13 +259,13 @@ class Param:
 
 
 class Span:
-    """Where a buffer's bytes lie: `form` one of simple, times_n, v, w, sum, own, bytes; the count,
-    displacements and type parameters it reads (type None: bytes); the group its counts are for (`group`:
-    n, in, out)."""
+    """Where a buffer's bytes lie: `form` one of simple, times_n, times_p, v, w, sum, own, bytes; the count,
+    displacements and type parameters it reads (type None: bytes), the parameter its count is multiplied
+    by (times_p's `factor`); the group its counts are for (`group`: n, in, out)."""
 
     def __init__(self, text):
         count, comma, self.type = text.partition(',')
-        self.displs = None
+        self.displs = self.factor = None
         self.group = 'n'
         if not comma:
             self.type, self.form = None, 'bytes'
@@ -267,6 +277,9 @@ class Span:
         elif count.endswith(('*n', '*in', '*out')):
             count, self.group = count.rsplit('*', 1)
             self.form = 'times_n'
+        elif '*' in count:
+            count, self.factor = count.split('*')
+            self.form = 'times_p'
         elif count.endswith('+'):
             count, self.form = count[:-1], 'sum'
         elif count.endswith('.'):
@@ -276,7 +289,7 @@ class Span:
         self.count = count
 
 
-FORMS = ('simple', 'times_n', 'v', 'w', 'sum', 'own', 'bytes')
+FORMS = ('simple', 'times_n', 'v', 'w', 'sum', 'own', 'bytes', 'times_p')
 GROUPS = ('n', 'in', 'out')
 
 
@@ -293,7 +306,7 @@ class Function:
             for s in p.forms:
                 if s.form == 'v' and self.params[self.index[s.type]].kind == 'types':
                     s.form = 'w'
-                for ref in (s.count,) + ((s.type,) if s.type else ()) + ((s.displs,) if s.displs else ()):
+                for ref in (s.count,) + tuple(r for r in (s.type, s.displs, s.factor) if r):
                     if ref not in self.index:
                         raise ValueError(f'MPI_{name}: {p.name} refers to unknown parameter {ref!r}')
         self.comm, self.request, self.status = self.find('comm'), self.find('request'), self.find('status')

@@ -344,6 +344,28 @@ for k in range(2):
 for k in range(2):
     call('Request_free', ctypes.c_void_p(at[k]))
 cart.Free()
+# partitioned (MPI-4): 4 partitions of 8 doubles around the ring, each sent partition made ready (one,
+# a range, a list), the received ones polled with MPI_Parrived, two rounds
+ps, pr = device(np.zeros(32)), device(np.zeros(32))
+call('Precv_init', p(pr), 4, ctypes.c_longlong(8), h(MPI.DOUBLE), prv, 23, h(comm), h(MPI.INFO_NULL),
+     ctypes.c_void_p(at[0]))
+call('Psend_init', p(ps), 4, ctypes.c_longlong(8), h(MPI.DOUBLE), nxt, 23, h(comm), h(MPI.INFO_NULL),
+     ctypes.c_void_p(at[1]))
+cell = ctypes.c_int32 if RQ == 4 else ctypes.c_int64
+recv_h, send_h = (cell.from_address(a).value for a in at[:2])
+for k in range(2):
+    ps[...] = np.repeat(np.arange(4.0), 8) + 10 * rank + 100 * k
+    call('Startall', 2, reqs)
+    call('Pready', 0, cell(send_h))
+    call('Pready_range', 1, 2, cell(send_h))
+    call('Pready_list', 1, (ctypes.c_int * 1)(3), cell(send_h))
+    arrived = ctypes.c_int(0)
+    while not arrived.value:
+        call('Parrived', cell(recv_h), 3, ctypes.byref(arrived))
+    call('Waitall', 2, reqs, None)
+    same(pr, np.repeat(np.arange(4.0), 8) + 10 * prv + 100 * k, f'Psend_init/Precv_init, round {k}')
+for k in range(2):
+    call('Request_free', ctypes.c_void_p(at[k]))
 assert lib.mpigpu_pmpi_proxy_count() == 0, lib.mpigpu_pmpi_proxy_count()
 for a in at:
     freed = MPI.Request()

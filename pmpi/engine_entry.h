@@ -11,3 +11,8 @@ typedef int (*mgi_engine)(int id, const intptr_t *args, unsigned mask, const int
  * MGI_ENTRY_HANDLER, not its own, the handler takes it; MGI_ENTRY_LOWER, a host-buffer call it posted
  * for its communicator's peers, which the MPI library below makes as it is. */
 enum { MGI_ENTRY_HANDLER = -1, MGI_ENTRY_LOWER = -2 };
+
+/* What a host-buffer call of a function other than the engine collectives needs before the library makes
+ * it, as mpigpu's method of that name does (the handler's rule, asked once per communicator class and
+ * function): a collective code >= 0 it posts for its peers, or one of these. */
+enum { MGI_HOST_UNPOSTED = -1, MGI_HOST_HANDLER = -2 };

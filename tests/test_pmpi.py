@@ -137,6 +137,21 @@ def test_calls_below_python_run_on_mpigpus_paths(programs, n):
     assert f'pmpi handler on {n} ranks' in res.stdout, res.stdout
 
 
+@pytest.mark.parametrize('n', (1, 3))
+def test_host_calls_below_python_pass_the_engines_entry(n):
+    """Host-buffer calls below Python in a `python -m mpigpu` process (the CUDA layer built, no GPU needed):
+    the engine's entry posts the engine collectives, the generated collective methods' calls and the sends
+    for their peers and the library makes them; the receives stay the handler's."""
+    res = _run([mpiexec(), '-n', str(n), sys.executable, '-m', 'mpigpu', os.path.join(HERE, 'mpi', 'pmpi_host_entry.py')],
+               {})
+    assert res.returncode == 0, f'{res.stdout[-3000:]}\n{res.stderr[-3000:]}'
+    if 'no engine entry in this build' in res.stdout:
+        if os.environ.get('MPIGPU_CI') == '1':
+            pytest.fail('CI builds the CUDA layer: the engine\'s entry should be there')
+        pytest.skip('no CUDA layer built here')
+    assert f'pmpi host entry on {n} ranks' in res.stdout, res.stdout
+
+
 def test_memory_known_host_without_the_driver():
     """The brk heap is host memory (no driver asked); a mapping of its own is asked about."""
     import mmap

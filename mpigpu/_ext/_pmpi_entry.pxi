@@ -12,6 +12,10 @@ cdef extern from "engine_entry.h":
     enum:
         MGI_ENTRY_HANDLER
         MGI_ENTRY_LOWER
+        MGI_HOST_UNPOSTED
+        MGI_HOST_HANDLER
+
+PMPI_HOST_UNPOSTED, PMPI_HOST_HANDLER = MGI_HOST_UNPOSTED, MGI_HOST_HANDLER  # the host rule's answers
 
 cdef struct _PmpiCall:
     int coll              # the MG_* code; -1: not an engine collective
@@ -33,13 +37,16 @@ cdef int _pmpi_comm_bits = 64, _pmpi_type_bits = 64, _pmpi_op_bits = 64
 cdef int _pmpi_err_other = 0       # MPI.ERR_OTHER of the MPI below
 cdef unsigned long long _pmpi_count = 0  # calls this entry ran
 cdef unsigned long long _pmpi_host_count = 0  # host-buffer calls it posted for the library below
+cdef object _pmpi_host_rule = None  # (function index, communicator) -> what its host call needs (engine_entry.h)
+cdef dict _pmpi_host_rules = {}     # (communicator class, function index) -> that answer
 
 
-def bind_pmpi_entry(table, comms, types, unsettled, fail, handle_bits, err_other):
+def bind_pmpi_entry(table, comms, types, unsettled, fail, handle_bits, err_other, host_rule):
     """Gives the interposer's entry what it reads (see the declarations above): `table` one row per
-    function index, (coll, send, recv, sbit, rbit, scount, rcount, stype, rtype, op, root, comm) or None;
-    `handle_bits` (communicator, datatype, op) the bits of the MPI's handles; `fail` never raises."""
-    global _pmpi_nfunctions, _pmpi_comms, _pmpi_types, _pmpi_unsettled, _pmpi_fail
+    function index, (coll, send, recv, sbit, rbit, scount, rcount, stype, rtype, op, root, comm) or None
+    (coll -1 and only comm set: a function whose host-buffer calls `host_rule` rules); `handle_bits`
+    (communicator, datatype, op) the bits of the MPI's handles; `fail` never raises."""
+    global _pmpi_nfunctions, _pmpi_comms, _pmpi_types, _pmpi_unsettled, _pmpi_fail, _pmpi_host_rule
     global _pmpi_comm_bits, _pmpi_type_bits, _pmpi_op_bits, _pmpi_err_other
     cdef int i
     if len(table) > _PMPI_MAX_FUNCTIONS:
@@ -53,6 +60,8 @@ def bind_pmpi_entry(table, comms, types, unsettled, fail, handle_bits, err_other
         _pmpi_table[i].stype, _pmpi_table[i].rtype = row[7], row[8]
         _pmpi_table[i].op, _pmpi_table[i].root, _pmpi_table[i].comm = row[9], row[10], row[11]
     _pmpi_comms, _pmpi_types, _pmpi_unsettled = comms, types, unsettled
+    _pmpi_host_rule = host_rule
+    _pmpi_host_rules.clear()
     _pmpi_fail, _pmpi_err_other = fail, err_other
     _pmpi_comm_bits, _pmpi_type_bits, _pmpi_op_bits = handle_bits
     _pmpi_nfunctions = len(table)
@@ -116,10 +125,12 @@ cdef int _pmpi_entry(int fid, const intptr_t *args, unsigned mask, const int *or
     if fid < 0 or fid >= _pmpi_nfunctions or _pmpi_comms is None or _entry_ops is None:
         return MGI_ENTRY_HANDLER
     f = _pmpi_table[fid]
-    if f.coll < 0 or _pmpi_unsettled:
+    if _pmpi_unsettled:
         return MGI_ENTRY_HANDLER
     if mask == 0:
-        return _pmpi_host(f.coll, args[f.comm])
+        return _pmpi_host(fid, f.coll, args[f.comm]) if f.comm >= 0 else MGI_ENTRY_HANDLER
+    if f.coll < 0:
+        return MGI_ENTRY_HANDLER
     try:  # reading the call: nothing has happened yet, so anything unusual is the handler's
         kept = _pmpi_comms.get(_pmpi_handle(args[f.comm], _pmpi_comm_bits))
         if kept is None:
@@ -197,11 +208,14 @@ cdef int _pmpi_entry(int fid, const intptr_t *args, unsigned mask, const int *or
     return _pmpi_error(fid, comm, err)
 
 
-cdef int _pmpi_host(int coll, intptr_t comm_word) noexcept:
-    """A host-buffer call of collective `coll`: posted for the communicator's peers (its board, or nothing
-    to post), MGI_ENTRY_LOWER; MGI_ENTRY_HANDLER where the handler must see it (a communicator it has not
-    seen or that was released, a post that needs Python: several nodes, a board refusing it)."""
+cdef int _pmpi_host(int fid, int coll, intptr_t comm_word) noexcept:
+    """A host-buffer call of function `fid` (an engine collective's code `coll`, else -1): posted for the
+    communicator's peers as mpigpu's method of that name posts it (its board, or nothing to post),
+    MGI_ENTRY_LOWER; MGI_ENTRY_HANDLER where the handler must see it (a communicator it has not seen or
+    that was released, a post that needs Python: several nodes, a board refusing it; a function whose
+    method does more than post: receives, methods of their own)."""
     global _pmpi_host_count
+    cdef int rule
     try:
         kept = _pmpi_comms.get(_pmpi_handle(comm_word, _pmpi_comm_bits))
         if kept is None:
@@ -209,6 +223,18 @@ cdef int _pmpi_host(int coll, intptr_t comm_word) noexcept:
         st = kept[1]
         if st.released:  # the handle now names another communicator: the handler makes its wrapper
             return MGI_ENTRY_HANDLER
+        if coll < 0:
+            key = (type(kept[0]), fid)
+            got = _pmpi_host_rules.get(key)
+            if got is None:
+                got = _pmpi_host_rules[key] = _pmpi_host_rule(fid, kept[0])
+            rule = got
+            if rule == MGI_HOST_HANDLER:
+                return MGI_ENTRY_HANDLER
+            if rule == MGI_HOST_UNPOSTED:
+                _pmpi_host_count += 1
+                return MGI_ENTRY_LOWER
+            coll = rule
         hook = st.host_hook
         if hook is None or (type(hook) is Board and (<Board>hook).post_host(coll) == 0):
             _pmpi_host_count += 1

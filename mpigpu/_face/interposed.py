@@ -24,7 +24,7 @@ import ctypes
 from mpi4py import MPI
 
 from .. import _cuda, _interpose
-from . import comm as _comm, objects as _objects
+from . import comm as _comm, methods as _methods, objects as _objects
 from .interposed_requests import Requests
 from .._base.codes import ENGINE_COLLS, TYPESTR_CODES
 from .._state.comm_state import attached, state_of
@@ -345,6 +345,25 @@ def _fail(fn, comm, exc):
         return MPI.ERR_OTHER
 
 
+# sends whose host buffers mpigpu's methods hand to mpi4py as they are (the receives may meet mpigpu's
+# point-to-point protocol: the handler's)
+_PLAIN_SENDS = frozenset(('Send', 'Bsend', 'Ssend', 'Rsend', 'Isend', 'Ibsend', 'Issend', 'Irsend'))
+
+
+def host_rule(device, fid, comm):
+    """What a host-buffer call of TABLE[fid] on `comm` needs before the library makes it, as mpigpu's method
+    of that name does it (the engine's entry asks once per communicator class): the collective code the
+    method posts for its peers, nothing (the sends; a generated method that posts nothing), or the
+    handler (a method of its own)."""
+    name = TABLE[fid].name
+    if name in _PLAIN_SENDS:
+        return device.PMPI_HOST_UNPOSTED
+    posted = _methods.host_post(type(comm), name)
+    if posted is None:
+        return device.PMPI_HOST_HANDLER
+    return posted if posted >= 0 else device.PMPI_HOST_UNPOSTED
+
+
 def engine_row(fn):
     """What the engine's entry reads of function fn, an engine collective's (else None): (coll, send,
     recv, their bits in the device mask, the two counts' and two datatypes' parameter indices, op, root,
@@ -405,10 +424,11 @@ def install(lib):
         h = _installed
         bits = tuple(h.handle_bits[cls.__name__] for cls in (MPI.Comm, MPI.Datatype, MPI.Op))
         types = {handle: int(code) for handle, code in FROM_MPI.items()}
-        device.bind_pmpi_entry([engine_row(fn) for fn in TABLE], h.comms, types, unsettled,
-                               lambda fid, comm, exc: _fail(TABLE[fid], comm, exc), bits, MPI.ERR_OTHER)
-        for fid, fn in enumerate(TABLE):  # the interposer asks the entry only for these
-            if engine_row(fn) is not None:
+        rows = [engine_row(fn) or ((-1,) * 11 + (fn.comm,) if fn.comm >= 0 else None) for fn in TABLE]
+        device.bind_pmpi_entry(rows, h.comms, types, unsettled, lambda fid, comm, exc: _fail(TABLE[fid], comm, exc),
+                               bits, MPI.ERR_OTHER, lambda fid, comm: host_rule(device, fid, comm))
+        for fid, row in enumerate(rows):  # the interposer asks the entry only for these
+            if row is not None:
                 lib.mpigpu_pmpi_engine_takes(fid)
         lib.mpigpu_pmpi_set_engine(ctypes.c_void_p(device.pmpi_entry_address()))
         atexit.register(lib.mpigpu_pmpi_set_engine, None)

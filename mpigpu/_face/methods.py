@@ -322,6 +322,16 @@ def make(owner, name, base, state_of):
     return fn
 
 
+def host_post(klass, name):
+    """For a method this module made for `klass`: the collective code its host-buffer calls post for their
+    peers before mpi4py's call (-1: none), which is all they do; None for a method of its own (or none)."""
+    fn = getattr(klass, name, None)
+    code = getattr(fn, '__code__', None)
+    if code is None or code.co_filename != f'<mpigpu method {name}>':
+        return None
+    return fn.__globals__.get('_code', -1)
+
+
 def _own(owner):
     """The names mpigpu's own classes in owner's hierarchy define (the generator leaves those); not
     those another stand-in class above it was given (mpigpu's Comm above Intracomm): owner gets its own

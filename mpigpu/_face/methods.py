@@ -359,15 +359,3 @@ def install(owner, state_of):
             setattr(owner, name, make(owner, name, attr, state_of))
             own.add(name)
 
-
-def unrouted(owner):
-    """Buffer methods of owner's mpi4py bases that still reach mpi4py directly (a test keeps it empty)."""
-    out = []
-    for klass in owner.__mro__:
-        if not klass.__module__.startswith('mpi4py'):
-            continue
-        for name, attr in klass.__dict__.items():
-            if callable(attr) and not isinstance(attr, (classmethod, staticmethod)) and buffer_params(attr):
-                if getattr(owner, name) is attr:
-                    out.append(f'{klass.__name__}.{name}')
-    return out

@@ -62,7 +62,8 @@ def span_init(mod, f, s):
     # times_p's factor travels in the displacements' place (no form has both)
     second = s.displs or s.factor
     return (f'{{MGI_FORM_{s.form.upper()}, {idx[s.count]}, {idx[second] if second else -1}, '
-            f'{idx[s.type] if s.type else -1}, {mod.GROUPS.index(s.group)}}}')
+            f'{idx[s.type] if s.type else -1}, {mod.GROUPS.index(s.group)}, '
+            f'{int(f.params[idx[s.count]].kind == "count")}}}')
 
 
 def descriptors(mod):

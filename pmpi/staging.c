@@ -48,8 +48,10 @@ static void cover(byte_range *r, intptr_t offset, long long count, const type_sh
  * neighbourhood collectives' degrees). */
 static int span_of(const mgi_span *f, const intptr_t *a, int n, int rank, byte_range *r) {
   type_shape s;
+  /* a count as C passed it: an int, or MPI-4's MPI_Count */
+  long long count = f->wide ? (long long)a[f->count] : (long long)(int)a[f->count];
   if (f->form == MGI_FORM_BYTES) { /* packed bytes: the count is their number */
-    int bytes = (int)a[f->count];
+    long long bytes = count;
     if (bytes > 0) *r = (byte_range){0, bytes, 1};
     return 0;
   }
@@ -57,9 +59,9 @@ static int span_of(const mgi_span *f, const intptr_t *a, int n, int rank, byte_r
   const int *counts = (const int *)a[f->count];
   long long total = 0;
   switch (f->form) {
-    case MGI_FORM_SIMPLE: cover(r, 0, (int)a[f->count], &s); return 0;
-    case MGI_FORM_TIMES_N: cover(r, 0, (long long)(int)a[f->count] * n, &s); return 0;
-    case MGI_FORM_TIMES_P: cover(r, 0, (long long)a[f->count] * (int)a[f->displs], &s); return 0; /* displs: the factor */
+    case MGI_FORM_SIMPLE: cover(r, 0, count, &s); return 0;
+    case MGI_FORM_TIMES_N: cover(r, 0, count * n, &s); return 0;
+    case MGI_FORM_TIMES_P: cover(r, 0, count * (int)a[f->displs], &s); return 0; /* displs: the factor */
     case MGI_FORM_OWN: cover(r, 0, counts[rank], &s); return 0;
     case MGI_FORM_SUM:
       for (int i = 0; i < n; i++) total += counts[i];

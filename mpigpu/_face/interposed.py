@@ -261,7 +261,7 @@ class Call:
         if fn.comm < 0:
             result = self.value('op').Reduce_local(*positional)
         else:
-            method = getattr(self.comm, fn.name)
+            method = getattr(self.comm, fn.method)
             result = method(*positional, status=status) if status is not None else method(*positional)
         if status is not None:
             ctypes.memmove(self.args[fn.status], MPI._addressof(status), MPI._sizeof(MPI.Status))
@@ -355,7 +355,7 @@ def host_rule(device, fid, comm):
     of that name does it (the engine's entry asks once per communicator class): the collective code the
     method posts for its peers, nothing (the sends; a generated method that posts nothing), or the
     handler (a method of its own)."""
-    name = TABLE[fid].name
+    name = TABLE[fid].method
     if name in _PLAIN_SENDS:
         return device.PMPI_HOST_UNPOSTED
     posted = _methods.host_post(type(comm), name)

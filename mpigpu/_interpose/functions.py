@@ -205,6 +205,35 @@ FUNCTIONS = (
                    'comm:comm info:info request:request'),
     ('Precv_init', 'buf:out[count*partitions,datatype] partitions:int count:count datatype:type source:int '
                    'tag:int comm:comm info:info request:request'),
+    # MPI-4's large-count forms (an MPI_Count count) of the functions with one count per buffer: the
+    # method of the name without `_c` runs them (mpi4py counts elements itself)
+    ('Send_c', 'buf:in[count,datatype] count:count datatype:type dest:int tag:int comm:comm'),
+    ('Ssend_c', 'buf:in[count,datatype] count:count datatype:type dest:int tag:int comm:comm'),
+    ('Recv_c', 'buf:out[count,datatype] count:count datatype:type source:int tag:int comm:comm status:status'),
+    ('Isend_c', 'buf:in[count,datatype] count:count datatype:type dest:int tag:int comm:comm request:request'),
+    ('Irecv_c', 'buf:out[count,datatype] count:count datatype:type source:int tag:int comm:comm request:request'),
+    ('Sendrecv_c', 'sendbuf:in[sendcount,sendtype] sendcount:count sendtype:type dest:int sendtag:int '
+                   'recvbuf:out[recvcount,recvtype] recvcount:count recvtype:type source:int recvtag:int '
+                   'comm:comm status:status'),
+    ('Bcast_c', 'buffer:inout[count,datatype] count:count datatype:type root:int comm:comm'),
+    ('Reduce_c', 'sendbuf:in[count,datatype] recvbuf:out[count,datatype]@root count:count datatype:type op:op '
+                 'root:int comm:comm'),
+    ('Allreduce_c', 'sendbuf:in[count,datatype] recvbuf:out[count,datatype] count:count datatype:type op:op '
+                    'comm:comm'),
+    ('Reduce_scatter_block_c', 'sendbuf:in[recvcount*n,datatype] '
+                               'recvbuf:out[recvcount,datatype|recvcount*n,datatype] recvcount:count '
+                               'datatype:type op:op comm:comm'),
+    ('Scan_c', 'sendbuf:in[count,datatype] recvbuf:out[count,datatype] count:count datatype:type op:op comm:comm'),
+    ('Exscan_c', 'sendbuf:in[count,datatype] recvbuf:out[count,datatype] count:count datatype:type op:op '
+                 'comm:comm'),
+    ('Allgather_c', 'sendbuf:in[sendcount,sendtype] sendcount:count sendtype:type '
+                    'recvbuf:out[recvcount*n,recvtype] recvcount:count recvtype:type comm:comm'),
+    ('Gather_c', 'sendbuf:in[sendcount,sendtype] sendcount:count sendtype:type '
+                 'recvbuf:out[recvcount*n,recvtype]@root recvcount:count recvtype:type root:int comm:comm'),
+    ('Scatter_c', 'sendbuf:in[sendcount*n,sendtype]@root sendcount:count sendtype:type '
+                  'recvbuf:out[recvcount,recvtype] recvcount:count recvtype:type root:int comm:comm'),
+    ('Alltoall_c', 'sendbuf:in[sendcount*n,sendtype] sendcount:count sendtype:type '
+                   'recvbuf:out[recvcount*n,recvtype] recvcount:count recvtype:type comm:comm'),
     # no communication
     ('Reduce_local', 'inbuf:in[count,datatype] inoutbuf:inout[count,datatype] count:int datatype:type op:op'),
     ('Pack', 'inbuf:in[incount,datatype] incount:int datatype:type outbuf:out[outsize] outsize:int '
@@ -312,6 +341,7 @@ class Function:
         self.comm, self.request, self.status = self.find('comm'), self.find('request'), self.find('status')
         self.root = self.index.get('root', -1)
         self.local = name in LOCAL
+        self.method = name.removesuffix('_c')  # the mpi4py method that runs it (a large-count form: its own)
         self.buffers = tuple(i for i, p in enumerate(self.params) if p.is_buffer)
         self.folded = set()
         for p in self.params:

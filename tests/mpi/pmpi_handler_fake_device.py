@@ -373,6 +373,21 @@ for a in at:
     assert freed == MPI.REQUEST_NULL, 'MPI_Request_free left a handle'
 checks += 1
 
+# MPI-4's large-count forms: the count an MPI_Count
+L = ctypes.c_longlong
+s, r = device(np.arange(40, dtype=np.float64) * (rank + 1)), device(np.zeros(40))
+call('Allreduce_c', p(s), p(r), L(40), h(MPI.DOUBLE), h(MPI.SUM), h(comm))
+same(r, np.arange(40, dtype=np.float64) * (n * (n + 1) // 2), 'Allreduce_c')
+b = device(np.arange(9, dtype=np.int32) if rank == 0 else np.zeros(9, np.int32))
+call('Bcast_c', p(b), L(9), h(MPI.INT), 0, h(comm))
+same(b, np.arange(9, dtype=np.int32), 'Bcast_c')
+s, r = device(np.repeat(np.arange(n, dtype=np.int64) + 10 * rank, 2)), device(np.zeros(2 * n, np.int64))
+call('Alltoall_c', p(s), L(2), h(MPI.INT64_T), p(r), L(2), h(MPI.INT64_T), h(comm))
+same(r, np.repeat(np.arange(n, dtype=np.int64) * 10 + rank, 2), 'Alltoall_c')
+s, r = device(np.full(7, rank + 0.5)), device(np.zeros(7))
+call('Sendrecv_c', p(s), L(7), h(MPI.DOUBLE), nxt, 9, p(r), L(7), h(MPI.DOUBLE), prv, 9, h(comm), None)
+same(r, np.full(7, prv + 0.5), 'Sendrecv_c')
+
 handled = handler.calls() - before
 assert handled >= 3023, f'rank {rank}: the handler ran {handled} calls'
 

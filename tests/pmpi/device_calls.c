@@ -241,6 +241,22 @@ int main(int argc, char **argv) {
   free(g);
   MPI_Type_free(&vec);
 
+#if MPI_VERSION >= 4
+  /* MPI-4's large-count forms: Allreduce_c and Bcast_c */
+  for (int i = 0; i < N; i++) h[i] = r + i;
+  put(s, h, N * sizeof(int));
+  MPI_Allreduce_c(s, d, (MPI_Count)N, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  g = host_of(d, N), ok = 1;
+  for (int i = 0; i < N; i++) ok &= g[i] == n * i + n * (n - 1) / 2;
+  check(ok, "Allreduce_c");
+  free(g);
+  MPI_Bcast_c(d, (MPI_Count)N, MPI_INT, n - 1, MPI_COMM_WORLD);
+  g = host_of(d, N), ok = 1;
+  for (int i = 0; i < N; i++) ok &= g[i] == n * i + n * (n - 1) / 2;
+  check(ok, "Bcast_c");
+  free(g);
+#endif
+
   /* a non-blocking call with device buffers and no handler: an MPI error naming the call */
   if (argc > 1 && strcmp(argv[1], "--expect-nonblocking-error") == 0) {
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);

@@ -12,7 +12,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-C_TYPES = {'in': 'const void *', 'out': 'void *', 'inout': 'void *', 'int': 'int', 'count': 'long long', 'ints': 'const int *',
+C_TYPES = {'in': 'const void *', 'out': 'void *', 'inout': 'void *', 'int': 'int', 'count': 'long long', 'counts': 'const long long *', 'ints': 'const int *',
            'aints': 'const intptr_t *', 'intp': 'int *',
            'type': 'intptr_t', 'op': 'intptr_t', 'comm': 'intptr_t', 'types': 'const void *',
            'request': 'void *', 'status': 'void *', 'info': 'intptr_t', 'requests': 'void *', 'reqval': 'intptr_t'}
@@ -63,7 +63,7 @@ def span_init(mod, f, s):
     second = s.displs or s.factor
     return (f'{{MGI_FORM_{s.form.upper()}, {idx[s.count]}, {idx[second] if second else -1}, '
             f'{idx[s.type] if s.type else -1}, {mod.GROUPS.index(s.group)}, '
-            f'{int(f.params[idx[s.count]].kind == "count")}}}')
+            f'{int(f.params[idx[s.count]].kind in ("count", "counts"))}}}')
 
 
 def descriptors(mod):

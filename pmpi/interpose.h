@@ -16,7 +16,7 @@
  * datatype (or datatypes), and the group its counts are for (0: the communicator's size; 1, 2: a
  * topology's in- and out-degree). */
 typedef struct {
-  int8_t form, count, displs, type, group, wide; /* wide: the count is an MPI_Count (MPI-4's _c forms) */
+  int8_t form, count, displs, type, group, wide; /* wide: MPI_Count counts, MPI_Aint displacements (_c) */
 } mgi_span;
 
 typedef struct {

@@ -44,6 +44,11 @@ static void cover(byte_range *r, intptr_t offset, long long count, const type_sh
   r->any = 1;
 }
 
+/* Entry i of a form's count array: ints, or MPI_Counts (the _c forms). */
+static long long count_at(const mgi_span *f, const intptr_t *a, int i) {
+  return f->wide ? ((const long long *)a[f->count])[i] : ((const int *)a[f->count])[i];
+}
+
 /* The bytes one buffer's form reaches; -1 where it cannot say (a datatype MPI refuses, the w-forms, the
  * neighbourhood collectives' degrees). */
 static int span_of(const mgi_span *f, const intptr_t *a, int n, int rank, byte_range *r) {
@@ -56,22 +61,22 @@ static int span_of(const mgi_span *f, const intptr_t *a, int n, int rank, byte_r
     return 0;
   }
   if (f->form == MGI_FORM_W || f->group != 0 || shape_of(a[f->type], &s)) return -1;
-  const int *counts = (const int *)a[f->count];
   long long total = 0;
   switch (f->form) {
     case MGI_FORM_SIMPLE: cover(r, 0, count, &s); return 0;
     case MGI_FORM_TIMES_N: cover(r, 0, count * n, &s); return 0;
     case MGI_FORM_TIMES_P: cover(r, 0, count * (int)a[f->displs], &s); return 0; /* displs: the factor */
-    case MGI_FORM_OWN: cover(r, 0, counts[rank], &s); return 0;
+    case MGI_FORM_OWN: cover(r, 0, count_at(f, a, rank), &s); return 0;
     case MGI_FORM_SUM:
-      for (int i = 0; i < n; i++) total += counts[i];
+      for (int i = 0; i < n; i++) total += count_at(f, a, i);
       cover(r, 0, total, &s);
       return 0;
-    case MGI_FORM_V: {
-      const int *displs = (const int *)a[f->displs];
-      for (int i = 0; i < n; i++) cover(r, (intptr_t)displs[i] * s.extent, counts[i], &s);
+    case MGI_FORM_V:
+      for (int i = 0; i < n; i++) {
+        intptr_t d = f->wide ? ((const intptr_t *)a[f->displs])[i] : ((const int *)a[f->displs])[i];
+        cover(r, d * s.extent, count_at(f, a, i), &s);
+      }
       return 0;
-    }
     default: return -1;
   }
 }

@@ -3,6 +3,7 @@
 up the layers (LAYERS) and none closes a circle, none among the C and CUDA headers either; one door to
 the CUDA layer (only mpigpu/_cuda.py imports mpigpu._ext._device), and every module says its job first."""
 import ast
+import functools
 import os
 import re
 
@@ -79,6 +80,7 @@ def _cython_deps(text, package, known):
     return deps
 
 
+@functools.lru_cache(maxsize=1)  # read once: every test below reads the same tree, none changes it
 def _modules():
     """{module name: (path, ast or None, [imported mpigpu modules])} for the package's Python and Cython
     modules (a .pyx and its .pxd are one module)."""

@@ -164,7 +164,7 @@ class Call:
         return indegree if group == 'in' else outdegree
 
     def array(self, name, length):
-        """An array parameter's `length` entries (ints, MPI_Aints, datatypes)."""
+        """An array parameter's `length` entries (ints, MPI_Counts, MPI_Aints, datatypes)."""
         i = self.fn.index[name]
         kind, word = self.fn.params[i].kind, self.args[i]
         if not word:
@@ -173,6 +173,8 @@ class Call:
             return list((ctypes.c_int * length).from_address(word))
         if kind == 'aints':
             return list((ctypes.c_ssize_t * length).from_address(word))
+        if kind == 'counts':
+            return list((ctypes.c_int64 * length).from_address(word))
         raw = ((ctypes.c_int if self.h.datatype_words == 4 else ctypes.c_ssize_t) * length).from_address(word)
         return [MPI.Datatype.fromhandle(self.h.handle(MPI.Datatype, w)) for w in raw]
 
@@ -185,7 +187,7 @@ class Call:
             return word - (1 << 32) if word >= 1 << 31 else word
         if kind == 'count':  # an MPI_Count: 64 bits, signed
             return word - (1 << 64) if word >= 1 << 63 else word
-        if kind in ('ints', 'aints', 'types'):
+        if kind in ('ints', 'counts', 'aints', 'types'):
             return self.array(name, self.size)
         if kind == 'type':
             return self.h.datatype(word)[0]

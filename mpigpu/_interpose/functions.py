@@ -2,7 +2,7 @@
 C wrappers, their argument lists and the staging descriptors) and by the Python handler at run time.
 
 Each entry is the function's name without `MPI_` and its parameters in C order, `name:kind`:
-- `int`, `count` (an MPI_Count), `ints` (an int array), `aints` (an MPI_Aint array), `intp` (an int the call
+- `int`, `count` (an MPI_Count), `ints` (an int array), `counts` (an MPI_Count array), `aints` (an MPI_Aint array), `intp` (an int the call
   reads and writes: Pack's position), `type`, `types` (an array of datatypes), `op`, `comm`, `info`, `request` (MPI_Request *), `status`
   (MPI_Status *): passed through; handles travel as pointer-sized words, so the one library serves MPIs whose
   handles are ints (MPICH) or pointers (Open MPI);
@@ -234,6 +234,21 @@ FUNCTIONS = (
                   'recvbuf:out[recvcount,recvtype] recvcount:count recvtype:type root:int comm:comm'),
     ('Alltoall_c', 'sendbuf:in[sendcount*n,sendtype] sendcount:count sendtype:type '
                    'recvbuf:out[recvcount*n,recvtype] recvcount:count recvtype:type comm:comm'),
+    # (their v-forms: MPI_Count counts, MPI_Aint displacements)
+    ('Allgatherv_c', 'sendbuf:in[sendcount,sendtype] sendcount:count sendtype:type '
+                     'recvbuf:out[recvcounts/displs,recvtype] recvcounts:counts displs:aints recvtype:type '
+                     'comm:comm'),
+    ('Gatherv_c', 'sendbuf:in[sendcount,sendtype] sendcount:count sendtype:type '
+                  'recvbuf:out[recvcounts/displs,recvtype]@root recvcounts:counts displs:aints recvtype:type '
+                  'root:int comm:comm'),
+    ('Scatterv_c', 'sendbuf:in[sendcounts/displs,sendtype]@root sendcounts:counts displs:aints sendtype:type '
+                   'recvbuf:out[recvcount,recvtype] recvcount:count recvtype:type root:int comm:comm'),
+    ('Alltoallv_c', 'sendbuf:in[sendcounts/sdispls,sendtype] sendcounts:counts sdispls:aints sendtype:type '
+                    'recvbuf:out[recvcounts/rdispls,recvtype] recvcounts:counts rdispls:aints recvtype:type '
+                    'comm:comm'),
+    ('Reduce_scatter_c', 'sendbuf:in[recvcounts+,datatype] '
+                         'recvbuf:out[recvcounts.,datatype|recvcounts+,datatype] recvcounts:counts datatype:type '
+                         'op:op comm:comm'),
     # no communication
     ('Reduce_local', 'inbuf:in[count,datatype] inoutbuf:inout[count,datatype] count:int datatype:type op:op'),
     ('Pack', 'inbuf:in[incount,datatype] incount:int datatype:type outbuf:out[outsize] outsize:int '
@@ -266,7 +281,7 @@ REQUEST_CALLS = (
     ('Parrived', 'request:reqval partition:int flag:intp'),
 )
 
-KINDS = ('int', 'count', 'ints', 'aints', 'intp', 'type', 'types', 'op', 'comm', 'info', 'request', 'requests', 'reqval',
+KINDS = ('int', 'count', 'ints', 'counts', 'aints', 'intp', 'type', 'types', 'op', 'comm', 'info', 'request', 'requests', 'reqval',
          'status')
 DIRECTIONS = ('in', 'out', 'inout')
 

@@ -387,6 +387,16 @@ same(r, np.repeat(np.arange(n, dtype=np.int64) * 10 + rank, 2), 'Alltoall_c')
 s, r = device(np.full(7, rank + 0.5)), device(np.zeros(7))
 call('Sendrecv_c', p(s), L(7), h(MPI.DOUBLE), nxt, 9, p(r), L(7), h(MPI.DOUBLE), prv, 9, h(comm), None)
 same(r, np.full(7, prv + 0.5), 'Sendrecv_c')
+cc = np.arange(1, n + 1, dtype=np.int64)  # MPI_Count counts, MPI_Aint displacements
+dd = np.concatenate([[0], np.cumsum(cc)[:-1]]).astype(np.int64)
+s, r = device(np.full(rank + 1, rank, np.float32)), device(np.zeros(int(cc.sum()), np.float32))
+call('Allgatherv_c', p(s), L(rank + 1), h(MPI.FLOAT), p(r), p(cc), p(dd), h(MPI.FLOAT), h(comm))
+same(r, np.concatenate([np.full(j + 1, j, np.float32) for j in range(n)]), 'Allgatherv_c')
+s, r = device(np.arange(int(cc.sum()), dtype=np.float64) * (rank + 1)), device(np.zeros(rank + 1))
+call('Reduce_scatter_c', p(s), p(r), p(cc), h(MPI.DOUBLE), h(MPI.SUM), h(comm))
+want = np.zeros(rank + 1)
+comm.Reduce_scatter(np.arange(int(cc.sum()), dtype=np.float64) * (rank + 1), want, cc.astype(np.int32))
+same(r, want, 'Reduce_scatter_c')
 
 handled = handler.calls() - before
 assert handled >= 3023, f'rank {rank}: the handler ran {handled} calls'

@@ -255,6 +255,17 @@ int main(int argc, char **argv) {
   for (int i = 0; i < N; i++) ok &= g[i] == n * i + n * (n - 1) / 2;
   check(ok, "Bcast_c");
   free(g);
+  MPI_Count *vc = malloc(n * sizeof(MPI_Count));
+  MPI_Aint *vd = malloc(n * sizeof(MPI_Aint));
+  for (int i = 0; i < n; i++) vc[i] = i + 1, vd[i] = (MPI_Aint)i * (i + 1) / 2;
+  for (int i = 0; i <= r; i++) h[i] = 7 * r;
+  int *vs = dints(r + 1, h), *vr = dints(n * (n + 1) / 2, NULL);
+  MPI_Allgatherv_c(vs, (MPI_Count)(r + 1), MPI_INT, vr, vc, vd, MPI_INT, MPI_COMM_WORLD);
+  g = host_of(vr, n * (n + 1) / 2), ok = 1;
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k <= i; k++) ok &= g[vd[i] + k] == 7 * i;
+  check(ok, "Allgatherv_c");
+  free(g), free(vc), free(vd);
 #endif
 
   /* a non-blocking call with device buffers and no handler: an MPI error naming the call */

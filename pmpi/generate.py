@@ -51,7 +51,7 @@ def header(mod):
             ' * number; -1: one, through a pointer; -2: one, by value) */',
             'typedef struct {', '  const char *name, *lower_name;', '  int8_t nparams, count, requests;',
             '} mgi_request_call;', 'extern const mgi_request_call mgi_request_calls[MGI_REQ_COUNT];',
-            'int mgi_holds_proxy(const void *caller, int id, const intptr_t *args); /* requests.c */',
+            'int mgi_holds_proxy(int id, const intptr_t *args); /* requests.c */',
             'int mgi_request_call_handle(int id, intptr_t *args);', 'void *mgi_lower_request(int id);',
             'int mgi_missing_request(int id);', '']
     return '\n'.join(out) + '\n'
@@ -133,7 +133,7 @@ def request_wrappers(mod):
         out += [f'typedef int (*lower_req_{f.name})({types});',
                 f'MGI_EXPORT int MPI_{f.name}({decl}) {{',
                 f'  intptr_t a[{len(f.params)}] = {{{words}}};',
-                f'  if (mgi_holds_proxy(__builtin_return_address(0), MGI_REQ_{f.name}, a))',
+                f'  if (mgi_holds_proxy(MGI_REQ_{f.name}, a))',
                 f'    return mgi_request_call_handle(MGI_REQ_{f.name}, a);',
                 f'  lower_req_{f.name} fn = (lower_req_{f.name})mgi_lower_request(MGI_REQ_{f.name});',
                 f'  return fn ? fn({names}) : mgi_missing_request(MGI_REQ_{f.name});', '}', '']

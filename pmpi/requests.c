@@ -43,8 +43,9 @@ static int member(uintptr_t h) { /* proxies_lock held */
   return 0;
 }
 
-static int grow(void) { /* proxies_lock held: rehash into twice the slots, tombstones dropped */
-  size_t n = nslots ? 2 * nslots : 64;
+static int grow(void) { /* proxies_lock held: rehash, tombstones dropped, sized for the live proxies */
+  size_t live = atomic_load_explicit(&nproxies, memory_order_relaxed), n = 64;
+  while (n < 4 * (live + 1)) n *= 2; /* (a program that makes and frees proxies in turn stays small) */
   uintptr_t *fresh = calloc(n, sizeof *fresh), *old = slots;
   if (!fresh) return -1;
   size_t oldn = nslots;
@@ -104,11 +105,12 @@ MGI_EXPORT void mpigpu_pmpi_set_request_handler(mgi_request_handler h, int bytes
   atomic_store_explicit(&request_handler, (void *)h, memory_order_release);
 }
 
-int mgi_holds_proxy(const void *caller, int id, const intptr_t *a) {
+/* Whether a request call holds a proxy, from any caller (mpi4py's too: a proxy handed to Python code is
+ * still mpigpu's request) but the handler itself. */
+int mgi_holds_proxy(int id, const intptr_t *a) {
   if (!atomic_load_explicit(&nproxies, memory_order_acquire)) return 0;
-  if (!atomic_load_explicit(&request_handler, memory_order_acquire) || mgi_in_handler ||
-      ((uintptr_t)caller >= mgi_pass_lo && (uintptr_t)caller < mgi_pass_hi))
-    return 0; /* mpigpu's own calls, and mpi4py's, are the library's */
+  if (!atomic_load_explicit(&request_handler, memory_order_acquire) || mgi_in_handler)
+    return 0; /* the handler's own calls are the library's */
   const mgi_request_call *c = &mgi_request_calls[id];
   int found = 0;
   pthread_mutex_lock(&proxies_lock);

@@ -30,15 +30,13 @@ class Requests:
     def __init__(self, lib, fail):
         self.lib, self.fail = lib, fail
         self.proxies = {}
+        self.freeing = []  # mpigpu's requests freed by the caller while a round ran: freed once it ends
         self.size = MPI._sizeof(MPI.Request)
         self.status_size = MPI._sizeof(MPI.Status)
         self.cell = ctypes.c_int32 if self.size == 4 else ctypes.c_int64
         self.cfunc = _HANDLER(self.dispatch)
         lib.mpigpu_pmpi_proxy_add.argtypes = lib.mpigpu_pmpi_proxy_remove.argtypes = (ctypes.c_ssize_t,)
         lib.mpigpu_pmpi_set_request_handler(self.cfunc, self.size)
-
-    def close(self):
-        self.lib.mpigpu_pmpi_set_request_handler(None, self.size)
 
     # ---- the persistent calls' side ----------------------------------------------------------------
     def hand_out(self, request, comm, address):
@@ -83,6 +81,8 @@ class Requests:
     def dispatch(self, index, words):
         fn = REQUEST_TABLE[index]
         try:
+            if self.freeing:
+                self._reap()
             a = {p.name: words[i] & _WORD for i, p in enumerate(fn.params)}
             return getattr(self, '_' + fn.name.lower())(a)
         except BaseException as exc:  # back to the C caller as an MPI error
@@ -115,13 +115,21 @@ class Requests:
 
     def _many(self, a, call):
         """A call over an array of requests: call(objects, statuses) with mpi4py's class-level function;
-        handles written back, statuses copied out."""
+        handles written back, statuses copied out. Where it raises (MPI_ERR_IN_STATUS), the handles
+        mpi4py already updated are written back all the same, and every status copied out."""
         n = a['count']
         words = self._words(a['requests'], n)
         objs = self._objects(words)
         statuses = [MPI.Status() for _ in range(n)]
-        result = call(objs, statuses)
-        self._write_back(a['requests'], words, objs)
+        try:
+            result = call(objs, statuses)
+        except BaseException:
+            if 'statuses' in a:  # (the array forms: each request's MPI_ERROR says how it ended)
+                for i, s in enumerate(statuses):
+                    self._status(a['statuses'], s, i)
+            raise
+        finally:
+            self._write_back(a['requests'], words, objs)
         return result, statuses
 
     def _waitall(self, a):
@@ -169,19 +177,71 @@ class Requests:
         return self._some(a, MPI.Request.Testsome)
 
     def _request_free(self, a):
+        """The caller's handle is REQUEST_NULL at once; a round still running ends on its own (MPI frees an
+        active request once its operation completes) and mpigpu's request is freed then (_reap)."""
         word = self._words(a['request'], 1)[0]
         request, proxy = self.proxies.pop(word)
         self.lib.mpigpu_pmpi_proxy_remove(self._signed(word))
         try:
-            request.Free()
+            if request._active():
+                self.freeing.append(request)
+            else:
+                request.Free()
         finally:
             proxy.Free()
             self._put(a['request'], 0, MPI.REQUEST_NULL.handle)
         return MPI.SUCCESS
 
+    def _reap(self):
+        """Frees the requests of _request_free whose round has ended."""
+        running = []
+        for request in self.freeing:
+            if request.Test():
+                request.Free()
+            else:
+                running.append(request)
+        self.freeing = running
+
+    def close(self):
+        self.lib.mpigpu_pmpi_set_request_handler(None, self.size)
+        for request in self.freeing:  # (at exit: their rounds must end before MPI does)
+            try:
+                request.Wait()
+                request.Free()
+            except Exception:
+                pass
+        self.freeing = []
+
     def _cancel(self, a):
-        MPI.Request.Cancel(self.proxies[self._words(a['request'], 1)[0]][0])
+        """An active point-to-point round is cancelled where mpigpu's request holds the library's own (the
+        mirrored paths: its receive or send on host mirrors); MPI does not let collectives be cancelled."""
+        request = self.proxies[self._words(a['request'], 1)[0]][0]
+        inner = getattr(request, '_host', None)
+        if not request._active() or inner is None:
+            raise ValueError('MPI_Cancel: mpigpu\'s persistent request is not an active point-to-point round '
+                             'on the mirrored path (collectives and inactive requests cannot be cancelled)')
+        inner.Cancel()
         return MPI.SUCCESS
+
+    def _request_get_status_any(self, a):
+        (index, flag), statuses = self._many(
+            a, lambda objs, sts: MPI.Request.Get_status_any(objs, sts[0] if sts else None))
+        self._int(a['index'], index)
+        self._int(a['flag'], int(flag))
+        if flag and statuses:
+            self._status(a['status'], statuses[0])
+        return MPI.SUCCESS
+
+    def _request_get_status_all(self, a):
+        flag, statuses = self._many(a, MPI.Request.Get_status_all)
+        self._int(a['flag'], int(flag))
+        if flag:
+            for i, s in enumerate(statuses):
+                self._status(a['statuses'], s, i)
+        return MPI.SUCCESS
+
+    def _request_get_status_some(self, a):
+        return self._some(a, MPI.Request.Get_status_some)
 
     def _by_value(self, word):
         """mpigpu's request behind a proxy passed by value (a word of the library's handle width)."""

@@ -373,6 +373,35 @@ for a in at:
     assert freed == MPI.REQUEST_NULL, 'MPI_Request_free left a handle'
 checks += 1
 
+# proxies seen from Python (mpi4py's own Start and Wait reach mpigpu), MPI_Request_get_status_all, MPI_Cancel
+# of a receive no send meets, and MPI_Request_free of a running round (the handle is null at once)
+ring_s, ring_r = device(np.zeros(8)), device(np.zeros(8))
+call('Recv_init', p(ring_r), 8, h(MPI.DOUBLE), prv, 24, h(comm), ctypes.c_void_p(at[0]))
+call('Send_init', p(ring_s), 8, h(MPI.DOUBLE), nxt, 24, h(comm), ctypes.c_void_p(at[1]))
+from_python = [MPI.Prequest.fromhandle(cell.from_address(a).value & ((1 << 64) - 1)) for a in at[:2]]
+ring_s[...] = rank + 0.25
+MPI.Prequest.Startall(from_python)
+flag = ctypes.c_int(0)
+while not flag.value:
+    call('Request_get_status_all', 2, reqs, ctypes.byref(flag), None)
+MPI.Request.Waitall(from_python)
+same(ring_r, np.full(8, prv + 0.25), 'a round started and completed from Python on proxies')
+call('Start', ctypes.c_void_p(at[0]))
+call('Cancel', ctypes.c_void_p(at[0]))
+call('Wait', ctypes.c_void_p(at[0]), None)
+checks += 1
+comm.Barrier()
+call('Start', ctypes.c_void_p(at[0]))
+call('Request_free', ctypes.c_void_p(at[0]))  # its round still runs: the send below ends it
+freed = MPI.Request()
+ctypes.memmove(MPI._addressof(freed), at[0], RQ)
+assert freed == MPI.REQUEST_NULL, 'MPI_Request_free of a running round left a handle'
+call('Start', ctypes.c_void_p(at[1]))
+call('Wait', ctypes.c_void_p(at[1]), None)
+call('Request_free', ctypes.c_void_p(at[1]))
+checks += 1
+comm.Barrier()
+
 # MPI-4's large-count forms: the count an MPI_Count
 L = ctypes.c_longlong
 s, r = device(np.arange(40, dtype=np.float64) * (rank + 1)), device(np.zeros(40))

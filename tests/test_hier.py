@@ -23,12 +23,14 @@ def test_simulated_nodes(n, k, sizes):
 @pytest.mark.parametrize('n,k,sizes', [(4, 2, '2+2'), (5, 2, '3+2'), (6, 3, '2+2+2')])
 def test_simulated_nodes_over_host_mpi(n, k, sizes):
     """The fallback where a rank has no NCCL: the network phases through host MPI and pinned memory."""
-    out = run_ranks(n, 'hier_fake_device.py', env={'MPIGPU_SIMULATE_NODES': str(k), 'MPIGPU_NET': 'mpi'})
+    out = run_ranks(n, 'hier_fake_device.py', env={'MPIGPU_SIMULATE_NODES': str(k), 'MPIGPU_NET': 'mpi',
+                                                    'HIER_SWEEP': 'short'})
     assert f'as {k} simulated nodes ({sizes}), network: mpi: ' in out and 'checks ok' in out
 
 
 def test_without_thread_multiple_calls_complete_before_returning():
-    out = run_ranks(4, 'hier_fake_device.py', env={'MPIGPU_SIMULATE_NODES': '2', 'MPI4PY_RC_THREAD_LEVEL': 'single'})
+    out = run_ranks(4, 'hier_fake_device.py', env={'MPIGPU_SIMULATE_NODES': '2', 'MPI4PY_RC_THREAD_LEVEL': 'single',
+                                                   'HIER_SWEEP': 'short'})
     assert 'as 2 simulated nodes (2+2), network: nccl: ' in out and 'checks ok' in out
 
 

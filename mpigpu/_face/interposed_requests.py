@@ -91,8 +91,12 @@ class Requests:
     def _int(self, address, value):
         ctypes.c_int.from_address(address).value = value
 
+    def _proxied(self, address):
+        """mpigpu's request behind the proxy in the caller's MPI_Request at `address`."""
+        return self.proxies[self._words(address, 1)[0]][0]
+
     def _start(self, a):
-        self.proxies[self._words(a['request'], 1)[0]][0].Start()
+        self._proxied(a['request']).Start()
         return MPI.SUCCESS
 
     def _startall(self, a):
@@ -101,13 +105,13 @@ class Requests:
 
     def _wait(self, a):
         status = MPI.Status()
-        self.proxies[self._words(a['request'], 1)[0]][0].Wait(status)
+        self._proxied(a['request']).Wait(status)
         self._status(a['status'], status)
         return MPI.SUCCESS
 
     def _test(self, a):
         status = MPI.Status()
-        flag = self.proxies[self._words(a['request'], 1)[0]][0].Test(status)
+        flag = self._proxied(a['request']).Test(status)
         self._int(a['flag'], int(flag))
         if flag:
             self._status(a['status'], status)
@@ -132,34 +136,40 @@ class Requests:
             self._write_back(a['requests'], words, objs)
         return result, statuses
 
-    def _waitall(self, a):
-        _, statuses = self._many(a, MPI.Request.Waitall)
-        for i, s in enumerate(statuses):
-            self._status(a['statuses'], s, i)
-        return MPI.SUCCESS
-
-    def _testall(self, a):
-        flag, statuses = self._many(a, MPI.Request.Testall)
-        self._int(a['flag'], int(flag))
-        if flag:
+    def _all(self, a, call):
+        """Waitall, Testall, Request_get_status_all: every status copied out once all are done (Waitall
+        returns None: done); the flag written where the call has one."""
+        flag, statuses = self._many(a, call)
+        done = flag is None or bool(flag)
+        if 'flag' in a:
+            self._int(a['flag'], int(done))
+        if done:
             for i, s in enumerate(statuses):
                 self._status(a['statuses'], s, i)
         return MPI.SUCCESS
 
-    def _waitany(self, a):
-        index, statuses = self._many(a, lambda objs, sts: MPI.Request.Waitany(objs, sts[0] if sts else None))
+    def _any(self, a, call):
+        """Waitany, Testany, Request_get_status_any: the index (and flag) written, the one status copied."""
+        got, statuses = self._many(a, lambda objs, sts: call(objs, sts[0] if sts else None))
+        index, flag = got if isinstance(got, tuple) else (got, True)
         self._int(a['index'], index)
-        if statuses:
-            self._status(a['status'], statuses[0])
-        return MPI.SUCCESS
-
-    def _testany(self, a):
-        (index, flag), statuses = self._many(a, lambda objs, sts: MPI.Request.Testany(objs, sts[0] if sts else None))
-        self._int(a['index'], index)
-        self._int(a['flag'], int(flag))
+        if 'flag' in a:
+            self._int(a['flag'], int(flag))
         if flag and statuses:
             self._status(a['status'], statuses[0])
         return MPI.SUCCESS
+
+    def _waitall(self, a):
+        return self._all(a, MPI.Request.Waitall)
+
+    def _testall(self, a):
+        return self._all(a, MPI.Request.Testall)
+
+    def _waitany(self, a):
+        return self._any(a, MPI.Request.Waitany)
+
+    def _testany(self, a):
+        return self._any(a, MPI.Request.Testany)
 
     def _some(self, a, call):
         got, statuses = self._many(a, call)
@@ -215,7 +225,7 @@ class Requests:
     def _cancel(self, a):
         """An active point-to-point round is cancelled where mpigpu's request holds the library's own (the
         mirrored paths: its receive or send on host mirrors); MPI does not let collectives be cancelled."""
-        request = self.proxies[self._words(a['request'], 1)[0]][0]
+        request = self._proxied(a['request'])
         inner = getattr(request, '_host', None)
         if not request._active() or inner is None:
             raise ValueError('MPI_Cancel: mpigpu\'s persistent request is not an active point-to-point round '
@@ -224,21 +234,10 @@ class Requests:
         return MPI.SUCCESS
 
     def _request_get_status_any(self, a):
-        (index, flag), statuses = self._many(
-            a, lambda objs, sts: MPI.Request.Get_status_any(objs, sts[0] if sts else None))
-        self._int(a['index'], index)
-        self._int(a['flag'], int(flag))
-        if flag and statuses:
-            self._status(a['status'], statuses[0])
-        return MPI.SUCCESS
+        return self._any(a, MPI.Request.Get_status_any)
 
     def _request_get_status_all(self, a):
-        flag, statuses = self._many(a, MPI.Request.Get_status_all)
-        self._int(a['flag'], int(flag))
-        if flag:
-            for i, s in enumerate(statuses):
-                self._status(a['statuses'], s, i)
-        return MPI.SUCCESS
+        return self._all(a, MPI.Request.Get_status_all)
 
     def _request_get_status_some(self, a):
         return self._some(a, MPI.Request.Get_status_some)

@@ -1,7 +1,8 @@
 /* The interposer's internal interface: what the generated wrappers (wrappers.c) and the hand-written
  * parts (interpose.c: the device call's routing; lower.c: the MPI library below; memory.c: where a
- * pointer lives, through the CUDA driver; staging.c: device buffers through host copies; requests.c: the
- * persistent requests made for calls below Python and the request calls that meet them) share.
+ * pointer lives, through the CUDA driver; staging.c: device buffers through host copies; narrow.c: the
+ * large-count forms on a library without them; requests.c: the persistent requests made for calls below
+ * Python and the request calls that meet them) share.
  * No MPI header: handles travel as pointer-sized words (MPICH's ints and Open MPI's pointers alike), so
  * one build serves the MPI the process loads. */
 #pragma once
@@ -90,3 +91,17 @@ int mgi_stage(int id, intptr_t *args);
 
 /* wrappers.c (generated) */
 int mgi_call_lower(int id, const intptr_t *args);
+
+/* narrow.c: a large-count form (MPI_<name>_c) on a library without it, as its int form */
+enum { MGI_NARROW_COUNT, MGI_NARROW_COUNTS, MGI_NARROW_AINTS }; /* an MPI_Count, MPI_Count[], MPI_Aint[] */
+typedef struct {
+  int8_t param, kind, root_only, local; /* local: an array as long as the caller's group, else the peers' */
+} mgi_narrowed_param;
+typedef struct {
+  int16_t base; /* the int form's id; -1: not a large-count form */
+  int8_t n;
+  mgi_narrowed_param params[4];
+} mgi_narrowing;
+extern const mgi_narrowing mgi_narrowings[]; /* (generated) */
+/* a function the library below lacks: its int form where it is a large-count one, else an MPI error */
+int mgi_no_lower(int id, const intptr_t *args);

@@ -152,6 +152,16 @@ def test_host_calls_below_python_pass_the_engines_entry(n):
     assert f'pmpi host entry on {n} ranks' in res.stdout, res.stdout
 
 
+@pytest.mark.parametrize('n', (1, 3))
+def test_large_count_forms_on_a_library_without_them(n):
+    """Open MPI 4.1 has no MPI_<name>_c: mpi4py finds the interposer's, which make the int forms (counts
+    narrowed; one too large for an int fails with the interposer's error)."""
+    res = _run([mpiexec(), '-n', str(n), sys.executable, '-m', 'mpigpu', os.path.join(HERE, 'mpi', 'pmpi_narrowed.py')],
+               {})
+    assert res.returncode == 0, f'{res.stdout[-3000:]}\n{res.stderr[-3000:]}'
+    assert f'pmpi narrowed large-count forms on {n} ranks' in res.stdout, res.stdout
+
+
 def test_memory_known_host_without_the_driver():
     """The brk heap is host memory (no driver asked); a mapping of its own is asked about."""
     import mmap

@@ -1,0 +1,88 @@
+/* MPI-4's large-count functions (MPI_<name>_c) on a library that has none (Open MPI 4.1, MPICH 3).
+ *
+ * The interposer defines them, so its callers find them: mpi4py looks each one up at run time and calls
+ * the first definition it finds (its own int fallback only where none is found), and C callers link them.
+ * Where the library below lacks one, the call is made as the library's int form with its MPI_Count
+ * counts and MPI_Aint displacements narrowed to int, as mpi4py's own fallback does; a value an int cannot
+ * hold fails the call (mgi_fail: an MPI error naming it, through the communicator's error handler). */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "functions.h"
+
+typedef int (*comm_int_fn)(intptr_t, int *);
+
+/* How many entries the function's count arrays have: the caller's group, or on an intercommunicator the
+ * peers' group where the counts are for the remote side. 0 where it cannot be read. */
+static int group_size(intptr_t comm, int local) {
+  comm_int_fn size = (comm_int_fn)mgi_lower_named("PMPI_Comm_size");
+  comm_int_fn remote = (comm_int_fn)mgi_lower_named("PMPI_Comm_remote_size");
+  comm_int_fn test_inter = (comm_int_fn)mgi_lower_named("PMPI_Comm_test_inter");
+  int n = 0, inter = 0;
+  if (!size || !test_inter || test_inter(comm, &inter)) return 0;
+  if (inter && !local) return remote && !remote(comm, &n) ? n : 0;
+  return size(comm, &n) ? 0 : n;
+}
+
+/* Whether this rank's root-only arrays are read: the root of an intracommunicator, or the root's side of
+ * an intercommunicator (MPI_ROOT: -3 in MPICH, -4 in Open MPI; MPI_PROC_NULL -1 or -2). */
+static int at_root(intptr_t comm, int root) {
+  comm_int_fn test_inter = (comm_int_fn)mgi_lower_named("PMPI_Comm_test_inter");
+  comm_int_fn get_rank = (comm_int_fn)mgi_lower_named("PMPI_Comm_rank");
+  int inter = 0, rank = -1;
+  if (!test_inter || test_inter(comm, &inter)) return 1;
+  if (inter) return root <= -3;
+  return get_rank && !get_rank(comm, &rank) && rank == root;
+}
+
+static int fits(long long v) { return v >= INT_MIN && v <= INT_MAX; }
+
+int mgi_no_lower(int id, const intptr_t *a) {
+  const mgi_narrowing *w = &mgi_narrowings[id];
+  const mgi_function *f = &mgi_functions[id];
+  if (w->base < 0) return mgi_missing(id);
+  intptr_t comm = f->comm >= 0 ? a[f->comm] : 0;
+  intptr_t b[MGI_MAX_PARAMS];
+  memcpy(b, a, (size_t)f->nparams * sizeof *b);
+  int *arrays[4] = {0}, rc = 0;
+  const char *why = NULL;
+  for (int k = 0; k < w->n && !why; k++) {
+    const mgi_narrowed_param *q = &w->params[k];
+    if (q->kind == MGI_NARROW_COUNT) {
+      long long v = (long long)a[q->param];
+      if (!fits(v)) why = "a count an int cannot hold, and the MPI library below has no large-count form of the call";
+      b[q->param] = (intptr_t)(int)v;
+      continue;
+    }
+    if (!a[q->param] || (q->root_only && !at_root(comm, (int)a[f->root]))) {
+      b[q->param] = 0; /* not read by the library on this rank */
+      continue;
+    }
+    int n = group_size(comm, q->local);
+    if (n <= 0) {
+      why = "cannot read the communicator's size";
+      break;
+    }
+    int *out = malloc((size_t)n * sizeof *out);
+    if (!out) {
+      why = "no host memory for the call's int counts";
+      break;
+    }
+    arrays[k] = out;
+    for (int i = 0; i < n; i++) {
+      long long v = q->kind == MGI_NARROW_COUNTS ? ((const long long *)a[q->param])[i]
+                                                 : (long long)((const intptr_t *)a[q->param])[i];
+      if (!fits(v)) {
+        why = "a count or displacement an int cannot hold, and the MPI library below has no large-count form "
+              "of the call";
+        break;
+      }
+      out[i] = (int)v;
+    }
+    b[q->param] = (intptr_t)out;
+  }
+  rc = why ? mgi_fail(id, comm, why) : mgi_call_lower(w->base, b);
+  for (int k = 0; k < 4; k++) free(arrays[k]);
+  return rc;
+}

@@ -1,0 +1,104 @@
+"""MPI-4's large-count forms on a library without them (Open MPI 4.1, the GPU hosts' MPI): the interposer
+defines MPI_<name>_c, so mpi4py (which looks each one up at run time) and C callers reach its definition;
+with none below, the call is made as the library's int form, counts and displacements narrowed
+(pmpi/narrow.c). Here the library below has them (MPICH) and is taken for one without
+(mpigpu_pmpi_without_large_count). Host buffers on every rank, no GPU needed: mpi4py's own calls (each a
+large-count call in mpi4py 4) and ctypes calls of the _c forms (through the handler, then mpigpu's methods,
+then mpi4py's) give mpi4py's results; a count an int cannot hold fails with the interposer's error.
+Run under mpiexec -n 1..4 through `python -m mpigpu` (tests/test_pmpi.py)."""
+import ctypes
+import mmap
+
+import numpy as np
+from mpi4py import MPI
+
+from mpigpu import _interpose
+
+assert _interpose.status() == 'on', _interpose.status()
+_interpose.library().mpigpu_pmpi_without_large_count()
+c = ctypes.CDLL(None)  # the global scope: the interposer's MPI_*
+comm = MPI.COMM_WORLD
+rank, n = comm.Get_rank(), comm.Get_size()
+W, L = ctypes.c_ssize_t, ctypes.c_longlong
+nxt, prv = (rank + 1) % n, (rank - 1) % n
+checks = 0
+
+
+def p(a):
+    return ctypes.c_void_p(a.ctypes.data)
+
+
+def h(obj):
+    return W(obj.handle)
+
+
+def same(got, want, what):
+    global checks
+    checks += 1
+    assert got.tobytes() == want.tobytes(), f'rank {rank}: {what}: {got[:8]} != {want[:8]}'
+
+
+def call(name, *args):
+    rc = getattr(c, 'MPI_' + name)(*args)
+    assert rc == MPI.SUCCESS, f'rank {rank}: MPI_{name} returned {rc}: {MPI.Get_error_string(rc)}'
+
+
+counts = np.arange(1, n + 1)
+displs = np.concatenate([[0], np.cumsum(counts)[:-1]])
+gathered = np.concatenate([np.full(j + 1, j, np.float64) for j in range(n)])
+
+# mpi4py's own calls
+x, y = np.arange(20, dtype=np.float64) + rank, np.zeros(20)
+comm.Allreduce(x, y)
+same(y, np.arange(20, dtype=np.float64) * n + n * (n - 1) // 2, 'Allreduce')
+b = np.arange(5, dtype=np.int32) if rank == n - 1 else np.zeros(5, np.int32)
+comm.Bcast(b, root=n - 1)
+same(b, np.arange(5, dtype=np.int32), 'Bcast')
+r = np.zeros(int(counts.sum()))
+comm.Allgatherv(np.full(rank + 1, rank, np.float64), [r, counts, displs, MPI.DOUBLE])
+same(r, gathered, 'Allgatherv')
+r = np.zeros(int(counts.sum())) if rank == 0 else None  # root-only arrays: None elsewhere
+comm.Gatherv(np.full(rank + 1, rank, np.float64), [r, counts, displs, MPI.DOUBLE] if rank == 0 else None, root=0)
+if rank == 0:
+    same(r, gathered, 'Gatherv')
+r = np.zeros(rank + 1)
+comm.Scatterv([gathered, counts, displs, MPI.DOUBLE] if rank == n - 1 else None, r, root=n - 1)
+same(r, np.full(rank + 1, rank, np.float64), 'Scatterv')
+send = np.concatenate([np.full(j + 1, 100 * rank + j, np.int64) for j in range(n)])
+r = np.zeros(n * (rank + 1), np.int64)
+comm.Alltoallv([send, counts, displs, MPI.INT64_T], [r, np.full(n, rank + 1), np.arange(n) * (rank + 1), MPI.INT64_T])
+same(r, np.repeat(np.arange(n, dtype=np.int64) * 100 + rank, rank + 1), 'Alltoallv')
+r = np.zeros(rank + 1)
+comm.Reduce_scatter(np.arange(int(counts.sum()), dtype=np.float64) * (rank + 1), r, counts)
+same(r, np.arange(displs[rank], displs[rank] + rank + 1, dtype=np.float64) * (n * (n + 1) // 2), 'Reduce_scatter')
+r = np.zeros(3)
+comm.Sendrecv(np.full(3, rank + 0.25), nxt, 4, r, prv, 4)
+same(r, np.full(3, prv + 0.25), 'Sendrecv')
+
+# ctypes calls of the _c forms (a C caller's): MPI_Count counts, MPI_Aint displacements
+cc, dd = counts.astype(np.int64), displs.astype(np.int64)
+s, r = np.arange(40, dtype=np.float64) * (rank + 1), np.zeros(40)
+call('Allreduce_c', p(s), p(r), L(40), h(MPI.DOUBLE), h(MPI.SUM), h(comm))
+same(r, np.arange(40, dtype=np.float64) * (n * (n + 1) // 2), 'Allreduce_c')
+s, r = np.full(rank + 1, rank, np.float64), np.zeros(int(cc.sum()))
+call('Allgatherv_c', p(s), L(rank + 1), h(MPI.DOUBLE), p(r), p(cc), p(dd), h(MPI.DOUBLE), h(comm))
+same(r, gathered, 'Allgatherv_c')
+s, r = np.full(7, rank + 0.5), np.zeros(7)
+call('Sendrecv_c', p(s), L(7), h(MPI.DOUBLE), nxt, 9, p(r), L(7), h(MPI.DOUBLE), prv, 9, h(comm), None)
+same(r, np.full(7, prv + 0.5), 'Sendrecv_c')
+
+# a count an int cannot hold: the interposer's error, raised as mpi4py's exception (the bytes are never
+# touched: an untouched mapping, broadcast on a communicator of one)
+huge = mmap.mmap(-1, 2**31 + 8)
+try:
+    MPI.COMM_SELF.Bcast([huge, MPI.BYTE], 0)
+except MPI.Exception as e:
+    assert 'large-count form' in e.Get_error_string(), e.Get_error_string()
+    checks += 1
+else:
+    raise AssertionError(f'rank {rank}: a Bcast of 2**31 + 8 bytes passed an int count to the library')
+huge.close()
+
+total = comm.allreduce(checks)
+if rank == 0:
+    print(f'pmpi narrowed large-count forms on {n} ranks: {total} checks')

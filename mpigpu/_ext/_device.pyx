@@ -9,7 +9,7 @@
 import sys
 from threading import local as _thread_local
 
-from ._codes import ALIGNMENTS, SIZES, TYPESTR_CODES, typestr
+from ._codes import ALIGNMENTS, BY_KIND, SIZES, TYPESTR_CODES, typestr
 
 include "_geometry.pxi"
 

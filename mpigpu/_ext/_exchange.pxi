@@ -59,13 +59,11 @@ def exchange_fast_calls():
 
 
 cdef int _xread(object obj, XBuf *b) except -1:
-    """Reads a contiguous device array (CuPy's attributes, else its CAI); 0 where this path declines it."""
+    """Reads a contiguous device array (_array); 0 where this path declines it."""
     cdef int code = -1, dev = -1
     cdef Py_ssize_t count = 0, s = 0
     cdef bint ro = False
-    if _cupy(obj, &b.ptr, &count, &code, &dev):
-        s = _cupy_stream()
-    elif not _cai(obj, &b.ptr, &count, &code, &ro, &s):
+    if not _array(obj, &b.ptr, &count, &code, &dev, &ro, &s):
         return 0
     b.extent = _SIZES[code]
     b.nbytes = count * b.extent

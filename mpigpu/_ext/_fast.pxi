@@ -93,6 +93,85 @@ cdef inline Py_ssize_t _cupy_stream():
     return p if p != 0 else 1
 
 
+# PyTorch tensors are read from their attributes as well: their CUDA Array Interface names no stream,
+# so the general path exports them through DLPack with its stream handshake (our stream waits for
+# PyTorch's current stream) and reads them in Python. Here the producer stream is that same current
+# stream, read through PyTorch's C binding of it (the raw handle; current_stream() builds a Python
+# object). Declined, for the general path to read or refuse as before: a tensor that requires grad
+# (PyTorch refuses to export it), one with a lazy conjugate or negation bit, a non-strided layout, a
+# subclass other than nn.Parameter, a type mpigpu does not run.
+cdef object _torch_tensor = None      # torch.Tensor, once PyTorch has been imported by the program
+cdef object _torch_parameter = None   # torch.nn.Parameter
+cdef object _torch_strided = None     # torch.strided
+cdef object _torch_raw_stream = None  # fn(device) -> the current stream's handle (0: the legacy default)
+cdef dict _TORCH_CODE = {}            # torch.dtype -> mg_dtype code
+
+
+cdef int _torch_attach() except -1:
+    global _torch_tensor, _torch_parameter, _torch_strided, _torch_raw_stream
+    m = sys.modules.get('torch')
+    if m is None or not hasattr(m, 'Tensor'):
+        return 0  # not imported, or still being imported
+    for name in ('bool', 'int8', 'uint8', 'int16', 'uint16', 'int32', 'uint32', 'int64', 'uint64', 'float16',
+                 'bfloat16', 'float32', 'float64', 'complex64', 'complex128'):
+        dt = getattr(m, name, None)
+        if dt is None:
+            continue
+        kind = ('b' if dt is m.bool else 'B' if dt is m.bfloat16 else 'c' if dt.is_complex
+                else 'f' if dt.is_floating_point else 'i' if dt.is_signed else 'u')
+        code = BY_KIND.get((kind, dt.itemsize))
+        if code is not None:
+            _TORCH_CODE[dt] = code
+    raw = getattr(m._C, '_cuda_getCurrentRawStream', None)
+    if raw is None:
+        current = m.cuda.current_stream
+        raw = lambda int device: current(device).cuda_stream
+    _torch_raw_stream = raw
+    _torch_strided = m.strided
+    _torch_parameter = m.nn.Parameter
+    _torch_tensor = m.Tensor
+    return 1
+
+
+cdef inline bint _torch(object obj, uintptr_t *ptr, Py_ssize_t *count, int *dtype, int *device,
+                        Py_ssize_t *stream) except? False:
+    """Reads a contiguous CUDA torch.Tensor (or nn.Parameter); False when obj is not one the fast path takes."""
+    cdef type t = type(obj)
+    if _torch_tensor is None and (t.__module__[:5] != 'torch' or not _torch_attach()):
+        return False
+    if t is not _torch_tensor and t is not _torch_parameter:
+        return False
+    if (not obj.is_cuda or obj.requires_grad or obj.layout is not _torch_strided or obj.is_conj() or obj.is_neg()
+            or not obj.is_contiguous()):
+        return False
+    code = _TORCH_CODE.get(obj.dtype)
+    if code is None:
+        return False
+    cdef int dev = obj.get_device()
+    cdef Py_ssize_t s = _torch_raw_stream(dev)
+    ptr[0] = <uintptr_t>obj.data_ptr()
+    count[0] = obj.numel()
+    dtype[0] = code
+    device[0] = dev
+    stream[0] = s if s != 0 else 1  # the legacy default stream, as CUDA Array Interface v3 names it
+    return True
+
+
+cdef inline bint _array(object obj, uintptr_t *ptr, Py_ssize_t *count, int *dtype, int *device, bint *ro,
+                        Py_ssize_t *stream) except? False:
+    """Reads a contiguous device array as the fast paths take it: CuPy's and PyTorch's from their attributes
+    (their device known, their producer stream the library's current one), any other from its CUDA Array
+    Interface (device -1: the driver is asked; stream 0: none given). False: the general path reads it."""
+    ro[0] = False
+    if _cupy(obj, ptr, count, dtype, device):
+        stream[0] = _cupy_stream()
+        return True
+    if _torch(obj, ptr, count, dtype, device, stream):
+        return True
+    device[0] = -1
+    return _cai(obj, ptr, count, dtype, ro, stream)
+
+
 cdef inline bint _cai(object obj, uintptr_t *ptr, Py_ssize_t *count, int *dtype, bint *ro,
                       Py_ssize_t *stream):
     """Reads a well-formed contiguous CAI array; False when the fast path does not apply to it (anything
@@ -174,23 +253,16 @@ cdef int _read_call(int nranks, int rank, int device, int coll, object sendbuf, 
     if off_root:
         if inplace:
             return 0  # MPI.IN_PLACE off the root: the general path raises
-        if _cupy(sendbuf, &sp, &sc, &sd, &sdev):
-            ss = _cupy_stream()
-        elif not _cai(sendbuf, &sp, &sc, &sd, &sro, &ss):
+        if not _array(sendbuf, &sp, &sc, &sd, &sdev, &sro, &ss):
             return 0
         rd, rs = sd, ss  # rp stays 0: no output off the root
     else:
-        if _cupy(recvbuf, &rp, &rc, &rd, &rdev):
-            rs = _cupy_stream()
-        elif not _cai(recvbuf, &rp, &rc, &rd, &rro, &rs) or rro:
+        if not _array(recvbuf, &rp, &rc, &rd, &rdev, &rro, &rs) or rro:
             return 0
         if one_buffer:
             sd, sdev = rd, rdev
-        elif _cupy(sendbuf, &sp, &sc, &sd, &sdev):
-            if sd != rd or (rdev < 0 and _cupy_stream() != rs):
-                return 0
-        elif not _cai(sendbuf, &sp, &sc, &sd, &sro, &ss) or sd != rd or ss != rs:
-            return 0
+        elif not _array(sendbuf, &sp, &sc, &sd, &sdev, &sro, &ss) or sd != rd or ss != rs:
+            return 0  # (two producer streams: the general path orders the call after both)
     if coll != MG_ALLGATHER and coll != MG_BCAST and not mg_supports(rd, op_code):
         return 0
     if geometry(coll, nranks, rank, not one_buffer, sc, not off_root, rc, one_buffer, &count,

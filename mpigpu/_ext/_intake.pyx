@@ -145,6 +145,22 @@ cdef bint _cupy_array(type t):
     return t is _cupy_ndarray
 
 
+cdef object _torch_tensor = None  # torch.Tensor, once PyTorch is imported
+
+
+cdef bint _torch_tensor_type(type t):
+    """True for torch.Tensor (exactly): its is_cuda says where it lives, without a DLPack call."""
+    global _torch_tensor
+    if _torch_tensor is None:
+        if t.__module__ != 'torch':
+            return False
+        m = sys.modules.get('torch')
+        if m is None or not hasattr(m, 'Tensor'):
+            return False
+        _torch_tensor = m.Tensor
+    return t is _torch_tensor
+
+
 # Producers whose DLPack device type is trusted; any other exporter's pointer is asked (a host array
 # may claim a CUDA device, as mpi4py's own test suite's do).
 cdef frozenset _GPU_FRAMEWORKS = frozenset(('torch', 'cupy', 'jax', 'jaxlib', 'numba', 'cudf', 'tensorflow'))
@@ -207,6 +223,8 @@ cpdef bint is_device(object obj) except -1:
         return False
     if _cupy_array(t):
         return True
+    if _torch_tensor_type(t):
+        return obj.is_cuda
     if getattr(t, '__dlpack_device__', None) is not None and t.__module__ != 'numpy':
         try:
             kind = obj.__dlpack_device__()[0]

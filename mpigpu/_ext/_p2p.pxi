@@ -94,11 +94,7 @@ cdef bint _p2p_array(object obj, bint writable, int device, _P2pArray *a) except
     cdef Py_ssize_t count = 0
     cdef int dev = -1
     cdef bint ro = False
-    if _cupy(obj, &a.ptr, &count, &a.code, &dev):
-        a.stream = _cupy_stream()
-        if dev != device:
-            return False
-    elif not _cai(obj, &a.ptr, &count, &a.code, &ro, &a.stream) or (writable and ro):
+    if not _array(obj, &a.ptr, &count, &a.code, &dev, &ro, &a.stream) or (writable and ro) or (dev >= 0 and dev != device):
         return False
     a.nbytes = count * <Py_ssize_t>_SIZES[a.code]
     if a.nbytes and dev < 0 and not _on_device(a.ptr, device):

@@ -106,3 +106,63 @@ def test_misaligned(world):
             ok = exc.Get_error_class() == MPI.ERR_BUFFER and 'not aligned to the 4 bytes of float32' in str(exc)
             what = f'{name} misaligned: {exc}'
         check(ok, what)
+
+
+@pytest.mark.skipif(torch is None, reason='needs PyTorch')
+def test_torch_fast_paths(world):
+    """PyTorch tensors take the fast paths CuPy arrays take (the engine collectives, the exchange,
+    point-to-point), read from their attributes, ordered after PyTorch's current stream (a side stream
+    whose work is still running when the call is made), with MPI's results; a tensor that requires grad
+    still takes the general path, which refuses it as PyTorch's export does."""
+    from mpigpu._cuda import device
+    fast = gc.team(world) is not None  # ranks sharing a GPU have no team: every call takes the general path
+    dev_ = torch.device('cuda', torch.cuda.current_device())
+    x = np.arange(4099, dtype=np.float32) % 101 + rank
+    calls = device.engine_fast_calls()
+    for name, run, ref in (
+            ('Allreduce', lambda t, r: world.Allreduce(t, r), lambda: x * 0 + sum((x - rank) + k for k in range(n))),
+            ('Allgather', lambda t, r: world.Allgather(t, r), lambda: np.concatenate([x - rank + k for k in range(n)]))):
+        t = torch.from_numpy(x).to(dev_)
+        r = torch.zeros(ref().size, dtype=torch.float32, device=dev_)
+        run(t, r)
+        check(r.cpu().numpy().tobytes() == ref().astype(np.float32).tobytes(), f'torch {name}')
+    b = torch.arange(513, dtype=torch.float64, device=dev_) * (rank == 0)
+    world.Bcast(b, root=0)
+    check(torch.equal(b.cpu(), torch.arange(513, dtype=torch.float64)), 'torch Bcast')
+    h = torch.ones(64, dtype=torch.bfloat16, device=dev_)
+    world.Allreduce(MPI.IN_PLACE, h)
+    check(torch.equal(h.cpu(), torch.full((64,), float(n), dtype=torch.bfloat16)), 'torch bfloat16 Allreduce in place')
+    if fast:
+        check(device.engine_fast_calls() - calls == 4, f'torch: {device.engine_fast_calls() - calls} of 4 engine calls fast')
+    # the producer's stream: the input is written on a side stream behind a long sleep
+    side = torch.cuda.Stream()
+    src = torch.zeros(1 << 20, dtype=torch.float32, device=dev_)
+    out = torch.zeros_like(src)
+    torch.cuda.synchronize()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(50_000_000)  # ~25 ms of GPU clock cycles
+        src.fill_(rank + 1)
+        world.Allreduce(src, out)
+        got = out.cpu()
+    check(bool((got == n * (n + 1) // 2).all()), 'torch Allreduce after its producer stream')
+    # the exchange and point-to-point
+    xc, pc = device.exchange_fast_calls(), device.fast_p2p_calls()
+    a = torch.arange(3 * n, dtype=torch.int64, device=dev_) + 100 * rank
+    ar = torch.zeros_like(a)
+    world.Alltoall(a, ar)
+    want = np.concatenate([np.arange(3 * rank, 3 * rank + 3) + 100 * k for k in range(n)])
+    check(ar.cpu().numpy().tobytes() == want.tobytes(), 'torch Alltoall')
+    s = torch.full((1000,), rank + 0.5, dtype=torch.float64, device=dev_)
+    sr = torch.zeros_like(s)
+    world.Sendrecv(s, (rank + 1) % n, 3, sr, (rank - 1) % n, 3)
+    check(bool((sr.cpu() == (rank - 1) % n + 0.5).all()), 'torch Sendrecv')
+    if fast:
+        check(device.exchange_fast_calls() - xc == 1, 'torch Alltoall on the exchange\'s fast path')
+        check(device.fast_p2p_calls() - pc == 1 or n == 1, 'torch Sendrecv on the point-to-point fast path')
+    g = torch.ones(8, device=dev_, requires_grad=True)
+    try:
+        world.Allreduce(MPI.IN_PLACE, g)
+        refused = False
+    except Exception:
+        refused = True
+    check(refused, 'a tensor that requires grad is refused, as PyTorch refuses to export it')

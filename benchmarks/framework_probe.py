@@ -1,6 +1,8 @@
 """The same blocking call on each GPU array library's arrays, in one run: CuPy arrays, PyTorch tensors
 (read from their attributes on the fast paths), and PyTorch tensors of a subclass (which the fast paths
-decline: the general path's DLPack export with its stream handshake, as every PyTorch tensor took before).
+decline: the general path's DLPack export with its stream handshake, as every PyTorch tensor took before);
+and CuPy arrays in mpi4py's [array, datatype] specification (the fast paths) and [array, typecode] (the
+general path, as every specification took before).
 Alternating rounds, the best round of each, the slowest rank, us per call.
 
     mpirun -n 4 python3 -m mpi4py benchmarks/framework_probe.py     # one rank per GPU
@@ -11,6 +13,7 @@ import cupy as cp
 import torch
 
 import mpigpu
+from mpigpu import MPI
 from probe_common import alternating
 
 p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
@@ -45,8 +48,15 @@ def forms(nbytes):
     out = {}
     for lib, (x, y) in (('cupy', c), ('torch', t), ('torch, general path', d)):
         out[f'Allreduce {lib}'] = lambda x=x, y=y: comm.Allreduce(x, y)
+    out['Allreduce cupy [array, MPI.FLOAT]'] = lambda: comm.Allreduce([c[0], MPI.FLOAT], [c[1], MPI.FLOAT])
+    # a typecode instead of the datatype: the same call, which the fast paths leave to the general path
+    out["Allreduce cupy [array, 'f'] (general path)"] = lambda: comm.Allreduce([c[0], 'f'], [c[1], 'f'])
     for lib, (x, y) in (('cupy', c), ('torch', t), ('torch, general path', d)):
         out[f'Sendrecv {lib}'] = lambda x=x, y=y: comm.Sendrecv(x, dst[0], 7, y, dst[1], 7)
+    out['Sendrecv cupy [array, MPI.FLOAT]'] = lambda: comm.Sendrecv([c[0], MPI.FLOAT], dst[0], 7, [c[1], MPI.FLOAT],
+                                                                     dst[1], 7)
+    out["Sendrecv cupy [array, 'f'] (general path)"] = lambda: comm.Sendrecv([c[0], 'f'], dst[0], 7, [c[1], 'f'],
+                                                                              dst[1], 7)
     return out
 
 

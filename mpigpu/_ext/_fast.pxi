@@ -157,11 +157,50 @@ cdef inline bint _torch(object obj, uintptr_t *ptr, Py_ssize_t *count, int *dtyp
     return True
 
 
+# mpi4py's two-item buffer specification [buf, datatype] (mpi4py's own examples write every call so) is the
+# call on buf itself where the datatype is the predefined type of buf's elements: read here too. Any other
+# specification (a count, displacements, another type) is the general path's.
+cdef object _spec_datatype = None     # mpi4py.MPI.Datatype, at the first specification
+cdef dict _SPEC_CODES = None          # a predefined MPI datatype's handle -> mg_dtype code (types.FROM_MPI)
+cdef object _spec_last_dt = None      # the last datatype read and its code: programs repeat them
+cdef int _spec_last_code = -1
+
+
+cdef int _spec_code(object dt) except -2:
+    """The element code a predefined datatype names, else -1."""
+    global _spec_datatype, _SPEC_CODES, _spec_last_dt, _spec_last_code
+    if dt is _spec_last_dt:
+        return _spec_last_code
+    if _SPEC_CODES is None:
+        from mpi4py import MPI
+        from mpigpu._base.types import FROM_MPI
+        _SPEC_CODES = {h: int(c) for h, c in FROM_MPI.items()}
+        _spec_datatype = MPI.Datatype
+    if not isinstance(dt, _spec_datatype):
+        return -1  # a typecode string and the like: the general path reads it
+    code = _SPEC_CODES.get(dt.handle, -1)
+    if code >= 0:
+        _spec_last_dt, _spec_last_code = dt, code
+    return code
+
+
 cdef inline bint _array(object obj, uintptr_t *ptr, Py_ssize_t *count, int *dtype, int *device, bint *ro,
                         Py_ssize_t *stream) except? False:
-    """Reads a contiguous device array as the fast paths take it: CuPy's and PyTorch's from their attributes
-    (their device known, their producer stream the library's current one), any other from its CUDA Array
-    Interface (device -1: the driver is asked; stream 0: none given). False: the general path reads it."""
+    """Reads a contiguous device array as the fast paths take it (alone or as [array, its datatype]):
+    CuPy's and PyTorch's from their attributes (their device known, their producer stream the library's
+    current one), any other from its CUDA Array Interface (device -1: the driver is asked; stream 0: none
+    given). False: the general path reads it."""
+    cdef type t = type(obj)
+    if t is list or t is tuple:
+        if len(obj) != 2:
+            return False
+        want = _spec_code(obj[1])
+        return want >= 0 and _array_only(obj[0], ptr, count, dtype, device, ro, stream) and dtype[0] == want
+    return _array_only(obj, ptr, count, dtype, device, ro, stream)
+
+
+cdef inline bint _array_only(object obj, uintptr_t *ptr, Py_ssize_t *count, int *dtype, int *device, bint *ro,
+                             Py_ssize_t *stream) except? False:
     ro[0] = False
     if _cupy(obj, ptr, count, dtype, device):
         stream[0] = _cupy_stream()

@@ -166,3 +166,41 @@ def test_torch_fast_paths(world):
     except Exception:
         refused = True
     check(refused, 'a tensor that requires grad is refused, as PyTorch refuses to export it')
+
+
+def test_specification_fast_paths(world):
+    """mpi4py's [array, datatype] with the array's own predefined type is the call on the array, on the
+    fast paths too (counted); another type reads the bytes as that type (the general path), as mpi4py
+    does: both give plain mpi4py's results on the same bytes."""
+    from mpigpu._cuda import device
+    fast = gc.team(world) is not None
+    x = (np.arange(2050, dtype=np.float32) % 89) * (rank + 1)
+    ref = np.zeros_like(x)
+    plain.Allreduce(x, ref)
+    calls = device.engine_fast_calls()
+    y = cp.zeros_like(cp.asarray(x))
+    world.Allreduce([cp.asarray(x), MPI.FLOAT], [y, MPI.FLOAT])
+    same('cupy', y, ref, '[array, MPI.FLOAT] Allreduce')
+    b = cp.arange(300, dtype=cp.int64) * (rank == 1 % n)
+    world.Bcast((b, MPI.INT64_T), root=1 % n)
+    same('cupy', b, np.arange(300, dtype=np.int64), '(array, MPI.INT64_T) Bcast')
+    if fast:
+        check(device.engine_fast_calls() - calls == 2, 'specifications of the array\'s own type on the fast path')
+    xi = x.view(np.int32) & 0x7fff  # the bytes read as int: another type than the array's
+    refi = np.zeros_like(xi)
+    plain.Allreduce([xi, MPI.INT], [refi, MPI.INT])
+    yi = cp.zeros(x.size, cp.float32)
+    world.Allreduce([cp.asarray(xi.view(np.float32)), MPI.INT], [yi, MPI.INT])
+    same('cupy', yi, refi, '[float32 array, MPI.INT] Allreduce (its bytes as int)')
+    xc, pc = device.exchange_fast_calls(), device.fast_p2p_calls()
+    a = cp.arange(5 * n, dtype=cp.float64) + 10 * rank
+    ar = cp.zeros_like(a)
+    world.Alltoall([a, MPI.DOUBLE], [ar, MPI.DOUBLE])
+    want = np.concatenate([np.arange(5 * rank, 5 * rank + 5, dtype=np.float64) + 10 * k for k in range(n)])
+    same('cupy', ar, want, '[array, MPI.DOUBLE] Alltoall')
+    s, r = cp.full(777, rank, cp.int32), cp.zeros(777, cp.int32)
+    world.Sendrecv([s, MPI.INT], (rank + 1) % n, 4, [r, MPI.INT], (rank - 1) % n, 4)
+    same('cupy', r, np.full(777, (rank - 1) % n, np.int32), '[array, MPI.INT] Sendrecv')
+    if fast:
+        check(device.exchange_fast_calls() - xc == 1, 'a specified Alltoall on the exchange\'s fast path')
+        check(device.fast_p2p_calls() - pc == 1 or n == 1, 'a specified Sendrecv on the point-to-point fast path')

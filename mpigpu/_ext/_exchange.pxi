@@ -111,8 +111,9 @@ cdef int _xints(object seq, int n, Py_ssize_t *out) except -1:
 
 
 cdef int _xsimple(object obj, int blocks, XBuf *b, Py_ssize_t *size) except -1:
-    """A bare array as a simple message of `blocks` equal blocks: *size the bytes of one; 0: declined."""
-    if type(obj) is list or type(obj) is tuple or not _xread(obj, b):
+    """An array (bare, or [array, its own datatype]) as a simple message of `blocks` equal blocks: *size the
+    bytes of one; 0: declined."""
+    if not _xread(obj, b):
         return 0
     if b.nbytes % (b.extent * blocks):
         return 0

@@ -194,7 +194,7 @@ def isend(comm, name, base, buf, dest, tag):
 
 def send(comm, name, buf, dest, tag):
     """Send/Ssend/Rsend/Bsend with a device buffer."""
-    if name in _FAST_SENDS and type(buf) not in (list, tuple):
+    if name in _FAST_SENDS:  # (the fast path reads an array, or [array, its own datatype]; declines the rest)
         dm = _fast()
         if dm is not None:
             try:
@@ -371,14 +371,13 @@ def irecv(comm, buf, source, tag):
 
 def recv(comm, buf, source, tag, status):
     """Recv with a device buffer, or a host buffer that may receive a GPU sender's header."""
-    if type(buf) not in (list, tuple):
-        dm = _fast()
-        if dm is not None:
-            try:
-                if dm.p2p_recv(comm, buf, source, tag, status):
-                    return None
-            except dm.DeviceError as exc:
-                raise _fast_failed(comm, 'Recv', exc) from None
+    dm = _fast()
+    if dm is not None:
+        try:
+            if dm.p2p_recv(comm, buf, source, tag, status):
+                return None
+        except dm.DeviceError as exc:
+            raise _fast_failed(comm, 'Recv', exc) from None
     buf = as_spec(buf, call='Recv')
     st = state_of(comm)
 
@@ -392,14 +391,13 @@ def recv(comm, buf, source, tag, status):
 
 def sendrecv(comm, sendbuf, dest, sendtag, recvbuf, source, recvtag, status):
     """Sendrecv: the receive is posted first, both run at once, both finish before returning."""
-    if type(sendbuf) not in (list, tuple) and type(recvbuf) not in (list, tuple):
-        dm = _fast()
-        if dm is not None:
-            try:
-                if dm.p2p_sendrecv(comm, sendbuf, dest, sendtag, recvbuf, source, recvtag, status):
-                    return None
-            except dm.DeviceError as exc:
-                raise _fast_failed(comm, 'Sendrecv', exc) from None
+    dm = _fast()
+    if dm is not None:
+        try:
+            if dm.p2p_sendrecv(comm, sendbuf, dest, sendtag, recvbuf, source, recvtag, status):
+                return None
+        except dm.DeviceError as exc:
+            raise _fast_failed(comm, 'Sendrecv', exc) from None
     sendbuf, recvbuf = as_spec(sendbuf, call='Sendrecv'), as_spec(recvbuf, call='Sendrecv')
     st = state_of(comm)
 

@@ -170,8 +170,8 @@ def test_torch_fast_paths(world):
 
 def test_specification_fast_paths(world):
     """mpi4py's [array, datatype] with the array's own predefined type is the call on the array, on the
-    engine's fast path too (counted); another type reads the bytes as that type (the general path), as
-    mpi4py does: both give plain mpi4py's results on the same bytes; so do specified Alltoall and Sendrecv."""
+    fast paths too (counted: the engine's, the exchange's, point-to-point's); another type reads the bytes
+    as that type (the general path), as mpi4py does: both give plain mpi4py's results on the same bytes."""
     from mpigpu._cuda import device
     fast = gc.team(world) is not None
     x = (np.arange(2050, dtype=np.float32) % 89) * (rank + 1)
@@ -192,7 +192,7 @@ def test_specification_fast_paths(world):
     yi = cp.zeros(x.size, cp.float32)
     world.Allreduce([cp.asarray(xi.view(np.float32)), MPI.INT], [yi, MPI.INT])
     same('cupy', yi, refi, '[float32 array, MPI.INT] Allreduce (its bytes as int)')
-    # (the exchange's and point-to-point's entries still hand every specification to the general path)
+    xc, pc = device.exchange_fast_calls(), device.fast_p2p_calls()
     a = cp.arange(5 * n, dtype=cp.float64) + 10 * rank
     ar = cp.zeros_like(a)
     world.Alltoall([a, MPI.DOUBLE], [ar, MPI.DOUBLE])
@@ -201,3 +201,6 @@ def test_specification_fast_paths(world):
     s, r = cp.full(777, rank, cp.int32), cp.zeros(777, cp.int32)
     world.Sendrecv([s, MPI.INT], (rank + 1) % n, 4, [r, MPI.INT], (rank - 1) % n, 4)
     same('cupy', r, np.full(777, (rank - 1) % n, np.int32), '[array, MPI.INT] Sendrecv')
+    if fast:
+        check(device.exchange_fast_calls() - xc == 1, 'a specified Alltoall on the exchange\'s fast path')
+        check(device.fast_p2p_calls() - pc == 1 or n == 1, 'a specified Sendrecv on the point-to-point fast path')

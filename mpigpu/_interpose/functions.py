@@ -205,50 +205,6 @@ FUNCTIONS = (
                    'comm:comm info:info request:request'),
     ('Precv_init', 'buf:out[count*partitions,datatype] partitions:int count:count datatype:type source:int '
                    'tag:int comm:comm info:info request:request'),
-    # MPI-4's large-count forms (an MPI_Count count) of the functions with one count per buffer: the
-    # method of the name without `_c` runs them (mpi4py counts elements itself)
-    ('Send_c', 'buf:in[count,datatype] count:count datatype:type dest:int tag:int comm:comm'),
-    ('Ssend_c', 'buf:in[count,datatype] count:count datatype:type dest:int tag:int comm:comm'),
-    ('Recv_c', 'buf:out[count,datatype] count:count datatype:type source:int tag:int comm:comm status:status'),
-    ('Isend_c', 'buf:in[count,datatype] count:count datatype:type dest:int tag:int comm:comm request:request'),
-    ('Irecv_c', 'buf:out[count,datatype] count:count datatype:type source:int tag:int comm:comm request:request'),
-    ('Sendrecv_c', 'sendbuf:in[sendcount,sendtype] sendcount:count sendtype:type dest:int sendtag:int '
-                   'recvbuf:out[recvcount,recvtype] recvcount:count recvtype:type source:int recvtag:int '
-                   'comm:comm status:status'),
-    ('Bcast_c', 'buffer:inout[count,datatype] count:count datatype:type root:int comm:comm'),
-    ('Reduce_c', 'sendbuf:in[count,datatype] recvbuf:out[count,datatype]@root count:count datatype:type op:op '
-                 'root:int comm:comm'),
-    ('Allreduce_c', 'sendbuf:in[count,datatype] recvbuf:out[count,datatype] count:count datatype:type op:op '
-                    'comm:comm'),
-    ('Reduce_scatter_block_c', 'sendbuf:in[recvcount*n,datatype] '
-                               'recvbuf:out[recvcount,datatype|recvcount*n,datatype] recvcount:count '
-                               'datatype:type op:op comm:comm'),
-    ('Scan_c', 'sendbuf:in[count,datatype] recvbuf:out[count,datatype] count:count datatype:type op:op comm:comm'),
-    ('Exscan_c', 'sendbuf:in[count,datatype] recvbuf:out[count,datatype] count:count datatype:type op:op '
-                 'comm:comm'),
-    ('Allgather_c', 'sendbuf:in[sendcount,sendtype] sendcount:count sendtype:type '
-                    'recvbuf:out[recvcount*n,recvtype] recvcount:count recvtype:type comm:comm'),
-    ('Gather_c', 'sendbuf:in[sendcount,sendtype] sendcount:count sendtype:type '
-                 'recvbuf:out[recvcount*n,recvtype]@root recvcount:count recvtype:type root:int comm:comm'),
-    ('Scatter_c', 'sendbuf:in[sendcount*n,sendtype]@root sendcount:count sendtype:type '
-                  'recvbuf:out[recvcount,recvtype] recvcount:count recvtype:type root:int comm:comm'),
-    ('Alltoall_c', 'sendbuf:in[sendcount*n,sendtype] sendcount:count sendtype:type '
-                   'recvbuf:out[recvcount*n,recvtype] recvcount:count recvtype:type comm:comm'),
-    # (their v-forms: MPI_Count counts, MPI_Aint displacements)
-    ('Allgatherv_c', 'sendbuf:in[sendcount,sendtype] sendcount:count sendtype:type '
-                     'recvbuf:out[recvcounts/displs,recvtype] recvcounts:counts displs:aints recvtype:type '
-                     'comm:comm'),
-    ('Gatherv_c', 'sendbuf:in[sendcount,sendtype] sendcount:count sendtype:type '
-                  'recvbuf:out[recvcounts/displs,recvtype]@root recvcounts:counts displs:aints recvtype:type '
-                  'root:int comm:comm'),
-    ('Scatterv_c', 'sendbuf:in[sendcounts/displs,sendtype]@root sendcounts:counts displs:aints sendtype:type '
-                   'recvbuf:out[recvcount,recvtype] recvcount:count recvtype:type root:int comm:comm'),
-    ('Alltoallv_c', 'sendbuf:in[sendcounts/sdispls,sendtype] sendcounts:counts sdispls:aints sendtype:type '
-                    'recvbuf:out[recvcounts/rdispls,recvtype] recvcounts:counts rdispls:aints recvtype:type '
-                    'comm:comm'),
-    ('Reduce_scatter_c', 'sendbuf:in[recvcounts+,datatype] '
-                         'recvbuf:out[recvcounts.,datatype|recvcounts+,datatype] recvcounts:counts datatype:type '
-                         'op:op comm:comm'),
     # no communication
     ('Reduce_local', 'inbuf:in[count,datatype] inoutbuf:inout[count,datatype] count:int datatype:type op:op'),
     ('Pack', 'inbuf:in[incount,datatype] incount:int datatype:type outbuf:out[outsize] outsize:int '
@@ -257,6 +213,27 @@ FUNCTIONS = (
                'datatype:type comm:comm'),
 )
 LOCAL = ('Reduce_local', 'Pack', 'Unpack')
+
+# MPI-4's large-count forms (MPI_<name>_c: MPI_Count counts, MPI_Aint displacements), derived from their
+# int forms above (large_count_form); the method without `_c` runs them (mpi4py counts elements itself).
+# Not here: the non-blocking and persistent forms with count arrays (on a library without `_c` functions the
+# interposer makes a call as its int form, and arrays narrowed for a call that outlives the wrapper would
+# have to outlive it too, pmpi/narrow.c), the neighbourhood v- and w-forms (arrays as long as a topology's
+# degree), Pack_c and Unpack_c (an MPI_Count position).
+LARGE_COUNT = (
+    'Send', 'Bsend', 'Ssend', 'Rsend', 'Recv', 'Sendrecv', 'Sendrecv_replace',
+    'Isend', 'Ibsend', 'Issend', 'Irsend', 'Irecv',
+    'Bcast', 'Reduce', 'Allreduce', 'Reduce_scatter_block', 'Reduce_scatter', 'Scan', 'Exscan', 'Allgather',
+    'Allgatherv', 'Gather', 'Gatherv', 'Scatter', 'Scatterv', 'Alltoall', 'Alltoallv', 'Alltoallw',
+    'Ibcast', 'Ireduce', 'Iallreduce', 'Ireduce_scatter_block', 'Iallgather', 'Ialltoall', 'Iscan', 'Iexscan',
+    'Igather', 'Iscatter',
+    'Neighbor_allgather', 'Neighbor_alltoall', 'Ineighbor_allgather', 'Ineighbor_alltoall',
+    'Send_init', 'Bsend_init', 'Ssend_init', 'Rsend_init', 'Recv_init', 'Bcast_init', 'Reduce_init',
+    'Allreduce_init', 'Reduce_scatter_block_init', 'Allgather_init', 'Gather_init', 'Scatter_init',
+    'Alltoall_init', 'Scan_init', 'Exscan_init', 'Neighbor_allgather_init', 'Neighbor_alltoall_init',
+    'Reduce_local',
+)
+_WIDER = {'int': 'count', 'ints': 'counts'}  # a count's kind in the large-count form (displacements: aints)
 
 # The calls that start, complete or free requests: no buffers. The interposer hands one to the handler
 # only where a request it names is a proxy of FUNCTIONS' persistent calls (requests: an array of `count`
@@ -358,7 +335,7 @@ class Function:
                         raise ValueError(f'MPI_{name}: {p.name} refers to unknown parameter {ref!r}')
         self.comm, self.request, self.status = self.find('comm'), self.find('request'), self.find('status')
         self.root = self.index.get('root', -1)
-        self.local = name in LOCAL
+        self.local = name.removesuffix('_c') in LOCAL
         self.method = name.removesuffix('_c')  # the mpi4py method that runs it (a large-count form: its own)
         self.buffers = tuple(i for i, p in enumerate(self.params) if p.is_buffer)
         self.folded = set()
@@ -372,5 +349,19 @@ class Function:
         return next((i for i, p in enumerate(self.params) if p.kind == kind), -1)
 
 
-TABLE = tuple(Function(name, sig) for name, sig in FUNCTIONS)
+def large_count_form(name, signature):
+    """(name_c, its signature): the counts its buffers read made MPI_Count, their displacements MPI_Aint."""
+    base = Function(name, signature)
+    counts = {s.count for p in base.params for s in p.forms}
+    displs = {s.displs for p in base.params for s in p.forms if s.displs}
+    words = []
+    for p, word in zip(base.params, signature.split()):
+        kind = p.kind
+        wide = 'aints' if p.name in displs else _WIDER.get(kind, kind) if p.name in counts else kind
+        words.append(word.replace(f'{p.name}:{kind}', f'{p.name}:{wide}', 1))
+    return name + '_c', ' '.join(words)
+
+
+_SIGNATURES = dict(FUNCTIONS)
+TABLE = tuple(Function(name, sig) for name, sig in FUNCTIONS + tuple(large_count_form(n, _SIGNATURES[n]) for n in LARGE_COUNT))
 REQUEST_TABLE = tuple(Function(name, sig) for name, sig in REQUEST_CALLS)

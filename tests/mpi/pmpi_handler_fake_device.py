@@ -427,6 +427,34 @@ want = np.zeros(rank + 1)
 comm.Reduce_scatter(np.arange(int(cc.sum()), dtype=np.float64) * (rank + 1), want, cc.astype(np.int32))
 same(r, want, 'Reduce_scatter_c')
 
+# the large-count forms derived from the int forms (functions.LARGE_COUNT): non-blocking, persistent,
+# w-form, local, in-place point-to-point
+s, r = device(np.arange(24, dtype=np.float32) + rank), device(np.zeros(24, np.float32))
+call('Iallreduce_c', p(s), p(r), L(24), h(MPI.FLOAT), h(MPI.MAX), h(comm), ctypes.c_void_p(at[0]))
+call('Wait', ctypes.c_void_p(at[0]), (ctypes.c_byte * MPI._sizeof(MPI.Status))())  # an MPI request: a status
+same(r, np.arange(24, dtype=np.float32) + n - 1, 'Iallreduce_c')
+s, r = device(np.full(6, rank + 1, np.int64)), device(np.zeros(6, np.int64))
+call('Allreduce_init_c', p(s), p(r), L(6), h(MPI.INT64_T), h(MPI.SUM), h(comm), h(MPI.INFO_NULL),
+     ctypes.c_void_p(at[0]))
+for k in range(2):
+    call('Start', ctypes.c_void_p(at[0]))
+    call('Wait', ctypes.c_void_p(at[0]), None)
+    same(r, np.full(6, n * (n + 1) // 2, np.int64), f'Allreduce_init_c, round {k}')
+call('Request_free', ctypes.c_void_p(at[0]))
+wc = np.full(n, 2, np.int64)  # MPI_Count counts, MPI_Aint byte displacements, a type per rank
+wd = np.arange(n, dtype=np.int64) * 2 * 4
+DT = ctypes.c_int32 if MPI._sizeof(MPI.Datatype) == 4 else ctypes.c_uint64  # an MPI_Datatype array's items
+wt = (DT * n)(*([MPI.INT.handle] * n))
+s, r = device(np.repeat(np.arange(n, dtype=np.int32) + 10 * rank, 2)), device(np.zeros(2 * n, np.int32))
+call('Alltoallw_c', p(s), p(wc), p(wd), wt, p(r), p(wc), p(wd), wt, h(comm))
+same(r, np.repeat(np.arange(n, dtype=np.int32) * 10 + rank, 2), 'Alltoallw_c')
+a, b = device(np.arange(10, dtype=np.float64)), device(np.full(10, 2.0))
+call('Reduce_local_c', p(a), p(b), L(10), h(MPI.DOUBLE), h(MPI.PROD))
+same(b, np.arange(10, dtype=np.float64) * 2, 'Reduce_local_c')
+b = device(np.full(5, rank, np.int32))
+call('Sendrecv_replace_c', p(b), L(5), h(MPI.INT), nxt, 6, prv, 6, h(comm), None)
+same(b, np.full(5, prv, np.int32), 'Sendrecv_replace_c')
+
 handled = handler.calls() - before
 assert handled >= 3023, f'rank {rank}: the handler ran {handled} calls'
 

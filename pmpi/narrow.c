@@ -6,6 +6,7 @@
  * counts and MPI_Aint displacements narrowed to int, as mpi4py's own fallback does; a value an int cannot
  * hold fails the call (mgi_fail: an MPI error naming it, through the communicator's error handler). */
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,12 +14,26 @@
 
 typedef int (*comm_int_fn)(intptr_t, int *);
 
+/* The library's communicator queries, looked up once (every mpi4py call of a v-form comes here on Open
+ * MPI 4.1; a lookup is a dlsym). */
+enum { COMM_SIZE, COMM_REMOTE_SIZE, COMM_TEST_INTER, COMM_RANK, NQUERIES };
+static const char *const query_names[NQUERIES] = {"PMPI_Comm_size", "PMPI_Comm_remote_size", "PMPI_Comm_test_inter",
+                                                  "PMPI_Comm_rank"};
+static _Atomic(void *) queries[NQUERIES];
+
+static comm_int_fn query(int which) {
+  void *fn = atomic_load_explicit(&queries[which], memory_order_acquire);
+  if (!fn) {
+    fn = mgi_lower_named(query_names[which]);
+    atomic_store_explicit(&queries[which], fn, memory_order_release);
+  }
+  return (comm_int_fn)fn;
+}
+
 /* How many entries the function's count arrays have: the caller's group, or on an intercommunicator the
  * peers' group where the counts are for the remote side. 0 where it cannot be read. */
 static int group_size(intptr_t comm, int local) {
-  comm_int_fn size = (comm_int_fn)mgi_lower_named("PMPI_Comm_size");
-  comm_int_fn remote = (comm_int_fn)mgi_lower_named("PMPI_Comm_remote_size");
-  comm_int_fn test_inter = (comm_int_fn)mgi_lower_named("PMPI_Comm_test_inter");
+  comm_int_fn size = query(COMM_SIZE), remote = query(COMM_REMOTE_SIZE), test_inter = query(COMM_TEST_INTER);
   int n = 0, inter = 0;
   if (!size || !test_inter || test_inter(comm, &inter)) return 0;
   if (inter && !local) return remote && !remote(comm, &n) ? n : 0;
@@ -28,8 +43,7 @@ static int group_size(intptr_t comm, int local) {
 /* Whether this rank's root-only arrays are read: the root of an intracommunicator, or the root's side of
  * an intercommunicator (MPI_ROOT: -3 in MPICH, -4 in Open MPI; MPI_PROC_NULL -1 or -2). */
 static int at_root(intptr_t comm, int root) {
-  comm_int_fn test_inter = (comm_int_fn)mgi_lower_named("PMPI_Comm_test_inter");
-  comm_int_fn get_rank = (comm_int_fn)mgi_lower_named("PMPI_Comm_rank");
+  comm_int_fn test_inter = query(COMM_TEST_INTER), get_rank = query(COMM_RANK);
   int inter = 0, rank = -1;
   if (!test_inter || test_inter(comm, &inter)) return 1;
   if (inter) return root <= -3;

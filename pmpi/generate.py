@@ -106,7 +106,9 @@ def narrowings(mod):
             spans = [(b, s) for b in f.params if b.is_buffer for s in b.forms if p.name in (s.count, s.displs)]
             root_only = int(bool(spans) and all(b.root_only for b, _ in spans))
             local = int(any(s.form in ('sum', 'own') for _, s in spans))
-            params.append(f'{{{i}, {NARROWED[(p.kind, q.kind)]}, {root_only}, {local}}}')
+            readers = {b.name for b, _ in spans}  # one buffer alone reads it: not read where it is MPI_IN_PLACE
+            buffer = f.index[readers.pop()] if len(readers) == 1 else -1
+            params.append(f'{{{i}, {NARROWED[(p.kind, q.kind)]}, {root_only}, {local}, {buffer}}}')
         assert len(params) <= 4, f'MPI_{f.name}: more narrowed parameters than mgi_narrowing holds'
         rows.append(f'  {{MGI_{base.name}, {len(params)}, {{{", ".join(params)}}}}},')
     return ['const mgi_narrowing mgi_narrowings[MGI_COUNT] = {'] + rows + ['};', '']

@@ -96,6 +96,7 @@ int mgi_call_lower(int id, const intptr_t *args);
 enum { MGI_NARROW_COUNT, MGI_NARROW_COUNTS, MGI_NARROW_AINTS }; /* an MPI_Count, MPI_Count[], MPI_Aint[] */
 typedef struct {
   int8_t param, kind, root_only, local; /* local: an array as long as the caller's group, else the peers' */
+  int8_t buffer; /* the one buffer parameter whose span reads it (-1: several): not read where it is IN_PLACE */
 } mgi_narrowed_param;
 typedef struct {
   int16_t base; /* the int form's id; -1: not a large-count form */

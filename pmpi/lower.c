@@ -87,9 +87,10 @@ static char absent_mark;
 void *mgi_lower(int id) {
   void *fn = atomic_load_explicit(&lower[id], memory_order_acquire);
   if (!fn) {
-    fn = mgi_lower_named(mgi_functions[id].lower_name);
-    if (fn || find_mpi()) /* (no library yet: looked up again at the next call) */
-      atomic_store_explicit(&lower[id], fn ? fn : ABSENT, memory_order_release);
+    void *lib = find_mpi();
+    if (!lib) return NULL; /* no library yet: looked up again at the next call */
+    fn = dlsym(lib, mgi_functions[id].lower_name);
+    atomic_store_explicit(&lower[id], fn ? fn : ABSENT, memory_order_release);
   }
   return fn == ABSENT ? NULL : fn;
 }

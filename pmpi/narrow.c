@@ -52,24 +52,34 @@ static int at_root(intptr_t comm, int root) {
 
 static int fits(long long v) { return v >= INT_MIN && v <= INT_MAX; }
 
+/* Whether the library reads parameter q on this rank: not where the one buffer whose span reads it is
+ * MPI_IN_PLACE ((void *)1 in Open MPI, (void *)-1 in MPICH), nor a root-only one off the root. */
+static int read_here(const mgi_narrowed_param *q, const intptr_t *a, const mgi_function *f, intptr_t comm) {
+  if (q->buffer >= 0 && (a[q->buffer] == 1 || a[q->buffer] == -1)) return 0;
+  return !q->root_only || at_root(comm, (int)a[f->root]);
+}
+
 int mgi_no_lower(int id, const intptr_t *a) {
   const mgi_narrowing *w = &mgi_narrowings[id];
   const mgi_function *f = &mgi_functions[id];
-  if (w->base < 0) return mgi_missing(id);
   intptr_t comm = f->comm >= 0 ? a[f->comm] : 0;
+  if (w->base < 0) return mgi_fail(id, comm, "the MPI library below has no such function");
+  if (!mgi_lower(w->base)) return mgi_fail(id, comm, "the MPI library below has neither this function nor its int form");
   intptr_t b[MGI_MAX_PARAMS];
   memcpy(b, a, (size_t)f->nparams * sizeof *b);
   int *arrays[4] = {0}, rc = 0;
   const char *why = NULL;
   for (int k = 0; k < w->n && !why; k++) {
     const mgi_narrowed_param *q = &w->params[k];
+    const int read = read_here(q, a, f, comm);
     if (q->kind == MGI_NARROW_COUNT) {
       long long v = (long long)a[q->param];
-      if (!fits(v)) why = "a count an int cannot hold, and the MPI library below has no large-count form of the call";
-      b[q->param] = (intptr_t)(int)v;
+      if (read && !fits(v))
+        why = "a count an int cannot hold, and the MPI library below has no large-count form of the call";
+      b[q->param] = (intptr_t)(int)v; /* (one the library does not read: whatever it was, cut to an int) */
       continue;
     }
-    if (!a[q->param] || (q->root_only && !at_root(comm, (int)a[f->root]))) {
+    if (!a[q->param] || !read) {
       b[q->param] = 0; /* not read by the library on this rank */
       continue;
     }

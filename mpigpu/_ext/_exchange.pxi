@@ -58,12 +58,14 @@ def exchange_fast_calls():
     return _x_calls
 
 
-cdef int _xread(object obj, XBuf *b) except -1:
-    """Reads a contiguous device array (_array); 0 where this path declines it."""
+cdef int _xread(object obj, XBuf *b, bint spec) except -1:
+    """Reads a contiguous device array (with `spec`, also [array, its own datatype]: _array); 0 where this
+    path declines it."""
     cdef int code = -1, dev = -1
     cdef Py_ssize_t count = 0, s = 0
     cdef bint ro = False
-    if not _array(obj, &b.ptr, &count, &code, &dev, &ro, &s):
+    if not (_array(obj, &b.ptr, &count, &code, &dev, &ro, &s) if spec else
+            _array_only(obj, &b.ptr, &count, &code, &dev, &ro, &s)):
         return 0
     b.extent = _SIZES[code]
     b.nbytes = count * b.extent
@@ -113,7 +115,7 @@ cdef int _xints(object seq, int n, Py_ssize_t *out) except -1:
 cdef int _xsimple(object obj, int blocks, XBuf *b, Py_ssize_t *size) except -1:
     """An array (bare, or [array, its own datatype]) as a simple message of `blocks` equal blocks: *size the
     bytes of one; 0: declined."""
-    if not _xread(obj, b):
+    if not _xread(obj, b, True):
         return 0
     if b.nbytes % (b.extent * blocks):
         return 0
@@ -145,7 +147,7 @@ cdef int _xvector(object spec, int n, XBuf *b, size_t *sizes, size_t *offs) exce
         c, d, dt = spec[1], spec[2], spec[3]
     else:
         return 0
-    if n > kMaxBlocks or c is None or not _xread(spec[0], b) or not _xints(c, n, counts):
+    if n > kMaxBlocks or c is None or not _xread(spec[0], b, False) or not _xints(c, n, counts):
         return 0
     if d is not None and not _xints(d, n, displs):
         return 0

@@ -108,28 +108,33 @@ cdef dict _TORCH_CODE = {}            # torch.dtype -> mg_dtype code
 
 
 cdef int _torch_attach() except -1:
+    """Binds what _torch reads, once PyTorch is imported; a PyTorch without it (before 1.10: no is_neg) is
+    bound to a type no tensor has, so its tensors keep the general path. 0: not imported yet."""
     global _torch_tensor, _torch_parameter, _torch_strided, _torch_raw_stream
     m = sys.modules.get('torch')
     if m is None or not hasattr(m, 'Tensor'):
         return 0  # not imported, or still being imported
-    for name in ('bool', 'int8', 'uint8', 'int16', 'uint16', 'int32', 'uint32', 'int64', 'uint64', 'float16',
-                 'bfloat16', 'float32', 'float64', 'complex64', 'complex128'):
-        dt = getattr(m, name, None)
-        if dt is None:
-            continue
-        kind = ('b' if dt is m.bool else 'B' if dt is m.bfloat16 else 'c' if dt.is_complex
-                else 'f' if dt.is_floating_point else 'i' if dt.is_signed else 'u')
-        code = BY_KIND.get((kind, dt.itemsize))
-        if code is not None:
-            _TORCH_CODE[dt] = code
-    raw = getattr(m._C, '_cuda_getCurrentRawStream', None)
-    if raw is None:
-        current = m.cuda.current_stream
-        raw = lambda int device: current(device).cuda_stream
-    _torch_raw_stream = raw
-    _torch_strided = m.strided
-    _torch_parameter = m.nn.Parameter
-    _torch_tensor = m.Tensor
+    try:
+        for name in ('bool', 'int8', 'uint8', 'int16', 'uint16', 'int32', 'uint32', 'int64', 'uint64', 'float16',
+                     'bfloat16', 'float32', 'float64', 'complex64', 'complex128'):
+            dt = getattr(m, name, None)
+            if dt is None:
+                continue
+            kind = ('b' if dt is m.bool else 'B' if dt is m.bfloat16 else 'c' if dt.is_complex
+                    else 'f' if dt.is_floating_point else 'i' if dt.is_signed else 'u')
+            code = BY_KIND.get((kind, m.empty((), dtype=dt).element_size()))  # (dtype.itemsize: 2.1 on)
+            if code is not None:
+                _TORCH_CODE[dt] = code
+        raw = getattr(m._C, '_cuda_getCurrentRawStream', None)
+        if raw is None:
+            current = m.cuda.current_stream
+            raw = lambda int device: current(device).cuda_stream
+        for attr in ('is_conj', 'is_neg', 'get_device', 'data_ptr', 'is_contiguous'):
+            getattr(m.Tensor, attr)
+        _torch_raw_stream, _torch_strided, _torch_parameter = raw, m.strided, m.nn.Parameter
+        _torch_tensor = m.Tensor
+    except Exception:
+        _torch_tensor = _torch_parameter = type('NoTensor', (), {})  # a type that is never a tensor's
     return 1
 
 

@@ -146,7 +146,7 @@ class Call:
             self.inter = comm.Is_inter()
             self.size = comm.Get_remote_size() if self.inter else comm.Get_size()
             self.rank = comm.Get_rank()
-            if self.inter and fn.name in _LOCAL_COUNTS:
+            if self.inter and fn.method in _LOCAL_COUNTS:
                 raise NotImplementedError(f'MPI_{fn.name} on an intercommunicator below Python')
         self.in_place = args[fn.buffers[0]] in _IN_PLACE
 

@@ -429,6 +429,7 @@ same(r, want, 'Reduce_scatter_c')
 
 # the large-count forms derived from the int forms (functions.LARGE_COUNT): non-blocking, persistent,
 # w-form, local, in-place point-to-point
+mark = handler.calls()
 s, r = device(np.arange(24, dtype=np.float32) + rank), device(np.zeros(24, np.float32))
 call('Iallreduce_c', p(s), p(r), L(24), h(MPI.FLOAT), h(MPI.MAX), h(comm), ctypes.c_void_p(at[0]))
 call('Wait', ctypes.c_void_p(at[0]), (ctypes.c_byte * MPI._sizeof(MPI.Status))())  # an MPI request: a status
@@ -454,6 +455,8 @@ same(b, np.arange(10, dtype=np.float64) * 2, 'Reduce_local_c')
 b = device(np.full(5, rank, np.int32))
 call('Sendrecv_replace_c', p(b), L(5), h(MPI.INT), nxt, 6, prv, 6, h(comm), None)
 same(b, np.full(5, prv, np.int32), 'Sendrecv_replace_c')
+# (the fake driver's device memory is host memory: the results alone would not show who made the calls)
+assert handler.calls() - mark == 5, f'rank {rank}: {handler.calls() - mark} of the 5 large-count calls were handled'
 
 handled = handler.calls() - before
 assert handled >= 3023, f'rank {rank}: the handler ran {handled} calls'

@@ -3,7 +3,8 @@
 # plain C ABI of cuda/mpigpu_cuda.h is used here; MPI is reached only by the request completion in
 # cuda/completion.cu, through function pointers that mpigpu._state.requests resolves. One module, in parts:
 # this file (runtime calls, memory, Team), _cuda_api.pxi (the C ABI's declarations), _requests.pxi
-# (IPC of user buffers, generalized requests), _fast.pxi (the engine collectives' fast path),
+# (IPC of user buffers, generalized requests), _arrays.pxi (the fast paths' array readers), _fast.pxi (the
+# engine collectives' fast path), _pmpi_entry.pxi (the interposer's entry),
 # _pack.pxi (derived datatypes' pack plans), _exchange.pxi (the exchange's fast path and shapes),
 # _p2p.pxi (blocking point-to-point's fast path).
 import sys
@@ -546,6 +547,7 @@ cdef class Team:
 
 
 include "_requests.pxi"
+include "_arrays.pxi"
 include "_fast.pxi"
 include "_pmpi_entry.pxi"
 include "_pack.pxi"

@@ -19,6 +19,9 @@ from fake_device import install, register_device  # noqa: E402
 install()
 from mpi4py import MPI  # noqa: E402
 
+import pmpi_calls  # noqa: E402
+from pmpi_calls import IN_PLACE, L, c, call, counted, h, p, same  # noqa: E402
+
 from mpigpu import _interpose  # noqa: E402
 from mpigpu._face import interposed as handler  # noqa: E402
 
@@ -32,11 +35,8 @@ lib = _interpose.library()
 lib.mpigpu_pmpi_caller_passes.argtypes = (ctypes.c_void_p,)
 assert lib.mpigpu_pmpi_caller_passes(ctypes.cast(ctypes.CDLL(MPI.__file__).PyInit_MPI, ctypes.c_void_p))
 assert not lib.mpigpu_pmpi_caller_passes(ctypes.cast(ctypes.CDLL(None).mpigpu_pmpi_count, ctypes.c_void_p))
-c = ctypes.CDLL(None)  # the global scope: the interposer's MPI_* (mpi4py's MPI library is not in it)
 comm = MPI.COMM_WORLD
 rank, n = comm.Get_rank(), comm.Get_size()
-W = ctypes.c_ssize_t  # handles travel as words
-checks = 0
 kept = []
 
 
@@ -53,24 +53,6 @@ def device(a):
     return a
 
 
-def p(a):
-    return ctypes.c_void_p(a.ctypes.data)
-
-
-def h(obj):
-    return W(obj.handle)
-
-
-def same(got, want, what):
-    global checks
-    checks += 1
-    assert got.tobytes() == want.tobytes(), f'rank {rank}: {what}: {got[:8]} != {want[:8]}'
-
-
-def call(name, *args):
-    rc = getattr(c, 'MPI_' + name)(*args)
-    assert rc == MPI.SUCCESS, f'rank {rank}: MPI_{name} returned {rc}: {MPI.Get_error_string(rc)}'
-
 
 before = handler.calls()
 N = 1000
@@ -82,7 +64,6 @@ for op in (MPI.SUM, MPI.MAX):
     comm.Allreduce(x, want, op)
     same(r, want, f'Allreduce {op}')
 r = device(x.copy())
-IN_PLACE = ctypes.c_void_p(int(MPI.IN_PLACE) & (2 ** (8 * ctypes.sizeof(ctypes.c_void_p)) - 1))
 call('Allreduce', IN_PLACE, p(r), N, h(MPI.FLOAT), h(MPI.SUM), h(comm))
 want = x.copy()
 comm.Allreduce(MPI.IN_PLACE, want)
@@ -122,7 +103,7 @@ st = MPI.Status()
 ctypes.memmove(MPI._addressof(st), status, len(status))
 same(r, np.full(17, prv, np.int16), 'Sendrecv')
 assert (st.Get_source(), st.Get_tag(), st.Get_count(MPI.SHORT)) == (prv, 4, 17), (st.Get_source(), st.Get_tag())
-checks += 1
+counted()
 
 s, r = device(np.full(64, rank + 1.5)), device(np.zeros(64))
 reqs = [(ctypes.c_byte * MPI._sizeof(MPI.Request))() for _ in range(2)]
@@ -199,7 +180,7 @@ assert 'MPI_Allreduce' in text and f'rank {rank}' in text and 'null pointer' in 
 # the same failure again and again reuses its code (an MPI library has a few thousand)
 codes = {c.MPI_Allreduce(p(s), None, 4, h(MPI.FLOAT), h(MPI.SUM), h(comm)) for _ in range(3000)}
 assert codes == {rc}, codes
-checks += 3
+counted(3)
 
 # a Cython extension's own calls through mpi4py.libmpi (CYTHON_CALLER: where tests/test_pmpi.py built it)
 if os.environ.get('CYTHON_CALLER'):
@@ -318,7 +299,7 @@ while not flag.value:
 assert index.value in (0, 1), index.value
 assert c.MPI_Waitsome(2, reqs, ctypes.byref(outcount), indices, None) == MPI.SUCCESS
 assert outcount.value == 1 and indices[0] == 1 - index.value, (outcount.value, list(indices))
-checks += 3
+counted(3)
 for k in range(3):
     call('Request_free', ctypes.c_void_p(at[k]))
 # a v-collective's and a neighbourhood collective's persistent forms, two rounds each
@@ -371,7 +352,7 @@ for a in at:
     freed = MPI.Request()
     ctypes.memmove(MPI._addressof(freed), a, RQ)
     assert freed == MPI.REQUEST_NULL, 'MPI_Request_free left a handle'
-checks += 1
+counted()
 
 # proxies seen from Python (mpi4py's own Start and Wait reach mpigpu), MPI_Request_get_status_all, MPI_Cancel
 # of a receive no send meets, and MPI_Request_free of a running round (the handle is null at once)
@@ -389,7 +370,7 @@ same(ring_r, np.full(8, prv + 0.25), 'a round started and completed from Python 
 call('Start', ctypes.c_void_p(at[0]))
 call('Cancel', ctypes.c_void_p(at[0]))
 call('Wait', ctypes.c_void_p(at[0]), None)
-checks += 1
+counted()
 comm.Barrier()
 call('Start', ctypes.c_void_p(at[0]))
 call('Request_free', ctypes.c_void_p(at[0]))  # its round still runs: the send below ends it
@@ -399,11 +380,10 @@ assert freed == MPI.REQUEST_NULL, 'MPI_Request_free of a running round left a ha
 call('Start', ctypes.c_void_p(at[1]))
 call('Wait', ctypes.c_void_p(at[1]), None)
 call('Request_free', ctypes.c_void_p(at[1]))
-checks += 1
+counted()
 comm.Barrier()
 
 # MPI-4's large-count forms: the count an MPI_Count
-L = ctypes.c_longlong
 s, r = device(np.arange(40, dtype=np.float64) * (rank + 1)), device(np.zeros(40))
 call('Allreduce_c', p(s), p(r), L(40), h(MPI.DOUBLE), h(MPI.SUM), h(comm))
 same(r, np.arange(40, dtype=np.float64) * (n * (n + 1) // 2), 'Allreduce_c')
@@ -465,6 +445,6 @@ import mpigpu  # noqa: E402
 
 st = mpigpu.interposer_status()
 assert st['state'] == 'on' and st['handled_calls'] == handler.calls() and st['mpi_below_cuda_aware'] is False, st
-total = comm.allreduce(checks)
+total = comm.allreduce(pmpi_calls.checks)
 if rank == 0:
     print(f'pmpi handler on {n} ranks: {total} checks identical to mpi4py, {handled} calls handled per rank')

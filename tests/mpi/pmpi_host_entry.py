@@ -4,11 +4,13 @@
 library makes it, without the handler's Python, where the method does no more than that (the engine
 collectives, the generated collective methods, the sends); receives and methods of their own still go to
 the handler. Each result is compared with mpi4py's. Run under mpiexec -n 1..4 (tests/test_pmpi.py)."""
-import ctypes
 import sys
 
 import numpy as np
 from mpi4py import MPI
+
+import pmpi_calls
+from pmpi_calls import call, counted, h, p, same
 
 from mpigpu import _cuda, _interpose
 from mpigpu._face import interposed as handler
@@ -18,30 +20,9 @@ device = _cuda.device
 if handler._installed.engine_entry is None:
     print('pmpi host entry: no engine entry in this build (CUDA layer not built)')
     sys.exit(0)
-c = ctypes.CDLL(None)
 comm = MPI.COMM_WORLD
 rank, n = comm.Get_rank(), comm.Get_size()
-W = ctypes.c_ssize_t
-checks = 0
 
-
-def p(a):
-    return ctypes.c_void_p(a.ctypes.data)
-
-
-def h(obj):
-    return W(obj.handle)
-
-
-def same(got, want, what):
-    global checks
-    checks += 1
-    assert got.tobytes() == want.tobytes(), f'rank {rank}: {what}: {got[:8]} != {want[:8]}'
-
-
-def call(name, *args):
-    rc = getattr(c, 'MPI_' + name)(*args)
-    assert rc == MPI.SUCCESS, f'rank {rank}: MPI_{name} returned {rc}: {MPI.Get_error_string(rc)}'
 
 
 def rounds(k, *steps):
@@ -87,8 +68,8 @@ ring_handled = handler.calls() - handled_ring
 assert device.pmpi_entry_host_calls() - posted - ring_posted >= 2 * len(steps), \
     (device.pmpi_entry_host_calls() - posted - ring_posted)
 assert ring_posted == 3 and ring_handled >= 3, (ring_posted, ring_handled)  # sends passed, receives handled
-checks += 2
-total = comm.allreduce(checks)
+counted(2)
+total = comm.allreduce(pmpi_calls.checks)
 if rank == 0:
     print(f'pmpi host entry on {n} ranks: {total} checks identical to mpi4py; the entry passed {posted} host '
           f'calls before, handled {handled} then')

@@ -6,41 +6,22 @@ with none below, the call is made as the library's int form, counts and displace
 large-count call in mpi4py 4) and ctypes calls of the _c forms (through the handler, then mpigpu's methods,
 then mpi4py's) give mpi4py's results; a count an int cannot hold fails with the interposer's error.
 Run under mpiexec -n 1..4 through `python -m mpigpu` (tests/test_pmpi.py)."""
-import ctypes
 import mmap
 
 import numpy as np
 from mpi4py import MPI
 
+import pmpi_calls
+from pmpi_calls import L, call, counted, h, p, same
+
 from mpigpu import _interpose
 
 assert _interpose.status() == 'on', _interpose.status()
 _interpose.library().mpigpu_pmpi_without_large_count()
-c = ctypes.CDLL(None)  # the global scope: the interposer's MPI_*
 comm = MPI.COMM_WORLD
 rank, n = comm.Get_rank(), comm.Get_size()
-W, L = ctypes.c_ssize_t, ctypes.c_longlong
 nxt, prv = (rank + 1) % n, (rank - 1) % n
-checks = 0
 
-
-def p(a):
-    return ctypes.c_void_p(a.ctypes.data)
-
-
-def h(obj):
-    return W(obj.handle)
-
-
-def same(got, want, what):
-    global checks
-    checks += 1
-    assert got.tobytes() == want.tobytes(), f'rank {rank}: {what}: {got[:8]} != {want[:8]}'
-
-
-def call(name, *args):
-    rc = getattr(c, 'MPI_' + name)(*args)
-    assert rc == MPI.SUCCESS, f'rank {rank}: MPI_{name} returned {rc}: {MPI.Get_error_string(rc)}'
 
 
 counts = np.arange(1, n + 1)
@@ -130,11 +111,11 @@ try:
     MPI.COMM_SELF.Bcast([huge, MPI.BYTE], 0)
 except MPI.Exception as e:
     assert 'large-count form' in e.Get_error_string(), e.Get_error_string()
-    checks += 1
+    counted()
 else:
     raise AssertionError(f'rank {rank}: a Bcast of 2**31 + 8 bytes passed an int count to the library')
 huge.close()
 
-total = comm.allreduce(checks)
+total = comm.allreduce(pmpi_calls.checks)
 if rank == 0:
     print(f'pmpi narrowed large-count forms on {n} ranks: {total} checks')

@@ -5,34 +5,18 @@ read on a rank (a root's own under MPI_IN_PLACE, a receive count off the root, s
 hold garbage an int cannot hold and must not fail the call; an array entry that is read and does not fit
 fails it with the interposer's error. Run as
     LD_PRELOAD=$(python -m mpigpu --pmpi-path) mpiexec -n N python tests/mpi/pmpi_narrowed_c.py"""
-import ctypes
 
 import numpy as np
 from mpi4py import MPI
 
-c = ctypes.CDLL(None)
+import pmpi_calls
+from pmpi_calls import IN_PLACE, L, c, call, counted, h, p
+
 c.mpigpu_pmpi_without_large_count()  # (the preloaded interposer's: no mpigpu module here)
 comm = MPI.COMM_WORLD
 rank, n = comm.Get_rank(), comm.Get_size()
-W, L = ctypes.c_ssize_t, ctypes.c_longlong
-IN_PLACE = ctypes.c_void_p(int(MPI.IN_PLACE) & (2 ** (8 * ctypes.sizeof(ctypes.c_void_p)) - 1))
 GARBAGE = 2**40 + 5
-checks = 0
 
-
-def p(a):
-    return ctypes.c_void_p(a.ctypes.data)
-
-
-def h(obj):
-    return W(obj.handle)
-
-
-def call(name, *args):
-    global checks
-    rc = getattr(c, 'MPI_' + name)(*args)
-    assert rc == MPI.SUCCESS, f'rank {rank}: MPI_{name} returned {rc}: {MPI.Get_error_string(rc)}'
-    checks += 1
 
 
 # Gather: the root's own block in place (its send count not read), the receive count off the root not read
@@ -42,6 +26,7 @@ if rank == 0:
     r[:2] = own
 call('Gather_c', IN_PLACE if rank == 0 else p(own), L(GARBAGE if rank == 0 else 2), h(MPI.INT64_T),
      p(r), L(2 if rank == 0 else GARBAGE), h(MPI.INT64_T), 0, h(comm))
+counted()
 if rank == 0:
     assert (r == np.repeat(np.arange(n, dtype=np.int64) * 7, 2)).all(), r
 # Alltoallv in place: its send arrays are not read (garbage counts behind a valid pointer)
@@ -49,6 +34,7 @@ cnt, dsp = np.full(n, 1, np.int64), np.arange(n, dtype=np.int64)
 bad = np.full(n, GARBAGE, np.int64)
 r = np.arange(n, dtype=np.float64) + 100 * rank
 call('Alltoallv_c', IN_PLACE, p(bad), p(bad), h(MPI.DOUBLE), p(r), p(cnt), p(dsp), h(MPI.DOUBLE), h(comm))
+counted()
 assert (r == np.arange(n, dtype=np.float64) * 100 + rank).all(), r
 # Gatherv: the receive arrays off the root are not read
 rcnt = np.full(n, 3, np.int64) if rank == 0 else bad
@@ -56,6 +42,7 @@ rdsp = np.arange(n, dtype=np.int64) * 3 if rank == 0 else bad
 r = np.zeros(3 * n, np.int32)
 mine = np.full(3, rank, np.int32)
 call('Gatherv_c', p(mine), L(3), h(MPI.INT), p(r), p(rcnt), p(rdsp), h(MPI.INT), 0, h(comm))
+counted()
 if rank == 0:
     assert (r == np.repeat(np.arange(n, dtype=np.int32), 3)).all(), r
 # an entry that is read and does not fit an int: the interposer's error, the arrays freed
@@ -63,7 +50,7 @@ one, huge, at = np.zeros(1), np.full(1, 2**33, np.int64), np.zeros(1, np.int64) 
 rc = c.MPI_Allgatherv_c(p(one), L(0), h(MPI.DOUBLE), p(one), p(huge), p(at), h(MPI.DOUBLE), h(MPI.COMM_SELF))
 # (MPI_COMM_SELF's handler is MPI_ERRORS_ARE_FATAL by default in C: mpi4py sets MPI_ERRORS_RETURN on it)
 assert rc != MPI.SUCCESS and 'large-count form' in MPI.Get_error_string(rc), MPI.Get_error_string(rc)
-checks += 1
-total = comm.allreduce(checks)
+counted()
+total = comm.allreduce(pmpi_calls.checks)
 if rank == 0:
     print(f'pmpi narrowed large-count forms from C on {n} ranks: {total} checks')

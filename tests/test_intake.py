@@ -369,3 +369,32 @@ def test_every_buffer_method_takes_device_buffers_or_refuses_them():
     # host buffers go through unchanged
     req = comm.Iallreduce(np.ones(3), np.zeros(3))
     req.Wait()
+
+
+def test_startall_starts_in_the_lists_order(monkeypatch):
+    """Which requests of a Startall are mpigpu's depends on each rank's own buffers (device: mpigpu's, host:
+    the library's), so they start in the list's order, never mpigpu's first: two persistent collectives
+    placed oppositely on two ranks would otherwise start in different orders there. Runs of the library's
+    requests start in one call."""
+    from mpigpu._state import requests
+    started = []
+
+    class Ours(requests.Startable):
+        def __init__(self, name):
+            self.name = name
+
+        def Start(self):
+            started.append(self.name)
+
+    class Library:
+        def __init__(self, name):
+            self.name = name
+
+    import types
+    library_startall = types.SimpleNamespace(Startall=lambda reqs: started.append(tuple(r.name for r in reqs)))
+    monkeypatch.setattr(requests, '_plain', types.SimpleNamespace(Prequest=library_startall))
+    requests.Startall([Library('a'), Ours('b'), Library('c'), Library('d'), Ours('e')])
+    assert started == [('a',), 'b', ('c', 'd'), 'e']
+    started.clear()
+    requests.Startall([Ours('x'), Library('y')])
+    assert started == ['x', ('y',)]

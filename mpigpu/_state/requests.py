@@ -468,11 +468,18 @@ class Persistent(Startable, _WaitsForGpu, MPI.Prequest):
 
 
 def Startall(requests):
-    """Starts a list of persistent requests, mpigpu's and mpi4py's alike."""
-    plain = [r for r in requests if not isinstance(r, Startable)]
+    """Starts a list of persistent requests, mpigpu's and mpi4py's alike, in the list's order (MPI starts
+    them so): which of them are mpigpu's depends on each rank's own buffers, so starting mpigpu's first
+    could start two collectives in different orders on different ranks. Runs of mpi4py's go in one call."""
+    plain = []
     for r in requests:
-        if isinstance(r, Startable):
-            r.Start()
+        if not isinstance(r, Startable):
+            plain.append(r)
+            continue
+        if plain:
+            _plain.Prequest.Startall(plain)
+            plain = []
+        r.Start()
     if plain:
         _plain.Prequest.Startall(plain)
 

@@ -142,8 +142,7 @@ def launch_stream(bufs, dev, event):
         if stream is None:
             stream = s
         elif s != stream:
-            device.event_record(event, s)
-            device.stream_wait_event(stream, event)
+            after(stream, s, event)
     return 0 if stream is None else stream
 
 

@@ -63,6 +63,8 @@ int mgi_copy(void *dst, const void *src, size_t n, const void *device_side); /* 
 
 /* lower.c: the MPI library below */
 void *mgi_lower(int id);              /* PMPI_<name> of function id, or NULL */
+/* the library's function `name`, kept in *slot once looked up (a miss too, once the library is found) */
+void *mgi_lower_cached(_Atomic(void *) *slot, const char *name);
 void *mgi_lower_named(const char *name);
 int mgi_lower_cuda_aware(void);       /* the library's own MPIX_Query_cuda_support(), 0 where it has none */
 

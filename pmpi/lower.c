@@ -84,16 +84,18 @@ void *mgi_lower_named(const char *name) {
 static char absent_mark;
 #define ABSENT ((void *)&absent_mark)
 
-void *mgi_lower(int id) {
-  void *fn = atomic_load_explicit(&lower[id], memory_order_acquire);
+void *mgi_lower_cached(_Atomic(void *) *slot, const char *name) {
+  void *fn = atomic_load_explicit(slot, memory_order_acquire);
   if (!fn) {
     void *lib = find_mpi();
     if (!lib) return NULL; /* no library yet: looked up again at the next call */
-    fn = dlsym(lib, mgi_functions[id].lower_name);
-    atomic_store_explicit(&lower[id], fn ? fn : ABSENT, memory_order_release);
+    fn = dlsym(lib, name);
+    atomic_store_explicit(slot, fn ? fn : ABSENT, memory_order_release);
   }
   return fn == ABSENT ? NULL : fn;
 }
+
+void *mgi_lower(int id) { return mgi_lower_cached(&lower[id], mgi_functions[id].lower_name); }
 
 /* From now on the library below is taken for one without MPI-4's large-count functions, as Open MPI 4.1
  * is: tests run their int forms (narrow.c) on a library that has both. */

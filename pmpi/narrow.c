@@ -21,14 +21,7 @@ static const char *const query_names[NQUERIES] = {"PMPI_Comm_size", "PMPI_Comm_r
                                                   "PMPI_Comm_rank"};
 static _Atomic(void *) queries[NQUERIES];
 
-static comm_int_fn query(int which) {
-  void *fn = atomic_load_explicit(&queries[which], memory_order_acquire);
-  if (!fn) {
-    fn = mgi_lower_named(query_names[which]);
-    atomic_store_explicit(&queries[which], fn, memory_order_release);
-  }
-  return (comm_int_fn)fn;
-}
+static comm_int_fn query(int which) { return (comm_int_fn)mgi_lower_cached(&queries[which], query_names[which]); }
 
 /* How many entries the function's count arrays have: the caller's group, or on an intercommunicator the
  * peers' group where the counts are for the remote side. 0 where it cannot be read. */

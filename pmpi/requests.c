@@ -133,14 +133,7 @@ int mgi_request_call_handle(int id, intptr_t *a) {
   return rc;
 }
 
-void *mgi_lower_request(int id) {
-  void *fn = atomic_load_explicit(&lower[id], memory_order_acquire);
-  if (!fn) {
-    fn = mgi_lower_named(mgi_request_calls[id].lower_name);
-    if (fn) atomic_store_explicit(&lower[id], fn, memory_order_release);
-  }
-  return fn;
-}
+void *mgi_lower_request(int id) { return mgi_lower_cached(&lower[id], mgi_request_calls[id].lower_name); }
 
 int mgi_missing_request(int id) {
   return mgi_fail_named(mgi_request_calls[id].name, "the MPI library below has no such function");

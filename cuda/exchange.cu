@@ -5,8 +5,25 @@
 #include <cuda_runtime.h>
 #include "team.cuh"
 #include "exchange_kernel.cuh"
+#include "resident_call.cuh"
 #include "status.cuh"
 #include "completion.cuh"
+
+namespace mg {
+
+// The launched kernels (their body, exchange_body, is shared with the resident kernel).
+// Every block plain bytes.
+__global__ void __launch_bounds__(kThreads, 1) exchange_kernel(const __grid_constant__ ExchangeArgs a) {
+  exchange_body<false>(a, nullptr, blockIdx.x);
+}
+
+// Some blocks of derived datatypes (its own kernel: the index arithmetic stays out of the plain one).
+__global__ void __launch_bounds__(kThreads, 1) exchange_shaped_kernel(const __grid_constant__ ExchangeArgs a,
+                                                                      const __grid_constant__ ExchangeShapes sh) {
+  exchange_body<true>(a, &sh, blockIdx.x);
+}
+
+}  // namespace mg
 
 static bool same(const mg_block_shape &a, const mg_block_shape &b) {
   if (a.start != b.start || a.block != b.block || a.size != b.size || a.extent != b.extent || a.ndims != b.ndims)
@@ -53,6 +70,18 @@ struct Prepared {
   bool shaped;
 };
 
+// The most channels any of this rank's pairs uses (a block each; the others skip the extra ones).
+static int exchange_grid(const mg_team *t, const mg_exchange_call *x) {
+  int grid = 1;
+  for (int r = 0; r < t->cfg.nranks; ++r) {
+    const int s = mg::exchange_channels(x->send_bytes[r], t->cfg.exchange_channel_bytes);
+    const int v = mg::exchange_channels(x->recv_bytes[r], t->cfg.exchange_channel_bytes);
+    grid = s > grid ? s : grid;
+    grid = v > grid ? v : grid;
+  }
+  return grid;
+}
+
 static int launch_exchange(mg_team *t, const void *ctx, uintptr_t stream) {
   const Prepared *p = (const Prepared *)ctx;
   const mg_exchange_call *x = p->x;
@@ -66,19 +95,14 @@ static int launch_exchange(mg_team *t, const void *ctx, uintptr_t stream) {
   a.nranks = n;
   a.channel_bytes = t->cfg.exchange_channel_bytes;  // MPIGPU_EXCHANGE_CHANNEL_BYTES
   a.watch = mg::Watch{t->timeout_ns, t->fault_dev, t->status};
-  int grid = 1;  // the most channels any of this rank's pairs uses (the others skip the extra ones)
   for (int r = 0; r < MG_MAX_RANKS; ++r) {
     const bool here = r < n;
     a.send_bytes[r] = here ? x->send_bytes[r] : 0;
     a.send_off[r] = here ? x->send_off[r] : 0;
     a.recv_bytes[r] = here ? x->recv_bytes[r] : 0;
     a.recv_off[r] = here ? x->recv_off[r] : 0;
-    if (!here) continue;
-    const int s = mg::exchange_channels(a.send_bytes[r], a.channel_bytes);
-    const int v = mg::exchange_channels(a.recv_bytes[r], a.channel_bytes);
-    grid = s > grid ? s : grid;
-    grid = v > grid ? v : grid;
   }
+  const int grid = exchange_grid(t, x);
   resident_stop(t);  // its blocks take whole SMs, as the direct kernel's do
   void *params[] = {&a, const_cast<mg::ExchangeShapes *>(&p->sh)};
   const void *kernel = p->shaped ? (const void *)mg::exchange_shaped_kernel : (const void *)mg::exchange_kernel;
@@ -114,10 +138,42 @@ extern "C" int mg_exchange(mg_team *t, const mg_exchange_call *x, uintptr_t stre
   return team_enqueue(t, launch_exchange, &p, stream, async);
 }
 
+// Whether prepared call p runs in the resident kernel when its stream is idle, with its call (*c) and
+// byte ranges (table): plain blocks, no reduction after it, every pair of at most resident_max_bytes,
+// and no more channels than the instance has blocks. Which ranks run a call resident and which launch
+// it need not agree: both run the same protocol.
+static bool exchange_resident_form(const mg_team *t, const Prepared *p, mg::ResidentCall *c, uint32_t *table) {
+  const mg_exchange_call *x = p->x;
+  const mg_rows_reduction *r = x->then;
+  if (!t->res.box || p->shaped || (r != nullptr && r->nrows > 0 && r->count)) return false;
+  const size_t most = t->cfg.resident_max_bytes < 0xffffffffu ? t->cfg.resident_max_bytes : 0xffffffffu;
+  const int n = t->cfg.nranks;
+  for (int k = 0; k < MG_MAX_RANKS; ++k) {
+    const size_t v[4] = {k < n ? x->send_bytes[k] : 0, k < n ? x->send_off[k] : 0, k < n ? x->recv_bytes[k] : 0,
+                         k < n ? x->recv_off[k] : 0};
+    for (int i = 0; i < 4; ++i) {
+      if (v[i] > 0xffffffffu || (i % 2 == 0 && v[i] > most)) return false;
+      table[i * MG_MAX_RANKS + k] = (uint32_t)v[i];
+    }
+  }
+  const int grid = exchange_grid(t, x);
+  if (grid > t->cfg.resident_blocks) return false;
+  *c = mg::resident_exchange_of(x->send, x->recv, grid);
+  return true;
+}
+
 extern "C" int mg_exchange_wait(mg_team *t, const mg_exchange_call *x, uintptr_t stream) {
   Prepared p;
   int e = prepare(t, x, &p);
   if (e) return e;
+  mg::ResidentCall c;
+  uint32_t table[mg::kTableWords];
+  if (exchange_resident_form(t, &p, &c, table)) {  // as wait_resident (collectives.cu)
+    if (resident_ready(t, stream)) e = resident_run(t, c, nullptr, nullptr, table);
+    else if (!(e = team_enqueue(t, launch_exchange, &p, stream, 0))) e = stream_done_wait(t, stream);
+    resident_returned(t);
+    return team_call_result(t, e);
+  }
   e = team_enqueue(t, launch_exchange, &p, stream, 0);
   return team_call_result(t, e ? e : stream_done_wait(t, stream));
 }

@@ -254,9 +254,13 @@ __device__ __forceinline__ bool exchange_receive(const Group &g, const ExchangeA
   return true;
 }
 
+// Channel ch of a call, by every thread of one block: of a launched kernel's grid, or of the resident
+// kernel's (resident_kernel.cuh, plain blocks only), whose block ch runs channel ch; both run the same
+// protocol, so a rank whose call was launched meets one whose call ran resident. A wait that stopped
+// records the fault.
 template <bool Shaped>
-__device__ __forceinline__ void exchange_body(const ExchangeArgs &a, const ExchangeShapes *sh) {
-  const int ch = blockIdx.x, tid = threadIdx.x;
+__device__ __forceinline__ void exchange_body(const ExchangeArgs &a, const ExchangeShapes *sh, int ch) {
+  const int tid = threadIdx.x;
   TeamState *state = team_state(a.ws[a.rank]);
   bool dead = __syncthreads_or(call_enter(state, ch == 0));
   if (!dead) {
@@ -266,17 +270,6 @@ __device__ __forceinline__ void exchange_body(const ExchangeArgs &a, const Excha
       dead = !exchange_receive<Shaped>(Group{tid - kExchangeGroupThreads, kExchangeGroupThreads, 2}, a, sh, state, ch);
   }
   if (__syncthreads_or(dead) && tid == 0) record_fault(state, a.watch);
-}
-
-// Every block plain bytes.
-__global__ void __launch_bounds__(kThreads, 1) exchange_kernel(const __grid_constant__ ExchangeArgs a) {
-  exchange_body<false>(a, nullptr);
-}
-
-// Some blocks of derived datatypes (its own kernel: the index arithmetic stays out of the plain one).
-__global__ void __launch_bounds__(kThreads, 1) exchange_shaped_kernel(const __grid_constant__ ExchangeArgs a,
-                                                                      const __grid_constant__ ExchangeShapes sh) {
-  exchange_body<true>(a, &sh);
 }
 
 }  // namespace mg

@@ -46,7 +46,10 @@ int resident_open(mg_team *t) {
 }
 
 // Writes call `call` into the mailbox: every word carries the number, so their order does not matter.
-static void ring(mg::ResidentBox *box, uint32_t call, const mg::ResidentCall &c) {
+// An exchange's table goes first: the blocks read it once they have the call.
+static void ring(mg::ResidentBox *box, uint32_t call, const mg::ResidentCall &c, const uint32_t *table = nullptr) {
+  if (table)
+    for (int i = 0; i < mg::kTableWords; ++i) *(volatile uint64_t *)&box->table[i] = (uint64_t)call << 32 | table[i];
   for (int i = 0; i < mg::kCallWords; ++i)
     *(volatile uint64_t *)&box->call[i] = (uint64_t)call << 32 | mg::call_word(c, i);
 }
@@ -64,6 +67,7 @@ static int launch_instance(mg_team *t) {
   a.start = r.call;
   a.epoch = ++r.epoch;
   a.linger_ns = r.linger_ns;
+  a.channel_bytes = t->cfg.exchange_channel_bytes;
   void *params[] = {&a};
   // A one-rank team's instance only copies, in a kernel that takes half an SM's registers: one block
   // per SM, so its copies run at the memory's bandwidth (docs/benchmarks.md, one rank: 64 blocks took
@@ -124,7 +128,7 @@ int resident_ready(mg_team *t, uintptr_t stream) {
 
 void resident_returned(mg_team *t) { t->res.returned_ns = host_ns(); }
 
-int resident_run(mg_team *t, const mg::ResidentCall &c, mg_gate_fn gate, void *ctx) {
+int resident_run(mg_team *t, const mg::ResidentCall &c, mg_gate_fn gate, void *ctx, const uint32_t *table) {
   mg_resident &r = t->res;
   int e;
   if (r.running && load(&r.box->exited) == r.epoch && (e = collect_instance(t))) return e;
@@ -133,7 +137,7 @@ int resident_run(mg_team *t, const mg::ResidentCall &c, mg_gate_fn gate, void *c
   const uint32_t call = r.call + 1;
   mg::ResidentCall rung = c;
   rung.linger_us = r.linger_us;
-  ring(r.box, call, rung);
+  ring(r.box, call, rung, table);
   for (unsigned spins = 1;; ++spins) {
     if (load(&r.box->done) == call) break;
     bool ended = load(&r.box->exited) == r.epoch;

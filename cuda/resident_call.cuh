@@ -11,7 +11,16 @@ constexpr int kCallWords = 8;  // one 64-byte line of host memory; TeamState::re
 static_assert(kCallWords <= (int)(sizeof(TeamState::resident_call) / sizeof(uint64_t)), "relay too small");
 
 // kResidentCopy: a one-rank team's collective, a copy of `bytes` from send to recv (single_rank.cuh).
-enum ResidentKind : uint32_t { kResidentLL = 0, kResidentLL128 = 1, kResidentExit = 2, kResidentCopy = 3 };
+// kResidentExchange: a blocking call of the all-to-all family (exchange_kernel.cuh) on `bytes`
+// channels, its per-peer byte ranges in ResidentBox::table.
+enum ResidentKind : uint32_t {
+  kResidentLL = 0, kResidentLL128 = 1, kResidentExit = 2, kResidentCopy = 3, kResidentExchange = 4
+};
+
+// An exchange's byte ranges, one 32-bit value per word (with the call's number, as the call's words):
+// send_bytes, send_off, recv_bytes, recv_off, MG_MAX_RANKS each. One warp reads them in one pass.
+constexpr int kTableWords = 4 * MG_MAX_RANKS;
+static_assert(kTableWords <= 32, "one warp reads the table");
 
 // 16-byte vectors each thread of a resident copy takes: 32 KiB a block, so a 4 KiB copy wakes one
 // block and 2 MiB take 64.
@@ -23,6 +32,7 @@ struct ResidentBox {
   uint64_t call[kCallWords];
   alignas(64) uint32_t done;  // number of the last call completed
   uint32_t exited;            // epoch of the last instance that returned
+  alignas(64) uint64_t table[kTableWords];  // written by the host before the call's words (kResidentExchange)
 };
 
 // One call: its protocol (kind), that protocol's own fields (LLArgs or LL128Args) and its (dtype,
@@ -32,7 +42,7 @@ struct ResidentBox {
 struct ResidentCall {
   uint32_t kind, mode, split, root, dtype, op;
   uint64_t send, recv;
-  uint32_t bytes;      // LL: piece_bytes; LL128: block_bytes
+  uint32_t bytes;      // LL: piece_bytes; LL128: block_bytes; exchange: its channels (blocks)
   uint32_t total;      // LL128: total_bytes
   uint32_t linger_us;  // after this call: wait this long for the next one, then return
 };
@@ -77,6 +87,9 @@ __host__ __device__ inline uint32_t resident_blocks_for(const ResidentCall &c, u
   if (c.kind == kResidentLL) {
     units = ((size_t)c.bytes + 15) / 16;
     per_block = kThreads;
+  } else if (c.kind == kResidentExchange) {
+    units = c.bytes;
+    per_block = 1;
   } else if (c.kind == kResidentCopy) {
     units = ((size_t)c.bytes + 15) / 16;
     per_block = (size_t)kThreads * kCopyVectorsPerThread;
@@ -95,6 +108,16 @@ inline ResidentCall resident_copy_of(uintptr_t dst, uintptr_t src, size_t bytes)
   c.send = (uint64_t)src;
   c.recv = (uint64_t)dst;
   c.bytes = (uint32_t)bytes;
+  return c;
+}
+
+// A blocking exchange on `channels` channels (exchange.cu); its byte ranges go in the table.
+inline ResidentCall resident_exchange_of(uintptr_t send, uintptr_t recv, int channels) {
+  ResidentCall c{};
+  c.kind = kResidentExchange;
+  c.send = (uint64_t)send;
+  c.recv = (uint64_t)recv;
+  c.bytes = (uint32_t)channels;
   return c;
 }
 

@@ -1,6 +1,9 @@
 // resident_kernel.cuh: a kernel that stays running between blocking calls and takes each one from a
 // mailbox in host memory, so a blocking collective in the LL or LL128 protocol costs no launch and no
-// stream synchronization.
+// stream synchronization. Blocking calls of the all-to-all family with plain blocks run here too
+// (exchange.cu decides): their byte ranges per peer come in the mailbox's table, and block ch of the
+// call runs the exchange's channel ch (exchange_kernel.cuh), so a 1 KB Alltoall costs the mailbox's
+// round trip instead of a launch and its wait.
 //
 // Why: a blocking call of a launched kernel costs its launch, the GPU starting it and the host
 // waiting for its end: 8.3-9.7 us for an empty kernel on the 4x H200 host (benchmarks/launch_floor.cu),
@@ -45,6 +48,7 @@
 // ring kernel or a blocking call whose stream is busy (resident_stop) and at team release.
 #pragma once
 #include "dispatch.cuh"
+#include "exchange_kernel.cuh"
 #include "resident_call.cuh"
 #include "single_rank.cuh"
 
@@ -56,6 +60,7 @@ struct ResidentArgs {
   uint32_t start;     // number of the last call completed before this instance: it takes start + 1 first
   uint32_t epoch;     // instances launched on this team, this one included
   uint64_t linger_ns; // returns after this long without a first call (later: each call's linger_us)
+  size_t channel_bytes;  // an exchange pair's bytes per channel (ExchangeArgs::channel_bytes)
 };
 
 __device__ __forceinline__ uint64_t ld_relaxed_sys_u64(const uint64_t *p) {
@@ -115,6 +120,66 @@ __device__ __forceinline__ uint32_t await_call(const ResidentArgs &r, TeamState 
   return want + ((f - lo) >> 1);
 }
 
+// Warp 0 of a block that runs exchange call `call`: its byte ranges from the mailbox's table into
+// `table`. The host wrote them before the call's words, each with the call's number, so a word of an
+// earlier call is never taken.
+__device__ __forceinline__ void fetch_table(const ResidentArgs &r, uint32_t call, uint32_t *table) {
+  const int lane = threadIdx.x;
+  const bool mine = lane < kTableWords;
+  uint64_t v = 0;
+  for (;;) {
+    if (mine) v = ld_relaxed_sys_u64(&r.box->table[lane]);
+    if (__all_sync(0xffffffffu, !mine || (uint32_t)(v >> 32) == call)) break;
+  }
+  if (mine) table[lane] = (uint32_t)v;
+}
+
+// The end of an exchange call on each of its nblocks blocks: the last one out tells the host, as
+// ll_sequence_publish does for the LL family, with no sequence number to move (the exchange counts
+// its steps per connection). Its first __syncthreads keeps the inbox from being rewritten while a
+// thread reads it.
+__device__ __forceinline__ void resident_arrive(TeamState *state, uint32_t nblocks, uint32_t *host_done,
+                                                uint32_t call) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    if (atomicAdd(&state->ll_arrived, 1u) == nblocks - 1) {
+      state->ll_arrived = 0;
+      __threadfence_system();
+      *(volatile uint32_t *)host_done = call;
+    }
+  }
+}
+
+// An exchange call, by each of its blocks: its arguments into x (shared memory, indexed by peer), then
+// channel blockIdx.x, as the launched exchange_kernel's block of that number runs it. Called, not
+// inlined: inlined, the resident kernel's spills grew from 896 / 1224 B (stores / loads) to 968 / 1368
+// (docs/kernel-registers.md).
+static __device__ __noinline__ void resident_exchange(const ResidentArgs &r, const ResidentCall &c,
+                                                      const uint32_t *table, ExchangeArgs &x, uint32_t nblocks,
+                                                      uint32_t call) {
+  const int t = threadIdx.x;
+  if (t < MG_MAX_RANKS) {
+    x.ws[t] = r.team.ws[t];
+    x.send_bytes[t] = table[t];
+    x.send_off[t] = table[MG_MAX_RANKS + t];
+    x.recv_bytes[t] = table[2 * MG_MAX_RANKS + t];
+    x.recv_off[t] = table[3 * MG_MAX_RANKS + t];
+  }
+  if (t == 0) {
+    x.send = (const char *)c.send;
+    x.recv = (char *)c.recv;
+    x.layout = r.team.layout;
+    x.rank = r.team.rank;
+    x.nranks = r.team.nranks;
+    x.channel_bytes = r.channel_bytes;
+    x.watch = r.team.watch;
+  }
+  __syncthreads();
+  exchange_body<false>(x, nullptr, (int)blockIdx.x);
+  resident_arrive(team_state(r.team.ws[r.team.rank]), nblocks, &r.box->done, call);
+}
+
 // Where a resident kernel's loop stands: the number of the last call taken, (block 0) how long to wait
 // for the next, and the call taken with the blocks it runs on.
 struct ResidentCursor {
@@ -128,6 +193,7 @@ struct ResidentCursor {
 struct ResidentInbox {
   uint32_t words[kCallWords];
   uint32_t taken;
+  uint32_t table[kTableWords];  // an exchange's byte ranges (fetch_table)
 };
 
 enum ResidentStep { kRunCall, kSkipCall, kExitKernel };
@@ -161,6 +227,10 @@ __device__ __forceinline__ ResidentStep next_call(const ResidentArgs &r, TeamSta
     __syncthreads();
     return kSkipCall;
   }
+  if (c.kind == kResidentExchange) {
+    if (threadIdx.x < 32) fetch_table(r, cur.call, in.table);
+    __syncthreads();
+  }
   return kRunCall;
 }
 
@@ -171,12 +241,16 @@ __global__ void __launch_bounds__(kThreads, 1) resident_kernel(const __grid_cons
   TeamState *state = team_state(r.team.ws[r.team.rank]);
   __shared__ ResidentInbox inbox;
   // The call's arguments, indexed by peer: kept out of local memory.
-  __shared__ union { LLArgs ll; LL128Args ll128; } a;
+  __shared__ union { LLArgs ll; LL128Args ll128; ExchangeArgs x; } a;
   ResidentCursor cur{r.start, r.linger_ns};
   for (ResidentStep step; (step = next_call(r, state, inbox, cur)) != kExitKernel;) {
     if (step == kSkipCall) continue;
     const ResidentCall &c = cur.c;
     const uint32_t nblocks = cur.nblocks;
+    if (c.kind == kResidentExchange) {
+      resident_exchange(r, c, inbox.table, a.x, nblocks, cur.call);
+      continue;
+    }
     const bool ll = c.kind == kResidentLL;
     if (threadIdx.x == 0) {
       if (ll) {

@@ -84,9 +84,11 @@ int resident_stop(mg_team *t);
 int resident_ready(mg_team *t, uintptr_t stream);
 // A blocking call that could run resident (resident_form) returned: the next one's gap starts.
 void resident_returned(mg_team *t);
-// Runs call `c` (an LL or LL128 plan, resident_call_of) in the resident kernel; returns when done.
+// Runs call `c` (an LL or LL128 plan, resident_call_of; an exchange, resident_exchange_of, with its
+// table of mg::kTableWords byte ranges) in the resident kernel; returns when done.
 // gate (may be null): asked just before the call is rung; MG_ERR_DECLINED when it declines.
-int resident_run(mg_team *t, const mg::ResidentCall &c, mg_gate_fn gate = nullptr, void *ctx = nullptr);
+int resident_run(mg_team *t, const mg::ResidentCall &c, mg_gate_fn gate = nullptr, void *ctx = nullptr,
+                 const uint32_t *table = nullptr);
 
 // collectives.cu: a call's launch on `stream` (its arguments at ctx), enqueued by team_enqueue after the
 // team's previous call (a non-blocking one on another stream is waited for through the team's event);

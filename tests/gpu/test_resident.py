@@ -323,6 +323,118 @@ def test_launched_mix(comm):
                f'busy={busy} stream idle={idle} (resident calls, launches, alone) {before} -> {after}')
 
 
+def _exchange_plan(comm, k, unit):
+    """One blocking call of the all-to-all family numbered k, `unit` float32 elements per share: its
+    name, a function that makes it, its output and the output MPI gives, and the largest pair of
+    bytes this rank moves. Counts are uneven (zeros included) and displacements out of order."""
+    n, r = comm.Get_size(), comm.Get_rank()
+    F = MPI.FLOAT
+    kind = ('Alltoall', 'Alltoallv', 'Allgatherv', 'Gatherv', 'Scatterv', 'Alltoall in place')[k % 6]
+    root = k % n
+    salt = 100.0 * (k % 7)
+    if kind.startswith('Alltoall') and kind != 'Alltoallv':
+        send = cp.concatenate([cp.full(unit, r * n + p + salt, cp.float32) for p in range(n)])
+        want = cp.concatenate([cp.full(unit, q * n + r + salt, cp.float32) for q in range(n)])
+        if kind == 'Alltoall':
+            out = cp.full(n * unit, -1, cp.float32)
+            return kind, lambda: comm.Alltoall(send, out), out, want, unit * 4
+        return kind, lambda: comm.Alltoall(MPI.IN_PLACE, send), send, want, unit * 4
+    if kind == 'Alltoallv':
+        c = lambda s_, d: ((s_ + 2 * d + k) % 4) * unit  # noqa: E731 (elements rank s_ sends to rank d)
+        scounts = [c(r, d) for d in range(n)]
+        sdispls, at = [0] * n, 0
+        for d in reversed(range(n)):  # blocks to higher ranks first: displacements out of order
+            sdispls[d], at = at, at + scounts[d]
+        send = cp.full(max(at, 1), -7, cp.float32)
+        for d in range(n):
+            send[sdispls[d]:sdispls[d] + scounts[d]] = r * n + d + salt
+        rcounts = [c(q, r) for q in range(n)]
+        rdispls = [sum(rcounts[:q]) for q in range(n)]
+        out = cp.full(max(sum(rcounts), 1), -1, cp.float32)
+        want = out.copy()
+        for q in range(n):
+            want[rdispls[q]:rdispls[q] + rcounts[q]] = q * n + r + salt
+        biggest = 4 * max(scounts + rcounts)
+        return kind, lambda: comm.Alltoallv([send, (scounts, sdispls), F], [out, (rcounts, rdispls), F]), out, want, biggest
+    counts = [((q + k) % 3) * unit for q in range(n)]  # rank q's share (some zero)
+    displs = [sum(counts[:q]) for q in range(n)]
+    total = max(sum(counts), 1)
+    full = cp.full(total, -1, cp.float32)
+    for q in range(n):
+        full[displs[q]:displs[q] + counts[q]] = q + salt
+    mine = [cp.full(max(counts[r], 1), r + salt, cp.float32), counts[r], F]  # a zero share too
+    if kind == 'Allgatherv':
+        out = cp.full(total, -1, cp.float32)
+        return kind, lambda: comm.Allgatherv(mine, [out, (counts, displs), F]), out, full, 4 * max(counts)
+    if kind == 'Gatherv':
+        out = cp.full(total, -1, cp.float32) if r == root else cp.full(1, -1, cp.float32)
+        want = full if r == root else out.copy()
+        recv = [out, (counts, displs), F] if r == root else None
+        biggest = 4 * (max(counts) if r == root else counts[r])
+        return kind, lambda: comm.Gatherv(mine, recv, root=root), out, want, biggest
+    send = full.copy() if r == root else None  # Scatterv
+    out = cp.full(max(counts[r], 1), -1, cp.float32)
+    want = out.copy()
+    want[:counts[r]] = r + salt
+    spec = [send, (counts, displs), F] if r == root else None
+    biggest = 4 * (max(counts) if r == root else counts[r])
+    return kind, lambda: comm.Scatterv(spec, [out, counts[r], F], root=root), out, want, biggest
+
+
+def test_exchange_calls(comm):
+    """Blocking calls of the all-to-all family with plain blocks in the resident kernel (exchange.cu,
+    exchange_resident_form), back to back: Alltoall (and in place), Alltoallv, Allgatherv, Gatherv and
+    Scatterv with uneven counts, zero counts and displacements out of order, pairs of one channel and
+    of several (every block of the call reads the byte ranges from the mailbox), mixed with LL calls;
+    pairs past MPIGPU_RESIDENT_MAX_BYTES launch. Then ranks whose call launches (work queued first)
+    meet ranks whose call runs resident."""
+    n, r = comm.Get_size(), comm.Get_rank()
+    most = gc.mpigpu.config.resident_max_bytes
+    channel, blocks = gc.mpigpu.config.exchange_channel_bytes, gc.mpigpu.config.resident_blocks
+    plan, resident = [], 0
+    for k in range(36):
+        unit = (1, 250, 4096, 16384 + 3, 1, 65536)[k % 6 if k < 30 else 5]
+        name, call, out, want, biggest = _exchange_plan(comm, k, unit)
+        if k >= 30:  # pairs past the limit: launched
+            unit = most // 4 + 1024
+            name, call, out, want, biggest = _exchange_plan(comm, k, unit)
+        # in place, the blocks overlap: the general path copies the input first, so the call launches
+        # after that copy on its stream
+        runs_here = biggest <= most and -(-biggest // channel) <= blocks and 'in place' not in name
+        resident += int(runs_here)
+        plan.append((f'{name} k={k} unit={unit}', call, out, want))
+        if k % 5 == 4:  # an LL call between them
+            a, b = cp.full(33, r + 1, cp.float32), cp.full(33, -1, cp.float32)
+            plan.append((f'Allreduce k={k}', (lambda a=a, b=b: comm.Allreduce(a, b)), b,
+                         cp.full(33, n * (n + 1) // 2, cp.float32)))
+            resident += 1
+    recent_call(comm)
+    before = resident_stats(comm)
+    for _, call, _, _ in plan:
+        call()
+    after = resident_stats(comm)
+    for name, _, out, want in plan:
+        record(f'resident exchange {name}', bool(cp.array_equal(out, want)), 'wrong result')
+    if dedicated(comm):
+        record('resident exchange: the calls that fit ran resident', after[0] - before[0] == resident,
+               f'(resident calls, launches, alone) {before} -> {after}, want {resident} resident calls')
+    for k in range(4):
+        busy = (r + k) % 2 == 0
+        recent_call(comm)
+        if busy:
+            spin_stream(3000)
+        name, call, out, want, _ = _exchange_plan(comm, 6 * k + (0, 1, 2, 3)[k], 256)
+        if not busy:
+            cp.cuda.get_current_stream().synchronize()
+        idle = cp.cuda.get_current_stream().done
+        s0 = resident_stats(comm)[0]
+        call()
+        ran = resident_stats(comm)[0] - s0
+        record(f'resident/launched exchange mix {name} {k}', bool(cp.array_equal(out, want)), 'wrong result')
+        record(f'resident/launched exchange mix {name} {k} path', ran == (1 if idle else 0),
+               f'busy={busy} stream idle={idle} resident calls {ran}')
+
+
 def test_blocking_after_stream(comm):
     """A stream= call in flight, then a blocking call on another stream that reads its output."""
     n, r = comm.Get_size(), comm.Get_rank()

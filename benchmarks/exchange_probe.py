@@ -10,6 +10,8 @@ parts run alone, each in a loop of back-to-back calls on every rank:
   kernel      the team's exchange with the ranges read once, blocking (launch, kernel, wait)
   enqueue     the same without its wait, the stream synchronized after the loop (launch cost + kernel)
   sync        a synchronize of the idle stream
+  allgather   the engine's Allgather of one block per rank (the same bytes to every peer), for reference
+  resident share  the share of `kernel`'s calls that ran in the resident kernel (0 .. 1)
   nccl        NCCL's grouped send/recv of the same bytes, the stream synchronized (CuPy's binding)
 Then the same parts of the redistribute row's call (mpigpu/perf/redistribute.py: an Alltoallv whose send
 blocks are a resized vector datatype, on the transport's block shapes), its NCCL baseline (a packing copy,
@@ -62,6 +64,12 @@ def parts(nbytes):
                                                  ranges.recv_bytes, ranges.recv_off, stream, False))
     got['sync'] = timed(lambda: cp.cuda.get_current_stream().synchronize())
     got['decide'] = timed(lambda: st.agreement.decide('Alltoall', Coll.ALLTOALL, Placement.DEVICE))
+    # the engine's call with the same traffic (each rank's block to every rank), for reference
+    got['allgather'] = timed(lambda: comm.Allgather(s[:count], r))
+    calls0 = team.resident_stats[0]
+    timed(lambda: team.exchange(ranges.send, ranges.recv, ranges.send_bytes, ranges.send_off, ranges.recv_bytes,
+                                ranges.recv_off, stream, True))
+    got['resident share'] = (team.resident_stats[0] - calls0) / (ROUNDS * ITERS)
     if nc is not None:
         block = count * 4
 

@@ -74,8 +74,8 @@ struct Prepared {
 static int exchange_grid(const mg_team *t, const mg_exchange_call *x) {
   int grid = 1;
   for (int r = 0; r < t->cfg.nranks; ++r) {
-    const int s = mg::exchange_channels(x->send_bytes[r], t->cfg.exchange_channel_bytes);
-    const int v = mg::exchange_channels(x->recv_bytes[r], t->cfg.exchange_channel_bytes);
+    const int s = mg::exchange_channels(x->send_bytes[r], t->cfg.exchange_channel_bytes, t->cfg.exchange_ll_bytes);
+    const int v = mg::exchange_channels(x->recv_bytes[r], t->cfg.exchange_channel_bytes, t->cfg.exchange_ll_bytes);
     grid = s > grid ? s : grid;
     grid = v > grid ? v : grid;
   }
@@ -94,6 +94,7 @@ static int launch_exchange(mg_team *t, const void *ctx, uintptr_t stream) {
   a.rank = t->cfg.rank;
   a.nranks = n;
   a.channel_bytes = t->cfg.exchange_channel_bytes;  // MPIGPU_EXCHANGE_CHANNEL_BYTES
+  a.ll_bytes = t->cfg.exchange_ll_bytes;             // MPIGPU_EXCHANGE_LL_BYTES
   a.watch = mg::Watch{t->timeout_ns, t->fault_dev, t->status};
   for (int r = 0; r < MG_MAX_RANKS; ++r) {
     const bool here = r < n;

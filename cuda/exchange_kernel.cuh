@@ -20,6 +20,7 @@
 #pragma once
 #include "protocol.cuh"
 #include "block_shape.cuh"
+#include "ll_kernel.cuh"
 
 namespace mg {
 
@@ -32,6 +33,7 @@ struct ExchangeArgs {
   size_t send_bytes[MG_MAX_RANKS], send_off[MG_MAX_RANKS];  // what goes to each rank, from send
   size_t recv_bytes[MG_MAX_RANKS], recv_off[MG_MAX_RANKS];  // what comes from each rank, into recv
   size_t channel_bytes;  // a pair's bytes per channel before it takes another (exchange_channels)
+  size_t ll_bytes;       // pairs of at most this many bytes move in the LL format (exchange_ll)
   Watch watch;
 };
 
@@ -47,9 +49,14 @@ struct ExchangeShapes {
 
 constexpr int kExchangeGroupThreads = kThreads / 2;
 
-// The channels a pair of `bytes` uses: one per channel_bytes, at most kExchangeChannels. A pure
-// function of the pair's bytes, so its two ends agree.
-__host__ __device__ inline int exchange_channels(size_t bytes, size_t channel_bytes) {
+// Whether a pair of `bytes` moves in the LL format (one step on channel 0, exchange_send_ll) rather
+// than through the FIFO: at most ll_bytes (the team's, the same on every rank), so its two ends agree.
+__host__ __device__ inline bool exchange_ll(size_t bytes, size_t ll_bytes) { return bytes > 0 && bytes <= ll_bytes; }
+
+// The channels a pair of `bytes` uses: one per channel_bytes, at most kExchangeChannels (an LL pair:
+// one). A pure function of the pair's bytes and the team's knobs, so its two ends agree.
+__host__ __device__ inline int exchange_channels(size_t bytes, size_t channel_bytes, size_t ll_bytes) {
+  if (bytes <= ll_bytes) return 1;
   const size_t c = (bytes + channel_bytes - 1) / channel_bytes;
   return c < 1 ? 1 : c > (size_t)kExchangeChannels ? kExchangeChannels : (int)c;
 }
@@ -61,7 +68,7 @@ struct ExchangeSpan {
 };
 
 __device__ __forceinline__ ExchangeSpan exchange_span(const ExchangeArgs &a, size_t bytes, int ch) {
-  const int nch = exchange_channels(bytes, a.channel_bytes);
+  const int nch = exchange_channels(bytes, a.channel_bytes, a.ll_bytes);
   if (ch >= nch || bytes == 0) return ExchangeSpan{0, 0, 0};
   const size_t span = vector_share(bytes, (size_t)nch, 16);
   const size_t lo = (size_t)ch * span;
@@ -167,11 +174,74 @@ __device__ __forceinline__ void copy_shaped(const Group &g, CopySide s, CopySide
   }
 }
 
+// 16 packed bytes of a block from byte j (zeros at and past n), and their store: through the block's
+// shape where it has one (a byte at a time: an LL pair is small), else as the LL protocol moves a
+// piece (load_piece16, store_piece16). The LL steps below read and write blocks with these.
+__device__ __forceinline__ uint4 load_packed16(CopySide &s, uint64_t j, uint64_t n) {
+  if (s.shape == nullptr) return load_piece16(s.base, j, n);
+  uint4 v = make_uint4(0, 0, 0, 0);
+  unsigned char *b = reinterpret_cast<unsigned char *>(&v);
+  for (int i = 0; i < 16 && j + i < n; ++i) b[i] = *(const unsigned char *)s.at(j + i, 0);
+  return v;
+}
+
+__device__ __forceinline__ void store_packed16(CopySide &d, uint64_t j, uint64_t n, uint4 v) {
+  if (d.shape == nullptr) {
+    store_piece16(const_cast<char *>(d.base), j, n, v);
+    return;
+  }
+  const unsigned char *b = reinterpret_cast<const unsigned char *>(&v);
+  for (int i = 0; i < 16 && j + i < n; ++i) *const_cast<char *>(d.at(j + i, 0)) = (char)b[i];
+}
+
 // The shape of a call's block (nullptr: plain bytes, or a call without shapes).
 __device__ __forceinline__ const BlockShape *shape_of(const ExchangeShapes *sh, bool sending, int peer) {
   if (sh == nullptr) return nullptr;
   const int k = sending ? sh->send[peer] : sh->recv[peer];
   return k < 0 ? nullptr : &sh->shape[k];
+}
+
+// An LL pair's step, sending (channel 0's sending warps): the block in the LL format into my area at
+// dst for this step (its number + 1 the flag), after dst has read the step that used the area before
+// (xll_ack). False when that wait stopped.
+template <bool Shaped>
+__device__ __forceinline__ bool exchange_send_ll(const Group &g, const ExchangeArgs &a, const ExchangeShapes *sh,
+                                                 TeamState *state, int dst) {
+  const size_t bytes = a.send_bytes[dst];
+  const uint64_t s = state->xll_sent[dst];
+  bool stop = false;
+  if (g.tid == 0 && s + 1 > (uint64_t)kXLLEntries)
+    stop = !wait_at_least(&state->xll_ack[dst], s + 1 - (uint64_t)kXLLEntries, a);
+  if (g.sync_or(stop)) return false;
+  char *area = a.ws[dst] + a.layout.xll_off(a.rank, (int)(s % (uint64_t)kXLLEntries));
+  CopySide from{a.send + a.send_off[dst], Shaped ? shape_of(sh, true, dst) : nullptr, {}};
+  for (size_t v = (size_t)g.tid; v * 16 < bytes; v += (size_t)g.nthreads)
+    ll_store(area + v * 32, load_packed16(from, v * 16, bytes), (uint32_t)(s + 1));
+  if (g.tid == 0) state->xll_sent[dst] = s + 1;
+  return true;
+}
+
+// An LL pair's step, receiving (channel 0's receiving warps): each vector as its flag arrives, then
+// the area released to src (xll_ack). False when a wait stopped.
+template <bool Shaped>
+__device__ __forceinline__ bool exchange_receive_ll(const Group &g, const ExchangeArgs &a, const ExchangeShapes *sh,
+                                                    TeamState *state, int src) {
+  const size_t bytes = a.recv_bytes[src];
+  const uint64_t s = state->xll_recvd[src];
+  const char *area = a.ws[a.rank] + a.layout.xll_off(src, (int)(s % (uint64_t)kXLLEntries));
+  CopySide to{a.recv + a.recv_off[src], Shaped ? shape_of(sh, false, src) : nullptr, {}};
+  bool dead = false;
+  for (size_t v = (size_t)g.tid; v * 16 < bytes; v += (size_t)g.nthreads) {
+    const uint4 x = ll_load(area + v * 32, (uint32_t)(s + 1), a, dead);
+    if (dead) break;
+    store_packed16(to, v * 16, bytes, x);
+  }
+  if (g.sync_or(dead)) return false;
+  if (g.tid == 0) {
+    st_release_sys(&team_state(a.ws[src])->xll_ack[a.rank], s + 1);
+    state->xll_recvd[src] = s + 1;
+  }
+  return true;
 }
 
 // The sending warps of channel ch: round i pushes to me + i, then the rank's own block is copied
@@ -185,6 +255,10 @@ __device__ __forceinline__ bool exchange_send(const Group &g, const ExchangeArgs
   const char *mine = a.ws[me];
   for (int i = 1; i < n; ++i) {
     const int dst = (me + i) % n;
+    if (exchange_ll(a.send_bytes[dst], a.ll_bytes)) {
+      if (ch == 0 && !exchange_send_ll<Shaped>(g, a, sh, state, dst)) return false;
+      continue;
+    }
     const ExchangeSpan sp = exchange_span(a, a.send_bytes[dst], ch);
     const uint64_t base = state->xsent[ch][dst];
     const BlockShape *shape = Shaped ? shape_of(sh, true, dst) : nullptr;
@@ -230,6 +304,10 @@ __device__ __forceinline__ bool exchange_receive(const Group &g, const ExchangeA
   const char *mine = a.ws[me];
   for (int i = 1; i < n; ++i) {
     const int src = (me - i + n) % n;
+    if (exchange_ll(a.recv_bytes[src], a.ll_bytes)) {
+      if (ch == 0 && !exchange_receive_ll<Shaped>(g, a, sh, state, src)) return false;
+      continue;
+    }
     const ExchangeSpan sp = exchange_span(a, a.recv_bytes[src], ch);
     const uint64_t base = state->xrecvd[ch][src];
     const BlockShape *shape = Shaped ? shape_of(sh, false, src) : nullptr;

@@ -57,8 +57,10 @@ __device__ __forceinline__ void ll_store(char *dst, uint4 v, uint32_t f) {
 }
 
 // Each 8-byte half of a 16-byte load is atomic and carries its own flag, so a torn read is seen
-// as "not yet" and retried. A wait that stops (spin_check) sets `dead` and returns zeros.
-__device__ __forceinline__ uint4 ll_load(const char *src, uint32_t f, const LLArgs &la, bool &dead) {
+// as "not yet" and retried. A wait that stops (spin_check, with la's workspaces, rank and watch) sets
+// `dead` and returns zeros.
+template <typename A>
+__device__ __forceinline__ uint4 ll_load(const char *src, uint32_t f, const A &la, bool &dead) {
   uint4 a, b;
   uint64_t start = 0;
   for (unsigned spins = 0;; ++spins) {

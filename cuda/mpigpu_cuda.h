@@ -19,6 +19,7 @@ extern "C" {
 #define MG_MAX_CHANNELS 128 /* thread blocks (channels) one collective may use */
 #define MG_IPC_HANDLE_BYTES 64
 #define MG_LL_MAX_BYTES (64 * 1024)  /* largest per-peer piece of the low-latency protocol */
+#define MG_EXCHANGE_LL_MAX_BYTES (16 * 1024) /* largest pair the exchange moves in the low-latency format */
 #define MG_LL128_LIMIT_BYTES (1u << 30) /* most a team may set as ll128_bytes */
 
 /* The codes shared with Python, each written once as an X-macro table: the enums below and the name
@@ -193,6 +194,9 @@ typedef struct mg_team_config {
   size_t resident_copy_max_bytes; /* a one-rank team: the largest copy it runs (resident_copy_kernel) */
   size_t exchange_channel_bytes;  /* the exchange: a pair's bytes per channel before it takes another
                                      (the same on every rank: both ends of a pair count its channels) */
+  size_t exchange_ll_bytes;       /* the exchange: pairs of at most this many bytes move in the
+                                     low-latency format (0 .. MG_EXCHANGE_LL_MAX_BYTES; the same on
+                                     every rank: both ends of a pair pick its format) */
 } mg_team_config;
 
 int mg_team_create(const mg_team_config *cfg, mg_team **team);

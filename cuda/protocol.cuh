@@ -39,10 +39,17 @@ constexpr int kExchangeChannels = 128;
 constexpr size_t kXFlagsOffset = 65536;
 constexpr size_t kXFlagBytes = 2 * kExchangeChannels * MG_MAX_RANKS * sizeof(uint64_t);
 static_assert(kXFlagsOffset + kXFlagBytes <= kSlotsOffset, "exchange counters must fit before the slots");
+// The exchange's small pairs (at most the team's exchange_ll_bytes, MPIGPU_EXCHANGE_LL_BYTES) move in
+// the low-latency format instead (ll_kernel.cuh: every 8 bytes 4 of data and a flag), in areas of their
+// own after the FIFOs, of MG_EXCHANGE_LL_MAX_BYTES of data each: kXLLEntries per source, used in turn by
+// the pair's LL steps, whose numbers are the flags. No fence, no counter: the receiver polls the data.
+constexpr size_t kXLLBytes = MG_EXCHANGE_LL_MAX_BYTES;
+constexpr int kXLLEntries = 4;
 
 // Per-rank sequence state, in the rank's own workspace. Only its own kernels touch it, except
-// ll_started, which each peer writes (the LL-family Bcast's acks, see ll_reuse_guard), and broken,
-// which peers and the host write (the fault model, see stop_word).
+// ll_started, which each peer writes (the LL-family Bcast's acks, see ll_reuse_guard), xll_ack, which
+// each peer writes (the exchange's LL areas), and broken, which peers and the host write (the fault
+// model, see stop_word).
 struct TeamState {
   uint64_t base[kLanes][MG_MAX_CHANNELS];  // where the next call's step numbers start (a call of wide
                                            // steps may start further on: fused_step_base)
@@ -58,6 +65,9 @@ struct TeamState {
                                            // the others (resident_kernel.cuh)
   uint64_t xsent[kExchangeChannels][MG_MAX_RANKS];  // exchange: steps sent to each peer per channel
   uint64_t xrecvd[kExchangeChannels][MG_MAX_RANKS]; // exchange: steps received from each peer per channel
+  uint64_t xll_sent[MG_MAX_RANKS];   // exchange: LL steps sent to each peer (small pairs)
+  uint64_t xll_recvd[MG_MAX_RANKS];  // exchange: LL steps received from each peer
+  uint64_t xll_ack[MG_MAX_RANKS];    // written by peer k: LL steps of mine it has read (the areas' reuse)
 };
 static_assert(kStateOffset + sizeof(TeamState) <= kXFlagsOffset, "state must fit before the exchange counters");
 
@@ -104,7 +114,11 @@ struct Layout {
     const size_t s = (size_t)(step % (uint64_t)nslots);
     return ll128_off(2, 0, 0) + (((size_t)ch * nranks + src) * nslots + s) * slot_bytes;
   }
-  __host__ __device__ size_t total_bytes() const { return xchg_off(kExchangeChannels, 0, 0); }
+  // The exchange's LL areas: entry e of source src, 2 bytes per data byte.
+  __host__ __device__ size_t xll_off(int src, int e) const {
+    return xchg_off(kExchangeChannels, 0, 0) + ((size_t)src * kXLLEntries + e) * 2 * kXLLBytes;
+  }
+  __host__ __device__ size_t total_bytes() const { return xll_off(nranks, 0); }
 };
 
 // Geometry shared by the kernels. A message is cut into shards of at most `cap` units (elements or

@@ -68,6 +68,7 @@ static int launch_instance(mg_team *t) {
   a.epoch = ++r.epoch;
   a.linger_ns = r.linger_ns;
   a.channel_bytes = t->cfg.exchange_channel_bytes;
+  a.ll_bytes = t->cfg.exchange_ll_bytes;
   void *params[] = {&a};
   // A one-rank team's instance only copies, in a kernel that takes half an SM's registers: one block
   // per SM, so its copies run at the memory's bandwidth (docs/benchmarks.md, one rank: 64 blocks took

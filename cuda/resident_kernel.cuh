@@ -61,6 +61,7 @@ struct ResidentArgs {
   uint32_t epoch;     // instances launched on this team, this one included
   uint64_t linger_ns; // returns after this long without a first call (later: each call's linger_us)
   size_t channel_bytes;  // an exchange pair's bytes per channel (ExchangeArgs::channel_bytes)
+  size_t ll_bytes;       // an exchange's largest pair in the LL format (ExchangeArgs::ll_bytes)
 };
 
 __device__ __forceinline__ uint64_t ld_relaxed_sys_u64(const uint64_t *p) {
@@ -173,6 +174,7 @@ static __device__ __noinline__ void resident_exchange(const ResidentArgs &r, con
     x.rank = r.team.rank;
     x.nranks = r.team.nranks;
     x.channel_bytes = r.channel_bytes;
+    x.ll_bytes = r.ll_bytes;
     x.watch = r.team.watch;
   }
   __syncthreads();

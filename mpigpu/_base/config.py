@@ -109,6 +109,10 @@ class Config:
         # The exchange: a pair's bytes per channel before it takes another (at most 128 channels); the same
         # on every rank, fixed when a communicator's team is set up.
         self.exchange_channel_bytes = _int('MPIGPU_EXCHANGE_CHANNEL_BYTES', 16 * 1024, 4096, 1 << 40)
+        # The exchange: pairs of at most this many bytes move in the low-latency format (flags in the data,
+        # no counter round trip), up to MG_EXCHANGE_LL_MAX_BYTES (16 KiB, the areas' size); 0: every pair
+        # through the FIFO. The same on every rank, fixed when a communicator's team is set up.
+        self.exchange_ll_bytes = _int('MPIGPU_EXCHANGE_LL_BYTES', 16 * 1024, 0, 16 * 1024)
         # CUDA-aware MPI: 'auto' asks the library (MPIX_Query_cuda_support), '1'/'0' force it.
         self.mpi_cuda_aware = _choice('MPIGPU_MPI_CUDA_AWARE', 'auto', {
             'auto': ('auto',), '1': ('1', 'yes', 'true', 'on'), '0': ('0', 'no', 'false', 'off')})

@@ -79,6 +79,7 @@ cdef extern from "mpigpu_cuda.h" nogil:
         size_t resident_max_bytes
         size_t resident_copy_max_bytes
         size_t exchange_channel_bytes
+        size_t exchange_ll_bytes
     int mg_team_create(const mg_team_config *cfg, mg_team **team)
     int mg_team_export(mg_team *team, void *handle)
     int mg_team_open_peer(mg_team *team, int peer, const void *handle)

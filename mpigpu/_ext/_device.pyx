@@ -310,7 +310,7 @@ cdef class Team:
     def __cinit__(self, int rank, int nranks, int device, object config):
         """`config`: the knobs (mpigpu.config: chunk_bytes, nslots, max_channels, timeout_s,
         split_steps, ll128_bytes, resident_us, resident_blocks, resident_max_bytes, resident_copy_max_bytes,
-        exchange_channel_bytes)."""
+        exchange_channel_bytes, exchange_ll_bytes)."""
         cdef mg_team_config cfg
         cfg.rank = rank
         cfg.nranks = nranks
@@ -326,6 +326,7 @@ cdef class Team:
         cfg.resident_max_bytes = config.resident_max_bytes
         cfg.resident_copy_max_bytes = config.resident_copy_max_bytes
         cfg.exchange_channel_bytes = config.exchange_channel_bytes
+        cfg.exchange_ll_bytes = config.exchange_ll_bytes
         self.t = NULL
         check(mg_team_create(&cfg, &self.t), 'workspace allocation')
         self.rank, self.nranks, self.device = rank, nranks, device

@@ -139,10 +139,15 @@ extern "C" int mg_exchange(mg_team *t, const mg_exchange_call *x, uintptr_t stre
   return team_enqueue(t, launch_exchange, &p, stream, async);
 }
 
+// Channels of an exchange that runs resident. Calls of 8 channels took 5-8 us longer resident than
+// launched on 4x H200 (docs/benchmarks.md, "Small exchanges"): each block past the first reads the
+// byte ranges from host memory, several at once over PCIe; one channel took 1-3.5 us less.
+static const int kResidentExchangeChannels = 1;
+
 // Whether prepared call p runs in the resident kernel when its stream is idle, with its call (*c) and
 // byte ranges (table): plain blocks, no reduction after it, every pair of at most resident_max_bytes,
-// and no more channels than the instance has blocks. Which ranks run a call resident and which launch
-// it need not agree: both run the same protocol.
+// and at most kResidentExchangeChannels channels. Which ranks run a call resident and which launch it
+// need not agree: both run the same protocol.
 static bool exchange_resident_form(const mg_team *t, const Prepared *p, mg::ResidentCall *c, uint32_t *table) {
   const mg_exchange_call *x = p->x;
   const mg_rows_reduction *r = x->then;
@@ -158,7 +163,7 @@ static bool exchange_resident_form(const mg_team *t, const Prepared *p, mg::Resi
     }
   }
   const int grid = exchange_grid(t, x);
-  if (grid > t->cfg.resident_blocks) return false;
+  if (grid > kResidentExchangeChannels || grid > t->cfg.resident_blocks) return false;
   *c = mg::resident_exchange_of(x->send, x->recv, grid);
   return true;
 }

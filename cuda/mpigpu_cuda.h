@@ -311,7 +311,8 @@ typedef struct mg_exchange_call {
 } mg_exchange_call;
 /* Enqueues the exchange on stream (async as for mg_collective). */
 int mg_exchange(mg_team *team, const mg_exchange_call *call, uintptr_t stream, int async);
-/* A blocking exchange: returns once recv holds what every peer sent, ordered after stream's work. */
+/* A blocking exchange: returns once recv holds what every peer sent, ordered after stream's work (in
+ * the team's resident kernel where the stream is idle, the blocks plain and every pair one channel). */
 int mg_exchange_wait(mg_team *team, const mg_exchange_call *call, uintptr_t stream);
 /* A non-blocking exchange: enqueued on stream, with the generalized request that completes after it
  * (as mg_collective_request: a fault completes it with the fault's code). */

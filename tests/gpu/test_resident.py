@@ -384,13 +384,13 @@ def _exchange_plan(comm, k, unit):
 def test_exchange_calls(comm):
     """Blocking calls of the all-to-all family with plain blocks in the resident kernel (exchange.cu,
     exchange_resident_form), back to back: Alltoall (and in place), Alltoallv, Allgatherv, Gatherv and
-    Scatterv with uneven counts, zero counts and displacements out of order, pairs of one channel and
-    of several (every block of the call reads the byte ranges from the mailbox), mixed with LL calls;
-    pairs past MPIGPU_RESIDENT_MAX_BYTES launch. Then ranks whose call launches (work queued first)
-    meet ranks whose call runs resident."""
+    Scatterv with uneven counts, zero counts and displacements out of order, pairs in the LL format and
+    through the FIFO, mixed with LL calls; calls of more than one channel launch, as do pairs past
+    MPIGPU_RESIDENT_MAX_BYTES. Then ranks whose call launches (work queued first) meet ranks whose call
+    runs resident."""
     n, r = comm.Get_size(), comm.Get_rank()
     most = gc.mpigpu.config.resident_max_bytes
-    channel, blocks = gc.mpigpu.config.exchange_channel_bytes, gc.mpigpu.config.resident_blocks
+    channel, ll = gc.mpigpu.config.exchange_channel_bytes, gc.mpigpu.config.exchange_ll_bytes
     plan, resident = [], 0
     for k in range(36):
         unit = (1, 250, 4096, 16384 + 3, 1, 65536)[k % 6 if k < 30 else 5]
@@ -400,7 +400,9 @@ def test_exchange_calls(comm):
             name, call, out, want, biggest = _exchange_plan(comm, k, unit)
         # in place, the blocks overlap: the general path copies the input first, so the call launches
         # after that copy on its stream
-        runs_here = biggest <= most and -(-biggest // channel) <= blocks and 'in place' not in name
+        # (exchange_channels: an LL pair takes one channel, a larger one a channel per `channel` bytes)
+        runs_here = (biggest <= most and (biggest <= ll or biggest <= channel)
+                     and 'in place' not in name)
         resident += int(runs_here)
         plan.append((f'{name} k={k} unit={unit}', call, out, want))
         if k % 5 == 4:  # an LL call between them

@@ -145,13 +145,14 @@ extern "C" int mg_exchange(mg_team *t, const mg_exchange_call *x, uintptr_t stre
 static const int kResidentExchangeChannels = 1;
 
 // Whether prepared call p runs in the resident kernel when its stream is idle, with its call (*c) and
-// byte ranges (table): plain blocks, no reduction after it, every pair of at most resident_max_bytes,
+// byte ranges (table): a team of 2+ ranks (a one-rank team's instance only copies:
+// resident_copy_kernel), plain blocks, no reduction after it, every pair of at most resident_max_bytes,
 // and at most kResidentExchangeChannels channels. Which ranks run a call resident and which launch it
 // need not agree: both run the same protocol.
 static bool exchange_resident_form(const mg_team *t, const Prepared *p, mg::ResidentCall *c, uint32_t *table) {
   const mg_exchange_call *x = p->x;
   const mg_rows_reduction *r = x->then;
-  if (!t->res.box || p->shaped || (r != nullptr && r->nrows > 0 && r->count)) return false;
+  if (!t->res.box || t->cfg.nranks < 2 || p->shaped || (r != nullptr && r->nrows > 0 && r->count)) return false;
   const size_t most = t->cfg.resident_max_bytes < 0xffffffffu ? t->cfg.resident_max_bytes : 0xffffffffu;
   const int n = t->cfg.nranks;
   for (int k = 0; k < MG_MAX_RANKS; ++k) {

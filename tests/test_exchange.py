@@ -40,7 +40,10 @@ def test_in_place_forms():
     r = dev(6)
     got = exchange.describe('Allgatherv', 1, 2, [MPI.IN_PLACE, [r, ([2, 4], [4, 0]), MPI.INT]])
     assert got.send == got.recv and got.send_bytes == [16, 16] and got.recv_off == [16, 0]
-    assert exchange.describe('Alltoall', 0, 2, [MPI.IN_PLACE, r]) is None  # not on the transport
+    # in-place Alltoall: sent from a copy of the buffer's 24 bytes, received where they were
+    got = exchange.describe('Alltoall', 0, 2, [MPI.IN_PLACE, r])
+    assert got.span == 24 and got.ranges.send_off == got.ranges.recv_off == [0, 12]
+    assert got.send_bytes == got.recv_bytes == [12, 12]
 
 
 def test_aliased_or_mismatched_buffers_take_the_mirrors():

@@ -6,8 +6,9 @@
 - staged: those five collectives through host MPI, the buffer cut into chunks whose copies to and from
   pinned host memory overlap MPI (where there is no team, or the engine lacks the type or op);
 - exchange: the all-to-all family and the neighbourhood collectives over the team's exchange transport
-  (derived datatypes as block shapes; exchange_read reads a call into its byte ranges); exchange_reduce: Reduce_scatter, Scan and Exscan over it, their
-  rows reduced on the GPU;
+  (derived datatypes as block shapes; exchange_read reads a call into its byte ranges; exchange_in_place
+  sends an in-place Alltoall(v) from a copy of its buffer); exchange_reduce: Reduce_scatter, Scan and
+  Exscan over it, their rows reduced on the GPU;
 - mirrored: any other mpi4py buffer method, run unchanged on whole pinned host mirrors of the buffers;
 - hier (a package): the five collectives across nodes, node phases on each node's team and network
   phases between nodes, pipelined;

@@ -7,7 +7,8 @@ Each of them is "rank r sends a byte range of its input to rank p, which writes 
 output": `describe` reads this rank's arguments into those ranges (`Ranges`; a block of a derived datatype with
 gaps as its packed bytes and its layout, which the kernel follows: cuda/block_shape.cuh), or None where
 only the mirrored path can read them (a datatype the kernel cannot follow, a specification it does not
-take, an intercommunicator, host memory among the significant buffers, in-place Alltoall). The ranks agree on the
+take, an intercommunicator, host memory among the significant buffers, in-place Alltoall(v) of blocks with
+gaps). The ranks agree on the
 call's path as for the engine's collectives (mpigpu/_state/agree.py: a host rank of the call posts on the
 placement board, comm's generated method): the exchange when every rank described its call, else the
 host MPI call on every rank (device buffers through mirrors, mpigpu/_paths/mirrored.py), which also

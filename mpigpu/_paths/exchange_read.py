@@ -2,7 +2,8 @@
 Alltoallv, Alltoallw, Allgatherv, Gather(v), Scatter(v), the neighbourhood collectives) read into the byte
 ranges the exchange transport moves (`Ranges`), or None where only the mirrored path can read them (a
 datatype the kernel cannot follow, a specification it does not take, an intercommunicator, host memory
-among the significant buffers, in-place Alltoall). A block of a derived datatype with gaps is read as its
+among the significant buffers, in-place Alltoall(v) of blocks with gaps; in-place Alltoall(v) of plain
+blocks is sent from a copy of the buffer: exchange_in_place.InPlace). A block of a derived datatype with gaps is read as its
 packed bytes and its layout, which the kernel follows (a block shape: cuda/block_shape.cuh). exchange.py
 runs what `describe` reads; exchange_reduce.py reads its reductions with the same pieces (BufferArg).
 """
@@ -13,6 +14,7 @@ from mpi4py import MPI
 from .. import _cuda
 from .._describe import datatypes as _datatypes
 from .._describe.call import datatype_of, read_whole, unpack_spec
+from .exchange_in_place import InPlace
 from .support import packing
 
 _ROOTED = frozenset(('Gather', 'Gatherv', 'Scatter', 'Scatterv'))
@@ -294,15 +296,15 @@ def _describe(name, rank, n, args):
         r.send, r.recv = sb.ptr, rb.ptr
         return _finish(name, rank, r, [sb, rb])
     if name in ('Alltoall', 'Alltoallv'):
-        if in_place:
-            raise Unread  # its own block would be overwritten while it is sent
         v = name == 'Alltoallv'
-        send = BufferArg(name, 'sendbuf', rank, sendbuf, False, v)
         recv = BufferArg(name, 'recvbuf', rank, recvbuf, True, v)
-        sizes, offs = send.vector(n) if v else send.blocks(n)
-        rsizes, roffs = recv.vector(n) if v else recv.blocks(n)
-        r.send_bytes, r.send_off, r.recv_bytes, r.recv_off = sizes, offs, rsizes, roffs
-        r.send_shape, r.recv_shape = send.shapes(n), recv.shapes(n)
+        r.recv_bytes, r.recv_off = recv.vector(n) if v else recv.blocks(n)
+        r.recv_shape = recv.shapes(n)
+        if in_place:
+            return _in_place(name, rank, r, recv)
+        send = BufferArg(name, 'sendbuf', rank, sendbuf, False, v)
+        r.send_bytes, r.send_off = send.vector(n) if v else send.blocks(n)
+        r.send_shape = send.shapes(n)
     elif name == 'Allgatherv':
         recv = BufferArg(name, 'recvbuf', rank, recvbuf, True, True)
         r.recv_bytes, r.recv_off = recv.vector(n)
@@ -362,9 +364,23 @@ def one_device(name, rank, r, bufs):
             r.device = dev
 
 
-def _finish(name, rank, r, bufs, in_place=False):
+def _in_place(name, rank, r, recv):
+    """In-place Alltoall(v), its receive blocks read into r: each block is sent from where it is received,
+    so the exchange sends from a copy of the buffer (exchange_in_place.InPlace). Blocks of a datatype
+    with gaps stay with the mirrors (their span is not one copy)."""
+    if any(s is not None for s in r.recv_shape):
+        raise Unread
+    r.send_bytes, r.send_off = list(r.recv_bytes), list(r.recv_off)
+    r.send = r.recv = recv.buf.ptr
+    r = _finish(name, rank, r, [recv.buf], staged=True)
+    span = max((o + b for o, b in zip(r.recv_off, r.recv_bytes) if b), default=0)
+    return InPlace(r, span) if span else r
+
+
+def _finish(name, rank, r, bufs, in_place=False, staged=False):
     """Ranges r with the call's device buffers `bufs` checked: one GPU, the own block's two sizes equal,
-    nothing received over bytes sent (`in_place`: what this rank sends is its own block of the output)."""
+    nothing received over bytes sent (`in_place`: what this rank sends is its own block of the output;
+    `staged`: it is sent from a copy, so sent and received bytes may be the same)."""
     one_device(name, rank, r, bufs)
     if not r.send:
         r.send = r.recv
@@ -379,7 +395,7 @@ def _finish(name, rank, r, bufs, in_place=False):
     # aliased buffers: the rounds would overwrite blocks not sent yet; the mirrors copy first. In place,
     # shaped blocks' spans interleave (columns of one array) where their bytes do not: MPI forbids
     # receive blocks to overlap, so what the own block sends is never another's.
-    if (not in_place or r.shapes is None) and _overlap(r, rank):
+    if not staged and (not in_place or r.shapes is None) and _overlap(r, rank):
         raise Unread
     return r
 

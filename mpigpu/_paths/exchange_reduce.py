@@ -86,7 +86,7 @@ class Reduction:
             return self.ranges.request(team, stream, addr, watch, self._then(mem))
         except BaseException:
             if self.taken is not None:  # no request holds it: back once whatever was enqueued is done
-                _give_after(mem, team.device, stream)
+                scratch.give_after(mem, team.device, stream)
                 self.taken = None
             raise
 
@@ -97,22 +97,12 @@ class Reduction:
         if self.taken is not None:
             mem, device = self.taken
             self.taken = None
-            weakref.finalize(req, _give_after, mem, device, stream)
+            weakref.finalize(req, scratch.give_after, mem, device, stream)
 
     def keep(self, device):
         """Takes the scratch of a persistent request's rounds, given back once the request is gone."""
         self.kept = scratch.take(self._scratch_bytes(), device)
-        weakref.finalize(self, _give_after, self.kept, device, self.streams)
-
-
-def _give_after(mem, device, streams):
-    """Gives scratch back to the pool once the GPU work of `streams` (one, or a list) is done."""
-    try:
-        for s in streams if isinstance(streams, list) else [streams]:
-            _cuda.with_device(device, _cuda.sync, s)
-    except Exception:  # noqa: BLE001 - at exit or after a fault: the block is not reused then
-        return
-    scratch.give(mem, device)
+        weakref.finalize(self, scratch.give_after, self.kept, device, self.streams)
 
 
 def _counts(value, n):

@@ -381,26 +381,20 @@ def _exchange_plan(comm, k, unit):
     return kind, lambda: comm.Scatterv(spec, [out, counts[r], F], root=root), out, want, biggest
 
 
-def test_exchange_calls(comm):
-    """Blocking calls of the all-to-all family with plain blocks in the resident kernel (exchange.cu,
-    exchange_resident_form), back to back: Alltoall (and in place), Alltoallv, Allgatherv, Gatherv and
-    Scatterv with uneven counts, zero counts and displacements out of order, pairs in the LL format and
-    through the FIFO, mixed with LL calls; calls of more than one channel launch, as do pairs past
-    MPIGPU_RESIDENT_MAX_BYTES. Then ranks whose call launches (work queued first) meet ranks whose call
-    runs resident."""
+def _exchange_calls(comm, ll):
+    """test_exchange_calls on `comm`, whose team moves pairs of at most `ll` bytes in the LL format."""
     n, r = comm.Get_size(), comm.Get_rank()
     most = gc.mpigpu.config.resident_max_bytes
-    channel, ll = gc.mpigpu.config.exchange_channel_bytes, gc.mpigpu.config.exchange_ll_bytes
+    channel = gc.mpigpu.config.exchange_channel_bytes
     plan, resident = [], 0
+    units = (1, 250, 1000, 4096, 16384 + 3, 65536)  # float32 elements per share
     for k in range(36):
-        unit = (1, 250, 4096, 16384 + 3, 1, 65536)[k % 6 if k < 30 else 5]
-        name, call, out, want, biggest = _exchange_plan(comm, k, unit)
+        unit = units[(k + k // 6) % 6]  # every kind at every size
         if k >= 30:  # pairs past the limit: launched
             unit = most // 4 + 1024
-            name, call, out, want, biggest = _exchange_plan(comm, k, unit)
-        # in place, the blocks overlap: the general path copies the input first, so the call launches
-        # after that copy on its stream
-        # (exchange_channels: an LL pair takes one channel, a larger one a channel per `channel` bytes)
+        name, call, out, want, biggest = _exchange_plan(comm, k, unit)
+        # in place, the blocks overlap: the call takes the host MPI call on mirrors (no exchange);
+        # exchange_channels: an LL pair takes one channel, a larger one a channel per `channel` bytes
         runs_here = (biggest <= most and (biggest <= ll or biggest <= channel)
                      and 'in place' not in name)
         resident += int(runs_here)
@@ -418,8 +412,25 @@ def test_exchange_calls(comm):
     for name, _, out, want in plan:
         record(f'resident exchange {name}', bool(cp.array_equal(out, want)), 'wrong result')
     if dedicated(comm):
-        record('resident exchange: the calls that fit ran resident', after[0] - before[0] == resident,
+        record(f'resident exchange (LL to {ll} B): the calls that fit ran resident', after[0] - before[0] == resident,
                f'(resident calls, launches, alone) {before} -> {after}, want {resident} resident calls')
+
+
+def test_exchange_calls(comm):
+    """Blocking calls of the all-to-all family with plain blocks in the resident kernel (exchange.cu,
+    exchange_resident_form), back to back: Alltoall (and in place), Alltoallv, Allgatherv, Gatherv and
+    Scatterv with uneven counts, zero counts and displacements out of order, at sizes from 4 B to 256 KiB
+    a share, mixed with LL calls; calls of more than one channel launch, as do pairs past
+    MPIGPU_RESIDENT_MAX_BYTES. With the default knobs every pair of one channel is in the LL format; a
+    team whose LL format stops at 1 KiB runs FIFO pairs, and calls mixing both, resident. Then ranks
+    whose call launches (work queued first) meet ranks whose call runs resident."""
+    n, r = comm.Get_size(), comm.Get_rank()
+    _exchange_calls(comm, gc.mpigpu.config.exchange_ll_bytes)
+    with settings(exchange_ll_bytes=1024):
+        fifo = comm.Dup()
+        gc.team_up(fifo)
+    _exchange_calls(fifo, 1024)
+    gc.free(fifo)
     for k in range(4):
         busy = (r + k) % 2 == 0
         recent_call(comm)
@@ -435,6 +446,20 @@ def test_exchange_calls(comm):
         record(f'resident/launched exchange mix {name} {k}', bool(cp.array_equal(out, want)), 'wrong result')
         record(f'resident/launched exchange mix {name} {k} path', ran == (1 if idle else 0),
                f'busy={busy} stream idle={idle} resident calls {ran}')
+
+
+def test_exchange_one_rank(world):
+    """A one-rank team's exchanges launch (its resident instance only copies: resident_copy_kernel), back
+    to back at small sizes, where they once ran there as a copy of one byte."""
+    one = world.Split(world.Get_rank())
+    gc.team_up(one)
+    plan = [_exchange_plan(one, k, unit) for k in range(5) for unit in (1, 250, 4096)]
+    recent_call(one)
+    for _, call, _, _, _ in plan:
+        call()
+    for name, _, out, want, _ in plan:
+        record(f'one-rank exchange {name} {out.size}', bool(cp.array_equal(out, want)), 'wrong result')
+    gc.free(one)
 
 
 def test_blocking_after_stream(comm):

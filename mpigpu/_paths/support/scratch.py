@@ -23,3 +23,14 @@ def give(mem, device):
     """Returns a block to the pool (no GPU work may still use it)."""
     with _lock:
         _pool.setdefault((device, mem.nbytes), []).append(mem)
+
+
+def give_after(mem, device, streams):
+    """Gives a block back to the pool once the GPU work of `streams` (one, or a list) is done (a request's
+    scratch, from its finalizer)."""
+    try:
+        for s in streams if isinstance(streams, list) else [streams]:
+            _cuda.with_device(device, _cuda.sync, s)
+    except Exception:  # noqa: BLE001 - at exit or after a fault: the block is not reused then
+        return
+    give(mem, device)

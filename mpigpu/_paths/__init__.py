@@ -14,5 +14,5 @@
   phases between nodes, pipelined;
 - p2p, p2p_ipc: point-to-point, GPU to GPU over peer mappings where the team is up, else staged;
 - support (a package): what the paths share: pinned host memory, bounded waits, derived
-  datatypes packed on the GPU, device scratch.
+  datatypes packed on the GPU, device scratch (and the lifetime of work held on it: OnScratch).
 """

@@ -18,8 +18,6 @@ mirrors, as every rank agrees (the placement board, as for the exchange path). T
 device scratch (mpigpu/_paths/support/scratch.py's pool): a blocking call's for the call, a non-blocking call's
 until its request is gone, a persistent request's for its life.
 """
-import weakref
-
 from mpi4py import MPI
 
 from .. import _cuda
@@ -32,29 +30,18 @@ from .exchange_read import BufferArg, Ranges, Unread, count_of, one_device
 CODES = {'Reduce_scatter': Coll.REDUCE_SCATTER, 'Scan': Coll.SCAN, 'Exscan': Coll.EXSCAN}
 
 
-class Reduction:
+class Reduction(scratch.OnScratch):
     """One rank's reduction: the exchange of its rows (`ranges`, whose receive side is the scratch),
     then `rows` rows of `row_bytes` reduced into `out` (`count` elements of element type `dtype` under
     op `op`). It runs on the transport as Ranges do (run, request, bind), with its scratch."""
-    __slots__ = ('ranges', 'out', 'rows', 'row_bytes', 'count', 'dtype', 'op', 'kept', 'taken', 'streams',
-                 '__weakref__')
+    __slots__ = ('ranges', 'out', 'rows', 'row_bytes', 'count', 'dtype', 'op')
 
     def __init__(self, ranges, out, rows, row_bytes, count, dtype, op):
+        super().__init__()
         self.ranges, self.out, self.rows, self.row_bytes = ranges, out, rows, row_bytes
         self.count, self.dtype, self.op = count, dtype, op
-        self.kept = None   # a persistent request's scratch, for all its rounds
-        self.taken = None  # (scratch, device) a non-blocking call took for its request
-        self.streams = []  # the streams its rounds ran on (a persistent request's scratch waits for them)
 
-    @property
-    def device(self):
-        return self.ranges.device
-
-    @property
-    def bufs(self):
-        return self.ranges.bufs
-
-    def _scratch_bytes(self):
+    def scratch_bytes(self):
         return max(o + b for o, b in zip(self.ranges.recv_off, self.ranges.recv_bytes))
 
     def _then(self, mem):
@@ -62,47 +49,11 @@ class Reduction:
         self.ranges.recv = mem.ptr
         return (self.dtype, self.op, self.out, mem.ptr, self.row_bytes, self.rows, self.count)
 
-    def run(self, team, stream):
-        mem = self.kept if self.kept is not None else scratch.take(self._scratch_bytes(), team.device)
-        try:
-            self.ranges.run(team, stream, self._then(mem))
-        finally:
-            if mem is not self.kept:
-                scratch.give(mem, team.device)
+    def run_on(self, mem, team, stream):
+        self.ranges.run(team, stream, self._then(mem))
 
-    def enqueue(self, team, stream):
-        """The stream= form: on `stream`, waited for before the call returns (its scratch goes back to
-        the pool only once the stream has run the reduction)."""
-        self.run(team, stream)
-
-    def request(self, team, stream, addr, watch):
-        mem = self.kept
-        if mem is not None and stream not in self.streams:
-            self.streams.append(stream)
-        if mem is None:
-            mem = scratch.take(self._scratch_bytes(), team.device)
-            self.taken = (mem, team.device)
-        try:
-            return self.ranges.request(team, stream, addr, watch, self._then(mem))
-        except BaseException:
-            if self.taken is not None:  # no request holds it: back once whatever was enqueued is done
-                scratch.give_after(mem, team.device, stream)
-                self.taken = None
-            raise
-
-    def bind(self, req, stream):
-        """Keeps the buffers alive as long as request `req`, and returns the scratch it took once the
-        request is gone (after its stream's work: a request dropped unwaited may still be running)."""
-        self.ranges.bind(req, stream)
-        if self.taken is not None:
-            mem, device = self.taken
-            self.taken = None
-            weakref.finalize(req, scratch.give_after, mem, device, stream)
-
-    def keep(self, device):
-        """Takes the scratch of a persistent request's rounds, given back once the request is gone."""
-        self.kept = scratch.take(self._scratch_bytes(), device)
-        weakref.finalize(self, scratch.give_after, self.kept, device, self.streams)
+    def request_on(self, mem, team, stream, addr, watch):
+        return self.ranges.request(team, stream, addr, watch, self._then(mem))
 
 
 def _counts(value, n):

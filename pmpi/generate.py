@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 C_TYPES = {'in': 'const void *', 'out': 'void *', 'inout': 'void *', 'int': 'int', 'count': 'long long', 'counts': 'const long long *', 'ints': 'const int *',
-           'aints': 'const intptr_t *', 'intp': 'int *',
+           'aints': 'const intptr_t *', 'intp': 'int *', 'countp': 'long long *',
            'type': 'intptr_t', 'op': 'intptr_t', 'comm': 'intptr_t', 'types': 'const void *',
            'request': 'void *', 'status': 'void *', 'info': 'intptr_t', 'requests': 'void *', 'reqval': 'intptr_t'}
 
@@ -84,7 +84,7 @@ def descriptors(mod):
 
 # what a large-count form's parameter becomes in its int form: (kind in the _c form, kind in the int form)
 NARROWED = {('count', 'int'): 'MGI_NARROW_COUNT', ('counts', 'ints'): 'MGI_NARROW_COUNTS',
-            ('aints', 'ints'): 'MGI_NARROW_AINTS'}
+            ('aints', 'ints'): 'MGI_NARROW_AINTS', ('countp', 'intp'): 'MGI_NARROW_COUNTP'}
 
 
 def narrowings(mod):

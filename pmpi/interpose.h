@@ -95,7 +95,8 @@ int mgi_stage(int id, intptr_t *args);
 int mgi_call_lower(int id, const intptr_t *args);
 
 /* narrow.c: a large-count form (MPI_<name>_c) on a library without it, as its int form */
-enum { MGI_NARROW_COUNT, MGI_NARROW_COUNTS, MGI_NARROW_AINTS }; /* an MPI_Count, MPI_Count[], MPI_Aint[] */
+/* an MPI_Count, MPI_Count[], MPI_Aint[], an MPI_Count the call reads and writes (Pack_c's position) */
+enum { MGI_NARROW_COUNT, MGI_NARROW_COUNTS, MGI_NARROW_AINTS, MGI_NARROW_COUNTP };
 typedef struct {
   int8_t param, kind, root_only, local; /* local: an array as long as the caller's group, else the peers' */
   int8_t buffer; /* the one buffer parameter whose span reads it (-1: several): not read where it is IN_PLACE */

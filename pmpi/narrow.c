@@ -61,9 +61,19 @@ int mgi_no_lower(int id, const intptr_t *a) {
   intptr_t b[MGI_MAX_PARAMS];
   memcpy(b, a, (size_t)f->nparams * sizeof *b);
   int *arrays[4] = {0}, rc = 0;
+  int position[4];           /* a position the call reads and writes (Pack_c's), as the int form's */
+  long long *widened[4] = {0};  /* ... and the caller's MPI_Count it goes back to */
   const char *why = NULL;
   for (int k = 0; k < w->n && !why; k++) {
     const mgi_narrowed_param *q = &w->params[k];
+    if (q->kind == MGI_NARROW_COUNTP) {
+      long long *p = (long long *)a[q->param];
+      if (p && !fits(*p)) why = "a position an int cannot hold, and the MPI library below has no large-count form";
+      position[k] = p ? (int)*p : 0;
+      widened[k] = p;
+      b[q->param] = p ? (intptr_t)&position[k] : 0;
+      continue;
+    }
     const int read = read_here(q, a, f, comm);
     if (q->kind == MGI_NARROW_COUNT) {
       long long v = (long long)a[q->param];
@@ -100,6 +110,8 @@ int mgi_no_lower(int id, const intptr_t *a) {
     b[q->param] = (intptr_t)out;
   }
   rc = why ? mgi_fail(id, comm, why) : mgi_call_lower(w->base, b);
+  for (int k = 0; k < w->n; k++)
+    if (widened[k] && !why && rc == 0) *widened[k] = position[k];
   for (int k = 0; k < 4; k++) free(arrays[k]);
   return rc;
 }

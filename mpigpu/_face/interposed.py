@@ -244,7 +244,7 @@ class Call:
         return (ctypes.c_char * nbytes).from_address(ptr)
 
     def run(self):
-        if self.fn.name in ('Pack', 'Unpack'):
+        if self.fn.method in ('Pack', 'Unpack'):
             return self.packing()
         fn, positional, b = self.fn, [], 0
         status = None
@@ -278,17 +278,18 @@ class Call:
         """MPI_Pack and MPI_Unpack as mpigpu's Datatype.Pack and Unpack make them (on the GPU where both
         buffers are device memory): mpi4py counts a buffer's elements as its bytes over the datatype's
         extent, so the typed side is given count x extent bytes, and the packed side its size in bytes;
-        the position is read from and written back to the caller's int."""
+        the position is read from and written back to the caller's int (MPI_Count: Pack_c, Unpack_c)."""
         fn = self.fn
         dtype = self.value('datatype')
         extent = dtype.Get_extent()[1]
-        position = ctypes.c_int.from_address(self.args[fn.index['position']])
+        wide = fn.params[fn.index['position']].kind == 'countp'
+        position = (ctypes.c_int64 if wide else ctypes.c_int).from_address(self.args[fn.index['position']])
         sides = []
         for b, i in enumerate(fn.buffers):
             param, form = fn.params[i], fn.params[i].forms[0]
             nbytes = self.value(form.count) * (extent if form.type else 1)
             sides.append(self.memory(self.args[i], nbytes, param, bool(self.mask >> b & 1)))
-        if fn.name == 'Pack':
+        if fn.method == 'Pack':
             position.value = _objects.Datatype.Pack(dtype, sides[0], sides[1], position.value, self.comm)
         else:
             position.value = _objects.Datatype.Unpack(dtype, sides[0], position.value, sides[1], self.comm)

@@ -3,7 +3,7 @@ C wrappers, their argument lists and the staging descriptors) and by the Python 
 
 Each entry is the function's name without `MPI_` and its parameters in C order, `name:kind`:
 - `int`, `count` (an MPI_Count), `ints` (an int array), `counts` (an MPI_Count array), `aints` (an MPI_Aint array), `intp` (an int the call
-  reads and writes: Pack's position), `type`, `types` (an array of datatypes), `op`, `comm`, `info`, `request` (MPI_Request *), `status`
+  reads and writes: Pack's position), `countp` (an MPI_Count it reads and writes: Pack_c's position), `type`, `types` (an array of datatypes), `op`, `comm`, `info`, `request` (MPI_Request *), `status`
   (MPI_Status *): passed through; handles travel as pointer-sized words, so the one library serves MPIs whose
   handles are ints (MPICH) or pointers (Open MPI);
 - a buffer, `in`, `out` or `inout`, with where its bytes lie in brackets, `[count,type]` over the
@@ -219,7 +219,7 @@ LOCAL = ('Reduce_local', 'Pack', 'Unpack')
 # Not here: the non-blocking and persistent forms with count arrays (on a library without `_c` functions the
 # interposer makes a call as its int form, and arrays narrowed for a call that outlives the wrapper would
 # have to outlive it too, pmpi/narrow.c), the neighbourhood v- and w-forms (arrays as long as a topology's
-# degree), Pack_c and Unpack_c (an MPI_Count position).
+# degree). Pack_c and Unpack_c read and write an MPI_Count position (`countp`).
 LARGE_COUNT = (
     'Send', 'Bsend', 'Ssend', 'Rsend', 'Recv', 'Sendrecv', 'Sendrecv_replace',
     'Isend', 'Ibsend', 'Issend', 'Irsend', 'Irecv',
@@ -231,9 +231,10 @@ LARGE_COUNT = (
     'Send_init', 'Bsend_init', 'Ssend_init', 'Rsend_init', 'Recv_init', 'Bcast_init', 'Reduce_init',
     'Allreduce_init', 'Reduce_scatter_block_init', 'Allgather_init', 'Gather_init', 'Scatter_init',
     'Alltoall_init', 'Scan_init', 'Exscan_init', 'Neighbor_allgather_init', 'Neighbor_alltoall_init',
-    'Reduce_local',
+    'Reduce_local', 'Pack', 'Unpack',
 )
 _WIDER = {'int': 'count', 'ints': 'counts'}  # a count's kind in the large-count form (displacements: aints)
+_WIDER_POINTER = {'intp': 'countp'}  # Pack's position, read and written, an MPI_Count in Pack_c
 
 # The calls that start, complete or free requests: no buffers. The interposer hands one to the handler
 # only where a request it names is a proxy of FUNCTIONS' persistent calls (requests: an array of `count`
@@ -261,7 +262,7 @@ REQUEST_CALLS = (
     ('Parrived', 'request:reqval partition:int flag:intp'),
 )
 
-KINDS = ('int', 'count', 'ints', 'counts', 'aints', 'intp', 'type', 'types', 'op', 'comm', 'info', 'request', 'requests', 'reqval',
+KINDS = ('int', 'count', 'ints', 'counts', 'aints', 'intp', 'countp', 'type', 'types', 'op', 'comm', 'info', 'request', 'requests', 'reqval',
          'status')
 DIRECTIONS = ('in', 'out', 'inout')
 
@@ -357,7 +358,8 @@ def large_count_form(name, signature):
     words = []
     for p, word in zip(base.params, signature.split()):
         kind = p.kind
-        wide = 'aints' if p.name in displs else _WIDER.get(kind, kind) if p.name in counts else kind
+        wide = ('aints' if p.name in displs else _WIDER.get(kind, kind) if p.name in counts
+                else _WIDER_POINTER.get(kind, kind))
         words.append(word.replace(f'{p.name}:{kind}', f'{p.name}:{wide}', 1))
     return name + '_c', ' '.join(words)
 

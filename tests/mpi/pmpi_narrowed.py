@@ -6,6 +6,7 @@ with none below, the call is made as the library's int form, counts and displace
 large-count call in mpi4py 4) and ctypes calls of the _c forms (through the handler, then mpigpu's methods,
 then mpi4py's) give mpi4py's results; a count an int cannot hold fails with the interposer's error.
 Run under mpiexec -n 1..4 through `python -m mpigpu` (tests/test_pmpi.py)."""
+import ctypes
 import mmap
 
 import numpy as np
@@ -103,6 +104,30 @@ same(r, gathered, 'Allgatherv_c')
 s, r = np.full(7, rank + 0.5), np.zeros(7)
 call('Sendrecv_c', p(s), L(7), h(MPI.DOUBLE), nxt, 9, p(r), L(7), h(MPI.DOUBLE), prv, 9, h(comm), None)
 same(r, np.full(7, prv + 0.5), 'Sendrecv_c')
+
+# MPI_Pack_c and MPI_Unpack_c: the MPI_Count position narrowed to the int form's and written back (mpi4py's
+# own Datatype.Pack, the reference, is a Pack_c call too)
+vec = MPI.DOUBLE.Create_vector(4, 1, 2).Commit()
+src = np.arange(16, dtype=np.float64) + rank
+want = np.zeros(80, np.uint8)
+wpos = vec.Pack(src, want, 8, comm)
+assert wpos == 72, wpos
+got, pos = np.zeros(80, np.uint8), ctypes.c_int64(8)
+call('Pack_c', p(src), L(2), h(vec), p(got), L(80), ctypes.byref(pos), h(comm))
+same(np.array([pos.value]), np.array([wpos]), 'Pack_c position')
+same(got, want, 'Pack_c')
+back, pos = np.zeros(16), ctypes.c_int64(8)
+call('Unpack_c', p(got), L(72), ctypes.byref(pos), p(back), L(2), h(vec), h(comm))
+wback = np.zeros(16)
+vec.Unpack(want, 8, wback, comm)
+same(np.array([pos.value]), np.array([wpos]), 'Unpack_c position')
+same(back, wback, 'Unpack_c')
+pos = ctypes.c_int64(2**31 + 8)  # a position an int cannot hold: the interposer's error, the position kept
+rc = pmpi_calls.c.MPI_Pack_c(p(src), L(2), h(vec), p(got), L(80), ctypes.byref(pos), h(comm))
+assert rc != MPI.SUCCESS and 'large-count form' in MPI.Get_error_string(rc), (rc, MPI.Get_error_string(rc))
+assert pos.value == 2**31 + 8, pos.value
+counted()
+vec.Free()
 
 # a count an int cannot hold: the interposer's error, raised as mpi4py's exception (the bytes are never
 # touched: an untouched mapping, broadcast on a communicator of one)

@@ -108,7 +108,10 @@ def narrowings(mod):
             local = int(any(s.form in ('sum', 'own') for _, s in spans))
             readers = {b.name for b, _ in spans}  # one buffer alone reads it: not read where it is MPI_IN_PLACE
             buffer = f.index[readers.pop()] if len(readers) == 1 else -1
-            params.append(f'{{{i}, {NARROWED[(p.kind, q.kind)]}, {root_only}, {local}, {buffer}}}')
+            groups = {s.group for _, s in spans}  # a neighbourhood collective's arrays: in- or out-degree long
+            assert len(groups) <= 1, f'MPI_{f.name}: {p.name} counts for two groups'
+            group = mod.GROUPS.index(groups.pop()) if groups else 0
+            params.append(f'{{{i}, {NARROWED[(p.kind, q.kind)]}, {root_only}, {local}, {buffer}, {group}}}')
         assert len(params) <= 4, f'MPI_{f.name}: more narrowed parameters than mgi_narrowing holds'
         rows.append(f'  {{MGI_{base.name}, {len(params)}, {{{", ".join(params)}}}}},')
     return ['const mgi_narrowing mgi_narrowings[MGI_COUNT] = {'] + rows + ['};', '']

@@ -100,6 +100,7 @@ enum { MGI_NARROW_COUNT, MGI_NARROW_COUNTS, MGI_NARROW_AINTS, MGI_NARROW_COUNTP 
 typedef struct {
   int8_t param, kind, root_only, local; /* local: an array as long as the caller's group, else the peers' */
   int8_t buffer; /* the one buffer parameter whose span reads it (-1: several): not read where it is IN_PLACE */
+  int8_t group;  /* an array's length: 0 the group (local), 1 the topology's in-degree, 2 its out-degree */
 } mgi_narrowed_param;
 typedef struct {
   int16_t base; /* the int form's id; -1: not a large-count form */

@@ -16,9 +16,11 @@ typedef int (*comm_int_fn)(intptr_t, int *);
 
 /* The library's communicator queries, looked up once (every mpi4py call of a v-form comes here on Open
  * MPI 4.1; a lookup is a dlsym). */
-enum { COMM_SIZE, COMM_REMOTE_SIZE, COMM_TEST_INTER, COMM_RANK, NQUERIES };
+enum { COMM_SIZE, COMM_REMOTE_SIZE, COMM_TEST_INTER, COMM_RANK, TOPO_TEST, CARTDIM_GET, GRAPH_NEIGHBORS_COUNT,
+       DIST_GRAPH_NEIGHBORS_COUNT, NQUERIES };
 static const char *const query_names[NQUERIES] = {"PMPI_Comm_size", "PMPI_Comm_remote_size", "PMPI_Comm_test_inter",
-                                                  "PMPI_Comm_rank"};
+                                                  "PMPI_Comm_rank", "PMPI_Topo_test", "PMPI_Cartdim_get",
+                                                  "PMPI_Graph_neighbors_count", "PMPI_Dist_graph_neighbors_count"};
 static _Atomic(void *) queries[NQUERIES];
 
 static comm_int_fn query(int which) { return (comm_int_fn)mgi_lower_cached(&queries[which], query_names[which]); }
@@ -31,6 +33,33 @@ static int group_size(intptr_t comm, int local) {
   if (!size || !test_inter || test_inter(comm, &inter)) return 0;
   if (inter && !local) return remote && !remote(comm, &n) ? n : 0;
   return size(comm, &n) ? 0 : n;
+}
+
+/* MPI_Topo_test's answers: MPI_GRAPH, MPI_CART, MPI_DIST_GRAPH (1, 2, 3 in MPICH and in Open MPI alike). */
+enum { TOPO_GRAPH = 1, TOPO_CART = 2, TOPO_DIST_GRAPH = 3 };
+
+/* A neighbourhood collective's array length: the topology's in-degree (which == 1) or out-degree (2):
+ * twice its dimensions (Cartesian), the rank's neighbours (graph), its in- or out-edges (distributed
+ * graph). 0 where it cannot be read. */
+static int degree(intptr_t comm, int which) {
+  comm_int_fn topo_test = query(TOPO_TEST);
+  int kind = 0, n = 0, rank = 0, in = 0, out = 0, weighted = 0;
+  if (!topo_test || topo_test(comm, &kind)) return 0;
+  if (kind == TOPO_CART) {
+    comm_int_fn dims = query(CARTDIM_GET);
+    return dims && !dims(comm, &n) ? 2 * n : 0;
+  }
+  if (kind == TOPO_GRAPH) {
+    comm_int_fn get_rank = query(COMM_RANK);
+    int (*count)(intptr_t, int, int *) = (int (*)(intptr_t, int, int *))query(GRAPH_NEIGHBORS_COUNT);
+    return get_rank && count && !get_rank(comm, &rank) && !count(comm, rank, &n) ? n : 0;
+  }
+  if (kind == TOPO_DIST_GRAPH) {
+    int (*count)(intptr_t, int *, int *, int *) = (int (*)(intptr_t, int *, int *, int *))query(DIST_GRAPH_NEIGHBORS_COUNT);
+    if (!count || count(comm, &in, &out, &weighted)) return 0;
+    return which == 1 ? in : out;
+  }
+  return 0;
 }
 
 /* Whether this rank's root-only arrays are read: the root of an intracommunicator, or the root's side of
@@ -86,7 +115,11 @@ int mgi_no_lower(int id, const intptr_t *a) {
       b[q->param] = 0; /* not read by the library on this rank */
       continue;
     }
-    int n = group_size(comm, q->local);
+    int n = q->group ? degree(comm, q->group) : group_size(comm, q->local);
+    if (n <= 0 && q->group) {
+      b[q->param] = a[q->param]; /* no neighbours: nothing the library reads */
+      continue;
+    }
     if (n <= 0) {
       why = "cannot read the communicator's size";
       break;

@@ -218,8 +218,8 @@ LOCAL = ('Reduce_local', 'Pack', 'Unpack')
 # int forms above (large_count_form); the method without `_c` runs them (mpi4py counts elements itself).
 # Not here: the non-blocking and persistent forms with count arrays (on a library without `_c` functions the
 # interposer makes a call as its int form, and arrays narrowed for a call that outlives the wrapper would
-# have to outlive it too, pmpi/narrow.c), the neighbourhood v- and w-forms (arrays as long as a topology's
-# degree). Pack_c and Unpack_c read and write an MPI_Count position (`countp`).
+# have to outlive it too, pmpi/narrow.c). Pack_c and Unpack_c read and write an MPI_Count position (`countp`);
+# the blocking neighbourhood v- and w-forms' arrays are as long as the topology's in- or out-degree.
 LARGE_COUNT = (
     'Send', 'Bsend', 'Ssend', 'Rsend', 'Recv', 'Sendrecv', 'Sendrecv_replace',
     'Isend', 'Ibsend', 'Issend', 'Irsend', 'Irecv',
@@ -228,6 +228,7 @@ LARGE_COUNT = (
     'Ibcast', 'Ireduce', 'Iallreduce', 'Ireduce_scatter_block', 'Iallgather', 'Ialltoall', 'Iscan', 'Iexscan',
     'Igather', 'Iscatter',
     'Neighbor_allgather', 'Neighbor_alltoall', 'Ineighbor_allgather', 'Ineighbor_alltoall',
+    'Neighbor_allgatherv', 'Neighbor_alltoallv', 'Neighbor_alltoallw',
     'Send_init', 'Bsend_init', 'Ssend_init', 'Rsend_init', 'Recv_init', 'Bcast_init', 'Reduce_init',
     'Allreduce_init', 'Reduce_scatter_block_init', 'Allgather_init', 'Gather_init', 'Scatter_init',
     'Alltoall_init', 'Scan_init', 'Exscan_init', 'Neighbor_allgather_init', 'Neighbor_alltoall_init',

@@ -129,6 +129,38 @@ assert pos.value == 2**31 + 8, pos.value
 counted()
 vec.Free()
 
+# the neighbourhood v- and w-forms: arrays as long as the topology's in- and out-degree (a periodic ring,
+# whose ranks have two neighbours each, and a distributed graph of one in- and two out-edges), mpi4py's own
+# calls and ctypes calls against pickled neighbour exchanges (another route)
+for topo in (comm.Create_cart([n], [True]),
+             comm.Create_dist_graph_adjacent([prv], sorted({nxt, (rank + 2) % n}))):
+    srcs, dsts = (list(e) for e in topo.inoutedges)
+    k = 3
+    blocks = [np.full(k, 100.0 * rank + j, np.float64) for j in range(len(dsts))]
+    want = np.concatenate(topo.neighbor_alltoall(blocks))
+    s, r = np.concatenate(blocks), np.zeros(k * len(srcs))
+    counts_out, counts_in = np.full(len(dsts), k, np.int64), np.full(len(srcs), k, np.int64)
+    displs_out, displs_in = np.arange(len(dsts), dtype=np.int64) * k, np.arange(len(srcs), dtype=np.int64) * k
+    call('Neighbor_alltoallv_c', p(s), p(counts_out), p(displs_out), h(MPI.DOUBLE), p(r), p(counts_in),
+         p(displs_in), h(MPI.DOUBLE), h(topo))
+    same(r, want, 'Neighbor_alltoallv_c')
+    r = np.zeros(k * len(srcs))
+    topo.Neighbor_alltoallv([s, (list(counts_out), list(displs_out)), MPI.DOUBLE],
+                            [r, (list(counts_in), list(displs_in)), MPI.DOUBLE])
+    same(r, want, 'Neighbor_alltoallv')
+    r = np.zeros(k * len(srcs))
+    topo.Neighbor_alltoallw([s, (list(counts_out), list(displs_out * 8)), [MPI.DOUBLE] * len(dsts)],
+                            [r, (list(counts_in), list(displs_in * 8)), [MPI.DOUBLE] * len(srcs)])
+    same(r, want, 'Neighbor_alltoallw')
+    mine = np.full(rank + 1, rank, np.float64)
+    gathered = np.concatenate(topo.neighbor_allgather(mine))
+    sizes = np.array([q + 1 for q in srcs], np.int64)
+    at = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    r = np.zeros(int(sizes.sum()))
+    call('Neighbor_allgatherv_c', p(mine), L(rank + 1), h(MPI.DOUBLE), p(r), p(sizes), p(at), h(MPI.DOUBLE), h(topo))
+    same(r, gathered, 'Neighbor_allgatherv_c')
+    topo.Free()
+
 # a count an int cannot hold: the interposer's error, raised as mpi4py's exception (the bytes are never
 # touched: an untouched mapping, broadcast on a communicator of one)
 huge = mmap.mmap(-1, 2**31 + 8)

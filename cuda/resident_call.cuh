@@ -101,24 +101,24 @@ __host__ __device__ inline uint32_t resident_blocks_for(const ResidentCall &c, u
   return want < 1 ? 1u : want > grid ? grid : (uint32_t)want;
 }
 
+// A call of kind `kind` with no type, op or mode: from send to recv, `bytes` its one size field.
+inline ResidentCall resident_transfer_of(ResidentKind kind, uintptr_t send, uintptr_t recv, uint32_t bytes) {
+  ResidentCall c{};
+  c.kind = kind;
+  c.send = (uint64_t)send;
+  c.recv = (uint64_t)recv;
+  c.bytes = bytes;
+  return c;
+}
+
 // A one-rank team's copy (collectives.cu, single_rank_wait); bytes fit 32 bits.
 inline ResidentCall resident_copy_of(uintptr_t dst, uintptr_t src, size_t bytes) {
-  ResidentCall c{};
-  c.kind = kResidentCopy;
-  c.send = (uint64_t)src;
-  c.recv = (uint64_t)dst;
-  c.bytes = (uint32_t)bytes;
-  return c;
+  return resident_transfer_of(kResidentCopy, src, dst, (uint32_t)bytes);
 }
 
 // A blocking exchange on `channels` channels (exchange.cu); its byte ranges go in the table.
 inline ResidentCall resident_exchange_of(uintptr_t send, uintptr_t recv, int channels) {
-  ResidentCall c{};
-  c.kind = kResidentExchange;
-  c.send = (uint64_t)send;
-  c.recv = (uint64_t)recv;
-  c.bytes = (uint32_t)channels;
-  return c;
+  return resident_transfer_of(kResidentExchange, send, recv, (uint32_t)channels);
 }
 
 // The call of a launch_ll or launch_ll128 plan (collectives.cu).

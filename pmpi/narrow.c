@@ -40,26 +40,26 @@ enum { TOPO_GRAPH = 1, TOPO_CART = 2, TOPO_DIST_GRAPH = 3 };
 
 /* A neighbourhood collective's array length: the topology's in-degree (which == 1) or out-degree (2):
  * twice its dimensions (Cartesian), the rank's neighbours (graph), its in- or out-edges (distributed
- * graph). 0 where it cannot be read. */
+ * graph). -1 where it cannot be read (no topology, a query that failed): 0 is a rank without neighbours. */
 static int degree(intptr_t comm, int which) {
   comm_int_fn topo_test = query(TOPO_TEST);
   int kind = 0, n = 0, rank = 0, in = 0, out = 0, weighted = 0;
-  if (!topo_test || topo_test(comm, &kind)) return 0;
+  if (!topo_test || topo_test(comm, &kind)) return -1;
   if (kind == TOPO_CART) {
     comm_int_fn dims = query(CARTDIM_GET);
-    return dims && !dims(comm, &n) ? 2 * n : 0;
+    return dims && !dims(comm, &n) ? 2 * n : -1;
   }
   if (kind == TOPO_GRAPH) {
     comm_int_fn get_rank = query(COMM_RANK);
     int (*count)(intptr_t, int, int *) = (int (*)(intptr_t, int, int *))query(GRAPH_NEIGHBORS_COUNT);
-    return get_rank && count && !get_rank(comm, &rank) && !count(comm, rank, &n) ? n : 0;
+    return get_rank && count && !get_rank(comm, &rank) && !count(comm, rank, &n) ? n : -1;
   }
   if (kind == TOPO_DIST_GRAPH) {
     int (*count)(intptr_t, int *, int *, int *) = (int (*)(intptr_t, int *, int *, int *))query(DIST_GRAPH_NEIGHBORS_COUNT);
-    if (!count || count(comm, &in, &out, &weighted)) return 0;
+    if (!count || count(comm, &in, &out, &weighted)) return -1;
     return which == 1 ? in : out;
   }
-  return 0;
+  return -1;
 }
 
 /* Whether this rank's root-only arrays are read: the root of an intracommunicator, or the root's side of
@@ -116,12 +116,12 @@ int mgi_no_lower(int id, const intptr_t *a) {
       continue;
     }
     int n = q->group ? degree(comm, q->group) : group_size(comm, q->local);
-    if (n <= 0 && q->group) {
+    if (n == 0 && q->group) {
       b[q->param] = a[q->param]; /* no neighbours: nothing the library reads */
       continue;
     }
     if (n <= 0) {
-      why = "cannot read the communicator's size";
+      why = q->group ? "cannot read the communicator's topology" : "cannot read the communicator's size";
       break;
     }
     int *out = malloc((size_t)n * sizeof *out);

@@ -17,10 +17,11 @@ typedef int (*comm_int_fn)(intptr_t, int *);
 /* The library's communicator queries, looked up once (every mpi4py call of a v-form comes here on Open
  * MPI 4.1; a lookup is a dlsym). */
 enum { COMM_SIZE, COMM_REMOTE_SIZE, COMM_TEST_INTER, COMM_RANK, TOPO_TEST, CARTDIM_GET, GRAPH_NEIGHBORS_COUNT,
-       DIST_GRAPH_NEIGHBORS_COUNT, NQUERIES };
+       DIST_GRAPH_NEIGHBORS_COUNT, OPEN_MPI_WORLD, NQUERIES };
 static const char *const query_names[NQUERIES] = {"PMPI_Comm_size", "PMPI_Comm_remote_size", "PMPI_Comm_test_inter",
                                                   "PMPI_Comm_rank", "PMPI_Topo_test", "PMPI_Cartdim_get",
-                                                  "PMPI_Graph_neighbors_count", "PMPI_Dist_graph_neighbors_count"};
+                                                  "PMPI_Graph_neighbors_count", "PMPI_Dist_graph_neighbors_count",
+                                                  "ompi_mpi_comm_world"};
 static _Atomic(void *) queries[NQUERIES];
 
 static comm_int_fn query(int which) { return (comm_int_fn)mgi_lower_cached(&queries[which], query_names[which]); }
@@ -35,8 +36,10 @@ static int group_size(intptr_t comm, int local) {
   return size(comm, &n) ? 0 : n;
 }
 
-/* MPI_Topo_test's answers: MPI_GRAPH, MPI_CART, MPI_DIST_GRAPH (1, 2, 3 in MPICH and in Open MPI alike). */
-enum { TOPO_GRAPH = 1, TOPO_CART = 2, TOPO_DIST_GRAPH = 3 };
+/* MPI_Topo_test's answers differ by library: MPICH's MPI_GRAPH is 1 and MPI_CART 2, Open MPI's the other way
+ * round; MPI_DIST_GRAPH is 3 in both. Open MPI is told by its world communicator's symbol. */
+enum { MPICH_GRAPH = 1, MPICH_CART = 2, TOPO_DIST_GRAPH = 3 };
+static int is_open_mpi(void) { return query(OPEN_MPI_WORLD) != NULL; }
 
 /* A neighbourhood collective's array length: the topology's in-degree (which == 1) or out-degree (2):
  * twice its dimensions (Cartesian), the rank's neighbours (graph), its in- or out-edges (distributed
@@ -45,11 +48,12 @@ static int degree(intptr_t comm, int which) {
   comm_int_fn topo_test = query(TOPO_TEST);
   int kind = 0, n = 0, rank = 0, in = 0, out = 0, weighted = 0;
   if (!topo_test || topo_test(comm, &kind)) return -1;
-  if (kind == TOPO_CART) {
+  int open_mpi = is_open_mpi();
+  if (kind == (open_mpi ? MPICH_GRAPH : MPICH_CART)) {
     comm_int_fn dims = query(CARTDIM_GET);
     return dims && !dims(comm, &n) ? 2 * n : -1;
   }
-  if (kind == TOPO_GRAPH) {
+  if (kind == (open_mpi ? MPICH_CART : MPICH_GRAPH)) {
     comm_int_fn get_rank = query(COMM_RANK);
     int (*count)(intptr_t, int, int *) = (int (*)(intptr_t, int, int *))query(GRAPH_NEIGHBORS_COUNT);
     return get_rank && count && !get_rank(comm, &rank) && !count(comm, rank, &n) ? n : -1;

@@ -130,9 +130,12 @@ counted()
 vec.Free()
 
 # the neighbourhood v- and w-forms: arrays as long as the topology's in- and out-degree (a periodic ring,
-# whose ranks have two neighbours each, and a distributed graph of one in- and two out-edges), mpi4py's own
-# calls and ctypes calls against pickled neighbour exchanges (another route)
+# whose ranks have two neighbours each; a complete graph; a distributed graph of one in- and two
+# out-edges), mpi4py's own calls and ctypes calls against pickled neighbour exchanges (another route).
+# Cartesian and graph topologies are told apart by MPI_Topo_test, whose codes differ by library.
+graph_edges = [[q2 for q2 in range(n) if q2 != q] for q in range(n)]
 for topo in (comm.Create_cart([n], [True]),
+             comm.Create_graph(np.cumsum([len(e) for e in graph_edges]).tolist(), sum(graph_edges, [])),
              comm.Create_dist_graph_adjacent([prv], sorted({nxt, (rank + 2) % n}))):
     srcs, dsts = (list(e) for e in topo.inoutedges)
     k = 3

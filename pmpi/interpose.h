@@ -86,6 +86,10 @@ int mgi_device_call(int id, intptr_t *args); /* a call with a device buffer that
                                                the library where CUDA-aware, else host copies */
 int mgi_missing(int id);                     /* the MPI library has no PMPI_<name> */
 int mgi_fail(int id, intptr_t comm, const char *why); /* an MPI error naming the call, through comm's handler */
+/* What a call of a function the library has in neither form returns: mpi4py's own code for a function the
+ * library lacks (PyMPI_ERR_UNAVAILABLE, which it raises as NotImplementedError), so a program sees what it
+ * sees without the interposer; no handler is called (no MPI code means it). */
+#define MGI_ERR_UNAVAILABLE ((int)0xAAAAAAAAu)
 int mgi_fail_named(const char *name, const char *why); /* the same for a call without a communicator */
 
 /* staging.c: a blocking call's device buffers through host copies */

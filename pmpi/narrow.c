@@ -89,8 +89,7 @@ int mgi_no_lower(int id, const intptr_t *a) {
   const mgi_narrowing *w = &mgi_narrowings[id];
   const mgi_function *f = &mgi_functions[id];
   intptr_t comm = f->comm >= 0 ? a[f->comm] : 0;
-  if (w->base < 0) return mgi_fail(id, comm, "the MPI library below has no such function");
-  if (!mgi_lower(w->base)) return mgi_fail(id, comm, "the MPI library below has neither this function nor its int form");
+  if (w->base < 0 || !mgi_lower(w->base)) return MGI_ERR_UNAVAILABLE;
   intptr_t b[MGI_MAX_PARAMS];
   memcpy(b, a, (size_t)f->nparams * sizeof *b);
   int *arrays[4] = {0}, rc = 0;

@@ -92,7 +92,7 @@ int mgi_no_lower(int id, const intptr_t *a) {
   if (w->base < 0 || !mgi_lower(w->base)) return MGI_ERR_UNAVAILABLE;
   intptr_t b[MGI_MAX_PARAMS];
   memcpy(b, a, (size_t)f->nparams * sizeof *b);
-  int *arrays[4] = {0}, rc = 0;
+  int *arrays[4] = {0}, lengths[4] = {0}, rc = 0;
   int position[4];           /* a position the call reads and writes (Pack_c's), as the int form's */
   long long *widened[4] = {0};  /* ... and the caller's MPI_Count it goes back to */
   const char *why = NULL;
@@ -133,6 +133,7 @@ int mgi_no_lower(int id, const intptr_t *a) {
       break;
     }
     arrays[k] = out;
+    lengths[k] = n;
     for (int i = 0; i < n; i++) {
       long long v = q->kind == MGI_NARROW_COUNTS ? ((const long long *)a[q->param])[i]
                                                  : (long long)((const intptr_t *)a[q->param])[i];
@@ -145,6 +146,16 @@ int mgi_no_lower(int id, const intptr_t *a) {
     }
     b[q->param] = (intptr_t)out;
   }
+  /* A non-blocking or persistent call's library reads its arrays until the request completes (or is freed):
+   * once every value fits, they go into the caller's own arrays, an int where each MPI_Count or MPI_Aint
+   * was, as mpi4py's fallback narrows them (mpi4py keeps them with the request). The caller's arrays hold
+   * ints after the call; only a caller that found the _c symbol on a library without it comes here. */
+  if (!why && f->request >= 0)
+    for (int k = 0; k < w->n; k++)
+      if (arrays[k]) {
+        memcpy((void *)a[w->params[k].param], arrays[k], (size_t)lengths[k] * sizeof(int));
+        b[w->params[k].param] = a[w->params[k].param];
+      }
   rc = why ? mgi_fail(id, comm, why) : mgi_call_lower(w->base, b);
   for (int k = 0; k < w->n; k++)
     if (widened[k] && !why && rc == 0) *widened[k] = position[k];

@@ -216,10 +216,10 @@ LOCAL = ('Reduce_local', 'Pack', 'Unpack')
 
 # MPI-4's large-count forms (MPI_<name>_c: MPI_Count counts, MPI_Aint displacements), derived from their
 # int forms above (large_count_form); the method without `_c` runs them (mpi4py counts elements itself).
-# Not here: the non-blocking and persistent forms with count arrays (on a library without `_c` functions the
-# interposer makes a call as its int form, and arrays narrowed for a call that outlives the wrapper would
-# have to outlive it too, pmpi/narrow.c). Pack_c and Unpack_c read and write an MPI_Count position (`countp`);
-# the blocking neighbourhood v- and w-forms' arrays are as long as the topology's in- or out-degree.
+# Pack_c and Unpack_c read and write an MPI_Count position (`countp`); the neighbourhood v- and w-forms'
+# arrays are as long as the topology's in- or out-degree. On a library without `_c` functions the
+# non-blocking and persistent forms' arrays, which the library reads until the request completes (or is
+# freed), are narrowed into the caller's own arrays, as mpi4py's fallback does (pmpi/narrow.c).
 LARGE_COUNT = (
     'Send', 'Bsend', 'Ssend', 'Rsend', 'Recv', 'Sendrecv', 'Sendrecv_replace',
     'Isend', 'Ibsend', 'Issend', 'Irsend', 'Irecv',
@@ -229,9 +229,13 @@ LARGE_COUNT = (
     'Igather', 'Iscatter',
     'Neighbor_allgather', 'Neighbor_alltoall', 'Ineighbor_allgather', 'Ineighbor_alltoall',
     'Neighbor_allgatherv', 'Neighbor_alltoallv', 'Neighbor_alltoallw',
+    'Iallgatherv', 'Ialltoallv', 'Ialltoallw', 'Igatherv', 'Iscatterv', 'Ireduce_scatter',
+    'Ineighbor_allgatherv', 'Ineighbor_alltoallv', 'Ineighbor_alltoallw',
     'Send_init', 'Bsend_init', 'Ssend_init', 'Rsend_init', 'Recv_init', 'Bcast_init', 'Reduce_init',
     'Allreduce_init', 'Reduce_scatter_block_init', 'Allgather_init', 'Gather_init', 'Scatter_init',
     'Alltoall_init', 'Scan_init', 'Exscan_init', 'Neighbor_allgather_init', 'Neighbor_alltoall_init',
+    'Allgatherv_init', 'Alltoallv_init', 'Alltoallw_init', 'Gatherv_init', 'Scatterv_init', 'Reduce_scatter_init',
+    'Neighbor_allgatherv_init', 'Neighbor_alltoallv_init', 'Neighbor_alltoallw_init',
     'Reduce_local', 'Pack', 'Unpack',
 )
 _WIDER = {'int': 'count', 'ints': 'counts'}  # a count's kind in the large-count form (displacements: aints)

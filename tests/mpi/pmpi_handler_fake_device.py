@@ -449,8 +449,15 @@ same(b, np.arange(10, dtype=np.float64) * 2, 'Reduce_local_c')
 b = device(np.full(5, rank, np.int32))
 call('Sendrecv_replace_c', p(b), L(5), h(MPI.INT), nxt, 6, prv, 6, h(comm), None)
 same(b, np.full(5, prv, np.int32), 'Sendrecv_replace_c')
+# a non-blocking v-form's count arrays (MPI_Count) and displacements (MPI_Aint), completed by MPI_Wait
+vc, vd = np.full(n, 3, np.int64), np.arange(n, dtype=np.int64) * 3
+s, r = device(np.repeat(np.arange(n, dtype=np.float32) + 10 * rank, 3)), device(np.zeros(3 * n, np.float32))
+call('Ialltoallv_c', p(s), p(vc), p(vd), h(MPI.FLOAT), p(r), p(vc), p(vd), h(MPI.FLOAT), h(comm),
+     ctypes.c_void_p(at[0]))
+call('Wait', ctypes.c_void_p(at[0]), (ctypes.c_byte * MPI._sizeof(MPI.Status))())
+same(r, np.repeat(np.arange(n, dtype=np.float32) * 10 + rank, 3), 'Ialltoallv_c')
 # (the fake driver's device memory is host memory: the results alone would not show who made the calls)
-assert handler.calls() - mark == 5, f'rank {rank}: {handler.calls() - mark} of the 5 large-count calls were handled'
+assert handler.calls() - mark == 6, f'rank {rank}: {handler.calls() - mark} of the 6 large-count calls were handled'
 
 handled = handler.calls() - before
 assert handled >= 3023, f'rank {rank}: the handler ran {handled} calls'

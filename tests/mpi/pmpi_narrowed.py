@@ -57,6 +57,46 @@ r = np.zeros(3)
 comm.Sendrecv(np.full(3, rank + 0.25), nxt, 4, r, prv, 4)
 same(r, np.full(3, prv + 0.25), 'Sendrecv')
 
+# the v-forms non-blocking and persistent: the library reads their arrays until the request completes (or
+# is freed), so the interposer narrows them into mpi4py's own arrays, which mpi4py keeps with the request
+r = np.zeros(int(counts.sum()))
+comm.Iallgatherv(np.full(rank + 1, rank, np.float64), [r, counts, displs, MPI.DOUBLE]).Wait()
+same(r, gathered, 'Iallgatherv')
+r = np.zeros(int(counts.sum())) if rank == 0 else None
+comm.Igatherv(np.full(rank + 1, rank, np.float64), [r, counts, displs, MPI.DOUBLE] if rank == 0 else None,
+              root=0).Wait()
+if rank == 0:
+    same(r, gathered, 'Igatherv')
+r = np.zeros(rank + 1)
+comm.Iscatterv([gathered, counts, displs, MPI.DOUBLE] if rank == n - 1 else None, r, root=n - 1).Wait()
+same(r, np.full(rank + 1, rank, np.float64), 'Iscatterv')
+r = np.zeros(n * (rank + 1), np.int64)
+comm.Ialltoallv([send := np.concatenate([np.full(j + 1, 100 * rank + j, np.int64) for j in range(n)]), counts,
+                 displs, MPI.INT64_T], [r, np.full(n, rank + 1), np.arange(n) * (rank + 1), MPI.INT64_T]).Wait()
+same(r, np.repeat(np.arange(n, dtype=np.int64) * 100 + rank, rank + 1), 'Ialltoallv')
+r = np.zeros(rank + 1)
+comm.Ireduce_scatter(np.arange(int(counts.sum()), dtype=np.float64) * (rank + 1), r, counts).Wait()
+same(r, np.arange(displs[rank], displs[rank] + rank + 1, dtype=np.float64) * (n * (n + 1) // 2), 'Ireduce_scatter')
+ring = comm.Create_cart([n], periods=[True])
+r = np.zeros(2)
+ring.Ineighbor_alltoallv([np.array([rank, -rank], np.float64), [1, 1], [0, 1], MPI.DOUBLE],
+                         [r, [1, 1], [0, 1], MPI.DOUBLE]).Wait()
+same(r, np.array([-prv, nxt], np.float64) if n > 1 else np.array([-rank, rank], np.float64), 'Ineighbor_alltoallv')
+ring.Free()
+r = np.zeros(int(counts.sum()))
+mine = np.full(rank + 1, rank, np.float64)
+try:
+    req = comm.Allgatherv_init(mine, [r, counts, displs, MPI.DOUBLE])
+except NotImplementedError:  # Open MPI 4.1 has no persistent collectives
+    req = None
+for k in range(2 if req is not None else 0):
+    r[:] = 0
+    req.Start()
+    req.Wait()
+    same(r, gathered, f'Allgatherv_init round {k}')
+if req is not None:
+    req.Free()
+
 # the other large-count forms mpi4py makes (functions.LARGE_COUNT): non-blocking, persistent, w-form,
 # neighbourhood, local, in-place point-to-point, buffered
 r = np.zeros(20)

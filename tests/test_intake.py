@@ -7,7 +7,7 @@ import mpigpu
 from mpigpu._describe import call as _call
 from mpigpu._base.codes import NAMES, SIZES, Coll
 from mpigpu._ext import _intake
-from conftest import FakeCAI
+from conftest import FakeCAI, run_ranks
 
 
 def no_stream(dev):
@@ -398,3 +398,10 @@ def test_startall_starts_in_the_lists_order(monkeypatch):
     started.clear()
     requests.Startall([Ours('x'), Library('y')])
     assert started == ['x', ('y',)]
+
+
+def test_the_general_path_reads_each_buffer_once():
+    """A generic CUDA Array Interface exporter is asked for its memory once by the general path (and once
+    more by the method's placement check): 2-3 reads per buffer before (issue 45)."""
+    out = run_ranks(2, 'reads_fake_device.py')
+    assert 'buffer reads on 2 ranks: 8 calls as counted' in out, out

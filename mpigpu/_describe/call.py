@@ -15,7 +15,7 @@ from mpi4py import MPI
 from .. import _cuda
 from . import datatypes as _datatypes
 from .._base.codes import ALIGNMENTS, NAMES, SIZES, Coll
-from .._ext._intake import DeviceBuffer, call_geometry, device_buffer
+from .._ext._intake import DeviceBuffer, call_geometry, device_buffer, read_device
 from .._base.types import FROM_MPI, check_op, from_typecode, op_code
 from ..errors import (PYTHON_ERRORS, BufferArgumentError, Error, KeyArgumentError, TypeArgumentError,
                       ValueArgumentError, like)
@@ -126,6 +126,18 @@ def unpack_spec(call, argname, rank, spec):
                                          error_class=MPI.ERR_COUNT if label == 'count' else MPI.ERR_ARG)
         checked.append(value)
     return obj, checked[0], checked[1] or 0, dtype
+
+
+def read_once(value, stream_for):
+    """A buffer argument with its device buffer read once: a DeviceBuffer in place of the exporter, alone or
+    as a specification's first item, which every later step of the call (placement, the intake, host
+    mirrors) takes as read instead of asking the exporter again, as mpi4py's intake reads a buffer once
+    per call. `value` itself where it holds host memory, or where the read fails (read_device)."""
+    if type(value) in (list, tuple):
+        buf = read_device(value[0], stream_for) if value else None
+        return value if buf is None else type(value)((buf, *value[1:]))
+    buf = read_device(value, stream_for)
+    return value if buf is None else buf
 
 
 def read_whole(call, argname, rank, obj, writable, stream_for):

@@ -221,6 +221,8 @@ cpdef bint is_device(object obj) except -1:
         t = type(obj)
     if t in _HOST_TYPES:
         return False
+    if t is DeviceBuffer:  # read already (read_device)
+        return True
     if _cupy_array(t):
         return True
     if _torch_tensor_type(t):
@@ -509,6 +511,40 @@ cpdef DeviceBuffer device_buffer(object obj, object stream=None):
         return _from_buffer(obj)
     raise TypeError(f'{type(obj).__name__} exposes no buffer (neither __cuda_array_interface__, __dlpack__ '
                     'nor the buffer protocol)')
+
+
+cpdef object read_device(object obj, object stream_for):
+    """obj's DeviceBuffer where obj is device memory, its exporter asked once for what is_device and
+    device_buffer would each ask it (a CUDA Array Interface exporter's dict is built per read, a DLPack
+    producer orders its work per export); None where it is host memory, and where the read fails (a
+    strided array, a broken export): the call's own steps read it then, and raise where they must.
+    `stream_for(device)`: the stream a DLPack producer is asked to order its work before."""
+    cdef type t = type(obj)
+    if t is DeviceBuffer:
+        return obj
+    if t in _HOST_TYPES or t is _IN_PLACE_TYPE or t is list or t is tuple or t.__module__ in ('numpy', 'array'):
+        return None
+    cdef bint trusted = _cupy_array(t)
+    if not trusted and _torch_tensor_type(t):
+        if not obj.is_cuda:
+            return None
+        trusted = True
+    dev = None
+    if getattr(t, '__dlpack_device__', None) is not None:
+        try:
+            kind, dev = obj.__dlpack_device__()
+        except Exception:
+            return None
+        if kind != kDLCUDA and kind != kDLCUDAManaged:
+            return None
+        trusted = trusted or t.__module__.split('.', 1)[0] in _GPU_FRAMEWORKS
+    try:
+        buf = device_buffer(obj, stream_for(dev))
+    except Exception:
+        return None
+    if trusted or ((<DeviceBuffer>buf).ptr != 0 and _pointer_query is not None and _pointer_query((<DeviceBuffer>buf).ptr)):
+        return buf
+    return None
 
 
 def call_geometry(int coll, int n, int rank, bint has_send, Py_ssize_t scount, bint has_recv,

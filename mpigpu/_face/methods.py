@@ -19,6 +19,7 @@ from .._state.undecided import ordered as is_collective, unsettled
 from .._ext._front import note_host
 from .._ext._intake import is_device
 from .._state.comm_state import follow, settle_before
+from .._describe.call import read_once
 from .._describe.strided import as_spec
 from .._paths import exchange, exchange_reduce, mirrored
 from .._paths.support import packing
@@ -178,11 +179,16 @@ def _handler(owner, name, base, params, bufs, state_of):
     blocking = _blocking_name(name, owner)  # what an I* or *_init method starts (None: it blocks)
     path = exchange_reduce if (blocking or name) in exchange_reduce.CODES else exchange
 
+    where = tuple(params.index(b) for b in bufs)
+
     def device_call(self, args):
         if fast is not None and fast(self, code, args[0], args[1], args[2] if rooted else None,
                                      exchange.edges_of(state_of(self)) if topology else None):
             return None  # the exchange's fast path ran it (mpigpu/_ext/_exchange.pxi)
         st = state_of(self)
+        args = list(args)
+        for i in where:  # each device buffer read once for every step below (the exchange's, the mirrors')
+            args[i] = read_once(args[i], _cuda.consumer_stream)
         if kind == 'refused':
             raise BufferArgumentError(name, f'device memory is not supported here: {_REFUSED[name]}', arg=bufs[0],
                         rank=st.rank, error_class=MPI.ERR_BUFFER)

@@ -16,7 +16,7 @@ from mpi4py import MPI
 from .. import _cuda
 from .._base import host_mpi as _host_mpi, plain as _plain
 from .._state import undecided as _undecided
-from .._describe.call import build, is_in_place
+from .._describe.call import build, is_in_place, read_once
 from .._base.config import config
 from .._ext._intake import is_device
 from .._state.comm_state import follow as _state_follow, state_of
@@ -96,6 +96,7 @@ class Plan:
             # own call says so (its peers raise too, instead of waiting for it).
             st.check_usable(name)
             _cuda.require(name, st.rank)
+            sendbuf, recvbuf = read_once(sendbuf, stream_for), read_once(recvbuf, stream_for)
             if config.strided_arrays:
                 sendbuf, recvbuf = self._strided(name, coll, sendbuf, recvbuf)
             self.args, self.buffers = _host_args(coll, sendbuf, recvbuf, op, root)

@@ -404,4 +404,12 @@ def test_the_general_path_reads_each_buffer_once():
     """A generic CUDA Array Interface exporter is asked for its memory once by the general path (and once
     more by the method's placement check): 2-3 reads per buffer before (issue 45)."""
     out = run_ranks(2, 'reads_fake_device.py')
-    assert 'buffer reads on 2 ranks: 8 calls as counted' in out, out
+    assert 'buffer reads on 2 ranks: 11 calls as counted' in out, out
+
+
+@pytest.mark.parametrize('n', (1, 3))
+def test_read_buffers_reach_a_cuda_aware_mpi_as_cuda_arrays(n):
+    """With host MPI taken for CUDA-aware, the general path hands mpi4py the DeviceBuffers it read once;
+    mpi4py reads them through their CUDA Array Interface (without one it raised TypeError)."""
+    out = run_ranks(n, 'aware_host_fake_device.py', env={'MPIGPU_MPI_CUDA_AWARE': '1'})
+    assert f'CUDA-aware host MPI on the general path, {n} ranks: ok' in out, out

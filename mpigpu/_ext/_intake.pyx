@@ -116,6 +116,15 @@ cdef class DeviceBuffer:
     def count(self):
         return self.nbytes // self.itemsize if self.itemsize else 0
 
+    @property
+    def __cuda_array_interface__(self):
+        """The buffer as a CUDA array (version 3), so that a library reading its arguments itself (mpi4py
+        on a CUDA-aware MPI, handed a call's arguments after read_once) reads what was read: its elements
+        in one axis, its producer stream where its exporter gave one."""
+        n, typestr = (self.count, self.typestr) if self.itemsize else (self.nbytes, '|u1')
+        return {'shape': (n,), 'typestr': typestr, 'data': (self.ptr, bool(self.readonly)), 'version': 3,
+                'strides': None, 'stream': self.stream if self.stream > 0 else None}
+
 
 # ---- where a buffer lives ------------------------------------------------------------------------
 cdef object _pointer_query = None  # fn(ptr) -> True for device or managed memory; set by mpigpu._cuda

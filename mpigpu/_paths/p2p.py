@@ -17,7 +17,7 @@ from mpi4py import MPI
 
 from .. import _cuda
 from .._base import plain as _plain
-from .._describe.call import read_whole
+from .._describe.call import read_once, read_whole
 from .._base.config import config
 from .._ext._intake import is_device
 from .._state.comm_state import _CACHE as _CACHE_KEY, state_of
@@ -116,6 +116,12 @@ def _stage(st, name, value, writable):
     return buf, pinned, (host if rest is None else [host, *rest]), dev
 
 
+def _read(value, name):
+    """A buffer argument as every later step takes it: its device buffer read once (read_once), else a
+    strided array through its strides (as_spec)."""
+    return as_spec(read_once(value, _cuda.consumer_stream), call=name)
+
+
 def _guarded(st, name, fn):
     _cuda.require(name, st.rank, 'buf')
     with _cuda.errors_as(name, st.rank):
@@ -187,7 +193,7 @@ def _post_send(st, comm, name, base, value, dest, tag):
 
 def isend(comm, name, base, buf, dest, tag):
     """Isend/Issend/Irsend/Ibsend (`base` is mpi4py's method) with a device buffer."""
-    buf = as_spec(buf, call=name)
+    buf = _read(buf, name)
     st = state_of(comm)
     return _guarded(st, name, lambda: requests.start(_post_send(st, comm, name, base, buf, dest, tag)))
 
@@ -202,7 +208,7 @@ def send(comm, name, buf, dest, tag):
                     return None
             except dm.DeviceError as exc:
                 raise _fast_failed(comm, name, exc) from None
-    buf = as_spec(buf, call=name)
+    buf = _read(buf, name)
     st = state_of(comm)
     obj, rest = split_spec(buf)
     if (rest is None and name in ('Send', 'Ssend') and p2p_ipc.usable(st)) or packed.datatype_of(buf) is not None:
@@ -364,7 +370,7 @@ def _kept_host(st, name, value, kept):
 
 
 def irecv(comm, buf, source, tag):
-    buf = as_spec(buf, call='Irecv')
+    buf = _read(buf, 'Irecv')
     st = state_of(comm)
     return _guarded(st, 'Irecv', lambda: requests.start(_post_recv(st, comm, 'Irecv', buf, source, tag)))
 
@@ -378,7 +384,7 @@ def recv(comm, buf, source, tag, status):
                 return None
         except dm.DeviceError as exc:
             raise _fast_failed(comm, 'Recv', exc) from None
-    buf = as_spec(buf, call='Recv')
+    buf = _read(buf, 'Recv')
     st = state_of(comm)
 
     def go():
@@ -398,7 +404,7 @@ def sendrecv(comm, sendbuf, dest, sendtag, recvbuf, source, recvtag, status):
                 return None
         except dm.DeviceError as exc:
             raise _fast_failed(comm, 'Sendrecv', exc) from None
-    sendbuf, recvbuf = as_spec(sendbuf, call='Sendrecv'), as_spec(recvbuf, call='Sendrecv')
+    sendbuf, recvbuf = _read(sendbuf, 'Sendrecv'), _read(recvbuf, 'Sendrecv')
     st = state_of(comm)
 
     def go():

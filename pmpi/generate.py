@@ -134,7 +134,7 @@ def wrappers(mod):
         to_handler = f'  if (mgi_takes_all(__builtin_return_address(0))) return mgi_handle(MGI_{f.name}, a);'
         lower = [f'  if (!({test})) {{',
                  f'    lower_{f.name} fn = (lower_{f.name})mgi_lower(MGI_{f.name});',
-                 f'    return fn ? fn({names}) : mgi_no_lower(MGI_{f.name}, (const intptr_t[]){{{words}}});',
+                 f'    return fn ? fn({names}) : mgi_no_lower(MGI_{f.name}, (const intptr_t[]){{{words}}}, __builtin_return_address(0));',
                  '  }']
         if f.local:  # talks to no other rank, so no peer must learn where its buffers are: host buffers
             body = lower + [words_decl, to_handler]  # go straight to the library, with a handler too
@@ -146,7 +146,7 @@ def wrappers(mod):
         args = ', '.join(from_word(p, i) for i, p in enumerate(f.params))
         calls.append(f'    case MGI_{f.name}: return ((lower_{f.name})fn)({args});')
     out += ['int mgi_call_lower(int id, const intptr_t *a) {', '  void *fn = mgi_lower(id);',
-            '  if (!fn) return mgi_no_lower(id, a);', '  switch (id) {'] + calls
+            '  if (!fn) return mgi_no_lower(id, a, NULL);', '  switch (id) {'] + calls
     out += ['    default: return mgi_missing(id);', '  }', '}', '']
     out += request_wrappers(mod)
     return '\n'.join(out)

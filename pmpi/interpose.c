@@ -146,23 +146,55 @@ typedef struct {
   uintptr_t addr, lo, hi;
 } object_span;
 
-static int span_of_object(struct dl_phdr_info *info, size_t size, void *out) {
-  (void)size;
-  object_span *o = out;
-  uintptr_t lo = UINTPTR_MAX, hi = 0;
+/* The addresses a loaded object's segments span: [*lo, *hi). */
+static void load_span(const struct dl_phdr_info *info, uintptr_t *lo, uintptr_t *hi) {
+  *lo = UINTPTR_MAX;
+  *hi = 0;
   for (int i = 0; i < info->dlpi_phnum; i++) {
     const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
     if (ph->p_type != PT_LOAD) continue;
     uintptr_t a = info->dlpi_addr + ph->p_vaddr;
-    if (a < lo) lo = a;
-    if (a + ph->p_memsz > hi) hi = a + ph->p_memsz;
+    if (a < *lo) *lo = a;
+    if (a + ph->p_memsz > *hi) *hi = a + ph->p_memsz;
   }
+}
+
+static int span_of_object(struct dl_phdr_info *info, size_t size, void *out) {
+  (void)size;
+  object_span *o = out;
+  uintptr_t lo, hi;
+  load_span(info, &lo, &hi);
   if (o->addr >= lo && o->addr < hi) {
     o->lo = lo;
     o->hi = hi;
     return 1;
   }
   return 0;
+}
+
+/* mpi4py's extension module as a span of addresses, where mpigpu has not named it (mgi_pass_lo/hi): a
+ * process that preloads the interposer without mpigpu. Looked for by its file's name until found. */
+static int span_of_mpi4py(struct dl_phdr_info *info, size_t size, void *out) {
+  (void)size;
+  if (!info->dlpi_name || !strstr(info->dlpi_name, "/mpi4py/MPI.")) return 0;
+  object_span *o = out;
+  load_span(info, &o->lo, &o->hi);
+  return 1;
+}
+
+int mgi_from_mpi4py(const void *caller) {
+  static _Atomic uintptr_t lo, hi;
+  uintptr_t c = (uintptr_t)caller;
+  if (!caller) return 0;
+  if (mgi_pass_hi) return c >= mgi_pass_lo && c < mgi_pass_hi;
+  if (!atomic_load_explicit(&hi, memory_order_acquire)) {
+    object_span o = {0, 0, 0};
+    dl_iterate_phdr(span_of_mpi4py, &o);
+    if (!o.hi) return 0;
+    atomic_store_explicit(&lo, o.lo, memory_order_relaxed);
+    atomic_store_explicit(&hi, o.hi, memory_order_release);
+  }
+  return c >= atomic_load_explicit(&lo, memory_order_relaxed) && c < atomic_load_explicit(&hi, memory_order_relaxed);
 }
 
 /* Whether a call returning to `caller` passes untouched (tests). */

@@ -86,9 +86,9 @@ int mgi_device_call(int id, intptr_t *args); /* a call with a device buffer that
                                                the library where CUDA-aware, else host copies */
 int mgi_missing(int id);                     /* the MPI library has no PMPI_<name> */
 int mgi_fail(int id, intptr_t comm, const char *why); /* an MPI error naming the call, through comm's handler */
-/* What a call of a function the library has in neither form returns: mpi4py's own code for a function the
- * library lacks (PyMPI_ERR_UNAVAILABLE, which it raises as NotImplementedError), so a program sees what it
- * sees without the interposer; no handler is called (no MPI code means it). */
+/* What mpi4py's call of a function the library has in neither form returns: mpi4py's own code for a function
+ * the library lacks (PyMPI_ERR_UNAVAILABLE, which it raises as NotImplementedError), so it sees what it sees
+ * without the interposer; no handler is called (no MPI code means it). Other callers get an MPI error. */
 #define MGI_ERR_UNAVAILABLE ((int)0xAAAAAAAAu)
 int mgi_fail_named(const char *name, const char *why); /* the same for a call without a communicator */
 
@@ -113,4 +113,8 @@ typedef struct {
 } mgi_narrowing;
 extern const mgi_narrowing mgi_narrowings[]; /* (generated) */
 /* a function the library below lacks: its int form where it is a large-count one, else an MPI error */
-int mgi_no_lower(int id, const intptr_t *args);
+int mgi_no_lower(int id, const intptr_t *args, const void *caller); /* caller: the wrapper's return address
+                                                                      (NULL: not known, not mpi4py) */
+/* Whether `caller` is code of mpi4py's extension module: mpi4py keeps a non-blocking or persistent call's
+ * count arrays with its request, and raises NotImplementedError on its own code for a missing function. */
+int mgi_from_mpi4py(const void *caller);

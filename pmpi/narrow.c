@@ -85,11 +85,15 @@ static int read_here(const mgi_narrowed_param *q, const intptr_t *a, const mgi_f
   return !q->root_only || at_root(comm, (int)a[f->root]);
 }
 
-int mgi_no_lower(int id, const intptr_t *a) {
+int mgi_no_lower(int id, const intptr_t *a, const void *caller) {
   const mgi_narrowing *w = &mgi_narrowings[id];
   const mgi_function *f = &mgi_functions[id];
   intptr_t comm = f->comm >= 0 ? a[f->comm] : 0;
-  if (w->base < 0 || !mgi_lower(w->base)) return MGI_ERR_UNAVAILABLE;
+  const int mpi4py = mgi_from_mpi4py(caller);
+  if (w->base < 0 || !mgi_lower(w->base))
+    return mpi4py ? MGI_ERR_UNAVAILABLE
+           : mgi_fail(id, comm, w->base < 0 ? "the MPI library below has no such function"
+                                            : "the MPI library below has neither this function nor its int form");
   intptr_t b[MGI_MAX_PARAMS];
   memcpy(b, a, (size_t)f->nparams * sizeof *b);
   int *arrays[4] = {0}, lengths[4] = {0}, rc = 0;
@@ -146,17 +150,27 @@ int mgi_no_lower(int id, const intptr_t *a) {
     }
     b[q->param] = (intptr_t)out;
   }
-  /* A non-blocking or persistent call's library reads its arrays until the request completes (or is freed):
-   * once every value fits, they go into the caller's own arrays, an int where each MPI_Count or MPI_Aint
-   * was, as mpi4py's fallback narrows them (mpi4py keeps them with the request). The caller's arrays hold
-   * ints after the call; only a caller that found the _c symbol on a library without it comes here. */
-  if (!why && f->request >= 0)
-    for (int k = 0; k < w->n; k++)
-      if (arrays[k]) {
-        memcpy((void *)a[w->params[k].param], arrays[k], (size_t)lengths[k] * sizeof(int));
-        b[w->params[k].param] = a[w->params[k].param];
+  /* A non-blocking or persistent call's library reads its arrays until the request completes (or is freed).
+   * mpi4py's arrays live as long as its request: once every value fits, the ints go into them, an int where
+   * each MPI_Count or MPI_Aint was, as mpi4py's own fallback narrows them. Another caller's arrays may be
+   * reused or shared by its next call, which would then read ints as MPI_Counts: its call fails instead. */
+  int in_place = 0;
+  for (int k = 0; k < w->n && !why && f->request >= 0; k++)
+    if (arrays[k]) {
+      if (!mpi4py) {
+        why = "the MPI library below has no large-count form of this call, and its int form would read narrowed "
+              "count arrays after the call returns";
+        break;
       }
+      memcpy((void *)a[w->params[k].param], arrays[k], (size_t)lengths[k] * sizeof(int));
+      b[w->params[k].param] = a[w->params[k].param];
+      in_place = 1;
+    }
   rc = why ? mgi_fail(id, comm, why) : mgi_call_lower(w->base, b);
+  if (in_place && rc != 0) /* the call did not start: mpi4py's arrays as they were (every value fit an int) */
+    for (int k = 0; k < w->n; k++)
+      if (arrays[k])
+        for (int i = 0; i < lengths[k]; i++) ((long long *)a[w->params[k].param])[i] = arrays[k][i];
   for (int k = 0; k < w->n; k++)
     if (widened[k] && !why && rc == 0) *widened[k] = position[k];
   for (int k = 0; k < 4; k++) free(arrays[k]);

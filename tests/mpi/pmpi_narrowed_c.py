@@ -45,41 +45,36 @@ call('Gatherv_c', p(mine), L(3), h(MPI.INT), p(r), p(rcnt), p(rdsp), h(MPI.INT),
 counted()
 if rank == 0:
     assert (r == np.repeat(np.arange(n, dtype=np.int32), 3)).all(), r
-# non-blocking and persistent v-forms: the library reads the arrays until the request completes, so they
-# are narrowed into the caller's own (an int where each MPI_Count was, as mpi4py's fallback does)
+# non-blocking and persistent v-forms: the library reads their arrays until the request completes. mpi4py's
+# own calls (found by its module's file: no mpigpu here) have them narrowed into mpi4py's arrays, which it
+# keeps with the request; a C caller's call fails instead (its arrays may be reused by its next call)
 import ctypes  # noqa: E402
 RQ = MPI._sizeof(MPI.Request)
 req = (ctypes.c_byte * RQ)()
-st = (ctypes.c_byte * MPI._sizeof(MPI.Status))()  # (MPI_STATUS_IGNORE differs by library)
 cnt, dsp = np.full(n, 2, np.int64), np.arange(n, dtype=np.int64) * 2
-keep = cnt.copy()
 s, r = np.repeat(np.arange(n, dtype=np.float64) + 10 * rank, 2), np.zeros(2 * n)
-call('Ialltoallv_c', p(s), p(cnt), p(dsp), h(MPI.DOUBLE), p(r), p(cnt), p(dsp), h(MPI.DOUBLE), h(comm), req)
-assert (cnt.view(np.int32)[:n] == keep).all(), cnt.view(np.int32)  # the ints the library reads
-call('Wait', req, st)
+rc = c.MPI_Ialltoallv_c(p(s), p(cnt), p(dsp), h(MPI.DOUBLE), p(r), p(cnt), p(dsp), h(MPI.DOUBLE), h(MPI.COMM_WORLD),
+                        req)
+assert rc != MPI.SUCCESS and 'after the call returns' in MPI.Get_error_string(rc), MPI.Get_error_string(rc)
+assert (cnt == 2).all() and (dsp == np.arange(n) * 2).all(), (cnt, dsp)  # untouched
+counted()
+comm.Ialltoallv([s, (list(cnt), list(dsp)), MPI.DOUBLE], [r, (list(cnt), list(dsp)), MPI.DOUBLE]).Wait()
 counted()
 assert (r == np.repeat(np.arange(n, dtype=np.float64) * 10 + rank, 2)).all(), r
-cnt, dsp = np.full(n, 1, np.int64), np.arange(n, dtype=np.int64)
 r = np.zeros(n, np.int32)
 mine = np.full(1, rank + 5, np.int32)  # (read at every Start)
-call('Allgatherv_init_c', p(mine), L(1), h(MPI.INT), p(r), p(cnt), p(dsp), h(MPI.INT),
-     h(comm), h(MPI.INFO_NULL), req)
-for k in range(2):  # the narrowed arrays outlive the call: every Start reads them
+try:
+    preq = comm.Allgatherv_init(mine, [r, [1] * n, list(range(n)), MPI.INT])
+except NotImplementedError:  # Open MPI 4.1 has no persistent collectives
+    preq = None
+for k in range(2 if preq is not None else 0):  # the narrowed arrays outlive the call: every Start reads them
     r[:] = 0
-    call('Start', req)
-    call('Wait', req, st)
+    preq.Start()
+    preq.Wait()
     counted()
     assert (r == np.arange(n, dtype=np.int32) + 5).all(), (k, r)
-call('Request_free', req)
-# ... and where one entry does not fit, the call fails before any array is touched
-cnt, dsp = np.full(n, 1, np.int64), np.arange(n, dtype=np.int64)
-dsp[-1] = 2**35
-before = dsp.copy()
-rc = c.MPI_Iallgatherv_c(p(np.zeros(1)), L(1), h(MPI.DOUBLE), p(np.zeros(n)), p(cnt), p(dsp), h(MPI.DOUBLE),
-                         h(MPI.COMM_WORLD), req)
-assert rc != MPI.SUCCESS and 'large-count form' in MPI.Get_error_string(rc), MPI.Get_error_string(rc)
-assert (dsp == before).all() and (cnt == 1).all(), (cnt, dsp)
-counted()
+if preq is not None:
+    preq.Free()
 # an entry that is read and does not fit an int: the interposer's error, the arrays freed
 one, huge, at = np.zeros(1), np.full(1, 2**33, np.int64), np.zeros(1, np.int64)  # (alive through the call)
 rc = c.MPI_Allgatherv_c(p(one), L(0), h(MPI.DOUBLE), p(one), p(huge), p(at), h(MPI.DOUBLE), h(MPI.COMM_SELF))

@@ -15,7 +15,7 @@ from pathlib import Path
 C_TYPES = {'in': 'const void *', 'out': 'void *', 'inout': 'void *', 'int': 'int', 'count': 'long long', 'counts': 'const long long *', 'ints': 'const int *',
            'aints': 'const intptr_t *', 'intp': 'int *', 'countp': 'long long *',
            'type': 'intptr_t', 'op': 'intptr_t', 'comm': 'intptr_t', 'types': 'const void *',
-           'request': 'void *', 'status': 'void *', 'info': 'intptr_t', 'requests': 'void *', 'reqval': 'intptr_t'}
+           'request': 'void *', 'status': 'void *', 'message': 'void *', 'info': 'intptr_t', 'requests': 'void *', 'reqval': 'intptr_t'}
 
 
 def load(path):

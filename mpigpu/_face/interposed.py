@@ -254,13 +254,15 @@ class Call:
                 b += 1
             elif i == fn.status:
                 status = MPI.Status() if self.args[i] not in _STATUS_IGNORE else None
-            elif p.kind in ('comm', 'request', 'info') or p.name in fn.folded:
+            elif p.kind in ('comm', 'request', 'info', 'message') or p.name in fn.folded:
                 continue  # (an info's hints are not read: MPI lets an implementation ignore them)
             elif p.kind == 'op' and fn.comm < 0:
                 continue  # MPI_Reduce_local: the op is the receiver
             else:
                 positional.append(self.value(p.name))
-        if fn.comm < 0:
+        if fn.find('message') >= 0:
+            result = self.matched(positional, status)
+        elif fn.comm < 0:
             result = self.value('op').Reduce_local(*positional)
         else:
             method = getattr(self.comm, fn.method)
@@ -273,6 +275,20 @@ class Call:
             ctypes.memmove(self.args[fn.request], MPI._addressof(result), MPI._sizeof(MPI.Request))
         return MPI.SUCCESS
 
+
+    def matched(self, positional, status):
+        """MPI_Mrecv and MPI_Imrecv: the caller's message (from its own MPI_Mprobe or MPI_Improbe) received by
+        mpigpu's Message, a device buffer as mpigpu's point-to-point takes one; the caller's handle then
+        holds what the receive left in it (MPI_MESSAGE_NULL), as MPI sets it."""
+        at, size = self.args[self.fn.find('message')], MPI._sizeof(MPI.Message)
+        msg = _objects.Message()
+        ctypes.memmove(MPI._addressof(msg), at, size)
+        if self.fn.method == 'Mrecv':
+            result = msg.Recv(*positional, status=status) if status is not None else msg.Recv(*positional)
+        else:
+            result = msg.Irecv(*positional)
+        ctypes.memmove(at, MPI._addressof(msg), size)
+        return result
 
     def packing(self):
         """MPI_Pack and MPI_Unpack as mpigpu's Datatype.Pack and Unpack make them (on the GPU where both

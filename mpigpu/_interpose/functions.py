@@ -4,7 +4,8 @@ C wrappers, their argument lists and the staging descriptors) and by the Python 
 Each entry is the function's name without `MPI_` and its parameters in C order, `name:kind`:
 - `int`, `count` (an MPI_Count), `ints` (an int array), `counts` (an MPI_Count array), `aints` (an MPI_Aint array), `intp` (an int the call
   reads and writes: Pack's position), `countp` (an MPI_Count it reads and writes: Pack_c's position), `type`, `types` (an array of datatypes), `op`, `comm`, `info`, `request` (MPI_Request *), `status`
-  (MPI_Status *): passed through; handles travel as pointer-sized words, so the one library serves MPIs whose
+  (MPI_Status *), `message` (MPI_Message *: a matched probe's message, which its receive sets to
+  MPI_MESSAGE_NULL): passed through; handles travel as pointer-sized words, so the one library serves MPIs whose
   handles are ints (MPICH) or pointers (Open MPI);
 - a buffer, `in`, `out` or `inout`, with where its bytes lie in brackets, `[count,type]` over the
   function's other parameters:
@@ -30,6 +31,7 @@ FUNCTIONS = (
     ('Ssend', 'buf:in[count,datatype] count:int datatype:type dest:int tag:int comm:comm'),
     ('Rsend', 'buf:in[count,datatype] count:int datatype:type dest:int tag:int comm:comm'),
     ('Recv', 'buf:out[count,datatype] count:int datatype:type source:int tag:int comm:comm status:status'),
+    ('Mrecv', 'buf:out[count,datatype] count:int datatype:type message:message status:status'),
     ('Sendrecv', 'sendbuf:in[sendcount,sendtype] sendcount:int sendtype:type dest:int sendtag:int '
                  'recvbuf:out[recvcount,recvtype] recvcount:int recvtype:type source:int recvtag:int '
                  'comm:comm status:status'),
@@ -71,6 +73,7 @@ FUNCTIONS = (
     ('Issend', 'buf:in[count,datatype] count:int datatype:type dest:int tag:int comm:comm request:request'),
     ('Irsend', 'buf:in[count,datatype] count:int datatype:type dest:int tag:int comm:comm request:request'),
     ('Irecv', 'buf:out[count,datatype] count:int datatype:type source:int tag:int comm:comm request:request'),
+    ('Imrecv', 'buf:out[count,datatype] count:int datatype:type message:message request:request'),
     # collectives, non-blocking
     ('Ibcast', 'buffer:inout[count,datatype] count:int datatype:type root:int comm:comm request:request'),
     ('Ireduce', 'sendbuf:in[count,datatype] recvbuf:out[count,datatype]@root count:int datatype:type op:op '
@@ -221,8 +224,8 @@ LOCAL = ('Reduce_local', 'Pack', 'Unpack')
 # non-blocking and persistent forms' arrays, which the library reads until the request completes (or is
 # freed), are narrowed into the caller's own arrays, as mpi4py's fallback does (pmpi/narrow.c).
 LARGE_COUNT = (
-    'Send', 'Bsend', 'Ssend', 'Rsend', 'Recv', 'Sendrecv', 'Sendrecv_replace',
-    'Isend', 'Ibsend', 'Issend', 'Irsend', 'Irecv',
+    'Send', 'Bsend', 'Ssend', 'Rsend', 'Recv', 'Mrecv', 'Sendrecv', 'Sendrecv_replace',
+    'Isend', 'Ibsend', 'Issend', 'Irsend', 'Irecv', 'Imrecv',
     'Bcast', 'Reduce', 'Allreduce', 'Reduce_scatter_block', 'Reduce_scatter', 'Scan', 'Exscan', 'Allgather',
     'Allgatherv', 'Gather', 'Gatherv', 'Scatter', 'Scatterv', 'Alltoall', 'Alltoallv', 'Alltoallw',
     'Ibcast', 'Ireduce', 'Iallreduce', 'Ireduce_scatter_block', 'Iallgather', 'Ialltoall', 'Iscan', 'Iexscan',
@@ -268,7 +271,7 @@ REQUEST_CALLS = (
 )
 
 KINDS = ('int', 'count', 'ints', 'counts', 'aints', 'intp', 'countp', 'type', 'types', 'op', 'comm', 'info', 'request', 'requests', 'reqval',
-         'status')
+         'status', 'message')
 DIRECTIONS = ('in', 'out', 'inout')
 
 

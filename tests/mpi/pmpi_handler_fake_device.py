@@ -449,6 +449,29 @@ same(b, np.arange(10, dtype=np.float64) * 2, 'Reduce_local_c')
 b = device(np.full(5, rank, np.int32))
 call('Sendrecv_replace_c', p(b), L(5), h(MPI.INT), nxt, 6, prv, 6, h(comm), None)
 same(b, np.full(5, prv, np.int32), 'Sendrecv_replace_c')
+# matched receives: a message from a matched probe (mpi4py's Mprobe / Improbe: the library's own is not
+# global here) in the caller's MPI_Message, then MPI_Mrecv_c and MPI_Imrecv_c into device buffers; the
+# caller's message handle is MPI_MESSAGE_NULL after each
+MSG = ctypes.c_byte * MPI._sizeof(MPI.Message)
+ST = ctypes.c_byte * MPI._sizeof(MPI.Status)
+null = bytes((ctypes.c_byte * MPI._sizeof(MPI.Message)).from_address(MPI._addressof(MPI.MESSAGE_NULL)))
+for k, (probe, receive) in enumerate((('Mprobe', 'Mrecv_c'), ('Improbe', 'Imrecv_c'))):
+    sent = np.full(5, 100.0 * rank + k)
+    sreq = comm.Isend(sent, nxt, 30 + k)  # (to itself on one rank: a blocking Send need not return first)
+    msg, st = MSG(), ST()
+    probed = comm.Mprobe(prv, 30 + k) if probe == 'Mprobe' else None
+    while probed is None:
+        probed = comm.Improbe(prv, 30 + k)
+    ctypes.memmove(msg, MPI._addressof(probed), MPI._sizeof(MPI.Message))
+    r = device(np.zeros(5))
+    if receive == 'Mrecv_c':
+        call('Mrecv_c', p(r), L(5), h(MPI.DOUBLE), msg, st)
+    else:
+        call('Imrecv_c', p(r), L(5), h(MPI.DOUBLE), msg, ctypes.c_void_p(at[0]))
+        call('Wait', ctypes.c_void_p(at[0]), ST())
+    sreq.Wait()
+    same(r, np.full(5, 100.0 * prv + k), receive)
+    assert bytes(msg) == null, f'rank {rank}: {receive} left the caller\'s message {bytes(msg)!r}'
 # a non-blocking v-form's count arrays (MPI_Count) and displacements (MPI_Aint), completed by MPI_Wait
 vc, vd = np.full(n, 3, np.int64), np.arange(n, dtype=np.int64) * 3
 s, r = device(np.repeat(np.arange(n, dtype=np.float32) + 10 * rank, 3)), device(np.zeros(3 * n, np.float32))
@@ -457,7 +480,7 @@ call('Ialltoallv_c', p(s), p(vc), p(vd), h(MPI.FLOAT), p(r), p(vc), p(vd), h(MPI
 call('Wait', ctypes.c_void_p(at[0]), (ctypes.c_byte * MPI._sizeof(MPI.Status))())
 same(r, np.repeat(np.arange(n, dtype=np.float32) * 10 + rank, 3), 'Ialltoallv_c')
 # (the fake driver's device memory is host memory: the results alone would not show who made the calls)
-assert handler.calls() - mark == 6, f'rank {rank}: {handler.calls() - mark} of the 6 large-count calls were handled'
+assert handler.calls() - mark == 8, f'rank {rank}: {handler.calls() - mark} of the 8 large-count calls were handled'
 
 handled = handler.calls() - before
 assert handled >= 3023, f'rank {rank}: the handler ran {handled} calls'

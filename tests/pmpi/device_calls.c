@@ -149,6 +149,19 @@ int main(int argc, char **argv) {
       check(ok, "Send/Recv");
       free(g);
     }
+    /* a matched probe's message received into device memory (MPI_Mrecv: staged), the handle then null */
+    if (r == 0) MPI_Send(s, 11, MPI_INT, 1, 10, MPI_COMM_WORLD);
+    else {
+      MPI_Message msg;
+      int count = -1;
+      MPI_Mprobe(0, 10, MPI_COMM_WORLD, &msg, &st);
+      MPI_Mrecv(d, N, MPI_INT, &msg, &st);
+      MPI_Get_count(&st, MPI_INT, &count);
+      g = host_of(d, 11), ok = count == 11 && msg == MPI_MESSAGE_NULL;
+      for (int i = 0; i < 11; i++) ok &= g[i] == i;
+      check(ok, "Mprobe/Mrecv");
+      free(g);
+    }
   }
 
   /* Alltoall (2 each); Alltoallv (j+1 to rank j) */

@@ -172,6 +172,11 @@ static int span_of_object(struct dl_phdr_info *info, size_t size, void *out) {
   return 0;
 }
 
+/* Whether a call returning to `caller` passes untouched (tests, and mgi_from_mpi4py). */
+MGI_EXPORT int mpigpu_pmpi_caller_passes(const void *caller) {
+  return (uintptr_t)caller >= mgi_pass_lo && (uintptr_t)caller < mgi_pass_hi;
+}
+
 /* mpi4py's extension module as a span of addresses, where mpigpu has not named it (mgi_pass_lo/hi): a
  * process that preloads the interposer without mpigpu. Looked for by its file's name until found. */
 static int span_of_mpi4py(struct dl_phdr_info *info, size_t size, void *out) {
@@ -186,7 +191,7 @@ int mgi_from_mpi4py(const void *caller) {
   static _Atomic uintptr_t lo, hi;
   uintptr_t c = (uintptr_t)caller;
   if (!caller) return 0;
-  if (mgi_pass_hi) return c >= mgi_pass_lo && c < mgi_pass_hi;
+  if (mgi_pass_hi) return mpigpu_pmpi_caller_passes(caller);
   if (!atomic_load_explicit(&hi, memory_order_acquire)) {
     object_span o = {0, 0, 0};
     dl_iterate_phdr(span_of_mpi4py, &o);
@@ -195,11 +200,6 @@ int mgi_from_mpi4py(const void *caller) {
     atomic_store_explicit(&hi, o.hi, memory_order_release);
   }
   return c >= atomic_load_explicit(&lo, memory_order_relaxed) && c < atomic_load_explicit(&hi, memory_order_relaxed);
-}
-
-/* Whether a call returning to `caller` passes untouched (tests). */
-MGI_EXPORT int mpigpu_pmpi_caller_passes(const void *caller) {
-  return (uintptr_t)caller >= mgi_pass_lo && (uintptr_t)caller < mgi_pass_hi;
 }
 
 /* The loaded object holding address `inside` (mpi4py's extension) makes calls that pass untouched: they

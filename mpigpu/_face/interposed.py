@@ -283,10 +283,7 @@ class Call:
         at, size = self.args[self.fn.find('message')], MPI._sizeof(MPI.Message)
         msg = _objects.Message()
         ctypes.memmove(MPI._addressof(msg), at, size)
-        if self.fn.method == 'Mrecv':
-            result = msg.Recv(*positional, status=status) if status is not None else msg.Recv(*positional)
-        else:
-            result = msg.Irecv(*positional)
+        result = msg.Recv(*positional, status) if self.fn.method == 'Mrecv' else msg.Irecv(*positional)
         ctypes.memmove(at, MPI._addressof(msg), size)
         return result
 

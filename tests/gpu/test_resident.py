@@ -386,18 +386,21 @@ def _exchange_calls(comm, ll):
     n, r = comm.Get_size(), comm.Get_rank()
     most = gc.mpigpu.config.resident_max_bytes
     channel = gc.mpigpu.config.exchange_channel_bytes
-    plan, resident = [], 0
+    plan, resident, either = [], 0, 0
     units = (1, 250, 1000, 4096, 16384 + 3, 65536)  # float32 elements per share
     for k in range(36):
         unit = units[(k + k // 6) % 6]  # every kind at every size
         if k >= 30:  # pairs past the limit: launched
             unit = most // 4 + 1024
         name, call, out, want, biggest = _exchange_plan(comm, k, unit)
-        # in place, the blocks overlap: the call takes the host MPI call on mirrors (no exchange);
         # exchange_channels: an LL pair takes one channel, a larger one a channel per `channel` bytes
-        runs_here = (biggest <= most and (biggest <= ll or biggest <= channel)
-                     and 'in place' not in name)
-        resident += int(runs_here)
+        fits = biggest <= most and (biggest <= ll or biggest <= channel)
+        if 'in place' in name:
+            # in place, the buffer is first copied to scratch on the call's stream (exchange_in_place.py):
+            # the exchange runs resident only where that copy is done by the time it looks at the stream
+            either += int(fits)
+        else:
+            resident += int(fits)
         plan.append((f'{name} k={k} unit={unit}', call, out, want))
         if k % 5 == 4:  # an LL call between them
             a, b = cp.full(33, r + 1, cp.float32), cp.full(33, -1, cp.float32)
@@ -412,8 +415,10 @@ def _exchange_calls(comm, ll):
     for name, _, out, want in plan:
         record(f'resident exchange {name}', bool(cp.array_equal(out, want)), 'wrong result')
     if dedicated(comm):
-        record(f'resident exchange (LL to {ll} B): the calls that fit ran resident', after[0] - before[0] == resident,
-               f'(resident calls, launches, alone) {before} -> {after}, want {resident} resident calls')
+        record(f'resident exchange (LL to {ll} B): the calls that fit ran resident',
+               resident <= after[0] - before[0] <= resident + either,
+               f'(resident calls, launches, alone) {before} -> {after}, want {resident} resident calls '
+               f'(and up to {either} in-place ones)')
 
 
 def test_exchange_calls(comm):

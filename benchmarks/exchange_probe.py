@@ -58,16 +58,16 @@ def parts(nbytes):
     got['describe'] = timed(lambda: exchange.describe('Alltoall', rank, n, (s, r)))
     reader = _cuda.device.exchange_ranges_of
     got['reader'] = timed(lambda: reader(int(Coll.ALLTOALL), rank, n, s, r))
-    got['kernel'] = timed(lambda: team.exchange(ranges.send, ranges.recv, ranges.send_bytes, ranges.send_off,
+    got['kernel'] = timed(lambda: team.exchange(ranges.coll, ranges.send, ranges.recv, ranges.send_bytes, ranges.send_off,
                                                 ranges.recv_bytes, ranges.recv_off, stream, True))
-    got['enqueue'] = timed(lambda: team.exchange(ranges.send, ranges.recv, ranges.send_bytes, ranges.send_off,
+    got['enqueue'] = timed(lambda: team.exchange(ranges.coll, ranges.send, ranges.recv, ranges.send_bytes, ranges.send_off,
                                                  ranges.recv_bytes, ranges.recv_off, stream, False))
     got['sync'] = timed(lambda: cp.cuda.get_current_stream().synchronize())
     got['decide'] = timed(lambda: st.agreement.decide('Alltoall', Coll.ALLTOALL, Placement.DEVICE))
     # the engine's call with the same traffic (each rank's block to every rank), for reference
     got['allgather'] = timed(lambda: comm.Allgather(s[:count], r))
     calls0 = team.resident_stats[0]
-    timed(lambda: team.exchange(ranges.send, ranges.recv, ranges.send_bytes, ranges.send_off, ranges.recv_bytes,
+    timed(lambda: team.exchange(ranges.coll, ranges.send, ranges.recv, ranges.send_bytes, ranges.send_off, ranges.recv_bytes,
                                 ranges.recv_off, stream, True))
     got['resident share'] = (team.resident_stats[0] - calls0) / (ROUNDS * ITERS)
     if nc is not None:
@@ -98,7 +98,7 @@ def shaped_parts(nbytes):
     got = {'call': timed(call), 'describe': timed(lambda: exchange.describe('Alltoallv', rank, n, args))}
 
     def kernel(sync):
-        team.exchange(ranges.send, ranges.recv, ranges.send_bytes, ranges.send_off, ranges.recv_bytes,
+        team.exchange(ranges.coll, ranges.send, ranges.recv, ranges.send_bytes, ranges.send_off, ranges.recv_bytes,
                       ranges.recv_off, stream, sync, ranges.shapes)
     got['kernel'] = timed(lambda: kernel(True))
     got['enqueue'] = timed(lambda: kernel(False))

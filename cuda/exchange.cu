@@ -14,13 +14,13 @@ namespace mg {
 // The launched kernels (their body, exchange_body, is shared with the resident kernel).
 // Every block plain bytes.
 __global__ void __launch_bounds__(kThreads, 1) exchange_kernel(const __grid_constant__ ExchangeArgs a) {
-  exchange_body<false>(a, nullptr, blockIdx.x);
+  exchange_body<false, true>(a, nullptr, blockIdx.x);
 }
 
 // Some blocks of derived datatypes (its own kernel: the index arithmetic stays out of the plain one).
 __global__ void __launch_bounds__(kThreads, 1) exchange_shaped_kernel(const __grid_constant__ ExchangeArgs a,
                                                                       const __grid_constant__ ExchangeShapes sh) {
-  exchange_body<true>(a, &sh, blockIdx.x);
+  exchange_body<true, true>(a, &sh, blockIdx.x);
 }
 
 }  // namespace mg
@@ -68,7 +68,26 @@ struct Prepared {
   const mg_exchange_call *x;
   mg::ExchangeShapes sh;
   bool shaped;
+  bool pull;  // the FIFO slots at the sender (slots_at_sender)
 };
+
+// Whether call x's FIFO slots lie at the sender (mg_exchange_slots, MPIGPU_EXCHANGE_SLOTS). By call,
+// the fan-out calls pull: on 4x H200 Scatterv and Neighbor_alltoall of 4-64 MB took 5-10% less time
+// so, the others (Alltoallv, Allgatherv, Gatherv) up to 17% more (docs/benchmarks.md, "Fan in").
+// Every rank of a call computes the same (the team's knob is compared at its setup).
+static bool slots_at_sender(const mg_team *t, const mg_exchange_call *x) {
+  if (t->cfg.exchange_slots != MG_SLOTS_BY_CALL) return t->cfg.exchange_slots == MG_SLOTS_AT_SENDER;
+  switch (x->coll) {
+    case MG_SCATTER:
+    case MG_SCATTERV:
+    case MG_NEIGHBOR_ALLGATHER:
+    case MG_NEIGHBOR_ALLGATHERV:
+    case MG_NEIGHBOR_ALLTOALL:
+    case MG_NEIGHBOR_ALLTOALLV:
+    case MG_NEIGHBOR_ALLTOALLW: return true;
+    default: return false;
+  }
+}
 
 // The most channels any of this rank's pairs uses (a block each; the others skip the extra ones).
 static int exchange_grid(const mg_team *t, const mg_exchange_call *x) {
@@ -95,6 +114,8 @@ static int launch_exchange(mg_team *t, const void *ctx, uintptr_t stream) {
   a.nranks = n;
   a.channel_bytes = t->cfg.exchange_channel_bytes;  // MPIGPU_EXCHANGE_CHANNEL_BYTES
   a.ll_bytes = t->cfg.exchange_ll_bytes;             // MPIGPU_EXCHANGE_LL_BYTES
+  a.drain = t->cfg.exchange_drain;                   // MPIGPU_EXCHANGE_DRAIN
+  a.pull = p->pull;
   a.watch = mg::Watch{t->timeout_ns, t->fault_dev, t->status};
   for (int r = 0; r < MG_MAX_RANKS; ++r) {
     const bool here = r < n;
@@ -117,6 +138,7 @@ static int launch_exchange(mg_team *t, const void *ctx, uintptr_t stream) {
 // raises on this rank instead of leaving the peers waiting for a kernel that never starts.
 static int prepare(const mg_team *t, const mg_exchange_call *x, Prepared *p) {
   p->x = x;
+  p->pull = slots_at_sender(t, x);
   if (team_broken(t)) return MG_ERR_BROKEN;
   for (int r = 0; r < t->cfg.nranks; ++r)
     if (!t->opened[r]) return MG_ERR_TEAM;
@@ -165,7 +187,7 @@ static bool exchange_resident_form(const mg_team *t, const Prepared *p, mg::Resi
   }
   const int grid = exchange_grid(t, x);
   if (grid > kResidentExchangeChannels || grid > t->cfg.resident_blocks) return false;
-  *c = mg::resident_exchange_of(x->send, x->recv, grid);
+  *c = mg::resident_exchange_of(x->send, x->recv, grid, p->pull);
   return true;
 }
 

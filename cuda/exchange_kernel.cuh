@@ -34,6 +34,8 @@ struct ExchangeArgs {
   size_t recv_bytes[MG_MAX_RANKS], recv_off[MG_MAX_RANKS];  // what comes from each rank, into recv
   size_t channel_bytes;  // a pair's bytes per channel before it takes another (exchange_channels)
   size_t ll_bytes;       // pairs of at most this many bytes move in the LL format (exchange_ll)
+  int drain;             // enum mg_exchange_drain: the receivers' order (exchange_any_order)
+  bool pull;             // the call's FIFO slots at the sender, read across the link (exchange_slot)
   Watch watch;
 };
 
@@ -74,6 +76,14 @@ __device__ __forceinline__ ExchangeSpan exchange_span(const ExchangeArgs &a, siz
   const size_t lo = (size_t)ch * span;
   const size_t len = shard_extent(bytes, span, span, (size_t)ch);
   return ExchangeSpan{lo, len, (int)((len + a.layout.slot_bytes - 1) / a.layout.slot_bytes)};
+}
+
+// Where step `step` of connection src -> dst on channel ch lies: in dst's workspace, so the sender
+// writes across the link and the receiver copies out locally (push), or in src's, so the sender fills
+// it locally and the receiver reads across the link (pull: the sender's per-step release then waits
+// for local stores only). Both ends agree: the end is the team's, or the call's (mg_exchange_slots).
+__device__ __forceinline__ char *exchange_slot(const ExchangeArgs &a, int ch, int src, int dst, uint64_t step) {
+  return a.pull ? a.ws[src] + a.layout.xchg_off(ch, dst, step) : a.ws[dst] + a.layout.xchg_off(ch, src, step);
 }
 
 // Loads one word of W: volatile where the source is a FIFO slot (rewritten every nslots steps, and L1
@@ -270,7 +280,7 @@ __device__ __forceinline__ bool exchange_send(const Group &g, const ExchangeArgs
       if (g.sync_or(stop)) return false;
       const size_t lo = (size_t)t * a.layout.slot_bytes;
       const size_t len = sp.len - lo < a.layout.slot_bytes ? sp.len - lo : a.layout.slot_bytes;
-      char *slot = a.ws[dst] + a.layout.xchg_off(ch, me, step);
+      char *slot = exchange_slot(a, ch, me, dst, step);
       if (Shaped && shape != nullptr)
         copy_shaped<false>(g, CopySide{a.send + a.send_off[dst], shape, {}}, CopySide{slot, nullptr, {}},
                            sp.lo + lo, len, sh->send_unit[dst]);
@@ -318,7 +328,7 @@ __device__ __forceinline__ bool exchange_receive(const Group &g, const ExchangeA
       if (g.sync_or(stop)) return false;
       const size_t lo = (size_t)t * a.layout.slot_bytes;
       const size_t len = sp.len - lo < a.layout.slot_bytes ? sp.len - lo : a.layout.slot_bytes;
-      const char *slot = mine + a.layout.xchg_off(ch, src, step);
+      const char *slot = exchange_slot(a, ch, src, me, step);
       if (Shaped && shape != nullptr)
         copy_shaped<true>(g, CopySide{slot, nullptr, {}}, CopySide{a.recv + a.recv_off[src], shape, {}},
                           sp.lo + lo, len, sh->recv_unit[src]);
@@ -332,11 +342,97 @@ __device__ __forceinline__ bool exchange_receive(const Group &g, const ExchangeA
   return true;
 }
 
+// The receiving warps of channel ch in a launched kernel: each FIFO pair's steps drained as they
+// arrive, from whichever peer has one, turn by turn. In rounds, a root taking k peers at once copied
+// the first peer's share while the others' lay in its FIFOs, and copied those only after their last
+// bytes had arrived (benchmarks/fan_in_probe.py: 3 peers into one GPU, 216 GB/s against NCCL's 303).
+// No sender waits on a particular drain order, so the rounds' freedom from cycles stays. The LL pairs
+// follow in rounds: a receiver that has drained every FIFO holds no peer up, and an LL send never waits
+// on this call.
+template <bool Shaped>
+__device__ __forceinline__ bool exchange_receive_any(const Group &g, const ExchangeArgs &a, const ExchangeShapes *sh,
+                                                     TeamState *state, int ch) {
+  const int me = a.rank, n = a.nranks;
+  const char *mine = a.ws[me];
+  __shared__ int picked;  // the peer whose next step tid 0 found arrived (-1: the wait stopped)
+  int got[MG_MAX_RANKS] = {};  // steps drained per peer, the same in every thread
+  int left = 0;
+  for (int i = 1; i < n; ++i) {
+    const int src = (me - i + n) % n;
+    if (!exchange_ll(a.recv_bytes[src], a.ll_bytes)) left += exchange_span(a, a.recv_bytes[src], ch).steps;
+  }
+  for (int turn = 1; left > 0; --left) {
+    if (g.tid == 0) {
+      int src = -1;
+      uint64_t start = 0;
+      for (unsigned spins = 0; src < 0; ++spins) {
+        for (int k = 0; k < n - 1 && src < 0; ++k) {
+          const int i = 1 + (turn - 1 + k) % (n - 1), p = (me - i + n) % n;
+          if (exchange_ll(a.recv_bytes[p], a.ll_bytes) || got[p] >= exchange_span(a, a.recv_bytes[p], ch).steps) continue;
+          const uint64_t step = state->xrecvd[ch][p] + (uint64_t)got[p];
+          if (ld_acquire_sys((const uint64_t *)(mine + Layout::xdata_off(ch, p))) >= step + 1) {
+            src = p;
+            turn = i % (n - 1) + 1;  // the next peer first next time: every FIFO keeps moving
+          }
+        }
+        if (src < 0 && spin_check(spins, start, a)) break;
+      }
+      picked = src;
+    }
+    g.sync();
+    const int src = picked;
+    if (src < 0) return false;
+    const ExchangeSpan sp = exchange_span(a, a.recv_bytes[src], ch);
+    const int t = got[src];
+    const uint64_t step = state->xrecvd[ch][src] + (uint64_t)t;
+    const size_t lo = (size_t)t * a.layout.slot_bytes;
+    const size_t len = sp.len - lo < a.layout.slot_bytes ? sp.len - lo : a.layout.slot_bytes;
+    const char *slot = exchange_slot(a, ch, src, me, step);
+    const BlockShape *shape = Shaped ? shape_of(sh, false, src) : nullptr;
+    if (Shaped && shape != nullptr)
+      copy_shaped<true>(g, CopySide{slot, nullptr, {}}, CopySide{a.recv + a.recv_off[src], shape, {}}, sp.lo + lo, len,
+                        sh->recv_unit[src]);
+    else
+      copy_bytes<true>(g, slot, a.recv + a.recv_off[src] + sp.lo + lo, len);
+    g.sync();  // also keeps tid 0 from rewriting `picked` before every thread has read it
+    if (g.tid == 0) st_release_sys((uint64_t *)(a.ws[src] + Layout::xack_off(ch, me)), step + 1);
+    got[src] = t + 1;
+  }
+  if (g.tid == 0)
+    for (int p = 0; p < n; ++p) state->xrecvd[ch][p] += (uint64_t)got[p];
+  for (int i = 1; i < n; ++i) {
+    const int src = (me - i + n) % n;
+    if (ch == 0 && exchange_ll(a.recv_bytes[src], a.ll_bytes) && !exchange_receive_ll<Shaped>(g, a, sh, state, src))
+      return false;
+  }
+  return true;
+}
+
 // Channel ch of a call, by every thread of one block: of a launched kernel's grid, or of the resident
 // kernel's (resident_kernel.cuh, plain blocks only), whose block ch runs channel ch; both run the same
 // protocol, so a rank whose call was launched meets one whose call ran resident. A wait that stopped
 // records the fault.
-template <bool Shaped>
+// Whether channel ch's receiving warps drain in arrival order (a.drain, mg_exchange_drain). Under
+// MG_DRAIN_AUTO where this rank sends to no peer and a peer's share on the channel takes two steps
+// or more: on 4x H200 that took a 60 MB Gatherv 9% less time and a 15 MB one (a step a share) 6% more
+// (docs/benchmarks.md, "Fan in"). The same in every thread of the block.
+__device__ __forceinline__ bool exchange_any_order(const ExchangeArgs &a, int ch) {
+  if (a.drain != MG_DRAIN_AUTO) return a.drain == MG_DRAIN_ARRIVAL;
+  int most = 0;
+  for (int p = 0; p < a.nranks; ++p) {
+    if (p == a.rank) continue;
+    if (a.send_bytes[p]) return false;
+    if (exchange_ll(a.recv_bytes[p], a.ll_bytes)) continue;
+    const int steps = exchange_span(a, a.recv_bytes[p], ch).steps;
+    most = steps > most ? steps : most;
+  }
+  return most >= 2;
+}
+
+// AnyOrder: the receiving warps may drain in arrival order (exchange_receive_any, where
+// exchange_any_order says so: the launched kernels), else in rounds (the resident kernel, whose
+// registers have no room for it).
+template <bool Shaped, bool AnyOrder = false>
 __device__ __forceinline__ void exchange_body(const ExchangeArgs &a, const ExchangeShapes *sh, int ch) {
   const int tid = threadIdx.x;
   TeamState *state = team_state(a.ws[a.rank]);
@@ -344,6 +440,8 @@ __device__ __forceinline__ void exchange_body(const ExchangeArgs &a, const Excha
   if (!dead) {
     if (tid < kExchangeGroupThreads)
       dead = !exchange_send<Shaped>(Group{tid, kExchangeGroupThreads, 1}, a, sh, state, ch);
+    else if (AnyOrder && exchange_any_order(a, ch))
+      dead = !exchange_receive_any<Shaped>(Group{tid - kExchangeGroupThreads, kExchangeGroupThreads, 2}, a, sh, state, ch);
     else
       dead = !exchange_receive<Shaped>(Group{tid - kExchangeGroupThreads, kExchangeGroupThreads, 2}, a, sh, state, ch);
   }

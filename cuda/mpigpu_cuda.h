@@ -177,6 +177,17 @@ int mg_reduce_rows(int dtype, int op, uintptr_t dst, uintptr_t src, size_t row_b
 /* ---- device team (transport_ipc.cu) ---- */
 typedef struct mg_team mg_team;
 
+/* The exchange's receivers in a launched kernel (exchange_kernel.cuh): one peer's share after another
+ * (round i: rank me - i), step by step from whichever peer's next step has arrived, or the second where
+ * the rank only receives and some peer's share on the channel takes two steps or more (a rooted
+ * gather: its peers' shares arrive at once), else the first. */
+enum mg_exchange_drain { MG_DRAIN_ROUNDS = 0, MG_DRAIN_ARRIVAL, MG_DRAIN_AUTO };
+/* Which end of an exchange connection holds its FIFO slots: the receiver (the sender writes across the
+ * link), the sender (it fills them locally and the receiver reads across the link), or by the call
+ * (mg_exchange_call::coll): the sender for the fan-out calls, Scatter(v) and the neighbourhood
+ * collectives, the receiver for the others. */
+enum mg_exchange_slots { MG_SLOTS_AT_RECEIVER = 0, MG_SLOTS_AT_SENDER, MG_SLOTS_BY_CALL };
+
 typedef struct mg_team_config {
   int rank, nranks, device;
   size_t slot_bytes;   /* bytes of one FIFO slot (the pipeline chunk) */
@@ -197,6 +208,10 @@ typedef struct mg_team_config {
   size_t exchange_ll_bytes;       /* the exchange: pairs of at most this many bytes move in the
                                      low-latency format (0 .. MG_EXCHANGE_LL_MAX_BYTES; the same on
                                      every rank: both ends of a pair pick its format) */
+  int exchange_drain;             /* enum mg_exchange_drain: how the exchange's launched kernels drain
+                                     a call's FIFO pairs (a rank's own choice: no send waits on it) */
+  int exchange_slots;             /* enum mg_exchange_slots: which end of a connection holds its FIFO
+                                     slots; the same on every rank */
 } mg_team_config;
 
 int mg_team_create(const mg_team_config *cfg, mg_team **team);
@@ -308,6 +323,7 @@ typedef struct mg_exchange_call {
   const mg_block_shape *send_shape, *recv_shape;
   /* NULL, or the reduction that follows the exchange (before its wait or its request completes) */
   const mg_rows_reduction *then;
+  int coll; /* enum mg_coll: the call it serves (a team's MG_SLOTS_BY_CALL picks the slots' end by it) */
 } mg_exchange_call;
 /* Enqueues the exchange on stream (async as for mg_collective). */
 int mg_exchange(mg_team *team, const mg_exchange_call *call, uintptr_t stream, int async);

@@ -40,7 +40,7 @@ struct ResidentBox {
 // it (resident.cu sets it from the gaps between the program's calls). Sizes fit 32 bits
 // (collectives.cu, resident_form).
 struct ResidentCall {
-  uint32_t kind, mode, split, root, dtype, op;
+  uint32_t kind, mode, split, root, dtype, op;  // mode: an exchange's 1 where its slots lie at the sender
   uint64_t send, recv;
   uint32_t bytes;      // LL: piece_bytes; LL128: block_bytes; exchange: its channels (blocks)
   uint32_t total;      // LL128: total_bytes
@@ -117,8 +117,10 @@ inline ResidentCall resident_copy_of(uintptr_t dst, uintptr_t src, size_t bytes)
 }
 
 // A blocking exchange on `channels` channels (exchange.cu); its byte ranges go in the table.
-inline ResidentCall resident_exchange_of(uintptr_t send, uintptr_t recv, int channels) {
-  return resident_transfer_of(kResidentExchange, send, recv, (uint32_t)channels);
+inline ResidentCall resident_exchange_of(uintptr_t send, uintptr_t recv, int channels, bool pull) {
+  ResidentCall c = resident_transfer_of(kResidentExchange, send, recv, (uint32_t)channels);
+  c.mode = pull ? 1u : 0u;  // ExchangeArgs::pull: a launched peer's call has the same
+  return c;
 }
 
 // The call of a launch_ll or launch_ll128 plan (collectives.cu).

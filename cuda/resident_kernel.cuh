@@ -175,6 +175,8 @@ static __device__ __noinline__ void resident_exchange(const ResidentArgs &r, con
     x.nranks = r.team.nranks;
     x.channel_bytes = r.channel_bytes;
     x.ll_bytes = r.ll_bytes;
+    x.drain = MG_DRAIN_ROUNDS;  // exchange_body<false> drains in rounds (registers)
+    x.pull = c.mode != 0u;      // resident_exchange_of
     x.watch = r.team.watch;
   }
   __syncthreads();

@@ -56,7 +56,9 @@ int mg_team_create(const mg_team_config *cfg, mg_team **out) {
       cfg->nslots < 2 || cfg->max_channels < 1 || cfg->max_channels > MG_MAX_CHANNELS ||
       cfg->slot_bytes < 4096 || cfg->slot_bytes % 16 != 0 || cfg->ll128_bytes > MG_LL128_LIMIT_BYTES ||
       !(cfg->resident_us >= 0) || cfg->resident_blocks < 1 || cfg->resident_blocks > MG_MAX_CHANNELS ||
-      cfg->exchange_channel_bytes < 1 || cfg->exchange_ll_bytes > MG_EXCHANGE_LL_MAX_BYTES)
+      cfg->exchange_channel_bytes < 1 || cfg->exchange_ll_bytes > MG_EXCHANGE_LL_MAX_BYTES ||
+      cfg->exchange_drain < MG_DRAIN_ROUNDS || cfg->exchange_drain > MG_DRAIN_AUTO ||
+      cfg->exchange_slots < MG_SLOTS_AT_RECEIVER || cfg->exchange_slots > MG_SLOTS_BY_CALL)
     return MG_ERR_ARG;
   mg_team *t = (mg_team *)calloc(1, sizeof(mg_team));
   if (!t) return MG_ERR_NOMEM;

@@ -219,7 +219,7 @@ class _Team:
     def __init__(self):
         self.requests = []
 
-    def exchange_request(self, send, recv, sb, so, rb, ro, stream, addr, watch, shapes, then):
+    def exchange_request(self, coll, send, recv, sb, so, rb, ro, stream, addr, watch, shapes, then):
         self.requests.append((recv, then))
         return 1
 

@@ -113,6 +113,16 @@ class Config:
         # no counter round trip), up to MG_EXCHANGE_LL_MAX_BYTES (16 KiB, the areas' size); 0: every pair
         # through the FIFO. The same on every rank, fixed when a communicator's team is set up.
         self.exchange_ll_bytes = _int('MPIGPU_EXCHANGE_LL_BYTES', 16 * 1024, 0, 16 * 1024)
+        # The exchange's receivers in a launched kernel (mg_exchange_drain): one peer's share after another
+        # ('rounds'), in arrival order, or 'auto' (arrival order where a rank only receives, shares of 2+
+        # steps). A rank's own choice: no sender waits on the order.
+        self.exchange_drain = _choice('MPIGPU_EXCHANGE_DRAIN', 'auto', {
+            'auto': ('auto',), 'arrival': ('arrival',), 'rounds': ('rounds',)})
+        # Which end of an exchange connection holds its FIFO slots (mg_exchange_slots): the receiver, the
+        # sender, or 'auto' (by the call: the sender for Scatter(v) and the neighbourhood collectives). The
+        # same on every rank (a team knob).
+        self.exchange_slots = _choice('MPIGPU_EXCHANGE_SLOTS', 'auto', {
+            'auto': ('auto',), 'receiver': ('receiver',), 'sender': ('sender',)})
         # CUDA-aware MPI: 'auto' asks the library (MPIX_Query_cuda_support), '1'/'0' force it.
         self.mpi_cuda_aware = _choice('MPIGPU_MPI_CUDA_AWARE', 'auto', {
             'auto': ('auto',), '1': ('1', 'yes', 'true', 'on'), '0': ('0', 'no', 'false', 'off')})

@@ -21,6 +21,13 @@ cdef extern from "mpigpu_cuda.h" nogil:
         MG_SUM
         MG_ALGO_AUTO
     enum:
+        MG_DRAIN_ROUNDS
+        MG_DRAIN_ARRIVAL
+        MG_DRAIN_AUTO
+        MG_SLOTS_AT_RECEIVER
+        MG_SLOTS_AT_SENDER
+        MG_SLOTS_BY_CALL
+    enum:
         MG_ERR_ARG
         MG_ERR_TEAM
         MG_ERR_TIMEOUT
@@ -80,6 +87,8 @@ cdef extern from "mpigpu_cuda.h" nogil:
         size_t resident_copy_max_bytes
         size_t exchange_channel_bytes
         size_t exchange_ll_bytes
+        int exchange_drain
+        int exchange_slots
     int mg_team_create(const mg_team_config *cfg, mg_team **team)
     int mg_team_export(mg_team *team, void *handle)
     int mg_team_open_peer(mg_team *team, int peer, const void *handle)
@@ -127,6 +136,7 @@ cdef extern from "mpigpu_cuda.h" nogil:
         const mg_block_shape *send_shape
         const mg_block_shape *recv_shape
         const mg_rows_reduction *then
+        int coll
     int mg_exchange(mg_team *team, const mg_exchange_call *call, uintptr_t stream, int async_)
     int mg_exchange_wait(mg_team *team, const mg_exchange_call *call, uintptr_t stream)
     int mg_exchange_request(mg_team *team, const mg_exchange_call *call, uintptr_t stream, void *request, int watch,

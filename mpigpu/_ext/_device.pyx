@@ -24,6 +24,10 @@ from mpigpu._ext._board cimport Board, mg_board
 
 include "_cuda_api.pxi"
 
+# The exchange's team knobs (mpigpu.config's spellings) as mg_exchange_drain and mg_exchange_slots
+_DRAINS = {'rounds': MG_DRAIN_ROUNDS, 'arrival': MG_DRAIN_ARRIVAL, 'auto': MG_DRAIN_AUTO}
+_SLOTS = {'receiver': MG_SLOTS_AT_RECEIVER, 'sender': MG_SLOTS_AT_SENDER, 'auto': MG_SLOTS_BY_CALL}
+
 
 class DeviceError(RuntimeError):
     """A CUDA runtime or engine error; `code` is the cudaError_t (> 0) or MG_ERR_* (< 0) value, one of
@@ -310,7 +314,7 @@ cdef class Team:
     def __cinit__(self, int rank, int nranks, int device, object config):
         """`config`: the knobs (mpigpu.config: chunk_bytes, nslots, max_channels, timeout_s,
         split_steps, ll128_bytes, resident_us, resident_blocks, resident_max_bytes, resident_copy_max_bytes,
-        exchange_channel_bytes, exchange_ll_bytes)."""
+        exchange_channel_bytes, exchange_ll_bytes, exchange_drain, exchange_slots)."""
         cdef mg_team_config cfg
         cfg.rank = rank
         cfg.nranks = nranks
@@ -327,6 +331,8 @@ cdef class Team:
         cfg.resident_copy_max_bytes = config.resident_copy_max_bytes
         cfg.exchange_channel_bytes = config.exchange_channel_bytes
         cfg.exchange_ll_bytes = config.exchange_ll_bytes
+        cfg.exchange_drain = _DRAINS[config.exchange_drain]
+        cfg.exchange_slots = _SLOTS[config.exchange_slots]
         self.t = NULL
         check(mg_team_create(&cfg, &self.t), 'workspace allocation')
         self.rank, self.nranks, self.device = rank, nranks, device
@@ -435,22 +441,22 @@ cdef class Team:
         else:
             check(mg_collective(self.t, &c, stream, 1), 'collective launch')
 
-    def exchange(self, uintptr_t send, uintptr_t recv, send_bytes, send_off, recv_bytes, recv_off,
+    def exchange(self, int coll, uintptr_t send, uintptr_t recv, send_bytes, send_off, recv_bytes, recv_off,
                  uintptr_t stream, bint sync, shapes=None, then=None):
-        """The all-to-all family's exchange (mg_exchange): send_bytes[p] bytes from send + send_off[p]
+        """The all-to-all family's exchange (mg_exchange) for collective `coll` (its code): send_bytes[p] bytes from send + send_off[p]
         to rank p, recv_bytes[p] bytes from rank p into recv + recv_off[p]; with `sync`, returns with
         the result (GIL released), else enqueued on `stream` as run() does. `shapes`: None, or (send,
         recv) lists of a layout (mpigpu._describe.datatypes.Layout, regular) or None per rank: that block is
         packed bytes of the datatype, send_off/recv_off its first instance's displacement. `then`:
         None, or the reduction that follows, (dtype, op, dst, src, row_bytes, nrows, count)."""
         cdef ExchangeCall c
-        self._exchange_call(&c, send, recv, send_bytes, send_off, recv_bytes, recv_off, shapes, then)
+        self._exchange_call(&c, coll, send, recv, send_bytes, send_off, recv_bytes, recv_off, shapes, then)
         if sync:
             self.run_exchange(&c.x, stream)
         else:
             check(mg_exchange(self.t, &c.x, stream, 1), 'exchange launch')
 
-    cpdef uint64_t exchange_request(self, uintptr_t send, uintptr_t recv, send_bytes, send_off, recv_bytes,
+    cpdef uint64_t exchange_request(self, int coll, uintptr_t send, uintptr_t recv, send_bytes, send_off, recv_bytes,
                                     recv_off, uintptr_t stream, uintptr_t request, bint watch,
                                     shapes=None, then=None) except? 0:
         """The exchange (as exchange()) enqueued on `stream`, with the generalized request that
@@ -458,11 +464,11 @@ cdef class Team:
         request's ticket; a fault completes the request with the fault's code. The device is current."""
         cdef uint64_t ticket = 0
         cdef ExchangeCall c
-        self._exchange_call(&c, send, recv, send_bytes, send_off, recv_bytes, recv_off, shapes, then)
+        self._exchange_call(&c, coll, send, recv, send_bytes, send_off, recv_bytes, recv_off, shapes, then)
         check(mg_exchange_request(self.t, &c.x, stream, <void *>request, watch, &ticket), 'exchange request')
         return ticket
 
-    cdef int _exchange_call(self, ExchangeCall *c, uintptr_t send, uintptr_t recv, send_bytes, send_off,
+    cdef int _exchange_call(self, ExchangeCall *c, int coll, uintptr_t send, uintptr_t recv, send_bytes, send_off,
                             recv_bytes, recv_off, shapes, then) except -1:
         """Fills c from per-rank lists, shapes and the reduction that follows (exchange, exchange_request)."""
         cdef int r, n = len(send_bytes)
@@ -472,6 +478,7 @@ cdef class Team:
         if n > MG_MAX_RANKS or len(send_off) != n or len(recv_bytes) != n or len(recv_off) != n:
             raise DeviceError(MG_ERR_ARG, f'exchange: {n} ranks of byte ranges (at most {MG_MAX_RANKS})')
         memset(x, 0, sizeof(mg_exchange_call))
+        x.coll = coll
         x.send, x.recv = send, recv
         for r in range(n):
             x.send_bytes[r], x.send_off[r] = send_bytes[r], send_off[r]

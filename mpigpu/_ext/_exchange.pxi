@@ -258,6 +258,7 @@ cdef int exchange_ranges(int coll, int me, int n, object sendbuf, object recvbuf
     cdef int p
     cdef bint at_root = me == root
     memset(x, 0, sizeof(mg_exchange_call))
+    x.coll = coll
     read[0] = 0
     if coll == MG_ALLTOALL or coll == MG_ALLTOALLV:
         if _x_in_place(sendbuf):

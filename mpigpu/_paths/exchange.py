@@ -18,20 +18,15 @@ stream= forms, `start` their non-blocking (I*) forms, `persistent` their *_init 
 from mpi4py import MPI
 
 from .. import _cuda
-from .._base.codes import Coll, Placement, Verdict
+from .._base.codes import Placement, Verdict
 from .._base.config import config
 from .._state import undecided as _undecided
 from .._state.undecided import Undecided, unsettled
 from ..errors import Error
-from .exchange_read import describe, edges_of
+from .exchange_read import CODES, describe, edges_of
 from .._state import requests
 
-# The blocking methods this path takes, with their code on the placement board.
-CODES = {'Alltoall': Coll.ALLTOALL, 'Alltoallv': Coll.ALLTOALLV, 'Alltoallw': Coll.ALLTOALLW,
-         'Allgatherv': Coll.ALLGATHERV, 'Gather': Coll.GATHER, 'Gatherv': Coll.GATHERV, 'Scatter': Coll.SCATTER,
-         'Scatterv': Coll.SCATTERV, 'Neighbor_allgather': Coll.NEIGHBOR_ALLGATHER,
-         'Neighbor_allgatherv': Coll.NEIGHBOR_ALLGATHERV, 'Neighbor_alltoall': Coll.NEIGHBOR_ALLTOALL,
-         'Neighbor_alltoallv': Coll.NEIGHBOR_ALLTOALLV, 'Neighbor_alltoallw': Coll.NEIGHBOR_ALLTOALLW}
+# CODES (exchange_read): the blocking methods this path takes, with their code on the placement board.
 # The methods the fast path reads (mpigpu/_ext/_exchange.pxi); the others only `describe`.
 FAST = frozenset(('Alltoall', 'Alltoallv', 'Allgatherv', 'Gather', 'Gatherv', 'Scatter', 'Scatterv',
                   'Neighbor_allgather', 'Neighbor_allgatherv', 'Neighbor_alltoall', 'Neighbor_alltoallv'))

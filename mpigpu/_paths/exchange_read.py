@@ -12,11 +12,19 @@ import operator
 from mpi4py import MPI
 
 from .. import _cuda
+from .._base.codes import Coll
 from .._describe import datatypes as _datatypes
 from .._describe.call import datatype_of, read_whole, unpack_spec
 from .exchange_in_place import InPlace
 from .support import packing
 
+# The blocking methods this path takes, with their code (on the placement board, and the call's for the
+# transport: mg_exchange_call::coll).
+CODES = {'Alltoall': Coll.ALLTOALL, 'Alltoallv': Coll.ALLTOALLV, 'Alltoallw': Coll.ALLTOALLW,
+         'Allgatherv': Coll.ALLGATHERV, 'Gather': Coll.GATHER, 'Gatherv': Coll.GATHERV, 'Scatter': Coll.SCATTER,
+         'Scatterv': Coll.SCATTERV, 'Neighbor_allgather': Coll.NEIGHBOR_ALLGATHER,
+         'Neighbor_allgatherv': Coll.NEIGHBOR_ALLGATHERV, 'Neighbor_alltoall': Coll.NEIGHBOR_ALLTOALL,
+         'Neighbor_alltoallv': Coll.NEIGHBOR_ALLTOALLV, 'Neighbor_alltoallw': Coll.NEIGHBOR_ALLTOALLW}
 _ROOTED = frozenset(('Gather', 'Gatherv', 'Scatter', 'Scatterv'))
 SHAPE_MAX_DIMS = 4  # nested dimensions of a block shape the kernel takes (MG_SHAPE_MAX_DIMS, cuda/mpigpu_cuda.h)
 
@@ -29,11 +37,13 @@ class Ranges:
     """One rank's exchange: send_bytes[p] bytes from send + send_off[p] go to rank p; recv_bytes[p]
     bytes from rank p land at recv + recv_off[p]; `bufs` the device buffers (their streams order the
     call). A block of a datatype with gaps has a shape (send_shape[p], recv_shape[p]: its layout, else
-    None): its bytes are the packed bytes of its instances, the first of which lies at the offset."""
-    __slots__ = ('send', 'recv', 'send_bytes', 'send_off', 'recv_bytes', 'recv_off', 'send_shape', 'recv_shape',
-                 'shapes', 'bufs', 'device')
+    None): its bytes are the packed bytes of its instances, the first of which lies at the offset. `coll`:
+    the code of the call it serves (the transport picks its FIFOs' end by it)."""
+    __slots__ = ('coll', 'send', 'recv', 'send_bytes', 'send_off', 'recv_bytes', 'recv_off', 'send_shape',
+                 'recv_shape', 'shapes', 'bufs', 'device')
 
-    def __init__(self, n):
+    def __init__(self, n, coll):
+        self.coll = int(coll)
         self.send = self.recv = 0
         self.send_bytes, self.send_off = [0] * n, [0] * n
         self.recv_bytes, self.recv_off = [0] * n, [0] * n
@@ -45,18 +55,18 @@ class Ranges:
     # What the transport's forms do with a call (this class's, and exchange_reduce.Reduction's):
     def run(self, team, stream, then=None):
         """The exchange, blocking (`then`: the reduction that follows it, the team's `then`)."""
-        team.exchange(self.send, self.recv, self.send_bytes, self.send_off, self.recv_bytes, self.recv_off,
+        team.exchange(self.coll, self.send, self.recv, self.send_bytes, self.send_off, self.recv_bytes, self.recv_off,
                       stream, True, self.shapes, then)
 
     def enqueue(self, team, stream):
         """The exchange enqueued on `stream`, not waited for (the stream= form; exchange_reduce's
         Reduction waits, for its scratch)."""
-        team.exchange(self.send, self.recv, self.send_bytes, self.send_off, self.recv_bytes, self.recv_off,
+        team.exchange(self.coll, self.send, self.recv, self.send_bytes, self.send_off, self.recv_bytes, self.recv_off,
                       stream, False, self.shapes)
 
     def request(self, team, stream, addr, watch, then=None):
         """The exchange enqueued with the generalized request at `addr` that completes after it: its ticket."""
-        return team.exchange_request(self.send, self.recv, self.send_bytes, self.send_off, self.recv_bytes,
+        return team.exchange_request(self.coll, self.send, self.recv, self.send_bytes, self.send_off, self.recv_bytes,
                                      self.recv_off, stream, addr, watch, self.shapes, then)
 
     def bind(self, req, stream):
@@ -243,7 +253,7 @@ def _neighborly(name, rank, n, args, edges):
     sendbuf, recvbuf = args[0], args[1]
     if sendbuf is None or sendbuf is MPI.IN_PLACE or recvbuf is None or recvbuf is MPI.IN_PLACE:
         raise Unread  # MPI has no in-place form of these
-    r = Ranges(n)
+    r = Ranges(n, CODES[name])
     kind = name[len('Neighbor_'):]
     if kind == 'alltoallw':
         send, sizes, offs, shapes = _wmessage(name, 'sendbuf', rank, sendbuf, False, len(dests))
@@ -284,7 +294,7 @@ def _describe(name, rank, n, args):
     if root >= n:
         raise Unread
     at_root = root == rank
-    r = Ranges(n)
+    r = Ranges(n, CODES[name])
     in_place = sendbuf is None or sendbuf is MPI.IN_PLACE or (
         type(sendbuf) in (list, tuple) and sendbuf and sendbuf[0] is MPI.IN_PLACE)
     recv = send = None

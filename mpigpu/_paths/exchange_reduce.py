@@ -96,7 +96,7 @@ def _describe(name, rank, n, args):
     if code < 0 or not _cuda.supports(dtype, code):
         raise Unread
     check_op(name, dtype, op, rank)  # a pair MPI forbids: the host MPI call raises MPI's error
-    r = Ranges(n)
+    r = Ranges(n, CODES[name])
     if name == 'Reduce_scatter':
         counts = _counts(args[2], n)
         total = sum(counts)

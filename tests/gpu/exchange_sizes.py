@@ -109,6 +109,33 @@ for _ in range(50):  # many small calls: the FIFO's slots wrap many times
 family_case(world, 5)
 family_case(world, 1 << 20)
 interleaved(world)
+# receivers that drain in rounds (MPIGPU_EXCHANGE_DRAIN) on odd ranks, in arrival order on even ones
+# (by default only a rank that receives alone, shares of two steps or more, does): a
+# rank's own choice, which its peers' sends never depend on; the team takes it at its first device call
+drain = mpigpu.config.exchange_drain
+mpigpu.config.exchange_drain = 'rounds' if world.Get_rank() % 2 else 'arrival'
+mixed = world.Dup()
+try:
+    for per_pair, dtype in ((100_003, np.float32), (6_000_000, np.int64), (4096, np.float32)):
+        alltoallv_case(mixed, per_pair, dtype, 1)
+finally:
+    mpigpu.config.exchange_drain = drain
+family_case(mixed, 1 << 20)
+mixed.Free()
+# every call's slots at the sender, read across the link (MPIGPU_EXCHANGE_SLOTS=sender, a team knob: every
+# rank; by default only the fan-out calls' are)
+slots = mpigpu.config.exchange_slots
+mpigpu.config.exchange_slots = 'sender'
+pulled = world.Dup()
+try:
+    for per_pair, dtype, offset in ((1, np.uint8, 1), (100_003, np.float32, 1), (6_000_000, np.int64, 2)):
+        alltoallv_case(pulled, per_pair, dtype, offset)
+finally:
+    mpigpu.config.exchange_slots = slots
+for _ in range(20):
+    alltoallv_case(pulled, 4096, np.float32, 0)
+family_case(pulled, 1 << 20)
+pulled.Free()
 if world.Get_size() > 2:
     half = world.Split(world.Get_rank() % 2, world.Get_rank())
     alltoallv_case(half, 100_003, np.float32, 1)

@@ -202,15 +202,18 @@ def test_ll128(comm):
             # idle ranks run the LL and LL128 forms resident up to MPIGPU_RESIDENT_MAX_BYTES (6 MiB on
             # 2 ranks: the direct kernel)
             message = m * 4 * (n if coll in ('Reduce_scatter_block', 'Allgather') else 1)
-            resident = (not busy and chosen_algo(comm, coll.lower(), m, 'auto') in line_forms
-                        and message <= gc.mpigpu.config.resident_max_bytes)
             recent_call(comm)
             if busy:
-                spin_stream(300)
+                spin_stream(3000)  # long enough that the host reaches the call before the stream drains
             a = cp.full(m * (n if coll == 'Reduce_scatter_block' else 1), r + 1, cp.float32)
             b = cp.full(m * (n if coll == 'Allgather' else 1), -1, cp.float32)
             if not busy:
                 cp.cuda.get_current_stream().synchronize()
+            # the path follows the stream as the call finds it (a spin the host outlasted leaves it idle:
+            # on 4x H100 a 300 us spin once did, at the first size)
+            idle = cp.cuda.get_current_stream().done
+            resident = (idle and chosen_algo(comm, coll.lower(), m, 'auto') in line_forms
+                        and message <= gc.mpigpu.config.resident_max_bytes)
             before = resident_stats(comm)[0]
             if coll == 'Allreduce':
                 comm.Allreduce(a, b)
@@ -229,7 +232,7 @@ def test_ll128(comm):
             ran = resident_stats(comm)[0] - before
             record(f'resident/launched LL128 mix {coll} count={m}', bool(cp.array_equal(b, want)), 'wrong result')
             record(f'resident/launched LL128 mix {coll} count={m} path', ran == int(resident),
-                   f'busy={busy} resident calls {ran}, want {int(resident)}')
+                   f'busy={busy} stream idle={idle} resident calls {ran}, want {int(resident)}')
     # a limit of 256 KiB: a 1 MiB call launches, a 256 KiB one runs resident (2 MiB by default)
     with settings(resident_max_bytes=256 << 10):
         small = comm.Dup()

@@ -20,6 +20,7 @@ import numpy as np
 
 import fake_device
 from fake_device import DeviceError, fake, install
+from mpigpu._base.codes import ENGINE_COLLS, Coll
 
 _HEADER = 64            # posted and done counters (two 8-byte words)
 _REGION = 1 << 20       # bytes of data one rank offers per round
@@ -193,15 +194,18 @@ class FakeTeam:
                         host_reduce(rows, dtype, op)).view(np.uint8)
             self._round(put, take)
 
-    def exchange(self, send, recv, send_bytes, send_off, recv_bytes, recv_off, stream, sync, shapes=None,
+    def exchange(self, coll, send, recv, send_bytes, send_off, recv_bytes, recv_off, stream, sync, shapes=None,
                  then=None):
-        """The exchange transport's call (cuda/exchange_kernel.cuh): block p of send to rank p, in rounds
+        """The exchange transport's call (cuda/exchange_kernel.cuh) for collective code `coll` (which end
+        holds the kernel's FIFO slots; no difference here): block p of send to rank p, in rounds
         of a share of the region per destination; a first round agrees on how many rounds. A block with
         a shape (`shapes`: (send, recv) per-rank layouts or None) moves as its packed bytes, gathered
         before the rounds and scattered after them, as the kernel's copies pack and unpack them; `then`:
         the reduction of rows that follows, as cuda/exchange.cu launches it."""
         if self.mine is None:
             raise DeviceError('exchange on a released team')
+        if Coll(coll) in ENGINE_COLLS:  # every exchange names its call (the kernel picks its FIFOs' end by it)
+            raise DeviceError(f'exchange for {Coll(coll).name}, an engine collective')
         self.calls += 1
         n, me = self.nranks, self.rank
         share = _REGION // n

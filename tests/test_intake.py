@@ -199,6 +199,44 @@ def test_memory_is_classified_by_its_pointer(fake_layer):
     assert buf.ptr == ptr and buf.nbytes == 32
 
 
+class _Unreferenceable:
+    """A CUDA Array Interface exporter counting its reads, without weak references (`__slots__`)."""
+    __slots__ = ('a', 'reads', 'cai')
+
+    def __init__(self, fake, a):
+        self.a, self.reads = a, 0
+        self.cai = {'shape': a.shape, 'typestr': a.dtype.str, 'data': (a.ctypes.data, False), 'version': 3,
+                    'strides': None, 'stream': None}
+        fake.device_memory(a, a.ctypes.data, a.nbytes)  # while its array lives
+
+    @property
+    def __cuda_array_interface__(self):
+        self.reads += 1
+        return self.cai
+
+
+class _CountingCAI(_Unreferenceable):
+    """The same exporter with weak references, as a Python class has them by default."""
+    __slots__ = ('__weakref__',)
+
+
+def test_a_placement_check_read_is_taken_once_by_the_same_exporter(fake_layer):
+    """read_device takes what is_device read (no second read), for that exporter only, once; an exporter
+    without weak references is read again; a different exporter is read itself."""
+    a, b = (_CountingCAI(fake_layer, np.arange(4, dtype=np.float32)) for _ in range(2))
+    assert _intake.is_device(a) and a.reads == 1
+    assert _intake.read_device(a, no_stream).ptr == a.a.ctypes.data and a.reads == 1
+    assert _intake.read_device(a, no_stream) is not None and a.reads == 2  # taken: read again
+    assert _intake.is_device(a) and _intake.read_device(b, no_stream).ptr == b.a.ctypes.data
+    assert a.reads == 3 and b.reads == 1  # b read itself, not given a's
+    assert _intake.read_device(a, no_stream) is not None and a.reads == 3  # a's check still held
+    c = _Unreferenceable(fake_layer, np.arange(4, dtype=np.float32))
+    assert _intake.is_device(c) and _intake.read_device(c, no_stream).ptr == c.a.ctypes.data and c.reads == 2
+    assert _intake.is_device(b)
+    del b  # a check's exporter gone: nothing kept alive, nothing matched
+    assert _intake.read_device(a, no_stream) is not None and a.reads == 4
+
+
 def build(name, coll, size, sendbuf, recvbuf, op=MPI.SUM, root=0, rank=0):
     return _call.build(name, coll, size, rank, sendbuf, recvbuf, op, root, no_stream)
 
@@ -401,8 +439,8 @@ def test_startall_starts_in_the_lists_order(monkeypatch):
 
 
 def test_the_general_path_reads_each_buffer_once():
-    """A generic CUDA Array Interface exporter is asked for its memory once by the general path (and once
-    more by the method's placement check): 2-3 reads per buffer before (issue 45)."""
+    """A generic CUDA Array Interface exporter is asked for its memory once per call, by the method's
+    placement check or by the general path: 2-3 reads per buffer before (issue 45)."""
     out = run_ranks(2, 'reads_fake_device.py')
     assert 'buffer reads on 2 ranks: 11 calls as counted' in out, out
 

@@ -128,6 +128,13 @@ cdef class DeviceBuffer:
 
 # ---- where a buffer lives ------------------------------------------------------------------------
 cdef object _pointer_query = None  # fn(ptr) -> True for device or managed memory; set by mpigpu._cuda
+# is_device's last finding of device memory behind a CUDA Array Interface, (weak reference to the
+# exporter, its dict): read_device takes it for the same exporter instead of asking it and the driver
+# again, so a method's placement check and its call's reading read the buffer once between them. One
+# tuple, swapped whole (threads), holding no array alive; an exporter without weak references is read
+# twice.
+cdef object _seen = None
+cdef object _weakref = __import__('weakref').ref
 cdef set _HOST_TYPES = {bytes, bytearray, type(None)}  # and mpi4py's constants, below
 cdef object _cupy_ndarray = None
 cdef object _MISSING = object()
@@ -219,7 +226,8 @@ cpdef bint is_device(object obj) except -1:
     a CuPy array; a DLPack export that says so; a CUDA Array Interface or buffer-protocol export whose
     pointer the CUDA layer says is device memory. NumPy arrays, bytes and bytearray are host memory
     without a query. A malformed CUDA Array Interface counts as device memory, so that mpigpu's intake,
-    not MPI, reads it (and raises)."""
+    not MPI, reads it (and raises). A CUDA Array Interface found device memory is kept for the call's
+    read_device of the same exporter (_recalled)."""
     cdef type t = type(obj)
     cdef uintptr_t ptr = 0
     cdef Py_buffer view
@@ -257,7 +265,10 @@ cpdef bint is_device(object obj) except -1:
     if cai is not _MISSING:
         if _cai_pointer(cai, &ptr):
             return True
-        return ptr != 0 and _pointer_query is not None and _pointer_query(ptr)
+        if ptr == 0 or _pointer_query is None or not _pointer_query(ptr):
+            return False
+        _remember(obj, cai)
+        return True
     if PyObject_CheckBuffer(obj):
         if t.__module__ in ('numpy', 'array'):
             _HOST_TYPES.add(t)
@@ -270,6 +281,25 @@ cpdef bint is_device(object obj) except -1:
         # no length test: MPI.memory.fromaddress(p, 0) is a C pointer, which a datatype gives extent
         return ptr != 0 and _pointer_query(ptr)
     return False
+
+
+cdef void _remember(object obj, object cai):
+    global _seen
+    try:
+        _seen = (_weakref(obj), cai)
+    except TypeError:
+        _seen = None
+
+
+cdef object _recalled(object obj):
+    """The CUDA Array Interface is_device last found device memory behind, where obj is its exporter
+    (taken: a later read asks the exporter again); else _MISSING."""
+    global _seen
+    seen = _seen
+    if seen is None or (<tuple>seen)[0]() is not obj:
+        return _MISSING
+    _seen = None
+    return (<tuple>seen)[1]
 
 
 cpdef bint any_device(object sendbuf, object recvbuf) except -1:
@@ -533,6 +563,12 @@ cpdef object read_device(object obj, object stream_for):
         return obj
     if t in _HOST_TYPES or t is _IN_PLACE_TYPE or t is list or t is tuple or t.__module__ in ('numpy', 'array'):
         return None
+    cai = _recalled(obj)
+    if cai is not _MISSING:  # found device memory by the placement check: no second read
+        try:
+            return _from_cai(obj, cai)
+        except Exception:
+            return None
     cdef bint trusted = _cupy_array(t)
     if not trusted and _torch_tensor_type(t):
         if not obj.is_cuda:

@@ -237,6 +237,16 @@ def test_a_placement_check_read_is_taken_once_by_the_same_exporter(fake_layer):
     assert _intake.read_device(a, no_stream) is not None and a.reads == 4
 
 
+def test_the_fast_paths_reader_takes_the_placement_checks_read(fake_layer):
+    """The exchange's fast path reads a generic exporter through what the placement check read of it."""
+    device = pytest.importorskip('mpigpu._ext._device')
+    s, r = (_CountingCAI(fake_layer, np.arange(4, dtype=np.float32)) for _ in range(2))
+    assert _intake.is_device(s) and s.reads == 1
+    got = device.exchange_ranges_of(int(Coll.ALLTOALL), 0, 1, s, r)
+    assert got is not None and got[0] == s.a.ctypes.data and got[2] == [16]
+    assert (s.reads, r.reads) == (1, 1)
+
+
 def build(name, coll, size, sendbuf, recvbuf, op=MPI.SUM, root=0, rank=0):
     return _call.build(name, coll, size, rank, sendbuf, recvbuf, op, root, no_stream)
 

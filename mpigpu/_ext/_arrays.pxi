@@ -212,6 +212,15 @@ cdef inline bint _array_only(object obj, uintptr_t *ptr, Py_ssize_t *count, int 
     return _cai(obj, ptr, count, dtype, ro, stream)
 
 
+cdef object _recall = None  # _intake.recalled, set by mpigpu._cuda (_device imports no mpi4py itself)
+
+
+def set_recall(fn):
+    """fn(obj): the CUDA Array Interface the placement check read of exporter obj, or None (_cai takes it)."""
+    global _recall
+    _recall = fn
+
+
 cdef inline bint _cai(object obj, uintptr_t *ptr, Py_ssize_t *count, int *dtype, bint *ro,
                       Py_ssize_t *stream):
     """Reads a well-formed contiguous CAI array; False when the fast path does not apply to it (anything
@@ -220,10 +229,12 @@ cdef inline bint _cai(object obj, uintptr_t *ptr, Py_ssize_t *count, int *dtype,
     cdef Py_ssize_t n = 1, itemsize, expect, extent, k, nd
     if t is list or t is tuple or t.__module__.startswith('torch'):
         return False
-    try:
-        cai = obj.__cuda_array_interface__
-    except Exception:
-        return False
+    cai = _recall(obj) if _recall is not None else None  # what the placement check read of this exporter
+    if cai is None:
+        try:
+            cai = obj.__cuda_array_interface__
+        except Exception:
+            return False
     if type(cai) is not dict or cai.get('mask') is not None:
         return False
     typestr = cai.get('typestr')

@@ -291,13 +291,14 @@ cdef void _remember(object obj, object cai):
         _seen = None
 
 
-cdef object _recalled(object obj):
+cpdef object recalled(object obj):
     """The CUDA Array Interface is_device last found device memory behind, where obj is its exporter
-    (taken: a later read asks the exporter again); else _MISSING."""
+    (taken: a later read asks the exporter again); else None. read_device takes it, and the fast paths'
+    reader (_device's _arrays.pxi, through the hook mpigpu._cuda sets: set_recall)."""
     global _seen
     seen = _seen
     if seen is None or (<tuple>seen)[0]() is not obj:
-        return _MISSING
+        return None
     _seen = None
     return (<tuple>seen)[1]
 
@@ -563,8 +564,8 @@ cpdef object read_device(object obj, object stream_for):
         return obj
     if t in _HOST_TYPES or t is _IN_PLACE_TYPE or t is list or t is tuple or t.__module__ in ('numpy', 'array'):
         return None
-    cai = _recalled(obj)
-    if cai is not _MISSING:  # found device memory by the placement check: no second read
+    cai = recalled(obj)
+    if cai is not None:  # found device memory by the placement check: no second read
         try:
             return _from_cai(obj, cai)
         except Exception:

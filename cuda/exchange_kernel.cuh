@@ -4,8 +4,8 @@
 // pair's two ends know).
 //
 // Protocol (protocol.cuh's, on connections of their own): a connection src -> dst is a FIFO of
-// nslots slots in dst's workspace (Layout::xchg_off) with a data counter at dst and an ack counter at
-// src. Its steps are numbered per connection and channel (TeamState::xsent at the sender,
+// nslots slots in dst's workspace, or in src's where the call's slots lie at the sender (exchange_slot,
+// Layout::xchg_off), with a data counter at dst and an ack counter at src. Its steps are numbered per connection and channel (TeamState::xsent at the sender,
 // xrecvd at the receiver), and both ends count the same steps for a call because both derive them
 // from the pair's byte count (exchange_geometry), which MPI requires to match.
 //
@@ -408,10 +408,6 @@ __device__ __forceinline__ bool exchange_receive_any(const Group &g, const Excha
   return true;
 }
 
-// Channel ch of a call, by every thread of one block: of a launched kernel's grid, or of the resident
-// kernel's (resident_kernel.cuh, plain blocks only), whose block ch runs channel ch; both run the same
-// protocol, so a rank whose call was launched meets one whose call ran resident. A wait that stopped
-// records the fault.
 // Whether channel ch's receiving warps drain in arrival order (a.drain, mg_exchange_drain). Under
 // MG_DRAIN_AUTO where this rank sends to no peer and a peer's share on the channel takes two steps
 // or more: on 4x H200 that took a 60 MB Gatherv 9% less time and a 15 MB one (a step a share) 6% more
@@ -429,6 +425,10 @@ __device__ __forceinline__ bool exchange_any_order(const ExchangeArgs &a, int ch
   return most >= 2;
 }
 
+// Channel ch of a call, by every thread of one block: of a launched kernel's grid, or of the resident
+// kernel's (resident_kernel.cuh, plain blocks only), whose block ch runs channel ch; both run the same
+// protocol, so a rank whose call was launched meets one whose call ran resident. A wait that stopped
+// records the fault.
 // AnyOrder: the receiving warps may drain in arrival order (exchange_receive_any, where
 // exchange_any_order says so: the launched kernels), else in rounds (the resident kernel, whose
 // registers have no room for it).

@@ -221,8 +221,9 @@ class _CountingCAI(_Unreferenceable):
 
 
 def test_a_placement_check_read_is_taken_once_by_the_same_exporter(fake_layer):
-    """read_device takes what is_device read (no second read), for that exporter only, once; an exporter
-    without weak references is read again; a different exporter is read itself."""
+    """read_device takes what is_device read (no second read), for that exporter only, once, in the
+    same thread, until the next is_device; an exporter without weak references is read again; a
+    different exporter is read itself."""
     a, b = (_CountingCAI(fake_layer, np.arange(4, dtype=np.float32)) for _ in range(2))
     assert _intake.is_device(a) and a.reads == 1
     assert _intake.read_device(a, no_stream).ptr == a.a.ctypes.data and a.reads == 1
@@ -235,6 +236,16 @@ def test_a_placement_check_read_is_taken_once_by_the_same_exporter(fake_layer):
     assert _intake.is_device(b)
     del b  # a check's exporter gone: nothing kept alive, nothing matched
     assert _intake.read_device(a, no_stream) is not None and a.reads == 4
+    # a finding no reading took (a call that raised) is dropped by the next call's placement check
+    assert _intake.is_device(a) and not _intake.is_device(np.zeros(2)) and a.reads == 5
+    assert _intake.read_device(a, no_stream) is not None and a.reads == 6
+    # another thread's reading of the same exporter asks it itself (its stream may differ)
+    import threading
+    assert _intake.is_device(a) and a.reads == 7
+    other = threading.Thread(target=_intake.read_device, args=(a, no_stream))
+    other.start()
+    other.join()
+    assert a.reads == 8 and _intake.read_device(a, no_stream) is not None and a.reads == 8
 
 
 def test_the_fast_paths_reader_takes_the_placement_checks_read(fake_layer):

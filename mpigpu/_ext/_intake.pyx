@@ -10,6 +10,7 @@ import warnings
 from cpython.buffer cimport PyBUF_FORMAT, PyBUF_ND, PyBUF_SIMPLE, PyBuffer_Release, PyObject_CheckBuffer, PyObject_GetBuffer
 from cpython.pycapsule cimport PyCapsule_IsValid, PyCapsule_GetPointer
 from cpython.pyport cimport PY_SSIZE_T_MAX
+from cpython.pythread cimport PyThread_get_thread_ident
 from libc.stdint cimport uintptr_t, int64_t, uint64_t, uint8_t, uint16_t, int32_t, uint32_t
 
 cdef extern from *:
@@ -128,11 +129,12 @@ cdef class DeviceBuffer:
 
 # ---- where a buffer lives ------------------------------------------------------------------------
 cdef object _pointer_query = None  # fn(ptr) -> True for device or managed memory; set by mpigpu._cuda
-# is_device's last finding of device memory behind a CUDA Array Interface, (weak reference to the
-# exporter, its dict): read_device takes it for the same exporter instead of asking it and the driver
-# again, so a method's placement check and its call's reading read the buffer once between them. One
-# tuple, swapped whole (threads), holding no array alive; an exporter without weak references is read
-# twice.
+# is_device's finding of device memory behind a CUDA Array Interface, (weak reference to the exporter,
+# its dict, the thread): read_device takes it for the same exporter in the same thread instead of asking
+# it and the driver again, so a method's placement check and its call's reading read the buffer once
+# between them. Every is_device drops the one before, so a finding no reading took (a call that raised
+# first) never reaches a later call, which checks placement before it reads. One tuple, swapped whole;
+# no array is held alive; an exporter without weak references is read twice.
 cdef object _seen = None
 cdef object _weakref = __import__('weakref').ref
 cdef set _HOST_TYPES = {bytes, bytearray, type(None)}  # and mpi4py's constants, below
@@ -227,10 +229,12 @@ cpdef bint is_device(object obj) except -1:
     pointer the CUDA layer says is device memory. NumPy arrays, bytes and bytearray are host memory
     without a query. A malformed CUDA Array Interface counts as device memory, so that mpigpu's intake,
     not MPI, reads it (and raises). A CUDA Array Interface found device memory is kept for the call's
-    read_device of the same exporter (_recalled)."""
+    read_device of the same exporter (recalled), until the next is_device."""
+    global _seen
     cdef type t = type(obj)
     cdef uintptr_t ptr = 0
     cdef Py_buffer view
+    _seen = None
     if t is list or t is tuple:
         if len(obj) == 0:
             return False
@@ -286,7 +290,7 @@ cpdef bint is_device(object obj) except -1:
 cdef void _remember(object obj, object cai):
     global _seen
     try:
-        _seen = (_weakref(obj), cai)
+        _seen = (_weakref(obj), cai, PyThread_get_thread_ident())
     except TypeError:
         _seen = None
 
@@ -297,7 +301,7 @@ cpdef object recalled(object obj):
     reader (_device's _arrays.pxi, through the hook mpigpu._cuda sets: set_recall)."""
     global _seen
     seen = _seen
-    if seen is None or (<tuple>seen)[0]() is not obj:
+    if seen is None or (<tuple>seen)[0]() is not obj or (<tuple>seen)[2] != PyThread_get_thread_ident():
         return None
     _seen = None
     return (<tuple>seen)[1]

@@ -438,22 +438,25 @@ def test_exchange_calls(comm):
         fifo = comm.Dup()
         gc.team_up(fifo)
     _exchange_calls(fifo, 1024)
-    gc.free(fifo)
-    for k in range(4):
+    # (on `fifo`: FIFO pairs of 4 KiB, whose slots lie at the sender for Scatterv, at the receiver for
+    # Alltoallv, under MPIGPU_EXCHANGE_SLOTS=auto: a resident rank and a launched one agree on the end)
+    for k, (team, kind, unit) in enumerate([(comm, 0, 256), (comm, 1, 256), (comm, 2, 256), (comm, 3, 256),
+                                            (fifo, 4, 1024), (fifo, 1, 1024), (fifo, 4, 1024), (fifo, 1, 1024)]):
         busy = (r + k) % 2 == 0
-        recent_call(comm)
+        recent_call(team)
         if busy:
             spin_stream(3000)
-        name, call, out, want, _ = _exchange_plan(comm, 6 * k + (0, 1, 2, 3)[k], 256)
+        name, call, out, want, _ = _exchange_plan(team, 6 * k + kind, unit)
         if not busy:
             cp.cuda.get_current_stream().synchronize()
         idle = cp.cuda.get_current_stream().done
-        s0 = resident_stats(comm)[0]
+        s0 = resident_stats(team)[0]
         call()
-        ran = resident_stats(comm)[0] - s0
+        ran = resident_stats(team)[0] - s0
         record(f'resident/launched exchange mix {name} {k}', bool(cp.array_equal(out, want)), 'wrong result')
         record(f'resident/launched exchange mix {name} {k} path', ran == (1 if idle else 0),
                f'busy={busy} stream idle={idle} resident calls {ran}')
+    gc.free(fifo)
 
 
 def test_exchange_one_rank(world):

@@ -66,25 +66,29 @@ template <typename T>
 __device__ __forceinline__ bool stage_contribute(const Group &g, const DirectArgs &a, int ch, int t, uint64_t g0) {
   const int me = a.rank, n = a.nranks, tid = g.tid, D = a.layout.nslots, f = a.slots_per_step;
   const char *mine = a.ws[me];
-  bool stop = false;
-  if (tid < n && tid != me && ((a.owners >> tid) & 1u) && g0 + f > (uint64_t)D)
-    stop = !wait_at_least((const uint64_t *)(mine + Layout::ack_off(0, ch, tid)), g0 + f - D, a);
-  if (g.sync_or(stop)) return false;
-  // Owners in the order me+1, me+2, ...: with every rank starting at the same owner, that owner's
-  // inbound links would carry all the traffic while the others idle; rotated, each rank's pushes go
-  // to a different peer at any moment.
-  for (int i = 1; i < n; ++i) {
-    const int j = (me + i) % n;
-    if (!((a.owners >> j) & 1u)) continue;
-    Piece p = piece_of(a, j, ch, t);
-    const char *s = a.send + p.in * sizeof(T);
-    char *d = a.ws[j] + a.layout.slot_off(0, ch, me, g0);
-    reduce_copy<T, OpCopy, 1, 1, 8>(g, &s, 1, &d, 1, p.n);
-  }
-  g.sync();
-  if (tid < n && tid != me && ((a.owners >> tid) & 1u))
-    st_release_sys((uint64_t *)(a.ws[tid] + Layout::data_off(0, ch, me)), g0 + f);
-  return true;
+  const bool peer = tid < n && tid != me && ((a.owners >> tid) & 1u);  // thread tid: owner tid's counters
+  return simple_step(
+      g,
+      [&] {
+        return !(peer && g0 + f > (uint64_t)D) ||
+               wait_at_least((const uint64_t *)(mine + Layout::ack_off(0, ch, tid)), g0 + f - D, a);
+      },
+      [&] {
+        // Owners in the order me+1, me+2, ...: with every rank starting at the same owner, that owner's
+        // inbound links would carry all the traffic while the others idle; rotated, each rank's pushes
+        // go to a different peer at any moment.
+        for (int i = 1; i < n; ++i) {
+          const int j = (me + i) % n;
+          if (!((a.owners >> j) & 1u)) continue;
+          Piece p = piece_of(a, j, ch, t);
+          const char *s = a.send + p.in * sizeof(T);
+          char *d = a.ws[j] + a.layout.slot_off(0, ch, me, g0);
+          reduce_copy<T, OpCopy, 1, 1, 8>(g, &s, 1, &d, 1, p.n);
+        }
+      },
+      [&] {
+        if (peer) st_release_sys((uint64_t *)(a.ws[tid] + Layout::data_off(0, ch, me)), g0 + f);
+      });
 }
 
 template <typename T, typename Op>
@@ -93,61 +97,61 @@ __device__ __forceinline__ bool stage_reduce(const Group &g, const DirectArgs &a
   const int me = a.rank, n = a.nranks, tid = g.tid, D = a.layout.nslots, f = a.slots_per_step;
   char *mine = a.ws[me];
   const bool i_gather = (a.gather >> me) & 1u;
-  bool stop = false;
-  if (tid < n && tid != me) {
-    if (!a.self_source && ((a.contrib >> tid) & 1u))
-      stop = !wait_at_least((const uint64_t *)(mine + Layout::data_off(0, ch, tid)), g0 + f, a);
-    if (!stop && ((a.gather >> tid) & 1u) && g1 + f > (uint64_t)D)
-      stop = !wait_at_least((const uint64_t *)(mine + Layout::ack_off(1, ch, tid)), g1 + f - D, a);
-  }
-  if (g.sync_or(stop)) return false;
-  Piece p = piece_of(a, me, ch, t);
-  const char *srcs[MG_MAX_RANKS];
-  char *dsts[MG_MAX_RANKS];
-  int ns = 0, nd = 0;
-  if (a.self_source) {
-    srcs[ns++] = a.send + p.in * sizeof(T);
-  } else {
-    for (int k = 0; k < n; ++k) {
-      if (!((a.contrib >> k) & 1u)) continue;
-      srcs[ns++] = k == me ? a.send + p.in * sizeof(T) : mine + a.layout.slot_off(0, ch, k, g0);
-    }
-  }
-  if (i_gather || a.gather == 0) dsts[nd++] = a.recv + p.out * sizeof(T);
-  for (int k = 0; k < n; ++k)
-    if (k != me && ((a.gather >> k) & 1u)) dsts[nd++] = a.ws[k] + a.layout.slot_off(1, ch, me, g1);
-  // Skip a copy onto itself (in-place Allgather's own block).
-  if (!(ns == 1 && nd == 1 && srcs[0] == dsts[0]))
-    reduce_copy<T, Op, MG_MAX_RANKS, MG_MAX_RANKS, 2>(g, srcs, ns, dsts, nd, p.n);
-  g.sync();
-  if (tid < n && tid != me) {
-    if ((a.gather >> tid) & 1u)
-      st_release_sys((uint64_t *)(a.ws[tid] + Layout::data_off(1, ch, me)), g1 + f);
-    if (!a.self_source && ((a.contrib >> tid) & 1u))
-      st_release_sys((uint64_t *)(a.ws[tid] + Layout::ack_off(0, ch, me)), g0 + f);
-  }
-  return true;
+  // thread tid: peer tid's counters, as a contributor (lane 0's data) and as a gatherer (lane 1's acks)
+  const bool from = tid < n && tid != me && !a.self_source && ((a.contrib >> tid) & 1u);
+  const bool to = tid < n && tid != me && ((a.gather >> tid) & 1u);
+  return simple_step(
+      g,
+      [&] {
+        if (from && !wait_at_least((const uint64_t *)(mine + Layout::data_off(0, ch, tid)), g0 + f, a)) return false;
+        return !(to && g1 + f > (uint64_t)D) ||
+               wait_at_least((const uint64_t *)(mine + Layout::ack_off(1, ch, tid)), g1 + f - D, a);
+      },
+      [&] {
+        Piece p = piece_of(a, me, ch, t);
+        const char *srcs[MG_MAX_RANKS];
+        char *dsts[MG_MAX_RANKS];
+        int ns = 0, nd = 0;
+        if (a.self_source) {
+          srcs[ns++] = a.send + p.in * sizeof(T);
+        } else {
+          for (int k = 0; k < n; ++k) {
+            if (!((a.contrib >> k) & 1u)) continue;
+            srcs[ns++] = k == me ? a.send + p.in * sizeof(T) : mine + a.layout.slot_off(0, ch, k, g0);
+          }
+        }
+        if (i_gather || a.gather == 0) dsts[nd++] = a.recv + p.out * sizeof(T);
+        for (int k = 0; k < n; ++k)
+          if (k != me && ((a.gather >> k) & 1u)) dsts[nd++] = a.ws[k] + a.layout.slot_off(1, ch, me, g1);
+        // Skip a copy onto itself (in-place Allgather's own block).
+        if (!(ns == 1 && nd == 1 && srcs[0] == dsts[0]))
+          reduce_copy<T, Op, MG_MAX_RANKS, MG_MAX_RANKS, 2>(g, srcs, ns, dsts, nd, p.n);
+      },
+      [&] {
+        if (to) st_release_sys((uint64_t *)(a.ws[tid] + Layout::data_off(1, ch, me)), g1 + f);
+        if (from) st_release_sys((uint64_t *)(a.ws[tid] + Layout::ack_off(0, ch, me)), g0 + f);
+      });
 }
 
 template <typename T>
 __device__ __forceinline__ bool stage_receive(const Group &g, const DirectArgs &a, int ch, int t, uint64_t g1) {
   const int me = a.rank, n = a.nranks, tid = g.tid, f = a.slots_per_step;
   const char *mine = a.ws[me];
-  bool stop = false;
-  if (tid < n && tid != me && ((a.owners >> tid) & 1u))
-    stop = !wait_at_least((const uint64_t *)(mine + Layout::data_off(1, ch, tid)), g1 + f, a);
-  if (g.sync_or(stop)) return false;
-  for (int j = 0; j < n; ++j) {
-    if (j == me || !((a.owners >> j) & 1u)) continue;
-    Piece p = piece_of(a, j, ch, t);
-    const char *s = mine + a.layout.slot_off(1, ch, j, g1);
-    char *d = a.recv + p.out * sizeof(T);
-    reduce_copy<T, OpCopy, 1, 1, 8>(g, &s, 1, &d, 1, p.n);
-  }
-  g.sync();
-  if (tid < n && tid != me && ((a.owners >> tid) & 1u))
-    st_release_sys((uint64_t *)(a.ws[tid] + Layout::ack_off(1, ch, me)), g1 + f);
-  return true;
+  const bool peer = tid < n && tid != me && ((a.owners >> tid) & 1u);  // thread tid: owner tid's counters
+  return simple_step(
+      g, [&] { return !peer || wait_at_least((const uint64_t *)(mine + Layout::data_off(1, ch, tid)), g1 + f, a); },
+      [&] {
+        for (int j = 0; j < n; ++j) {
+          if (j == me || !((a.owners >> j) & 1u)) continue;
+          Piece p = piece_of(a, j, ch, t);
+          const char *s = mine + a.layout.slot_off(1, ch, j, g1);
+          char *d = a.recv + p.out * sizeof(T);
+          reduce_copy<T, OpCopy, 1, 1, 8>(g, &s, 1, &d, 1, p.n);
+        }
+      },
+      [&] {
+        if (peer) st_release_sys((uint64_t *)(a.ws[tid] + Layout::ack_off(1, ch, me)), g1 + f);
+      });
 }
 
 // Two ways to run a channel's steps:

@@ -57,26 +57,46 @@ struct OpCprod {
 // Plain copy (Bcast, Allgather): one source, never combined.
 struct OpCopy { template <typename A> __device__ __forceinline__ static A f(A a, A) { return a; } };
 
-// 16 bytes of every rank's data (get(k): rank k's, k < n, fetched in that order) combined in rank
-// order, accumulating in AccOf<T>: the LL and LL128 protocols' reduction, whichever kernel runs it.
+// 16 bytes of each of the first n sources (get(k), 1 <= n <= MaxSrc, fetched in source order)
+// combined element by element in source order, accumulating in AccOf<T> (float for 16-bit floats);
+// source 0's vector as it is where MaxSrc is 1. The one combine of every protocol: the Simple steps'
+// (reduce_vec, protocol.cuh) and the LL and LL128 ones' (reduce_ranks). Source 0 is taken outside the
+// loop: an accumulator seeded inside it kept both forms live, and the resident kernel spilled 916 bytes
+// where it now spills 416 (docs/kernel-registers.md).
+template <typename T, typename Op, int MaxSrc, typename Get>
+__device__ __forceinline__ uint4 combine16(int n, const Get &get) {
+  const uint4 first = get(0);
+  if constexpr (MaxSrc == 1) {
+    return first;
+  } else {
+    using A = typename AccOf<T>::type;
+    constexpr int V = 16 / sizeof(T);
+    A acc[V];
+    const T *e = reinterpret_cast<const T *>(&first);
+#pragma unroll
+    for (int i = 0; i < V; ++i) acc[i] = to_acc<A, T>(e[i]);
+#pragma unroll
+    for (int k = 1; k < MaxSrc; ++k) {
+      if (k < n) {
+        const uint4 x = get(k);
+        const T *f = reinterpret_cast<const T *>(&x);
+#pragma unroll
+        for (int i = 0; i < V; ++i) acc[i] = Op::f(acc[i], to_acc<A, T>(f[i]));
+      }
+    }
+    uint4 out;
+    T *o = reinterpret_cast<T *>(&out);
+#pragma unroll
+    for (int i = 0; i < V; ++i) o[i] = from_acc<T, A>(acc[i]);
+    return out;
+  }
+}
+
+// 16 bytes of every rank's data (get(k): rank k's, k < n) combined in rank order: the LL and LL128
+// protocols' reduction, whichever kernel runs it.
 template <typename T, typename Op, typename Get>
 __device__ __forceinline__ uint4 reduce_ranks(int n, const Get &get) {
-  using A = typename AccOf<T>::type;
-  constexpr int V = 16 / sizeof(T);
-  A acc[V];
-#pragma unroll
-  for (int k = 0; k < MG_MAX_RANKS; ++k) {
-    if (k >= n) break;
-    const uint4 x = get(k);
-    const T *e = reinterpret_cast<const T *>(&x);
-#pragma unroll
-    for (int i = 0; i < V; ++i) acc[i] = k == 0 ? to_acc<A, T>(e[i]) : Op::f(acc[i], to_acc<A, T>(e[i]));
-  }
-  uint4 out;
-  T *o = reinterpret_cast<T *>(&out);
-#pragma unroll
-  for (int i = 0; i < V; ++i) o[i] = from_acc<T, A>(acc[i]);
-  return out;
+  return combine16<T, Op, MG_MAX_RANKS>(n, get);
 }
 
 // The reduction of a call as a value the LL and LL128 bodies take: reduce_ranks<T, Op> fixed at

@@ -372,31 +372,26 @@ struct Group {
   }
 };
 
+// One step of the Simple protocol (FIFO slots, a counter per connection and direction) on a group:
+// wait() by every thread (the threads that own a counter poll it; false where a wait stopped), the
+// vote, move() by the whole group (its slots' data), the barrier that orders every thread's stores
+// before post(), by which the counters' threads publish them (st_release_sys). The ordering rules
+// above hold for every algorithm that steps through here. False in every thread where a wait stopped:
+// nothing is moved or published.
+template <typename Wait, typename Move, typename Post>
+__device__ __forceinline__ bool simple_step(const Group &g, const Wait &wait, const Move &move, const Post &post) {
+  if (g.sync_or(!wait())) return false;
+  move();
+  g.sync();
+  post();
+  return true;
+}
+
 // One 16-byte vector of each of the first nsrc sources combined element by element, in source order
-// (accumulated in A: float for 16-bit floats); w[0] itself where there is one source.
+// (combine16, dtypes.cuh: the LL protocols' combine too); w[0] itself where there is one source.
 template <typename T, typename Op, int MaxSrc>
 __device__ __forceinline__ uint4 reduce_vec(const uint4 (&w)[MaxSrc], int nsrc) {
-  using A = typename AccOf<T>::type;
-  constexpr int V = 16 / sizeof(T);
-  uint4 out = w[0];
-  if (MaxSrc > 1) {
-    A acc[V];
-    const T *e = reinterpret_cast<const T *>(&w[0]);
-#pragma unroll
-    for (int v = 0; v < V; ++v) acc[v] = to_acc<A, T>(e[v]);
-#pragma unroll
-    for (int k = 1; k < MaxSrc; ++k) {
-      if (k < nsrc) {
-        const T *f = reinterpret_cast<const T *>(&w[k]);
-#pragma unroll
-        for (int v = 0; v < V; ++v) acc[v] = Op::f(acc[v], to_acc<A, T>(f[v]));
-      }
-    }
-    T *o = reinterpret_cast<T *>(&out);
-#pragma unroll
-    for (int v = 0; v < V; ++v) o[v] = from_acc<T, A>(acc[v]);
-  }
-  return out;
+  return combine16<T, Op, MaxSrc>(nsrc, [&](int k) { return w[k]; });
 }
 
 // dst[d][i] = src[0][i] op src[1][i] op ... for every destination d, in source order, so every rank
@@ -425,16 +420,18 @@ __device__ __forceinline__ void reduce_copy(const Group &g, const char *const *s
   const size_t nvec = (orbits & 15) == 0 ? n / V : 0;
   const size_t tid = (size_t)g.tid, stride = (size_t)g.nthreads;
 
-  size_t i = tid;
-  for (; i + (U - 1) * stride < nvec; i += U * stride) {
-    uint4 w[MaxSrc][U];
+  // K vectors from index i, stride apart: every source's loads first, then each vector's combine and
+  // stores. The unrolled loop takes U at a time, the remainder one at a time.
+  auto vectors = [&](size_t i, auto unroll) {
+    constexpr int K = decltype(unroll)::value;
+    uint4 w[MaxSrc][K];
 #pragma unroll
     for (int k = 0; k < MaxSrc; ++k)
       if (k < nsrc)
 #pragma unroll
-        for (int u = 0; u < U; ++u) w[k][u] = ld_volatile_v4(src[k] + (i + u * stride) * 16);
+        for (int u = 0; u < K; ++u) w[k][u] = ld_volatile_v4(src[k] + (i + u * stride) * 16);
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
+    for (int u = 0; u < K; ++u) {
       uint4 col[MaxSrc];
 #pragma unroll
       for (int k = 0; k < MaxSrc; ++k) col[k] = w[k][u];
@@ -443,17 +440,10 @@ __device__ __forceinline__ void reduce_copy(const Group &g, const char *const *s
       for (int d = 0; d < MaxDst; ++d)
         if (d < ndst) *reinterpret_cast<uint4 *>(dst[d] + (i + u * stride) * 16) = out;
     }
-  }
-  for (; i < nvec; i += stride) {
-    uint4 w[MaxSrc];
-#pragma unroll
-    for (int k = 0; k < MaxSrc; ++k)
-      if (k < nsrc) w[k] = ld_volatile_v4(src[k] + i * 16);
-    const uint4 out = reduce_vec<T, Op, MaxSrc>(w, nsrc);
-#pragma unroll
-    for (int d = 0; d < MaxDst; ++d)
-      if (d < ndst) *reinterpret_cast<uint4 *>(dst[d] + i * 16) = out;
-  }
+  };
+  size_t i = tid;
+  for (; i + (U - 1) * stride < nvec; i += U * stride) vectors(i, std::integral_constant<int, U>{});
+  for (; i < nvec; i += stride) vectors(i, std::integral_constant<int, 1>{});
   for (size_t j = nvec * V + tid; j < n; j += stride) {
     A acc = to_acc<A, T>(ld_volatile(reinterpret_cast<const T *>(src[0]) + j));
 #pragma unroll

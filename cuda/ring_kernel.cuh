@@ -134,21 +134,24 @@ __device__ __forceinline__ void ring_step(const RingArgs &a, RingLane &l, bool r
   if (l.dead) return;
   const int tid = l.g.tid, me = a.rank, D = a.layout.nslots;
   char *mine = a.ws[me];
-  bool stop = false;
-  if (recv && tid == 0)
-    stop = !wait_at_least((const uint64_t *)(mine + Layout::data_off(l.lane, l.ch, l.prev)), gr + 1, a);
-  if (send && tid == 32 && gs + 1 > (uint64_t)D)
-    stop = !wait_at_least((const uint64_t *)(mine + Layout::ack_off(l.lane, l.ch, l.next)), gs + 1 - D, a);
-  if (l.g.sync_or(stop)) {
-    l.dead = true;
-    return;
-  }
-  const PIn *part = recv ? reinterpret_cast<const PIn *>(mine + a.layout.slot_off(l.lane, l.ch, l.prev, gr)) : nullptr;
-  POut *dst = send ? reinterpret_cast<POut *>(a.ws[l.next] + a.layout.slot_off(l.lane, l.ch, me, gs)) : nullptr;
-  if (n) ring_combine<T, Op, PIn, POut>(l.g, part, own, out, dst, n);
-  l.g.sync();
-  if (send && tid == 0) st_release_sys((uint64_t *)(a.ws[l.next] + Layout::data_off(l.lane, l.ch, me)), gs + 1);
-  if (recv && tid == 32) st_release_sys((uint64_t *)(a.ws[l.prev] + Layout::ack_off(l.lane, l.ch, me)), gr + 1);
+  l.dead = !simple_step(
+      l.g,
+      [&] {
+        if (recv && tid == 0)
+          return wait_at_least((const uint64_t *)(mine + Layout::data_off(l.lane, l.ch, l.prev)), gr + 1, a);
+        return !(send && tid == 32 && gs + 1 > (uint64_t)D) ||
+               wait_at_least((const uint64_t *)(mine + Layout::ack_off(l.lane, l.ch, l.next)), gs + 1 - D, a);
+      },
+      [&] {
+        const PIn *part =
+            recv ? reinterpret_cast<const PIn *>(mine + a.layout.slot_off(l.lane, l.ch, l.prev, gr)) : nullptr;
+        POut *dst = send ? reinterpret_cast<POut *>(a.ws[l.next] + a.layout.slot_off(l.lane, l.ch, me, gs)) : nullptr;
+        if (n) ring_combine<T, Op, PIn, POut>(l.g, part, own, out, dst, n);
+      },
+      [&] {
+        if (send && tid == 0) st_release_sys((uint64_t *)(a.ws[l.next] + Layout::data_off(l.lane, l.ch, me)), gs + 1);
+        if (recv && tid == 32) st_release_sys((uint64_t *)(a.ws[l.prev] + Layout::ack_off(l.lane, l.ch, me)), gr + 1);
+      });
 }
 
 // Steps per piece on each connection, the same on every rank.

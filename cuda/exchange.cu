@@ -116,6 +116,7 @@ static int launch_exchange(mg_team *t, const void *ctx, uintptr_t stream) {
   a.ll_bytes = t->cfg.exchange_ll_bytes;             // MPIGPU_EXCHANGE_LL_BYTES
   a.drain = t->cfg.exchange_drain;                   // MPIGPU_EXCHANGE_DRAIN
   a.pull = p->pull;
+  a.stagger = t->cfg.exchange_rounds == MG_ROUNDS_STAGGERED;  // MPIGPU_EXCHANGE_ROUNDS
   a.watch = mg::Watch{t->timeout_ns, t->fault_dev, t->status};
   for (int r = 0; r < MG_MAX_RANKS; ++r) {
     const bool here = r < n;

@@ -36,6 +36,7 @@ struct ExchangeArgs {
   size_t ll_bytes;       // pairs of at most this many bytes move in the LL format (exchange_ll)
   int drain;             // enum mg_exchange_drain: the receivers' order (exchange_any_order)
   bool pull;             // the call's FIFO slots at the sender, read across the link (exchange_slot)
+  bool stagger;          // each channel starts its rounds at another peer (exchange_round_peer)
   Watch watch;
 };
 
@@ -84,6 +85,16 @@ __device__ __forceinline__ ExchangeSpan exchange_span(const ExchangeArgs &a, siz
 // for local stores only). Both ends agree: the end is the team's, or the call's (mg_exchange_slots).
 __device__ __forceinline__ char *exchange_slot(const ExchangeArgs &a, int ch, int src, int dst, uint64_t step) {
   return a.pull ? a.ws[src] + a.layout.xchg_off(ch, dst, step) : a.ws[dst] + a.layout.xchg_off(ch, src, step);
+}
+
+// The peer distance of channel ch's round i (1 .. n - 1): i where every channel keeps the same rounds,
+// else rotated by the channel (mg_exchange_rounds), so a rank's channels send to all its peers at once
+// rather than all to one peer: one pair's link carried 170-250 GB/s where three peers into one GPU took
+// 300 (benchmarks/fan_in_probe.py). Every rank of a channel rotates alike, so round i of channel ch still
+// pairs each rank's send to me + k with its peers' receive from me - k, and the rounds stay free of
+// cycles. Channel 0 keeps the plain rounds (the resident kernel runs one channel and needs no flag).
+__device__ __forceinline__ int exchange_round_peer(const ExchangeArgs &a, int i, int ch) {
+  return a.stagger ? 1 + (i - 1 + ch) % (a.nranks - 1) : i;
 }
 
 // Loads one word of W: volatile where the source is a FIFO slot (rewritten every nslots steps, and L1
@@ -254,40 +265,68 @@ __device__ __forceinline__ bool exchange_receive_ll(const Group &g, const Exchan
   return true;
 }
 
-// The sending warps of channel ch: round i pushes to me + i, then the rank's own block is copied
-// (last: the copy overlaps the peers' pushes this rank's receiving warps drain, where first it
-// delayed every push by the time of a local copy). False when a wait stopped (the call is poisoned:
-// nothing more is stored or published).
+// The move of step t of channel ch's FIFO pair with `peer` (simple_step's): sending, the call's bytes
+// (packed through the block's shape where it has one) into the step's slot; receiving, the slot copied
+// out into the receive buffer (unpacked likewise). The one copy of the sending warps and of both drain
+// orders.
+template <bool Shaped, bool Sending>
+__device__ __forceinline__ void exchange_fifo_copy(const Group &g, const ExchangeArgs &a, const ExchangeShapes *sh,
+                                                   const ExchangeSpan &sp, uint64_t step, int t, int ch, int peer) {
+  const int me = a.rank;
+  const size_t lo = (size_t)t * a.layout.slot_bytes;
+  const size_t len = sp.len - lo < a.layout.slot_bytes ? sp.len - lo : a.layout.slot_bytes;
+  char *slot = Sending ? exchange_slot(a, ch, me, peer, step) : exchange_slot(a, ch, peer, me, step);
+  char *user = Sending ? const_cast<char *>(a.send) + a.send_off[peer] : a.recv + a.recv_off[peer];
+  const BlockShape *shape = Shaped ? shape_of(sh, Sending, peer) : nullptr;
+  if (Shaped && shape != nullptr) {
+    const CopySide block{user, shape, {}}, fifo{slot, nullptr, {}};
+    if constexpr (Sending) copy_shaped<false>(g, block, fifo, sp.lo + lo, len, sh->send_unit[peer]);
+    else copy_shaped<true>(g, fifo, block, sp.lo + lo, len, sh->recv_unit[peer]);
+  } else if constexpr (Sending) {
+    copy_bytes<false>(g, user + sp.lo + lo, slot, len);
+  } else {
+    copy_bytes<true>(g, slot, user + sp.lo + lo, len);
+  }
+}
+
+// The post of that step (simple_step's), by the group's thread 0: the step published to the peer's
+// data counter (sending) or its slot released to the peer's ack counter (receiving).
+template <bool Sending>
+__device__ __forceinline__ void exchange_fifo_post(const Group &g, const ExchangeArgs &a, uint64_t step, int ch,
+                                                   int peer) {
+  if (g.tid == 0)
+    st_release_sys((uint64_t *)(a.ws[peer] + (Sending ? Layout::xdata_off(ch, a.rank) : Layout::xack_off(ch, a.rank))),
+                   step + 1);
+}
+
+// The sending warps of channel ch: round i pushes to me + k (k: exchange_round_peer), then the rank's
+// own block is copied (last: the copy overlaps the peers' pushes this rank's receiving warps drain,
+// where first it delayed every push by the time of a local copy). False when a wait stopped (the call
+// is poisoned: nothing more is stored or published).
 template <bool Shaped>
 __device__ __forceinline__ bool exchange_send(const Group &g, const ExchangeArgs &a, const ExchangeShapes *sh,
                                               TeamState *state, int ch) {
   const int me = a.rank, n = a.nranks, D = a.layout.nslots;
   const char *mine = a.ws[me];
   for (int i = 1; i < n; ++i) {
-    const int dst = (me + i) % n;
+    const int dst = (me + exchange_round_peer(a, i, ch)) % n;
     if (exchange_ll(a.send_bytes[dst], a.ll_bytes)) {
       if (ch == 0 && !exchange_send_ll<Shaped>(g, a, sh, state, dst)) return false;
       continue;
     }
     const ExchangeSpan sp = exchange_span(a, a.send_bytes[dst], ch);
     const uint64_t base = state->xsent[ch][dst];
-    const BlockShape *shape = Shaped ? shape_of(sh, true, dst) : nullptr;
     for (int t = 0; t < sp.steps; ++t) {
       const uint64_t step = base + (uint64_t)t;
-      bool stop = false;
-      if (g.tid == 0 && step + 1 > (uint64_t)D)
-        stop = !wait_at_least((const uint64_t *)(mine + Layout::xack_off(ch, dst)), step + 1 - D, a);
-      if (g.sync_or(stop)) return false;
-      const size_t lo = (size_t)t * a.layout.slot_bytes;
-      const size_t len = sp.len - lo < a.layout.slot_bytes ? sp.len - lo : a.layout.slot_bytes;
-      char *slot = exchange_slot(a, ch, me, dst, step);
-      if (Shaped && shape != nullptr)
-        copy_shaped<false>(g, CopySide{a.send + a.send_off[dst], shape, {}}, CopySide{slot, nullptr, {}},
-                           sp.lo + lo, len, sh->send_unit[dst]);
-      else
-        copy_bytes<false>(g, a.send + a.send_off[dst] + sp.lo + lo, slot, len);
-      g.sync();
-      if (g.tid == 0) st_release_sys((uint64_t *)(a.ws[dst] + Layout::xdata_off(ch, me)), step + 1);
+      if (!simple_step(
+              g,
+              [&] {  // the slot's previous turn released
+                return g.tid != 0 || step + 1 <= (uint64_t)D ||
+                       wait_at_least((const uint64_t *)(mine + Layout::xack_off(ch, dst)), step + 1 - D, a);
+              },
+              [&] { exchange_fifo_copy<Shaped, true>(g, a, sh, sp, step, t, ch, dst); },
+              [&] { exchange_fifo_post<true>(g, a, step, ch, dst); }))
+        return false;
     }
     if (g.tid == 0) state->xsent[ch][dst] = base + (uint64_t)sp.steps;
   }
@@ -306,36 +345,27 @@ __device__ __forceinline__ bool exchange_send(const Group &g, const ExchangeArgs
   return true;
 }
 
-// The receiving warps of channel ch: round i drains what rank me - i pushes.
+// The receiving warps of channel ch: round i drains what rank me - k pushes (k: exchange_round_peer).
 template <bool Shaped>
 __device__ __forceinline__ bool exchange_receive(const Group &g, const ExchangeArgs &a, const ExchangeShapes *sh,
                                                  TeamState *state, int ch) {
   const int me = a.rank, n = a.nranks;
   const char *mine = a.ws[me];
   for (int i = 1; i < n; ++i) {
-    const int src = (me - i + n) % n;
+    const int src = (me - exchange_round_peer(a, i, ch) + n) % n;
     if (exchange_ll(a.recv_bytes[src], a.ll_bytes)) {
       if (ch == 0 && !exchange_receive_ll<Shaped>(g, a, sh, state, src)) return false;
       continue;
     }
     const ExchangeSpan sp = exchange_span(a, a.recv_bytes[src], ch);
     const uint64_t base = state->xrecvd[ch][src];
-    const BlockShape *shape = Shaped ? shape_of(sh, false, src) : nullptr;
     for (int t = 0; t < sp.steps; ++t) {
       const uint64_t step = base + (uint64_t)t;
-      bool stop = false;
-      if (g.tid == 0) stop = !wait_at_least((const uint64_t *)(mine + Layout::xdata_off(ch, src)), step + 1, a);
-      if (g.sync_or(stop)) return false;
-      const size_t lo = (size_t)t * a.layout.slot_bytes;
-      const size_t len = sp.len - lo < a.layout.slot_bytes ? sp.len - lo : a.layout.slot_bytes;
-      const char *slot = exchange_slot(a, ch, src, me, step);
-      if (Shaped && shape != nullptr)
-        copy_shaped<true>(g, CopySide{slot, nullptr, {}}, CopySide{a.recv + a.recv_off[src], shape, {}},
-                          sp.lo + lo, len, sh->recv_unit[src]);
-      else
-        copy_bytes<true>(g, slot, a.recv + a.recv_off[src] + sp.lo + lo, len);
-      g.sync();
-      if (g.tid == 0) st_release_sys((uint64_t *)(a.ws[src] + Layout::xack_off(ch, me)), step + 1);
+      if (!simple_step(
+              g, [&] { return g.tid != 0 || wait_at_least((const uint64_t *)(mine + Layout::xdata_off(ch, src)), step + 1, a); },
+              [&] { exchange_fifo_copy<Shaped, false>(g, a, sh, sp, step, t, ch, src); },
+              [&] { exchange_fifo_post<false>(g, a, step, ch, src); }))
+        return false;
     }
     if (g.tid == 0) state->xrecvd[ch][src] = base + (uint64_t)sp.steps;
   }
@@ -354,49 +384,46 @@ __device__ __forceinline__ bool exchange_receive_any(const Group &g, const Excha
                                                      TeamState *state, int ch) {
   const int me = a.rank, n = a.nranks;
   const char *mine = a.ws[me];
-  __shared__ int picked;  // the peer whose next step tid 0 found arrived (-1: the wait stopped)
+  __shared__ int picked;  // the peer whose next step thread 0 found arrived (-1: the wait stopped)
   int got[MG_MAX_RANKS] = {};  // steps drained per peer, the same in every thread
   int left = 0;
   for (int i = 1; i < n; ++i) {
     const int src = (me - i + n) % n;
     if (!exchange_ll(a.recv_bytes[src], a.ll_bytes)) left += exchange_span(a, a.recv_bytes[src], ch).steps;
   }
-  for (int turn = 1; left > 0; --left) {
-    if (g.tid == 0) {
-      int src = -1;
-      uint64_t start = 0;
-      for (unsigned spins = 0; src < 0; ++spins) {
-        for (int k = 0; k < n - 1 && src < 0; ++k) {
-          const int i = 1 + (turn - 1 + k) % (n - 1), p = (me - i + n) % n;
-          if (exchange_ll(a.recv_bytes[p], a.ll_bytes) || got[p] >= exchange_span(a, a.recv_bytes[p], ch).steps) continue;
-          const uint64_t step = state->xrecvd[ch][p] + (uint64_t)got[p];
-          if (ld_acquire_sys((const uint64_t *)(mine + Layout::xdata_off(ch, p))) >= step + 1) {
-            src = p;
-            turn = i % (n - 1) + 1;  // the next peer first next time: every FIFO keeps moving
+  for (int turn = exchange_round_peer(a, 1, ch); left > 0; --left) {
+    int src = -1;  // every thread's, from `picked` after the vote
+    uint64_t step = 0;
+    const bool ok = simple_step(
+        g,
+        [&] {  // thread 0 polls the peers' data counters, from the turn's peer on, until one has a step
+          if (g.tid != 0) return true;
+          int found = -1;
+          uint64_t start = 0;
+          for (unsigned spins = 0; found < 0; ++spins) {
+            for (int k = 0; k < n - 1 && found < 0; ++k) {
+              const int i = 1 + (turn - 1 + k) % (n - 1), p = (me - i + n) % n;
+              if (exchange_ll(a.recv_bytes[p], a.ll_bytes) || got[p] >= exchange_span(a, a.recv_bytes[p], ch).steps)
+                continue;
+              if (ld_acquire_sys((const uint64_t *)(mine + Layout::xdata_off(ch, p))) >=
+                  state->xrecvd[ch][p] + (uint64_t)got[p] + 1) {
+                found = p;
+                turn = i % (n - 1) + 1;  // the next peer first next time: every FIFO keeps moving
+              }
+            }
+            if (found < 0 && spin_check(spins, start, a)) break;
           }
-        }
-        if (src < 0 && spin_check(spins, start, a)) break;
-      }
-      picked = src;
-    }
-    g.sync();
-    const int src = picked;
-    if (src < 0) return false;
-    const ExchangeSpan sp = exchange_span(a, a.recv_bytes[src], ch);
-    const int t = got[src];
-    const uint64_t step = state->xrecvd[ch][src] + (uint64_t)t;
-    const size_t lo = (size_t)t * a.layout.slot_bytes;
-    const size_t len = sp.len - lo < a.layout.slot_bytes ? sp.len - lo : a.layout.slot_bytes;
-    const char *slot = exchange_slot(a, ch, src, me, step);
-    const BlockShape *shape = Shaped ? shape_of(sh, false, src) : nullptr;
-    if (Shaped && shape != nullptr)
-      copy_shaped<true>(g, CopySide{slot, nullptr, {}}, CopySide{a.recv + a.recv_off[src], shape, {}}, sp.lo + lo, len,
-                        sh->recv_unit[src]);
-    else
-      copy_bytes<true>(g, slot, a.recv + a.recv_off[src] + sp.lo + lo, len);
-    g.sync();  // also keeps tid 0 from rewriting `picked` before every thread has read it
-    if (g.tid == 0) st_release_sys((uint64_t *)(a.ws[src] + Layout::xack_off(ch, me)), step + 1);
-    got[src] = t + 1;
+          picked = found;
+          return found >= 0;
+        },
+        [&] {  // simple_step's barrier after it keeps thread 0 from rewriting `picked` before all read it
+          src = picked;
+          step = state->xrecvd[ch][src] + (uint64_t)got[src];
+          exchange_fifo_copy<Shaped, false>(g, a, sh, exchange_span(a, a.recv_bytes[src], ch), step, got[src], ch, src);
+        },
+        [&] { exchange_fifo_post<false>(g, a, step, ch, src); });
+    if (!ok) return false;
+    got[src] += 1;
   }
   if (g.tid == 0)
     for (int p = 0; p < n; ++p) state->xrecvd[ch][p] += (uint64_t)got[p];

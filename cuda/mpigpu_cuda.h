@@ -187,6 +187,10 @@ enum mg_exchange_drain { MG_DRAIN_ROUNDS = 0, MG_DRAIN_ARRIVAL, MG_DRAIN_AUTO };
  * (mg_exchange_call::coll): the sender for the fan-out calls, Scatter(v) and the neighbourhood
  * collectives, the receiver for the others. */
 enum mg_exchange_slots { MG_SLOTS_AT_RECEIVER = 0, MG_SLOTS_AT_SENDER, MG_SLOTS_BY_CALL };
+/* The order of an exchange channel's rounds (round i: send to rank me + i, receive from me - i): the
+ * same on every channel, or rotated by the channel, so a rank's channels keep all its peers' links
+ * busy at once (exchange_round_peer). The same on every rank. */
+enum mg_exchange_rounds { MG_ROUNDS_ALIGNED = 0, MG_ROUNDS_STAGGERED };
 
 typedef struct mg_team_config {
   int rank, nranks, device;
@@ -212,6 +216,8 @@ typedef struct mg_team_config {
                                      a call's FIFO pairs (a rank's own choice: no send waits on it) */
   int exchange_slots;             /* enum mg_exchange_slots: which end of a connection holds its FIFO
                                      slots; the same on every rank */
+  int exchange_rounds;            /* enum mg_exchange_rounds: the channels' round order; the same on
+                                     every rank */
 } mg_team_config;
 
 int mg_team_create(const mg_team_config *cfg, mg_team **team);

@@ -177,6 +177,7 @@ static __device__ __noinline__ void resident_exchange(const ResidentArgs &r, con
     x.ll_bytes = r.ll_bytes;
     x.drain = MG_DRAIN_ROUNDS;  // exchange_body<false> drains in rounds (registers)
     x.pull = c.mode != 0u;      // resident_exchange_of
+    x.stagger = false;          // one channel, channel 0: its rounds are the plain ones either way
     x.watch = r.team.watch;
   }
   __syncthreads();

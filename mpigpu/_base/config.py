@@ -123,6 +123,11 @@ class Config:
         # same on every rank (a team knob).
         self.exchange_slots = _choice('MPIGPU_EXCHANGE_SLOTS', 'auto', {
             'auto': ('auto',), 'receiver': ('receiver',), 'sender': ('sender',)})
+        # The exchange channels' round order (mg_exchange_rounds): 'staggered' (each channel starts at
+        # another peer, so a rank sends to all its peers at once) or 'aligned' (every channel in the same
+        # order). The same on every rank (a team knob).
+        self.exchange_rounds = _choice('MPIGPU_EXCHANGE_ROUNDS', 'staggered', {
+            'staggered': ('staggered',), 'aligned': ('aligned',)})
         # CUDA-aware MPI: 'auto' asks the library (MPIX_Query_cuda_support), '1'/'0' force it.
         self.mpi_cuda_aware = _choice('MPIGPU_MPI_CUDA_AWARE', 'auto', {
             'auto': ('auto',), '1': ('1', 'yes', 'true', 'on'), '0': ('0', 'no', 'false', 'off')})

@@ -27,6 +27,8 @@ cdef extern from "mpigpu_cuda.h" nogil:
         MG_SLOTS_AT_RECEIVER
         MG_SLOTS_AT_SENDER
         MG_SLOTS_BY_CALL
+        MG_ROUNDS_ALIGNED
+        MG_ROUNDS_STAGGERED
     enum:
         MG_ERR_ARG
         MG_ERR_TEAM
@@ -89,6 +91,7 @@ cdef extern from "mpigpu_cuda.h" nogil:
         size_t exchange_ll_bytes
         int exchange_drain
         int exchange_slots
+        int exchange_rounds
     int mg_team_create(const mg_team_config *cfg, mg_team **team)
     int mg_team_export(mg_team *team, void *handle)
     int mg_team_open_peer(mg_team *team, int peer, const void *handle)

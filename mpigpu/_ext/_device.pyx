@@ -24,9 +24,11 @@ from mpigpu._ext._board cimport Board, mg_board
 
 include "_cuda_api.pxi"
 
-# The exchange's team knobs (mpigpu.config's spellings) as mg_exchange_drain and mg_exchange_slots
+# The exchange's team knobs (mpigpu.config's spellings) as mg_exchange_drain, mg_exchange_slots and
+# mg_exchange_rounds
 _DRAINS = {'rounds': MG_DRAIN_ROUNDS, 'arrival': MG_DRAIN_ARRIVAL, 'auto': MG_DRAIN_AUTO}
 _SLOTS = {'receiver': MG_SLOTS_AT_RECEIVER, 'sender': MG_SLOTS_AT_SENDER, 'auto': MG_SLOTS_BY_CALL}
+_ROUNDS = {'aligned': MG_ROUNDS_ALIGNED, 'staggered': MG_ROUNDS_STAGGERED}
 
 
 class DeviceError(RuntimeError):
@@ -314,7 +316,7 @@ cdef class Team:
     def __cinit__(self, int rank, int nranks, int device, object config):
         """`config`: the knobs (mpigpu.config: chunk_bytes, nslots, max_channels, timeout_s,
         split_steps, ll128_bytes, resident_us, resident_blocks, resident_max_bytes, resident_copy_max_bytes,
-        exchange_channel_bytes, exchange_ll_bytes, exchange_drain, exchange_slots)."""
+        exchange_channel_bytes, exchange_ll_bytes, exchange_drain, exchange_slots, exchange_rounds)."""
         cdef mg_team_config cfg
         cfg.rank = rank
         cfg.nranks = nranks
@@ -333,6 +335,7 @@ cdef class Team:
         cfg.exchange_ll_bytes = config.exchange_ll_bytes
         cfg.exchange_drain = _DRAINS[config.exchange_drain]
         cfg.exchange_slots = _SLOTS[config.exchange_slots]
+        cfg.exchange_rounds = _ROUNDS[config.exchange_rounds]
         self.t = NULL
         check(mg_team_create(&cfg, &self.t), 'workspace allocation')
         self.rank, self.nranks, self.device = rank, nranks, device

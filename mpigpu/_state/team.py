@@ -20,7 +20,7 @@ def agree(comm, reason):
 # The knobs every rank's workspace layout and protocols read alike: a rank addresses its peers' workspaces
 # with its own layout, and both ends of an exchange pair count its channels (docs/tuning.md).
 _SHARED_KNOBS = ('chunk_bytes', 'nslots', 'max_channels', 'll128_bytes', 'exchange_channel_bytes',
-                 'exchange_ll_bytes', 'exchange_slots')
+                 'exchange_ll_bytes', 'exchange_slots', 'exchange_rounds')
 
 
 def _knobs():

@@ -136,6 +136,18 @@ for _ in range(20):
     alltoallv_case(pulled, 4096, np.float32, 0)
 family_case(pulled, 1 << 20)
 pulled.Free()
+# every channel in the same round order (MPIGPU_EXCHANGE_ROUNDS=aligned, a team knob; by default each
+# channel starts at another peer)
+rounds = mpigpu.config.exchange_rounds
+mpigpu.config.exchange_rounds = 'aligned'
+aligned = world.Dup()
+try:
+    for per_pair, dtype, offset in ((100_003, np.float32, 1), (6_000_000, np.int64, 2)):
+        alltoallv_case(aligned, per_pair, dtype, offset)
+finally:
+    mpigpu.config.exchange_rounds = rounds
+family_case(aligned, 1 << 20)
+aligned.Free()
 if world.Get_size() > 2:
     half = world.Split(world.Get_rank() % 2, world.Get_rank())
     alltoallv_case(half, 100_003, np.float32, 1)

@@ -159,16 +159,49 @@ __host__ __device__ inline int ring_steps_per_piece(int mode, int n) {
   return mode == kRingAllreduce ? 2 * (n - 1) : mode == kRingBcast || mode == kRingReduce ? 1 : n - 1;
 }
 
-// Pieces of one lane, in order: t = first, first + 2, ... (the other lane takes the others).
-// gs / gr: the lane's next send and receive step.
+// The ring's primitives on one lane, named as NCCL names its own: each is one ring_step with its
+// receive and send fixed or given, numbering the lane's sends (gs) and receives (gr) as it goes, so the
+// forms below are written over them and never over counters or slots. A flag that varies by rank
+// (a chain's ends, the all-gather's last hop) stays a run-time argument: one inlined step where two
+// fixed ones cost registers.
+template <typename T, typename Op>
+struct RingPrims {
+  using P = typename PartOf<T>::type;  // what a partial travels as
+  const RingArgs &a;
+  RingLane &l;
+  uint64_t gs, gr;  // the lane's next send and receive step
+  // own -> next as a partial; with recv, prev's partial op own (a reduce-scatter's or chain's hop)
+  __device__ __forceinline__ void reduce_send(bool recv, const T *own, size_t n) {
+    ring_step<T, Op, P, P>(a, l, recv, gr, own, nullptr, true, gs++, n);
+    gr += recv;
+  }
+  // prev's partial op own -> out, and on to next (as T) where fwd (a reduced shard's last hop)
+  __device__ __forceinline__ void recv_reduce_copy_send(const T *own, T *out, bool fwd, size_t n) {
+    ring_step<T, Op, P, T>(a, l, true, gr++, own, out, fwd, gs, n);
+    gs += fwd;
+  }
+  // own -> next, and -> out unless out is null (an all-gather's own block)
+  __device__ __forceinline__ void copy_send(const T *own, T *out, size_t n) {
+    ring_step<T, OpCopy, T, T>(a, l, false, gr, own, out, true, gs++, n);
+  }
+  // with recv, prev's block -> out; else own -> out; on to next where fwd (a gather's or chain's hop)
+  __device__ __forceinline__ void copy(bool recv, const T *own, T *out, bool fwd, size_t n) {
+    ring_step<T, OpCopy, T, T>(a, l, recv, gr, own, out, fwd, gs, n);
+    gr += recv;
+    gs += fwd;
+  }
+};
+
+// Pieces of one lane, in order: t = first, first + 2, ... (the other lane takes the others), from the
+// lane's next send and receive step gs, gr.
 template <typename T, typename Op>
 __device__ __forceinline__ void ring_lane_pieces(const RingArgs &a, RingLane &l, int first, uint64_t gs,
                                                  uint64_t gr) {
-  using P = typename PartOf<T>::type;
   const int me = a.rank, n = a.nranks, ch = l.ch;
   const T *in = reinterpret_cast<const T *>(a.send);
   T *out = reinterpret_cast<T *>(a.recv);
   const int pos = (me - a.root + n) % n;  // place in a chain (Bcast from the root, Reduce to it)
+  RingPrims<T, Op> prims{a, l, gs, gr};
   for (int t = first; t < a.nsteps && !l.dead; t += 2) {
     if constexpr (!std::is_same<Op, OpCopy>::value) {
       if (a.mode == kRingAllreduce || a.mode == kRingReduceScatter) {
@@ -177,53 +210,39 @@ __device__ __forceinline__ void ring_lane_pieces(const RingArgs &a, RingLane &l,
         // partial of my own shard, adds my part and writes it (Allreduce: and sends it on, the first
         // step of the all-gather, so it travels as T).
         const Piece first_piece = piece_at(a, (me + n - 1) % n, ch, t);
-        ring_step<T, Op, P, P>(a, l, false, gr, in + first_piece.in, nullptr, true, gs++, first_piece.n);
+        prims.reduce_send(false, in + first_piece.in, first_piece.n);
         for (int k = 1; k < n - 1; ++k) {
           const Piece p = piece_at(a, (me - k - 1 + 2 * n) % n, ch, t);
-          ring_step<T, Op, P, P>(a, l, true, gr++, in + p.in, nullptr, true, gs++, p.n);
+          prims.reduce_send(true, in + p.in, p.n);
         }
         const Piece p = piece_at(a, me, ch, t);
-        ring_step<T, Op, P, T>(a, l, true, gr++, in + p.in, out + p.out, ar, gs, p.n);
+        prims.recv_reduce_copy_send(in + p.in, out + p.out, ar, p.n);
         if (ar) {
-          ++gs;
           // All-gather: shard me - k arrives (reduced by its owner) and goes on while k < n - 1.
           for (int k = 1; k < n; ++k) {
             const Piece q = piece_at(a, (me - k + n) % n, ch, t);
-            const bool fwd = k < n - 1;
-            ring_step<T, OpCopy, T, T>(a, l, true, gr++, nullptr, out + q.out, fwd, gs, q.n);
-            if (fwd) ++gs;
+            prims.copy(true, nullptr, out + q.out, k < n - 1, q.n);
           }
         }
       } else {  // kRingReduce: root + 1 starts the chain, the root ends it
         const Piece p = piece_at(a, 0, ch, t);
-        if (pos == 0) {
-          ring_step<T, Op, P, T>(a, l, true, gr++, in + p.in, out + p.out, false, gs, p.n);
-        } else {
-          const bool recv = pos > 1;
-          ring_step<T, Op, P, P>(a, l, recv, gr, in + p.in, nullptr, true, gs++, p.n);
-          gr += recv;
-        }
+        if (pos == 0) prims.recv_reduce_copy_send(in + p.in, out + p.out, false, p.n);
+        else prims.reduce_send(pos > 1, in + p.in, p.n);
       }
     } else {
       if (a.mode == kRingAllgather) {
         // My block goes out first (and into my output unless it is there already, in place), then
         // block me - k arrives and goes on while k < n - 1.
         const Piece p = piece_at(a, me, ch, t);
-        T *own_out = out + p.out == in + p.in ? nullptr : out + p.out;
-        ring_step<T, OpCopy, T, T>(a, l, false, gr, in + p.in, own_out, true, gs++, p.n);
+        prims.copy_send(in + p.in, out + p.out == in + p.in ? nullptr : out + p.out, p.n);
         for (int k = 1; k < n; ++k) {
           const Piece q = piece_at(a, (me - k + n) % n, ch, t);
-          const bool fwd = k < n - 1;
-          ring_step<T, OpCopy, T, T>(a, l, true, gr++, nullptr, out + q.out, fwd, gs, q.n);
-          if (fwd) ++gs;
+          prims.copy(true, nullptr, out + q.out, k < n - 1, q.n);
         }
       } else {  // kRingBcast: the root starts the chain, root - 1 ends it
         const Piece p = piece_at(a, 0, ch, t);
-        const bool recv = pos > 0, fwd = pos < n - 1;
-        ring_step<T, OpCopy, T, T>(a, l, recv, gr, recv ? nullptr : in + p.in, recv ? out + p.out : nullptr, fwd,
-                                   gs, p.n);
-        gr += recv;
-        gs += fwd;
+        const bool recv = pos > 0;
+        prims.copy(recv, recv ? nullptr : in + p.in, recv ? out + p.out : nullptr, pos < n - 1, p.n);
       }
     }
   }

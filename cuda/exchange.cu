@@ -166,6 +166,9 @@ extern "C" int mg_exchange(mg_team *t, const mg_exchange_call *x, uintptr_t stre
 // launched on 4x H200 (docs/benchmarks.md, "Small exchanges"): each block past the first reads the
 // byte ranges from host memory, several at once over PCIe; one channel took 1-3.5 us less.
 static const int kResidentExchangeChannels = 1;
+// The resident kernel runs its exchanges unstaggered (resident_kernel.cuh): the same rounds as a launched
+// peer's only on channel 0 (exchange_round_peer).
+static_assert(kResidentExchangeChannels == 1, "a resident exchange of more channels needs the team's round order");
 
 // Whether prepared call p runs in the resident kernel when its stream is idle, with its call (*c) and
 // byte ranges (table): a team of 2+ ranks (a one-rank team's instance only copies:

@@ -11,8 +11,9 @@
 //
 // Each channel (block) splits its warps: four send, four receive, on named barriers of their own, so a
 // rank always drains what its peers push while it pushes (a FIFO that fills waits for the receiver).
-// Rounds pair them without a cycle: in round i every rank sends to rank me + i and receives from
-// rank me - i, the matching half of its peers' round i; the rank's own block is a local copy.
+// Rounds pair them without a cycle: in round i every rank sends to rank me + k and receives from
+// rank me - k (k: i, rotated by the channel, exchange_round_peer), the matching half of its peers'
+// round i; the rank's own block is a local copy.
 //
 // Blocks of a derived datatype (a call's shapes, block_shape.cuh) are packed by the sending warps as
 // they copy into the FIFO and unpacked by the receiving warps as they copy out (the shaped kernel):
@@ -89,12 +90,13 @@ __device__ __forceinline__ char *exchange_slot(const ExchangeArgs &a, int ch, in
 
 // The peer distance of channel ch's round i (1 .. n - 1): i where every channel keeps the same rounds,
 // else rotated by the channel (mg_exchange_rounds), so a rank's channels send to all its peers at once
-// rather than all to one peer: one pair's link carried 170-250 GB/s where three peers into one GPU took
-// 300 (benchmarks/fan_in_probe.py). Every rank of a channel rotates alike, so round i of channel ch still
-// pairs each rank's send to me + k with its peers' receive from me - k, and the rounds stay free of
-// cycles. Channel 0 keeps the plain rounds (the resident kernel runs one channel and needs no flag).
+// rather than all to one peer: on 4x H100 a 64 MB Neighbor_alltoall on a 2 x 2 Cart took 177.8 us
+// against 211.9 (docs/benchmarks.md, "staggered"). Every rank of a channel rotates alike, so round i of
+// channel ch still pairs each rank's send to me + k with its peers' receive from me - k, and the rounds
+// stay free of cycles. Channel 0 keeps the plain rounds, so the resident kernel, which runs channel 0
+// only (kResidentExchangeChannels), meets a launched peer either way. Teams of 1-2 ranks: nothing to rotate.
 __device__ __forceinline__ int exchange_round_peer(const ExchangeArgs &a, int i, int ch) {
-  return a.stagger ? 1 + (i - 1 + ch) % (a.nranks - 1) : i;
+  return a.stagger && a.nranks > 2 ? 1 + (i - 1 + ch) % (a.nranks - 1) : i;
 }
 
 // Loads one word of W: volatile where the source is a FIFO slot (rewritten every nslots steps, and L1

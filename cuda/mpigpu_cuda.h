@@ -178,7 +178,7 @@ int mg_reduce_rows(int dtype, int op, uintptr_t dst, uintptr_t src, size_t row_b
 typedef struct mg_team mg_team;
 
 /* The exchange's receivers in a launched kernel (exchange_kernel.cuh): one peer's share after another
- * (round i: rank me - i), step by step from whichever peer's next step has arrived, or the second where
+ * (in the channel's rounds, mg_exchange_rounds), step by step from whichever peer's next step has arrived, or the second where
  * the rank only receives and some peer's share on the channel takes two steps or more (a rooted
  * gather: its peers' shares arrive at once), else the first. */
 enum mg_exchange_drain { MG_DRAIN_ROUNDS = 0, MG_DRAIN_ARRIVAL, MG_DRAIN_AUTO };

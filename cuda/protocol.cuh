@@ -388,7 +388,7 @@ __device__ __forceinline__ bool simple_step(const Group &g, const Wait &wait, co
 }
 
 // One 16-byte vector of each of the first nsrc sources combined element by element, in source order
-// (combine16, dtypes.cuh: the LL protocols' combine too); w[0] itself where there is one source.
+// (combine16, dtypes.cuh: the LL protocols' combine too); w[0] as it is where MaxSrc is 1.
 template <typename T, typename Op, int MaxSrc>
 __device__ __forceinline__ uint4 reduce_vec(const uint4 (&w)[MaxSrc], int nsrc) {
   return combine16<T, Op, MaxSrc>(nsrc, [&](int k) { return w[k]; });

@@ -58,7 +58,8 @@ int mg_team_create(const mg_team_config *cfg, mg_team **out) {
       !(cfg->resident_us >= 0) || cfg->resident_blocks < 1 || cfg->resident_blocks > MG_MAX_CHANNELS ||
       cfg->exchange_channel_bytes < 1 || cfg->exchange_ll_bytes > MG_EXCHANGE_LL_MAX_BYTES ||
       cfg->exchange_drain < MG_DRAIN_ROUNDS || cfg->exchange_drain > MG_DRAIN_AUTO ||
-      cfg->exchange_slots < MG_SLOTS_AT_RECEIVER || cfg->exchange_slots > MG_SLOTS_BY_CALL)
+      cfg->exchange_slots < MG_SLOTS_AT_RECEIVER || cfg->exchange_slots > MG_SLOTS_BY_CALL ||
+      cfg->exchange_rounds < MG_ROUNDS_ALIGNED || cfg->exchange_rounds > MG_ROUNDS_STAGGERED)
     return MG_ERR_ARG;
   mg_team *t = (mg_team *)calloc(1, sizeof(mg_team));
   if (!t) return MG_ERR_NOMEM;

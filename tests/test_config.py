@@ -26,11 +26,29 @@ def test_defaults(monkeypatch):
     ('MPIGPU_RESIDENT_BLOCKS', '0', 'MPIGPU_RESIDENT_BLOCKS'), ('MPIGPU_RESIDENT_BLOCKS', '129', 'MPIGPU_RESIDENT_BLOCKS'),
     ('MPIGPU_RESIDENT_MAX_BYTES', str((1 << 31) + 1), 'MPIGPU_RESIDENT_MAX_BYTES'),
     ('MPIGPU_SHARED_GPU', 'sometimes', 'MPIGPU_SHARED_GPU'),
+    ('MPIGPU_EXCHANGE_DRAIN', 'fifo', 'MPIGPU_EXCHANGE_DRAIN'), ('MPIGPU_EXCHANGE_SLOTS', 'both', 'MPIGPU_EXCHANGE_SLOTS'),
+    ('MPIGPU_EXCHANGE_ROUNDS', 'random', 'MPIGPU_EXCHANGE_ROUNDS'),
 ])
 def test_bad_values_name_the_variable(monkeypatch, name, value, match):
     monkeypatch.setenv(name, value)
     with pytest.raises(ValueError, match=match):
         _config.Config()
+
+
+def test_exchange_protocol_knobs(monkeypatch):
+    # the exchange's team knobs (every rank's the same: mpigpu/_state/team.py compares them) and the
+    # drain, a rank's own; the defaults pick by the call (docs/tuning.md)
+    for k in ('MPIGPU_EXCHANGE_DRAIN', 'MPIGPU_EXCHANGE_SLOTS', 'MPIGPU_EXCHANGE_ROUNDS'):
+        monkeypatch.delenv(k, raising=False)
+    c = _config.Config()
+    assert (c.exchange_drain, c.exchange_slots, c.exchange_rounds) == ('auto', 'auto', 'staggered')
+    monkeypatch.setenv('MPIGPU_EXCHANGE_ROUNDS', 'aligned')
+    monkeypatch.setenv('MPIGPU_EXCHANGE_SLOTS', 'sender')
+    c = _config.Config()
+    assert (c.exchange_slots, c.exchange_rounds) == ('sender', 'aligned')
+    from mpigpu._state import team
+    assert {'exchange_slots', 'exchange_rounds'} <= set(team._SHARED_KNOBS)
+    assert 'exchange_drain' not in team._SHARED_KNOBS
 
 
 def test_spellings(monkeypatch):

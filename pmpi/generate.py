@@ -14,7 +14,8 @@ from pathlib import Path
 
 C_TYPES = {'in': 'const void *', 'out': 'void *', 'inout': 'void *', 'int': 'int', 'count': 'long long', 'counts': 'const long long *', 'ints': 'const int *',
            'aints': 'const intptr_t *', 'intp': 'int *', 'countp': 'long long *',
-           'type': 'intptr_t', 'op': 'intptr_t', 'comm': 'intptr_t', 'types': 'const void *',
+           'type': 'intptr_t', 'op': 'intptr_t', 'comm': 'intptr_t', 'win': 'intptr_t', 'aint': 'intptr_t',
+           'types': 'const void *',
            'request': 'void *', 'status': 'void *', 'message': 'void *', 'info': 'intptr_t', 'requests': 'void *', 'reqval': 'intptr_t'}
 
 
@@ -77,7 +78,7 @@ def descriptors(mod):
             binits.append(f'{{{i}, {mod.DIRECTIONS.index(p.kind)}, {int(p.root_only)}, {len(p.forms)}, {{{forms}}}}}')
         sig = ' '.join(f'{p.name}:{p.kind}' for p in f.params)
         rows.append(f'  {{"MPI_{f.name}", "PMPI_{f.name}", "{sig}", {len(f.params)}, {len(bufs)}, '
-                    f'{f.find("comm")}, {f.index.get("root", -1)}, {f.find("request")}, {f.find("status")}, '
+                    f'{f.find("comm")}, {f.index.get("root", -1)}, {f.find("request")}, {f.find("status")}, {f.win}, '
                     f'{{{", ".join(binits)}}}}},')
     return ['const mgi_function mgi_functions[MGI_COUNT] = {'] + rows + ['};', '']
 
@@ -128,7 +129,8 @@ def wrappers(mod):
         types = ', '.join(C_TYPES[p.kind] for p in f.params)
         names = ', '.join(p.name for p in f.params)
         bufs = [p.name for p in f.params if p.is_buffer]
-        test = 'mgi_driver() && (' + ' || '.join(f'mgi_device({b})' for b in bufs) + ')'
+        # (a call without buffers, a window's synchronization: to the library, or to the handler that takes all)
+        test = 'mgi_driver() && (' + ' || '.join(f'mgi_device({b})' for b in bufs) + ')' if bufs else '0'
         words = ', '.join(to_word(p) for p in f.params)
         words_decl = f'  intptr_t a[{len(f.params)}] = {{{words}}};'
         to_handler = f'  if (mgi_takes_all(__builtin_return_address(0))) return mgi_handle(MGI_{f.name}, a);'

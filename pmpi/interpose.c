@@ -103,15 +103,35 @@ done:
   return code;
 }
 
+/* The calling rank in a window's group (-1 where the library cannot say). */
+static int window_rank(intptr_t win) {
+  typedef int (*win_group_fn)(intptr_t, intptr_t *);
+  typedef int (*group_rank_fn)(intptr_t, int *);
+  typedef int (*group_free_fn)(intptr_t *);
+  win_group_fn get_group = (win_group_fn)mgi_lower_named("PMPI_Win_get_group");
+  group_rank_fn group_rank = (group_rank_fn)mgi_lower_named("PMPI_Group_rank");
+  group_free_fn group_free = (group_free_fn)mgi_lower_named("PMPI_Group_free");
+  intptr_t group = 0;
+  int rank = -1;
+  if (!get_group || !group_rank || !group_free || get_group(win, &group)) return -1;
+  if (group_rank(group, &rank)) rank = -1;
+  group_free(&group);
+  return rank;
+}
+
+/* comm: the call's communicator, or a one-sided call's window (its handler then) */
 int mgi_fail(int id, intptr_t comm, const char *why) {
-  call_errhandler_fn call = (call_errhandler_fn)mgi_lower_named("PMPI_Comm_call_errhandler");
+  const int win = mgi_functions[id].win >= 0, has = win || mgi_functions[id].comm >= 0;
+  call_errhandler_fn call =
+      (call_errhandler_fn)mgi_lower_named(win ? "PMPI_Win_call_errhandler" : "PMPI_Comm_call_errhandler");
   comm_rank_fn comm_rank = (comm_rank_fn)mgi_lower_named("PMPI_Comm_rank");
   int rank = -1;
-  if (mgi_functions[id].comm >= 0 && comm_rank) comm_rank(comm, &rank);
+  if (win) rank = window_rank(comm);
+  else if (has && comm_rank) comm_rank(comm, &rank);
   char msg[400];
   snprintf(msg, sizeof msg, "%s on rank %d: %s (mpigpu interposer)", mgi_functions[id].name, rank, why);
   int code = code_for(msg);
-  if (mgi_functions[id].comm >= 0 && call) call(comm, code);
+  if (has && call) call(comm, code);
   return code;
 }
 

@@ -27,7 +27,7 @@ typedef struct {
 
 typedef struct {
   const char *name, *lower_name, *signature;
-  int8_t nparams, nbuffers, comm, root, request, status; /* parameter indices, -1: none */
+  int8_t nparams, nbuffers, comm, root, request, status, win; /* parameter indices, -1: none */
   mgi_buffer buffers[2];
 } mgi_function;
 

@@ -62,12 +62,13 @@ class Handler:
     def __init__(self, lib):
         self.lib = lib
         # by name: under `python -m mpigpu` the drop-in replaces MPI.Comm's class after this is made
-        self.handle_bits = {cls.__name__: 8 * MPI._sizeof(cls) for cls in (MPI.Comm, MPI.Datatype, MPI.Op)}
+        self.handle_bits = {cls.__name__: 8 * MPI._sizeof(cls) for cls in (MPI.Comm, MPI.Datatype, MPI.Op, MPI.Win)}
         self.datatype_words = 4 if MPI._sizeof(MPI.Datatype) == 4 else 8
         self.cfunc = _HANDLER(self.dispatch)
         self.calls = 0  # device calls handled (interposer_status() reports it)
         self.types = {}  # datatype handle -> (MPI.Datatype, extent, true lb, true extent, typestr or None)
         self.comms = {}  # communicator handle -> (mpigpu's wrapper, its state)
+        self.windows = {}  # window handle -> mpigpu's Win, which keeps its RMA operations' host copies
         self.ops = {}  # predefined op handle -> MPI.Op
         self.engine_entry = None  # the CUDA layer whose entry is registered (install), or None
         self.requests = None  # the persistent requests made below Python and their request calls (install)
@@ -119,6 +120,17 @@ class Handler:
         self.comms[h] = (comm, state_of(comm))
         return comm
 
+    def window(self, word):
+        """mpigpu's Win on the handle: one object per handle, kept, since it holds the host copies of the
+        window's RMA operations until their epoch's synchronization (a later call on the same handle
+        completes them). A freed window's handle that comes back names the new window: the object only
+        wraps the handle, and a freed window has nothing pending (MPI requires its epochs closed)."""
+        h = self.handle(MPI.Win, word)
+        win = self.windows.get(h)
+        if win is None:
+            win = self.windows[h] = _objects.Win.fromhandle(h)
+        return win
+
     def dispatch(self, index, words, mask):
         fn = TABLE[index]
         self.calls += 1
@@ -126,6 +138,9 @@ class Handler:
         try:
             args = [w & _WORD for w in words[:len(fn.params)]]
             comm = self.communicator(args[fn.comm]) if fn.comm >= 0 else None
+            if fn.win >= 0:
+                comm = self.window(args[fn.win])
+                return Call(self, fn, args, None, mask).one_sided(comm)
             return Call(self, fn, args, comm, mask).run()
         except BaseException as exc:  # every failure goes back to the C caller as an MPI error
             return _fail(fn, comm, exc)
@@ -148,7 +163,7 @@ class Call:
             self.rank = comm.Get_rank()
             if self.inter and fn.method in _LOCAL_COUNTS:
                 raise NotImplementedError(f'MPI_{fn.name} on an intercommunicator below Python')
-        self.in_place = args[fn.buffers[0]] in _IN_PLACE
+        self.in_place = bool(fn.buffers) and args[fn.buffers[0]] in _IN_PLACE
 
     def significant(self, param):
         """Whether a root-only buffer is read on this rank: the root's own, or on an intercommunicator the
@@ -185,7 +200,7 @@ class Call:
         if kind == 'int':
             word &= 0xFFFFFFFF
             return word - (1 << 32) if word >= 1 << 31 else word
-        if kind == 'count':  # an MPI_Count: 64 bits, signed
+        if kind in ('count', 'aint'):  # an MPI_Count or MPI_Aint: 64 bits, signed
             return word - (1 << 64) if word >= 1 << 63 else word
         if kind in ('ints', 'counts', 'aints', 'types'):
             return self.array(name, self.size)
@@ -195,10 +210,11 @@ class Call:
             return self.h.op(word)
         return word
 
-    def spec(self, b):
+    def spec(self, b, typed=True):
         """The argument of the function's b-th buffer: a typed device array where the datatype is a
-        predefined one mpigpu moves (what mpigpu's fast paths take), else an mpi4py buffer specification
-        (or MPI.IN_PLACE, or None)."""
+        predefined one mpigpu moves (what mpigpu's fast paths take; not where `typed` is false: the caller's
+        datatype itself then, as a one-sided call's origin must match its target's), else an mpi4py buffer
+        specification (or MPI.IN_PLACE, or None)."""
         fn = self.fn
         i = fn.buffers[b]
         param, ptr = fn.params[i], self.args[i]
@@ -213,7 +229,7 @@ class Call:
             count = self.value(form.count)
             blocks = count * (self.group_size(form.group) if form.form == 'times_n' else
                               self.value(form.factor) if form.form == 'times_p' else 1)
-            if device and typestr is not None:
+            if device and typestr is not None and typed:
                 return DeviceMemory(ptr, blocks, typestr, param.kind == 'in')
             nbytes = _reach([(0, blocks, (extent, true_lb, true_extent))])
             # (a partitioned call's specification counts every partition's elements, as mpi4py reads it)
@@ -275,6 +291,25 @@ class Call:
             ctypes.memmove(self.args[fn.request], MPI._addressof(result), MPI._sizeof(MPI.Request))
         return MPI.SUCCESS
 
+
+    def one_sided(self, win):
+        """An RMA operation as mpigpu's Win makes it (a device origin's host copy kept until the epoch's
+        synchronization), or a synchronization, which copies back what the completed operations wrote."""
+        fn = self.fn
+        if fn.method.startswith('Win_'):  # Win_fence -> Fence, Win_unlock_all -> Unlock_all, ...
+            method = getattr(win, fn.method[len('Win_'):].capitalize())
+            method(*(self.value(p.name) for p in fn.params if p.kind == 'int'))
+            return MPI.SUCCESS
+        target = (self.value('target_disp'), self.value('target_count'), self.value('target_datatype'))
+        rank = self.value('target_rank')
+        origin = self.spec(0, typed=False)
+        if fn.method in ('Put', 'Get'):
+            getattr(win, fn.method)(origin, rank, target)
+        elif fn.method == 'Accumulate':
+            win.Accumulate(origin, rank, target, self.value('op'))
+        else:
+            win.Get_accumulate(origin, self.spec(1, typed=False), rank, target, self.value('op'))
+        return MPI.SUCCESS
 
     def matched(self, positional, status):
         """MPI_Mrecv and MPI_Imrecv: the caller's message (from its own MPI_Mprobe or MPI_Improbe) received by
@@ -346,13 +381,15 @@ def _code_for(message):
 
 
 def _fail(fn, comm, exc):
-    """exc as an MPI error code (one carrying its message, or MPI's own), through comm's handler; never
-    raises (an exception cannot cross back into the C caller)."""
+    """exc as an MPI error code (one carrying its message, or MPI's own), through the handler of comm (a
+    communicator, or a one-sided call's window); never raises (an exception cannot cross back into the C
+    caller)."""
     try:
         if isinstance(exc, MPI.Exception):
             code = exc.Get_error_code()
         else:
-            rank = comm.Get_rank() if comm is not None else MPI.COMM_WORLD.Get_rank()
+            rank = (comm.Get_rank() if isinstance(comm, MPI.Comm) else comm.Get_group().Get_rank()
+                    if comm is not None else MPI.COMM_WORLD.Get_rank())
             code = _code_for(f'MPI_{fn.name} on rank {rank}: {type(exc).__name__}: {exc} (mpigpu)')
         if comm is not None:
             comm.Call_errhandler(code)

@@ -2,7 +2,7 @@
 C wrappers, their argument lists and the staging descriptors) and by the Python handler at run time.
 
 Each entry is the function's name without `MPI_` and its parameters in C order, `name:kind`:
-- `int`, `count` (an MPI_Count), `ints` (an int array), `counts` (an MPI_Count array), `aints` (an MPI_Aint array), `intp` (an int the call
+- `int`, `count` (an MPI_Count), `aint` (an MPI_Aint: a target displacement), `win` (a window), `ints` (an int array), `counts` (an MPI_Count array), `aints` (an MPI_Aint array), `intp` (an int the call
   reads and writes: Pack's position), `countp` (an MPI_Count it reads and writes: Pack_c's position), `type`, `types` (an array of datatypes), `op`, `comm`, `info`, `request` (MPI_Request *), `status`
   (MPI_Status *), `message` (MPI_Message *: a matched probe's message, which its receive sets to
   MPI_MESSAGE_NULL): passed through; handles travel as pointer-sized words, so the one library serves MPIs whose
@@ -208,6 +208,29 @@ FUNCTIONS = (
                    'comm:comm info:info request:request'),
     ('Precv_init', 'buf:out[count*partitions,datatype] partitions:int count:count datatype:type source:int '
                    'tag:int comm:comm info:info request:request'),
+    # one-sided (RMA) operations: an origin buffer MPI may use until the epoch's synchronization, so
+    # mpigpu's Win keeps a device buffer's host copy until then (Put, Accumulate: copied in at the call;
+    # Get, Get_accumulate's result: copied back at the synchronization). The window's own memory is host
+    # memory (MPI_Win_allocate gives such; mpigpu refuses device memory as window memory).
+    ('Put', 'origin_addr:in[origin_count,origin_datatype] origin_count:int origin_datatype:type target_rank:int '
+            'target_disp:aint target_count:int target_datatype:type win:win'),
+    ('Get', 'origin_addr:out[origin_count,origin_datatype] origin_count:int origin_datatype:type target_rank:int '
+            'target_disp:aint target_count:int target_datatype:type win:win'),
+    ('Accumulate', 'origin_addr:in[origin_count,origin_datatype] origin_count:int origin_datatype:type '
+                   'target_rank:int target_disp:aint target_count:int target_datatype:type op:op win:win'),
+    ('Get_accumulate', 'origin_addr:in[origin_count,origin_datatype] origin_count:int origin_datatype:type '
+                       'result_addr:out[result_count,result_datatype] result_count:int result_datatype:type '
+                       'target_rank:int target_disp:aint target_count:int target_datatype:type op:op win:win'),
+    # the synchronizations that complete a rank's RMA operations (all of them, or those towards one target
+    # rank): no buffers; the handler copies back what completed operations wrote into host copies
+    ('Win_fence', 'assertion:int win:win'),
+    ('Win_complete', 'win:win'),
+    ('Win_unlock', 'rank:int win:win'),
+    ('Win_unlock_all', 'win:win'),
+    ('Win_flush', 'rank:int win:win'),
+    ('Win_flush_all', 'win:win'),
+    ('Win_flush_local', 'rank:int win:win'),
+    ('Win_flush_local_all', 'win:win'),
     # no communication
     ('Reduce_local', 'inbuf:in[count,datatype] inoutbuf:inout[count,datatype] count:int datatype:type op:op'),
     ('Pack', 'inbuf:in[incount,datatype] incount:int datatype:type outbuf:out[outsize] outsize:int '
@@ -270,8 +293,8 @@ REQUEST_CALLS = (
     ('Parrived', 'request:reqval partition:int flag:intp'),
 )
 
-KINDS = ('int', 'count', 'ints', 'counts', 'aints', 'intp', 'countp', 'type', 'types', 'op', 'comm', 'info', 'request', 'requests', 'reqval',
-         'status', 'message')
+KINDS = ('int', 'count', 'ints', 'counts', 'aint', 'aints', 'intp', 'countp', 'type', 'types', 'op', 'comm', 'win', 'info',
+         'request', 'requests', 'reqval', 'status', 'message')
 DIRECTIONS = ('in', 'out', 'inout')
 
 
@@ -343,6 +366,7 @@ class Function:
                     if ref not in self.index:
                         raise ValueError(f'MPI_{name}: {p.name} refers to unknown parameter {ref!r}')
         self.comm, self.request, self.status = self.find('comm'), self.find('request'), self.find('status')
+        self.win = self.find('win')  # a one-sided call's window (-1: none)
         self.root = self.index.get('root', -1)
         self.local = name.removesuffix('_c') in LOCAL
         self.method = name.removesuffix('_c')  # the mpi4py method that runs it (a large-count form: its own)

@@ -20,7 +20,7 @@ install()
 from mpi4py import MPI  # noqa: E402
 
 import pmpi_calls  # noqa: E402
-from pmpi_calls import IN_PLACE, L, c, call, counted, h, p, same  # noqa: E402
+from pmpi_calls import IN_PLACE, L, W, c, call, counted, h, p, same  # noqa: E402
 
 from mpigpu import _interpose  # noqa: E402
 from mpigpu._face import interposed as handler  # noqa: E402
@@ -481,6 +481,69 @@ call('Wait', ctypes.c_void_p(at[0]), (ctypes.c_byte * MPI._sizeof(MPI.Status))()
 same(r, np.repeat(np.arange(n, dtype=np.float32) * 10 + rank, 3), 'Ialltoallv_c')
 # (the fake driver's device memory is host memory: the results alone would not show who made the calls)
 assert handler.calls() - mark == 8, f'rank {rank}: {handler.calls() - mark} of the 8 large-count calls were handled'
+
+# one-sided: a C caller's Put, Get, Accumulate and Get_accumulate with device origin buffers on a window of
+# host memory (MPI_Win_allocate's), completed by MPI_Win_fence, and a Get in a passive-target epoch
+# completed by MPI_Win_unlock (MPI_Win_lock: the library's own, not intercepted); each window as mpi4py's
+# host calls leave it. MPI may read a Put's origin until the fence and write a Get's until then: mpigpu's
+# Win keeps their host copies to the synchronization, which copies the results back.
+C = 6
+win = MPI.Win.Allocate(4 * C * n, 4, comm=comm)
+mem = np.frombuffer(win.tomemory(), dtype=np.int32)
+T, WH = h(MPI.INT), h(win)
+mark = handler.calls()
+mem[:] = -1
+comm.Barrier()
+call('Win_fence', 0, WH)
+src = device(np.arange(C, dtype=np.int32) + 10 * rank)
+call('Put', p(src), C, T, nxt, W(rank * C), C, T, WH)
+src[:] = -7  # mpigpu's Win took the origin's bytes at the call
+kept_win = handler._installed.windows[handler._installed.handle(MPI.Win, WH.value)]
+assert len(kept_win._pending()) == 1, f'rank {rank}: the Put\'s host copy is not kept to the fence'
+call('Win_fence', 0, WH)
+assert not kept_win._pending()
+counted()
+want = np.full(C * n, -1, np.int32)
+want[prv * C:(prv + 1) * C] = np.arange(C, dtype=np.int32) + 10 * prv
+same(mem, want, 'Put')
+got = device(np.zeros(C, np.int32))
+call('Get', p(got), C, T, nxt, W(rank * C), C, T, WH)  # rank nxt's slot `rank`: this rank's Put
+call('Win_fence', 0, WH)
+same(got, np.arange(C, dtype=np.int32) + 10 * rank, 'Get')
+mem[:] = 0
+comm.Barrier()
+call('Win_fence', 0, WH)
+add = device(np.full(C, rank + 1, np.int32))
+call('Accumulate', p(add), C, T, 0, W(0), C, T, h(MPI.SUM), WH)
+call('Win_fence', 0, WH)
+if rank == 0:
+    want = np.zeros(C * n, np.int32)
+    want[:C] = n * (n + 1) // 2
+    same(mem, want, 'Accumulate')
+before_acc = comm.bcast(mem[:C].copy() if rank == 0 else None, root=0)
+call('Win_fence', 0, WH)
+comm.Barrier()
+one, old = device(np.ones(C, np.int32)), device(np.zeros(C, np.int32))
+if rank == 1 % n:  # one rank fetches and adds on rank 0, alone: its result is what was there
+    call('Get_accumulate', p(one), C, T, p(old), C, T, 0, W(0), C, T, h(MPI.SUM), WH)
+call('Win_fence', 0, WH)
+if rank == 1 % n:
+    same(old, before_acc, 'Get_accumulate')
+if rank == 0:
+    same(mem[:C], before_acc + 1, 'Get_accumulate at the target')
+win.Fence(MPI.MODE_NOSUCCEED)
+win.Lock(rank)  # each rank's own slot of its own window, in an epoch of its own
+mem[rank * C:(rank + 1) * C] = 1000 + rank
+win.Unlock(rank)
+comm.Barrier()
+got = device(np.zeros(C, np.int32))
+win.Lock(nxt, MPI.LOCK_SHARED)
+call('Get', p(got), C, T, nxt, W(nxt * C), C, T, WH)
+call('Win_unlock', nxt, WH)
+same(got, np.full(C, 1000 + nxt, np.int32), 'Get completed by MPI_Win_unlock')
+assert handler.calls() - mark == 12 + (rank == 1 % n), f'rank {rank}: {handler.calls() - mark} one-sided calls handled'
+comm.Barrier()
+win.Free()
 
 handled = handler.calls() - before
 assert handled >= 3023, f'rank {rank}: the handler ran {handled} calls'

@@ -293,6 +293,26 @@ int main(int argc, char **argv) {
     int same_code = 1; /* the same failure again and again keeps its one code (MPI has a few thousand) */
     for (int i = 0; i < 3000; i++) same_code &= MPI_Iallreduce(s, d, N, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &req) == rc_;
     check(same_code, "Iallreduce error, 3000 times");
+    /* a one-sided call with a device origin and no handler: an MPI error through the window's handler (its
+     * host copy would have to live to the epoch's end); a host origin goes to the library */
+    int *base = NULL;
+    MPI_Win win;
+    MPI_Win_allocate((MPI_Aint)(N * sizeof(int)), sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &base, &win);
+    MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN);
+    for (int i = 0; i < N; i++) base[i] = -1;
+    MPI_Win_fence(0, win);
+    rc_ = MPI_Put(s, N, MPI_INT, (r + 1) % n, 0, N, MPI_INT, win);
+    MPI_Error_string(rc_, text, &len);
+    check(rc_ != MPI_SUCCESS && strstr(text, "MPI_Put") && strstr(text, "mpigpu"), "Put error");
+    int *hs = malloc(N * sizeof(int));
+    for (int i = 0; i < N; i++) hs[i] = 100 * r + i;
+    check(MPI_Put(hs, N, MPI_INT, (r + 1) % n, 0, N, MPI_INT, win) == MPI_SUCCESS, "Put from host memory");
+    MPI_Win_fence(0, win);
+    ok = 1;
+    for (int i = 0; i < N; i++) ok &= base[i] == 100 * ((r + n - 1) % n) + i;
+    check(ok, "Put from host memory, at the target");
+    free(hs);
+    MPI_Win_free(&win);
   }
 
   int all_failed = 0;

@@ -221,6 +221,18 @@ FUNCTIONS = (
     ('Get_accumulate', 'origin_addr:in[origin_count,origin_datatype] origin_count:int origin_datatype:type '
                        'result_addr:out[result_count,result_datatype] result_count:int result_datatype:type '
                        'target_rank:int target_disp:aint target_count:int target_datatype:type op:op win:win'),
+    # their large-count forms, written out: the target's count is an MPI_Count too, which no buffer's span
+    # reads (large_count_form widens only those); the method without `_c` runs them
+    ('Put_c', 'origin_addr:in[origin_count,origin_datatype] origin_count:count origin_datatype:type '
+              'target_rank:int target_disp:aint target_count:count target_datatype:type win:win'),
+    ('Get_c', 'origin_addr:out[origin_count,origin_datatype] origin_count:count origin_datatype:type '
+              'target_rank:int target_disp:aint target_count:count target_datatype:type win:win'),
+    ('Accumulate_c', 'origin_addr:in[origin_count,origin_datatype] origin_count:count origin_datatype:type '
+                     'target_rank:int target_disp:aint target_count:count target_datatype:type op:op win:win'),
+    ('Get_accumulate_c', 'origin_addr:in[origin_count,origin_datatype] origin_count:count origin_datatype:type '
+                         'result_addr:out[result_count,result_datatype] result_count:count '
+                         'result_datatype:type target_rank:int target_disp:aint target_count:count '
+                         'target_datatype:type op:op win:win'),
     # the synchronizations that complete a rank's RMA operations (all of them, or those towards one target
     # rank): no buffers; the handler copies back what completed operations wrote into host copies
     ('Win_fence', 'assertion:int win:win'),

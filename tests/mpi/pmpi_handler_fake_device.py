@@ -510,6 +510,13 @@ got = device(np.zeros(C, np.int32))
 call('Get', p(got), C, T, nxt, W(rank * C), C, T, WH)  # rank nxt's slot `rank`: this rank's Put
 call('Win_fence', 0, WH)
 same(got, np.arange(C, dtype=np.int32) + 10 * rank, 'Get')
+src = device(np.arange(C, dtype=np.int32) + 20 * rank)  # the large-count forms: MPI_Count counts
+call('Put_c', p(src), L(C), T, nxt, W(rank * C), L(C), T, WH)
+call('Win_fence', 0, WH)
+got = device(np.zeros(C, np.int32))
+call('Get_c', p(got), L(C), T, nxt, W(rank * C), L(C), T, WH)
+call('Win_fence', 0, WH)
+same(got, np.arange(C, dtype=np.int32) + 20 * rank, 'Put_c and Get_c')
 mem[:] = 0
 comm.Barrier()
 call('Win_fence', 0, WH)
@@ -541,7 +548,7 @@ win.Lock(nxt, MPI.LOCK_SHARED)
 call('Get', p(got), C, T, nxt, W(nxt * C), C, T, WH)
 call('Win_unlock', nxt, WH)
 same(got, np.full(C, 1000 + nxt, np.int32), 'Get completed by MPI_Win_unlock')
-assert handler.calls() - mark == 12 + (rank == 1 % n), f'rank {rank}: {handler.calls() - mark} one-sided calls handled'
+assert handler.calls() - mark == 16 + (rank == 1 % n), f'rank {rank}: {handler.calls() - mark} one-sided calls handled'
 comm.Barrier()
 win.Free()
 

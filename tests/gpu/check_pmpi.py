@@ -6,7 +6,8 @@ makes them) under `python -m mpigpu` on GPUs: the interposer's handler runs them
 Each call's result is compared, byte for byte, with mpi4py's same call on host copies: Allreduce (out of
 place, in place, host to device, host buffers, host on one rank and device on the others), Bcast, Reduce, Allgather, Reduce_scatter_block, Alltoall(v), Gatherv,
 Scatter, Scan, Sendrecv with its status, Isend/Irecv, Iallgatherv, Neighbor_alltoall(v) on a Cart, Bcast
-of a vector datatype, Reduce_local, Pack and Unpack, persistent Send_init/Recv_init and Allreduce_init. Then how many calls the handler ran and which of the engine's and
+of a vector datatype, Reduce_local, Pack and Unpack, persistent Send_init/Recv_init and Allreduce_init, and
+the one-sided Put, Get and Accumulate (fence and passive-target epochs). Then how many calls the handler ran and which of the engine's and
 the exchange's fast paths took them. Exits 1 on any failure; the last line is the summary.
 """
 import ctypes
@@ -243,6 +244,47 @@ for k in range(3):
         failures.append(f'rank {rank}: round {k} changed the caller\'s request handles')
 for k in range(3):
     call('Request_free', ctypes.c_void_p(at[k]))
+
+# one-sided calls with CuPy origin buffers on a window of host memory (MPI_Win_allocate's): Put and Get
+# completed by MPI_Win_fence, Accumulate onto rank 0, and a Get completed by MPI_Win_unlock, each window or
+# result as mpi4py's host calls leave it
+C = 1000
+win = MPI.Win.Allocate(4 * C * n, 4, comm=comm)
+mem = np.frombuffer(win.tomemory(), dtype=np.int32)
+T, WH = h(MPI.INT), h(win)
+mem[:] = -1
+comm.Barrier()
+call('Win_fence', 0, WH)
+src = cp.arange(C, dtype=cp.int32) + 10 * rank
+call('Put', p(src), C, T, nxt, W(rank * C), C, T, WH)
+call('Win_fence', 0, WH)
+want = np.full(C * n, -1, np.int32)
+want[prv * C:(prv + 1) * C] = np.arange(C, dtype=np.int32) + 10 * prv
+same(mem, want, 'Put (one-sided)')
+got = cp.zeros(C, cp.int32)
+call('Get', p(got), C, T, nxt, W(rank * C), C, T, WH)
+call('Win_fence', 0, WH)
+same(got, np.arange(C, dtype=np.int32) + 10 * rank, 'Get (one-sided)')
+mem[:] = 0
+comm.Barrier()
+call('Win_fence', 0, WH)
+add = cp.full(C, rank + 1, cp.int32)
+call('Accumulate', p(add), C, T, 0, W(0), C, T, h(MPI.SUM), WH)
+call('Win_fence', 0, WH)
+if rank == 0:
+    same(mem[:C], np.full(C, n * (n + 1) // 2, np.int32), 'Accumulate (one-sided)')
+win.Fence(MPI.MODE_NOSUCCEED)
+win.Lock(rank)
+mem[rank * C:(rank + 1) * C] = 1000 + rank
+win.Unlock(rank)
+comm.Barrier()
+got = cp.zeros(C, cp.int32)
+win.Lock(nxt, MPI.LOCK_SHARED)
+call('Get', p(got), C, T, nxt, W(nxt * C), C, T, WH)
+call('Win_unlock', nxt, WH)
+same(got, np.full(C, 1000 + nxt, np.int32), 'Get completed by MPI_Win_unlock')
+comm.Barrier()
+win.Free()
 
 handled = handler.calls() - before
 all_failures = comm.gather(failures)

@@ -63,9 +63,9 @@ def span_init(mod, f, s):
     idx = f.index
     # times_p's factor travels in the displacements' place (no form has both)
     second = s.displs or s.factor
-    return (f'{{MGI_FORM_{s.form.upper()}, {idx[s.count]}, {idx[second] if second else -1}, '
+    return (f'{{MGI_FORM_{s.form.upper()}, {idx[s.count] if s.count else -1}, {idx[second] if second else -1}, '
             f'{idx[s.type] if s.type else -1}, {mod.GROUPS.index(s.group)}, '
-            f'{int(f.params[idx[s.count]].kind in ("count", "counts"))}}}')
+            f'{int(s.count is not None and f.params[idx[s.count]].kind in ("count", "counts"))}}}')
 
 
 def descriptors(mod):

@@ -38,7 +38,7 @@ int mgi_handle(int id, intptr_t *args) {
   if (!h) /* unregistered meanwhile (Python's exit) */
     return mgi_device_call(id, args);
   unsigned mask = 0;
-  int ordinals[2] = {-1, -1}; /* mgi_function's buffers */
+  int ordinals[MGI_MAX_BUFFERS] = {-1, -1, -1}; /* mgi_function's buffers */
   if (mgi_driver())
     for (int b = 0; b < mgi_functions[id].nbuffers; b++) {
       ordinals[b] = mgi_device_of((const void *)args[mgi_functions[id].buffers[b].param]);

@@ -20,6 +20,8 @@ typedef struct {
   int8_t form, count, displs, type, group, wide; /* wide: MPI_Count counts, MPI_Aint displacements (_c) */
 } mgi_span;
 
+#define MGI_MAX_BUFFERS 3 /* MPI_Compare_and_swap's */
+
 typedef struct {
   int8_t param, dir, root_only, nforms; /* dir: 0 in, 1 out, 2 inout; forms[1]: where the call is in place */
   mgi_span forms[2];
@@ -28,7 +30,7 @@ typedef struct {
 typedef struct {
   const char *name, *lower_name, *signature;
   int8_t nparams, nbuffers, comm, root, request, status, win; /* parameter indices, -1: none */
-  mgi_buffer buffers[2];
+  mgi_buffer buffers[MGI_MAX_BUFFERS];
 } mgi_function;
 
 enum { MGI_IN, MGI_OUT, MGI_INOUT };

@@ -54,7 +54,7 @@ static long long count_at(const mgi_span *f, const intptr_t *a, int i) {
 static int span_of(const mgi_span *f, const intptr_t *a, int n, int rank, byte_range *r) {
   type_shape s;
   /* a count as C passed it: an int, or MPI-4's MPI_Count */
-  long long count = f->wide ? (long long)a[f->count] : (long long)(int)a[f->count];
+  long long count = f->form == MGI_FORM_ONE ? 1 : f->wide ? (long long)a[f->count] : (long long)(int)a[f->count];
   if (f->form == MGI_FORM_BYTES) { /* packed bytes: the count is their number */
     long long bytes = count;
     if (bytes > 0) *r = (byte_range){0, bytes, 1};
@@ -63,7 +63,8 @@ static int span_of(const mgi_span *f, const intptr_t *a, int n, int rank, byte_r
   if (f->form == MGI_FORM_W || f->group != 0 || shape_of(a[f->type], &s)) return -1;
   long long total = 0;
   switch (f->form) {
-    case MGI_FORM_SIMPLE: cover(r, 0, count, &s); return 0;
+    case MGI_FORM_SIMPLE:
+    case MGI_FORM_ONE: cover(r, 0, count, &s); return 0;
     case MGI_FORM_TIMES_N: cover(r, 0, count * n, &s); return 0;
     case MGI_FORM_TIMES_P: cover(r, 0, count * (int)a[f->displs], &s); return 0; /* displs: the factor */
     case MGI_FORM_OWN: cover(r, 0, count_at(f, a, rank), &s); return 0;
@@ -112,7 +113,7 @@ int mgi_stage(int id, intptr_t *a) {
   uintptr_t first = (uintptr_t)a[fn->buffers[0].param];
   int in_place = fn->nbuffers > 1 && (first == 1 || first == UINTPTR_MAX);
 
-  staged_buffer staged[2] = {{0}};
+  staged_buffer staged[MGI_MAX_BUFFERS] = {{0}};
   int rc = 0;
   char why[160] = "";
   for (int b = 0; b < fn->nbuffers && !rc; b++) {

@@ -224,9 +224,9 @@ class Call:
             return None
         device = bool(self.mask >> b & 1)
         form = param.forms[1 if self.in_place and len(param.forms) > 1 else 0]
-        if form.form in ('simple', 'times_n', 'times_p'):
+        if form.form in ('simple', 'times_n', 'times_p', 'one'):
             dtype, extent, true_lb, true_extent, typestr = self.h.datatype(self.args[fn.index[form.type]])
-            count = self.value(form.count)
+            count = 1 if form.form == 'one' else self.value(form.count)
             blocks = count * (self.group_size(form.group) if form.form == 'times_n' else
                               self.value(form.factor) if form.form == 'times_p' else 1)
             if device and typestr is not None and typed:
@@ -300,9 +300,16 @@ class Call:
             method = getattr(win, fn.method[len('Win_'):].capitalize())
             method(*(self.value(p.name) for p in fn.params if p.kind == 'int'))
             return MPI.SUCCESS
-        target = (self.value('target_disp'), self.value('target_count'), self.value('target_datatype'))
         rank = self.value('target_rank')
         origin = self.spec(0, typed=False)
+        if fn.method == 'Fetch_and_op':
+            win.Fetch_and_op(origin, self.spec(1, typed=False), rank, self.value('target_disp'), self.value('op'))
+            return MPI.SUCCESS
+        if fn.method == 'Compare_and_swap':
+            win.Compare_and_swap(origin, self.spec(1, typed=False), self.spec(2, typed=False), rank,
+                                 self.value('target_disp'))
+            return MPI.SUCCESS
+        target = (self.value('target_disp'), self.value('target_count'), self.value('target_datatype'))
         if fn.method in ('Put', 'Get'):
             getattr(win, fn.method)(origin, rank, target)
         elif fn.method == 'Accumulate':

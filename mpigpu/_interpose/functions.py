@@ -10,6 +10,7 @@ Each entry is the function's name without `MPI_` and its parameters in C order, 
 - a buffer, `in`, `out` or `inout`, with where its bytes lie in brackets, `[count,type]` over the
   function's other parameters:
     `c,t`       c elements of type t
+    `1,t`       one element of type t (the atomic one-sided calls)
     `c*n,t`     c elements for each rank of the group
     `cs/ds,t`   cs[i] elements at displacement ds[i] elements, for each rank i (the v-forms)
     `cs/ds,ts`  cs[i] elements of ts[i] at ds[i] bytes (the w-forms)
@@ -233,6 +234,11 @@ FUNCTIONS = (
                          'result_addr:out[result_count,result_datatype] result_count:count '
                          'result_datatype:type target_rank:int target_disp:aint target_count:count '
                          'target_datatype:type op:op win:win'),
+    # the atomic forms: one element each (a count of 1, `1,t`)
+    ('Fetch_and_op', 'origin_addr:in[1,datatype] result_addr:out[1,datatype] datatype:type target_rank:int '
+                     'target_disp:aint op:op win:win'),
+    ('Compare_and_swap', 'origin_addr:in[1,datatype] compare_addr:in[1,datatype] result_addr:out[1,datatype] '
+                         'datatype:type target_rank:int target_disp:aint win:win'),
     # the synchronizations that complete a rank's RMA operations (all of them, or those towards one target
     # rank): no buffers; the handler copies back what completed operations wrote into host copies
     ('Win_fence', 'assertion:int win:win'),
@@ -327,7 +333,8 @@ class Param:
 
 
 class Span:
-    """Where a buffer's bytes lie: `form` one of simple, times_n, times_p, v, w, sum, own, bytes; the count,
+    """Where a buffer's bytes lie: `form` one of simple, times_n, times_p, v, w, sum, own, bytes, one (count
+    None); the count,
     displacements and type parameters it reads (type None: bytes), the parameter its count is multiplied
     by (times_p's `factor`); the group its counts are for (`group`: n, in, out)."""
 
@@ -348,6 +355,8 @@ class Span:
         elif '*' in count:
             count, self.factor = count.split('*')
             self.form = 'times_p'
+        elif count == '1':
+            count, self.form = None, 'one'
         elif count.endswith('+'):
             count, self.form = count[:-1], 'sum'
         elif count.endswith('.'):
@@ -357,7 +366,7 @@ class Span:
         self.count = count
 
 
-FORMS = ('simple', 'times_n', 'v', 'w', 'sum', 'own', 'bytes', 'times_p')
+FORMS = ('simple', 'times_n', 'v', 'w', 'sum', 'own', 'bytes', 'times_p', 'one')
 GROUPS = ('n', 'in', 'out')
 
 
@@ -374,7 +383,7 @@ class Function:
             for s in p.forms:
                 if s.form == 'v' and self.params[self.index[s.type]].kind == 'types':
                     s.form = 'w'
-                for ref in (s.count,) + tuple(r for r in (s.type, s.displs, s.factor) if r):
+                for ref in tuple(r for r in (s.count, s.type, s.displs, s.factor) if r):
                     if ref not in self.index:
                         raise ValueError(f'MPI_{name}: {p.name} refers to unknown parameter {ref!r}')
         self.comm, self.request, self.status = self.find('comm'), self.find('request'), self.find('status')

@@ -488,7 +488,8 @@ assert handler.calls() - mark == 8, f'rank {rank}: {handler.calls() - mark} of t
 # host calls leave it. MPI may read a Put's origin until the fence and write a Get's until then: mpigpu's
 # Win keeps their host copies to the synchronization, which copies the results back.
 C = 6
-win = MPI.Win.Allocate(4 * C * n, 4, comm=comm)
+A = C * n  # the atomics' element, past the ranks' slots
+win = MPI.Win.Allocate(4 * (A + 1), 4, comm=comm)
 mem = np.frombuffer(win.tomemory(), dtype=np.int32)
 T, WH = h(MPI.INT), h(win)
 mark = handler.calls()
@@ -505,7 +506,7 @@ assert not kept_win._pending()
 counted()
 want = np.full(C * n, -1, np.int32)
 want[prv * C:(prv + 1) * C] = np.arange(C, dtype=np.int32) + 10 * prv
-same(mem, want, 'Put')
+same(mem[:A], want, 'Put')
 got = device(np.zeros(C, np.int32))
 call('Get', p(got), C, T, nxt, W(rank * C), C, T, WH)  # rank nxt's slot `rank`: this rank's Put
 call('Win_fence', 0, WH)
@@ -526,7 +527,7 @@ call('Win_fence', 0, WH)
 if rank == 0:
     want = np.zeros(C * n, np.int32)
     want[:C] = n * (n + 1) // 2
-    same(mem, want, 'Accumulate')
+    same(mem[:A], want, 'Accumulate')
 before_acc = comm.bcast(mem[:C].copy() if rank == 0 else None, root=0)
 call('Win_fence', 0, WH)
 comm.Barrier()
@@ -538,6 +539,24 @@ if rank == 1 % n:
     same(old, before_acc, 'Get_accumulate')
 if rank == 0:
     same(mem[:C], before_acc + 1, 'Get_accumulate at the target')
+# the atomics, one element each: every rank adds rank + 1 to rank 0's element A and fetches what was there
+# (a permutation of partial sums, so the fetched values are checked by their set), then one rank swaps
+call('Win_fence', 0, WH)
+one, old = device(np.full(1, rank + 1, np.int32)), device(np.zeros(1, np.int32))
+call('Fetch_and_op', p(one), p(old), T, 0, W(A), h(MPI.SUM), WH)
+call('Win_fence', 0, WH)
+seen = comm.allgather(int(old[0]))
+total = comm.bcast(int(mem[A]) if rank == 0 else None, root=0)
+counted()
+assert total == n * (n + 1) // 2 and 0 in seen, f'rank {rank}: Fetch_and_op {seen} -> {total}'
+new, expect, was = device(np.full(1, 77, np.int32)), device(np.full(1, total, np.int32)), device(np.zeros(1, np.int32))
+if rank == n - 1:
+    call('Compare_and_swap', p(new), p(expect), p(was), T, 0, W(A), WH)
+call('Win_fence', 0, WH)
+if rank == n - 1:
+    same(was, np.full(1, total, np.int32), 'Compare_and_swap: what was there')
+if rank == 0:
+    same(mem[A:A + 1], np.full(1, 77, np.int32), 'Compare_and_swap at the target')
 win.Fence(MPI.MODE_NOSUCCEED)
 win.Lock(rank)  # each rank's own slot of its own window, in an epoch of its own
 mem[rank * C:(rank + 1) * C] = 1000 + rank
@@ -548,7 +567,7 @@ win.Lock(nxt, MPI.LOCK_SHARED)
 call('Get', p(got), C, T, nxt, W(nxt * C), C, T, WH)
 call('Win_unlock', nxt, WH)
 same(got, np.full(C, 1000 + nxt, np.int32), 'Get completed by MPI_Win_unlock')
-assert handler.calls() - mark == 16 + (rank == 1 % n), f'rank {rank}: {handler.calls() - mark} one-sided calls handled'
+assert handler.calls() - mark == 20 + (rank == 1 % n) + (rank == n - 1), f'rank {rank}: {handler.calls() - mark} one-sided calls handled'
 comm.Barrier()
 win.Free()
 

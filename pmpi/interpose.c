@@ -119,14 +119,15 @@ static int window_rank(intptr_t win) {
   return rank;
 }
 
-/* comm: the call's communicator, or a one-sided call's window (its handler then) */
+/* comm: the call's communicator, or a one-sided call's window (its handler then); 0: not known (no rank
+ * asked, no handler called: a null handle would end the job in the library) */
 int mgi_fail(int id, intptr_t comm, const char *why) {
-  const int win = mgi_functions[id].win >= 0, has = win || mgi_functions[id].comm >= 0;
+  const int win = mgi_functions[id].win >= 0, has = comm != 0 && (win || mgi_functions[id].comm >= 0);
   call_errhandler_fn call =
       (call_errhandler_fn)mgi_lower_named(win ? "PMPI_Win_call_errhandler" : "PMPI_Comm_call_errhandler");
   comm_rank_fn comm_rank = (comm_rank_fn)mgi_lower_named("PMPI_Comm_rank");
   int rank = -1;
-  if (win) rank = window_rank(comm);
+  if (has && win) rank = window_rank(comm);
   else if (has && comm_rank) comm_rank(comm, &rank);
   char msg[400];
   snprintf(msg, sizeof msg, "%s on rank %d: %s (mpigpu interposer)", mgi_functions[id].name, rank, why);

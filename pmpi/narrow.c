@@ -88,7 +88,7 @@ static int read_here(const mgi_narrowed_param *q, const intptr_t *a, const mgi_f
 int mgi_no_lower(int id, const intptr_t *a, const void *caller) {
   const mgi_narrowing *w = &mgi_narrowings[id];
   const mgi_function *f = &mgi_functions[id];
-  intptr_t comm = f->comm >= 0 ? a[f->comm] : 0;
+  intptr_t comm = f->comm >= 0 ? a[f->comm] : f->win >= 0 ? a[f->win] : 0; /* (mgi_fail's handle) */
   const int mpi4py = mgi_from_mpi4py(caller);
   if (w->base < 0 || !mgi_lower(w->base))
     return mpi4py ? MGI_ERR_UNAVAILABLE

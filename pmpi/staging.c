@@ -91,10 +91,14 @@ typedef struct {
 int mgi_stage(int id, intptr_t *a) {
   const mgi_function *fn = &mgi_functions[id];
   intptr_t comm = fn->comm >= 0 ? a[fn->comm] : 0;
-  if (fn->win >= 0) /* the host copy would have to outlive the call, to the epoch's synchronization */
-    return mgi_fail(id, a[fn->win],
-                    "a one-sided call with a device origin buffer needs mpigpu's handler (python -m mpigpu) or a "
-                    "CUDA-aware MPI below; this process has neither");
+  if (fn->win >= 0) { /* a host copy would have to outlive the call, to the epoch's synchronization */
+    for (int b = 0; b < fn->nbuffers; b++)
+      if (mgi_maybe_device((const void *)a[fn->buffers[b].param]))
+        return mgi_fail(id, a[fn->win],
+                        "a one-sided call with a device buffer needs mpigpu's handler (python -m mpigpu) or a "
+                        "CUDA-aware MPI below; this process has neither");
+    return mgi_call_lower(id, a); /* host buffers, a synchronization (a handler unregistered meanwhile) */
+  }
   if (fn->request >= 0)
     return mgi_fail(id, comm,
                     "a non-blocking call with device buffers needs mpigpu's handler (python -m mpigpu) or a "

@@ -301,7 +301,7 @@ class Call:
             method(*(self.value(p.name) for p in fn.params if p.kind == 'int'))
             return MPI.SUCCESS
         rank = self.value('target_rank')
-        origin = self.spec(0, typed=False)
+        origin = self.spec(0, typed=False) if self.args[fn.buffers[0]] else self.no_origin()
         if fn.method == 'Fetch_and_op':
             win.Fetch_and_op(origin, self.spec(1, typed=False), rank, self.value('target_disp'), self.value('op'))
             return MPI.SUCCESS
@@ -317,6 +317,14 @@ class Call:
         else:
             win.Get_accumulate(origin, self.spec(1, typed=False), rank, target, self.value('op'))
         return MPI.SUCCESS
+
+    def no_origin(self):
+        """A null origin (MPI_NO_OP's, which MPI does not read: Fetch_and_op and Get_accumulate as an atomic
+        read) as a host buffer of its count's elements, since mpi4py requires one."""
+        form = self.fn.params[self.fn.buffers[0]].forms[0]
+        dtype = self.value(form.type)
+        count = 1 if form.form == 'one' else self.value(form.count)
+        return [bytearray(max(count * dtype.Get_extent()[1], 1)), count, dtype]
 
     def matched(self, positional, status):
         """MPI_Mrecv and MPI_Imrecv: the caller's message (from its own MPI_Mprobe or MPI_Improbe) received by

@@ -153,6 +153,10 @@ _RMA = {'Put': ('origin',), 'Get': ('origin',), 'Accumulate': ('origin',),
 # target rank: their first argument).
 _COMPLETES_ALL = ('Fence', 'Complete', 'Unlock_all', 'Flush_all', 'Flush_local_all')
 _COMPLETES_TARGET = ('Unlock', 'Flush', 'Flush_local')
+# The RMA operations not yet completed, per window handle: [(target rank, mirrors)]. By handle, not by
+# object: a window's operations and its synchronization may come through different objects (a Python
+# caller's Win and the one the interposer's handler keeps for a C caller's calls on the same window).
+_pending_by_window = {}
 
 
 class Win(_Constant, MPI.Win, metaclass=_plain.StandsIn):
@@ -173,7 +177,7 @@ class Win(_Constant, MPI.Win, metaclass=_plain.StandsIn):
         return super().Create(memory, disp_unit, info, comm)
 
     def _pending(self):
-        return self.__dict__.setdefault('_mg_pending', [])
+        return _pending_by_window.setdefault(self.handle, [])
 
     def _complete(self, target=None):
         """Copies the results of the completed operations (towards `target`, or all) back and lets go
@@ -195,6 +199,8 @@ class Win(_Constant, MPI.Win, metaclass=_plain.StandsIn):
                     for m in mirrors:
                         m.release()
             pending[:] = keep
+            if not keep:
+                _pending_by_window.pop(self.handle, None)
 
 
 def _rma(name, base):
@@ -229,7 +235,7 @@ def _rma(name, base):
 def _completing(name, base, per_target):
     def method(self, *args, **kwargs):
         result = base(self, *args, **kwargs)
-        if self.__dict__.get('_mg_pending'):
+        if _pending_by_window.get(self.handle):
             self._complete(args[0] if per_target and args else kwargs.get('rank') if per_target else None)
         return result
     method.__name__ = method.__qualname__ = name

@@ -549,6 +549,15 @@ seen = comm.allgather(int(old[0]))
 total = comm.bcast(int(mem[A]) if rank == 0 else None, root=0)
 counted()
 assert total == n * (n + 1) // 2 and 0 in seen, f'rank {rank}: Fetch_and_op {seen} -> {total}'
+# an atomic read (MPI_NO_OP, a null origin, which MPI does not read), then a Get from C completed by a
+# Python caller's fence on the same window: a window's operations are completed by whichever object syncs it
+cur = device(np.zeros(1, np.int32))
+call('Fetch_and_op', None, p(cur), T, 0, W(A), h(MPI.NO_OP), WH)
+call('Win_fence', 0, WH)
+same(cur, np.full(1, total, np.int32), 'Fetch_and_op, MPI_NO_OP')
+call('Get', p(cur), 1, T, 0, W(A), 1, T, WH)
+win.Fence()
+same(cur, np.full(1, total, np.int32), 'Get completed by a Python caller\'s Fence')
 new, expect, was = device(np.full(1, 77, np.int32)), device(np.full(1, total, np.int32)), device(np.zeros(1, np.int32))
 if rank == n - 1:
     call('Compare_and_swap', p(new), p(expect), p(was), T, 0, W(A), WH)
@@ -567,7 +576,7 @@ win.Lock(nxt, MPI.LOCK_SHARED)
 call('Get', p(got), C, T, nxt, W(nxt * C), C, T, WH)
 call('Win_unlock', nxt, WH)
 same(got, np.full(C, 1000 + nxt, np.int32), 'Get completed by MPI_Win_unlock')
-assert handler.calls() - mark == 20 + (rank == 1 % n) + (rank == n - 1), f'rank {rank}: {handler.calls() - mark} one-sided calls handled'
+assert handler.calls() - mark == 23 + (rank == 1 % n) + (rank == n - 1), f'rank {rank}: {handler.calls() - mark} one-sided calls handled'
 comm.Barrier()
 win.Free()
 

@@ -22,6 +22,12 @@ CUresult cuMemcpyDtoH_v2(void *, CUdeviceptr, size_t);
 int MPIX_Query_cuda_support(void);
 
 static int rank, size, checks, failed;
+static int window_errors; /* calls of the window's error handler (on_window_error) */
+
+static void on_window_error(MPI_Win *win, int *code, ...) {
+  (void)win, (void)code;
+  window_errors++;
+}
 
 static void check(int ok, const char *what) {
   checks++;
@@ -298,12 +304,17 @@ int main(int argc, char **argv) {
     int *base = NULL;
     MPI_Win win;
     MPI_Win_allocate((MPI_Aint)(N * sizeof(int)), sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &base, &win);
-    MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN);
+    MPI_Errhandler eh;
+    MPI_Win_create_errhandler(on_window_error, &eh);
+    MPI_Win_set_errhandler(win, eh);
     for (int i = 0; i < N; i++) base[i] = -1;
     MPI_Win_fence(0, win);
     rc_ = MPI_Put(s, N, MPI_INT, (r + 1) % n, 0, N, MPI_INT, win);
     MPI_Error_string(rc_, text, &len);
-    check(rc_ != MPI_SUCCESS && strstr(text, "MPI_Put") && strstr(text, "mpigpu"), "Put error");
+    char on_rank[32];
+    snprintf(on_rank, sizeof on_rank, "on rank %d:", r);
+    check(rc_ != MPI_SUCCESS && strstr(text, "MPI_Put") && strstr(text, "mpigpu") && strstr(text, on_rank), "Put error");
+    check(window_errors == 1, "Put error through the window's error handler");
     int *hs = malloc(N * sizeof(int));
     for (int i = 0; i < N; i++) hs[i] = 100 * r + i;
     check(MPI_Put(hs, N, MPI_INT, (r + 1) % n, 0, N, MPI_INT, win) == MPI_SUCCESS, "Put from host memory");
@@ -313,6 +324,7 @@ int main(int argc, char **argv) {
     check(ok, "Put from host memory, at the target");
     free(hs);
     MPI_Win_free(&win);
+    MPI_Errhandler_free(&eh);
   }
 
   int all_failed = 0;

@@ -243,6 +243,19 @@ def _completing(name, base, per_target):
     return method
 
 
+def _freeing(base):
+    """Free: a window freed with operations still pending (MPI calls that erroneous) lets go of their host
+    copies without copying back, so a later window on the same handle never writes into them."""
+    def Free(self):
+        for _, mirrors in _pending_by_window.pop(self.handle, ()):
+            for m in mirrors:
+                m.release()
+        return base(self)
+    Free.__doc__ = base.__doc__
+    return Free
+
+
+Win.Free = _freeing(MPI.Win.Free)
 for _name in _RMA:
     setattr(Win, _name, _rma(_name, getattr(MPI.Win, _name)))
 for _name in _COMPLETES_ALL + _COMPLETES_TARGET:

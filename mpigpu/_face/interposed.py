@@ -310,12 +310,15 @@ class Call:
                                  self.value('target_disp'))
             return MPI.SUCCESS
         target = (self.value('target_disp'), self.value('target_count'), self.value('target_datatype'))
-        if fn.method in ('Put', 'Get'):
-            getattr(win, fn.method)(origin, rank, target)
-        elif fn.method == 'Accumulate':
-            win.Accumulate(origin, rank, target, self.value('op'))
+        method = getattr(win, fn.method)
+        if fn.method in ('Put', 'Get', 'Rput', 'Rget'):
+            result = method(origin, rank, target)
+        elif fn.method in ('Accumulate', 'Raccumulate'):
+            result = method(origin, rank, target, self.value('op'))
         else:
-            win.Get_accumulate(origin, self.spec(1, typed=False), rank, target, self.value('op'))
+            result = method(origin, self.spec(1, typed=False), rank, target, self.value('op'))
+        if fn.request >= 0:  # (Rput & co.) the library's MPI_Wait completes it: a generalized request
+            ctypes.memmove(self.args[fn.request], MPI._addressof(result), MPI._sizeof(MPI.Request))
         return MPI.SUCCESS
 
     def no_origin(self):

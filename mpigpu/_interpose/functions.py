@@ -234,6 +234,19 @@ FUNCTIONS = (
                          'result_addr:out[result_count,result_datatype] result_count:count '
                          'result_datatype:type target_rank:int target_disp:aint target_count:count '
                          'target_datatype:type op:op win:win'),
+    # the request-based forms: mpigpu's request (a generalized request, completed once the operation is and,
+    # for a Get, its result copied back) written to the caller's, which the library's MPI_Wait & co. complete
+    ('Rput', 'origin_addr:in[origin_count,origin_datatype] origin_count:int origin_datatype:type target_rank:int '
+             'target_disp:aint target_count:int target_datatype:type win:win request:request'),
+    ('Rget', 'origin_addr:out[origin_count,origin_datatype] origin_count:int origin_datatype:type target_rank:int '
+             'target_disp:aint target_count:int target_datatype:type win:win request:request'),
+    ('Raccumulate', 'origin_addr:in[origin_count,origin_datatype] origin_count:int origin_datatype:type '
+                    'target_rank:int target_disp:aint target_count:int target_datatype:type op:op win:win '
+                    'request:request'),
+    ('Rget_accumulate', 'origin_addr:in[origin_count,origin_datatype] origin_count:int origin_datatype:type '
+                        'result_addr:out[result_count,result_datatype] result_count:int result_datatype:type '
+                        'target_rank:int target_disp:aint target_count:int target_datatype:type op:op win:win '
+                        'request:request'),
     # the atomic forms: one element each (a count of 1, `1,t`)
     ('Fetch_and_op', 'origin_addr:in[1,datatype] result_addr:out[1,datatype] datatype:type target_rank:int '
                      'target_disp:aint op:op win:win'),

@@ -291,7 +291,6 @@ class Call:
             ctypes.memmove(self.args[fn.request], MPI._addressof(result), MPI._sizeof(MPI.Request))
         return MPI.SUCCESS
 
-
     def one_sided(self, win):
         """An RMA operation as mpigpu's Win makes it (a device origin's host copy kept until the epoch's
         synchronization), or a synchronization, which copies back what the completed operations wrote."""

@@ -79,6 +79,7 @@ def descriptors(mod):
         sig = ' '.join(f'{p.name}:{p.kind}' for p in f.params)
         rows.append(f'  {{"MPI_{f.name}", "PMPI_{f.name}", "{sig}", {len(f.params)}, {len(bufs)}, '
                     f'{f.find("comm")}, {f.index.get("root", -1)}, {f.find("request")}, {f.find("status")}, {f.win}, '
+                    f'{f.index.get("target_rank", f.index.get("rank", -1)) if f.win >= 0 else -1}, '
                     f'{{{", ".join(binits)}}}}},')
     return ['const mgi_function mgi_functions[MGI_COUNT] = {'] + rows + ['};', '']
 
@@ -129,8 +130,10 @@ def wrappers(mod):
         types = ', '.join(C_TYPES[p.kind] for p in f.params)
         names = ', '.join(p.name for p in f.params)
         bufs = [p.name for p in f.params if p.is_buffer]
-        # (a call without buffers, a window's synchronization: to the library, or to the handler that takes all)
-        test = 'mgi_driver() && (' + ' || '.join(f'mgi_device({b})' for b in bufs) + ')' if bufs else '0'
+        # (a window's synchronization, without buffers: to the library, to the handler that takes all, or to
+        # the staging while it holds a one-sided call's copies)
+        test = ('mgi_driver() && (' + ' || '.join(f'mgi_device({b})' for b in bufs) + ')' if bufs
+                else 'mgi_rma_held()' if f.win >= 0 else '0')
         words = ', '.join(to_word(p) for p in f.params)
         words_decl = f'  intptr_t a[{len(f.params)}] = {{{words}}};'
         to_handler = f'  if (mgi_takes_all(__builtin_return_address(0))) return mgi_handle(MGI_{f.name}, a);'

@@ -30,6 +30,7 @@ typedef struct {
 typedef struct {
   const char *name, *lower_name, *signature;
   int8_t nparams, nbuffers, comm, root, request, status, win; /* parameter indices, -1: none */
+  int8_t target; /* a one-sided call's target rank (MPI_Win_unlock's, MPI_Win_flush's rank), -1: none */
   mgi_buffer buffers[MGI_MAX_BUFFERS];
 } mgi_function;
 
@@ -96,6 +97,13 @@ int mgi_fail_named(const char *name, const char *why); /* the same for a call wi
 
 /* staging.c: a blocking call's device buffers through host copies */
 int mgi_stage(int id, intptr_t *args);
+/* The bytes [*lo, *hi) a one-process buffer form reaches from its address (simple, one, bytes); -1 where it
+ * cannot say */
+int mgi_span_bytes(const mgi_span *form, const intptr_t *args, intptr_t *lo, intptr_t *hi);
+/* one_sided.c: a one-sided call's device buffers through host copies held to the completing
+ * synchronization; whether any copy is held (the synchronizations' wrappers then come here) */
+int mgi_stage_one_sided(int id, intptr_t *args);
+int mgi_rma_held(void);
 
 /* wrappers.c (generated) */
 int mgi_call_lower(int id, const intptr_t *args);

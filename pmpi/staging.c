@@ -82,6 +82,14 @@ static int span_of(const mgi_span *f, const intptr_t *a, int n, int rank, byte_r
   }
 }
 
+int mgi_span_bytes(const mgi_span *form, const intptr_t *args, intptr_t *lo, intptr_t *hi) {
+  byte_range r = {0};
+  if (span_of(form, args, 1, 0, &r)) return -1;
+  *lo = r.any ? r.lo : 0;
+  *hi = r.any ? r.hi : 0;
+  return 0;
+}
+
 typedef struct {
   char *device, *host; /* the span's first byte on each side */
   size_t bytes;
@@ -91,14 +99,7 @@ typedef struct {
 int mgi_stage(int id, intptr_t *a) {
   const mgi_function *fn = &mgi_functions[id];
   intptr_t comm = fn->comm >= 0 ? a[fn->comm] : 0;
-  if (fn->win >= 0) { /* a host copy would have to outlive the call, to the epoch's synchronization */
-    for (int b = 0; b < fn->nbuffers; b++)
-      if (mgi_maybe_device((const void *)a[fn->buffers[b].param]))
-        return mgi_fail(id, a[fn->win],
-                        "a one-sided call with a device buffer needs mpigpu's handler (python -m mpigpu) or a "
-                        "CUDA-aware MPI below; this process has neither");
-    return mgi_call_lower(id, a); /* host buffers, a synchronization (a handler unregistered meanwhile) */
-  }
+  if (fn->win >= 0) return mgi_stage_one_sided(id, a); /* its copies outlive the call (one_sided.c) */
   if (fn->request >= 0)
     return mgi_fail(id, comm,
                     "a non-blocking call with device buffers needs mpigpu's handler (python -m mpigpu) or a "

@@ -299,8 +299,9 @@ int main(int argc, char **argv) {
     int same_code = 1; /* the same failure again and again keeps its one code (MPI has a few thousand) */
     for (int i = 0; i < 3000; i++) same_code &= MPI_Iallreduce(s, d, N, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &req) == rc_;
     check(same_code, "Iallreduce error, 3000 times");
-    /* a one-sided call with a device origin and no handler: an MPI error through the window's handler (its
-     * host copy would have to live to the epoch's end); a host origin goes to the library */
+    /* one-sided calls with device buffers and no handler: their host copies held to the synchronization
+     * that completes them (MPI_Win_fence, MPI_Win_unlock), which copies a Get's result back; a request-based
+     * one an MPI error through the window's error handler (the library's MPI_Wait would complete it) */
     int *base = NULL;
     MPI_Win win;
     MPI_Win_allocate((MPI_Aint)(N * sizeof(int)), sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &base, &win);
@@ -309,12 +310,41 @@ int main(int argc, char **argv) {
     MPI_Win_set_errhandler(win, eh);
     for (int i = 0; i < N; i++) base[i] = -1;
     MPI_Win_fence(0, win);
-    rc_ = MPI_Put(s, N, MPI_INT, (r + 1) % n, 0, N, MPI_INT, win);
+    int *h0 = malloc(N * sizeof(int));
+    for (int i = 0; i < N; i++) h0[i] = 10 * r + i;
+    int *dp = dints(N, h0);
+    check(MPI_Put(dp, N, MPI_INT, (r + 1) % n, 0, N, MPI_INT, win) == MPI_SUCCESS, "Put from device memory");
+    put(dp, base, N * sizeof(int)); /* (the origin rewritten before the fence: the held copy is what MPI reads) */
+    MPI_Win_fence(0, win);
+    ok = 1;
+    for (int i = 0; i < N; i++) ok &= base[i] == 10 * ((r + n - 1) % n) + i;
+    check(ok, "Put from device memory, at the target after the fence");
+    int *dg = dints(N, NULL);
+    check(MPI_Get(dg, N, MPI_INT, (r + 1) % n, 0, N, MPI_INT, win) == MPI_SUCCESS, "Get into device memory");
+    MPI_Win_fence(0, win);
+    g = host_of(dg, N), ok = 1;
+    for (int i = 0; i < N; i++) ok &= g[i] == 10 * r + i; /* rank r + 1's window holds rank r's Put */
+    check(ok, "Get into device memory, after the fence");
+    free(g);
+    int *d1 = dints(1, NULL);
+    MPI_Win_lock(MPI_LOCK_SHARED, (r + 1) % n, 0, win);
+    check(MPI_Get(d1, 1, MPI_INT, (r + 1) % n, 3, 1, MPI_INT, win) == MPI_SUCCESS, "Get in a lock epoch");
+    MPI_Win_unlock((r + 1) % n, win);
+    g = host_of(d1, 1);
+    check(g[0] == 10 * r + 3, "Get completed by MPI_Win_unlock");
+    free(g);
+    MPI_Request rq;
+    MPI_Win_lock_all(0, win);
+    rc_ = MPI_Rget(d1, 1, MPI_INT, (r + 1) % n, 0, 1, MPI_INT, win, &rq);
+    MPI_Win_unlock_all(win);
     MPI_Error_string(rc_, text, &len);
     char on_rank[32];
     snprintf(on_rank, sizeof on_rank, "on rank %d:", r);
-    check(rc_ != MPI_SUCCESS && strstr(text, "MPI_Put") && strstr(text, "mpigpu") && strstr(text, on_rank), "Put error");
-    check(window_errors == 1, "Put error through the window's error handler");
+    check(rc_ != MPI_SUCCESS && strstr(text, "MPI_Rget") && strstr(text, "mpigpu") && strstr(text, on_rank), "Rget error");
+    check(window_errors == 1, "Rget error through the window's error handler");
+    free(h0);
+    MPI_Barrier(MPI_COMM_WORLD); /* every passive-target epoch over before the next fence epoch */
+    MPI_Win_fence(0, win);
     int *hs = malloc(N * sizeof(int));
     for (int i = 0; i < N; i++) hs[i] = 100 * r + i;
     check(MPI_Put(hs, N, MPI_INT, (r + 1) % n, 0, N, MPI_INT, win) == MPI_SUCCESS, "Put from host memory");

@@ -1,0 +1,114 @@
+/* A one-sided call's device buffers through host copies, for a process with no handler (a C or Fortran
+ * program under LD_PRELOAD) on an MPI that is not CUDA-aware. MPI may read an origin and write a result
+ * until the synchronization that completes the operation, so each copy is held, per window and target,
+ * until that call (MPI_Win_fence, MPI_Win_unlock, MPI_Win_flush ...: the generated wrappers send those here
+ * while anything is held), which copies the results back and frees it. The request-based forms (MPI_Rput
+ * ...) are refused: the library's MPI_Wait completes their requests, with no hook to copy back. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "functions.h"
+
+typedef struct held {
+  intptr_t win;
+  int target;           /* the operation's target rank */
+  char *device, *host;  /* the buffer's span on each side */
+  size_t bytes;
+  int writes;           /* MPI writes it (a Get's origin, a result): copied back at completion */
+  struct held *next;
+} held;
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static held *holding;
+static atomic_int nheld;
+
+int mgi_rma_held(void) { return atomic_load_explicit(&nheld, memory_order_relaxed) > 0; }
+
+/* The held copies of window `win` towards `target` (-1: every target) copied back and freed; the first
+ * CUDA error, or 0. */
+static int complete(intptr_t win, int target) {
+  int cu = 0;
+  pthread_mutex_lock(&lock);
+  for (held **at = &holding; *at;) {
+    held *h = *at;
+    if (h->win != win || (target >= 0 && h->target != target)) {
+      at = &h->next;
+      continue;
+    }
+    if (h->writes) {
+      int e = mgi_copy(h->device, h->host, h->bytes, h->device);
+      if (e && !cu) cu = e;
+    }
+    *at = h->next;
+    free(h->host);
+    free(h);
+    atomic_fetch_sub_explicit(&nheld, 1, memory_order_relaxed);
+  }
+  pthread_mutex_unlock(&lock);
+  return cu;
+}
+
+int mgi_stage_one_sided(int id, intptr_t *a) {
+  const mgi_function *fn = &mgi_functions[id];
+  const intptr_t win = a[fn->win];
+  const int target = fn->target >= 0 ? (int)a[fn->target] : -1;
+  if (fn->nbuffers == 0) { /* a synchronization: the library's, then what it completed */
+    int rc = mgi_call_lower(id, a), cu = rc ? 0 : complete(win, target);
+    if (cu) {
+      char why[96];
+      snprintf(why, sizeof why, "copying a one-sided result back to device memory failed (CUDA error %d)", cu);
+      return mgi_fail(id, win, why);
+    }
+    return rc;
+  }
+  int device = 0;
+  for (int b = 0; b < fn->nbuffers; b++) device |= mgi_maybe_device((const void *)a[fn->buffers[b].param]);
+  if (!device) return mgi_call_lower(id, a); /* host buffers (a handler unregistered meanwhile) */
+  if (fn->request >= 0)
+    return mgi_fail(id, win,
+                    "a request-based one-sided call with a device buffer needs mpigpu's handler (python -m mpigpu) "
+                    "or a CUDA-aware MPI below; this process has neither");
+  held *made[MGI_MAX_BUFFERS] = {0};
+  char why[128] = "";
+  for (int b = 0; b < fn->nbuffers && !why[0]; b++) {
+    const mgi_buffer *buf = &fn->buffers[b];
+    char *p = (char *)a[buf->param];
+    if (!mgi_maybe_device(p)) continue;
+    intptr_t lo, hi;
+    if (mgi_span_bytes(&buf->forms[0], a, &lo, &hi)) {
+      snprintf(why, sizeof why, "cannot read the span of device buffer %d (its datatype)", b);
+      break;
+    }
+    if (hi <= lo) continue;
+    held *h = calloc(1, sizeof *h);
+    if (h) h->host = malloc((size_t)(hi - lo));
+    if (!h || !h->host) {
+      free(h);
+      snprintf(why, sizeof why, "no host memory for a %ld-byte copy", (long)(hi - lo));
+      break;
+    }
+    made[b] = h;
+    *h = (held){win, target, p + lo, h->host, (size_t)(hi - lo), buf->dir != MGI_IN, NULL};
+    int cu = mgi_copy(h->host, h->device, h->bytes, h->device); /* an output too: MPI leaves holes as they are */
+    if (cu) snprintf(why, sizeof why, "copying device buffer %d to the host failed (CUDA error %d)", b, cu);
+    a[buf->param] = (intptr_t)(h->host - lo);
+  }
+  int rc = why[0] ? 0 : mgi_call_lower(id, a);
+  if (why[0] || rc) { /* nothing started: nothing to hold */
+    for (int b = 0; b < fn->nbuffers; b++)
+      if (made[b]) free(made[b]->host), free(made[b]);
+    return why[0] ? mgi_fail(id, win, why) : rc;
+  }
+  pthread_mutex_lock(&lock);
+  for (int b = 0; b < fn->nbuffers; b++)
+    if (made[b]) {
+      made[b]->next = holding;
+      holding = made[b];
+      atomic_fetch_add_explicit(&nheld, 1, memory_order_relaxed);
+    }
+  pthread_mutex_unlock(&lock);
+  return rc;
+}

@@ -247,6 +247,17 @@ FUNCTIONS = (
                         'result_addr:out[result_count,result_datatype] result_count:int result_datatype:type '
                         'target_rank:int target_disp:aint target_count:int target_datatype:type op:op win:win '
                         'request:request'),
+    ('Rput_c', 'origin_addr:in[origin_count,origin_datatype] origin_count:count origin_datatype:type '
+               'target_rank:int target_disp:aint target_count:count target_datatype:type win:win request:request'),
+    ('Rget_c', 'origin_addr:out[origin_count,origin_datatype] origin_count:count origin_datatype:type '
+               'target_rank:int target_disp:aint target_count:count target_datatype:type win:win request:request'),
+    ('Raccumulate_c', 'origin_addr:in[origin_count,origin_datatype] origin_count:count origin_datatype:type '
+                      'target_rank:int target_disp:aint target_count:count target_datatype:type op:op win:win '
+                      'request:request'),
+    ('Rget_accumulate_c', 'origin_addr:in[origin_count,origin_datatype] origin_count:count origin_datatype:type '
+                          'result_addr:out[result_count,result_datatype] result_count:count '
+                          'result_datatype:type target_rank:int target_disp:aint target_count:count '
+                          'target_datatype:type op:op win:win request:request'),
     # the atomic forms: one element each (a count of 1, `1,t`)
     ('Fetch_and_op', 'origin_addr:in[1,datatype] result_addr:out[1,datatype] datatype:type target_rank:int '
                      'target_disp:aint op:op win:win'),

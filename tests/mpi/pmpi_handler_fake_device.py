@@ -566,6 +566,10 @@ got = device(np.zeros(1, np.int32))
 call('Rget', p(got), 1, T, 0, W(A), 1, T, WH, rq)
 call('Wait', rq, rs)
 same(got, np.full(1, total, np.int32), 'Rget')
+got = device(np.zeros(1, np.int32))
+call('Rget_c', p(got), L(1), T, 0, W(A), L(1), T, WH, rq)
+call('Wait', rq, rs)
+same(got, np.full(1, total, np.int32), 'Rget_c')
 win.Unlock_all()
 comm.Barrier()  # every rank's Rget done before any adds
 win.Lock_all()
@@ -607,7 +611,7 @@ win.Lock(nxt, MPI.LOCK_SHARED)
 call('Get', p(got), C, T, nxt, W(nxt * C), C, T, WH)
 call('Win_unlock', nxt, WH)
 same(got, np.full(C, 1000 + nxt, np.int32), 'Get completed by MPI_Win_unlock')
-assert handler.calls() - mark == 27 + (rank == 1 % n) + (rank == n - 1), f'rank {rank}: {handler.calls() - mark} one-sided calls handled'
+assert handler.calls() - mark == 28 + (rank == 1 % n) + (rank == n - 1), f'rank {rank}: {handler.calls() - mark} one-sided calls handled'
 comm.Barrier()
 win.Free()
 

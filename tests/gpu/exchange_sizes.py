@@ -109,43 +109,39 @@ for _ in range(50):  # many small calls: the FIFO's slots wrap many times
 family_case(world, 5)
 family_case(world, 1 << 20)
 interleaved(world)
+
+
+def team_with(knob, value, cases):
+    """A Dup of world whose device team is set up under mpigpu.config.<knob> = value (a team reads its knobs
+    at its first device call: the cases (per pair, dtype, offset) run here), the knob restored after."""
+    before = getattr(mpigpu.config, knob)
+    setattr(mpigpu.config, knob, value)
+    comm = world.Dup()
+    try:
+        for per_pair, dtype, offset in cases:
+            alltoallv_case(comm, per_pair, dtype, offset)
+    finally:
+        setattr(mpigpu.config, knob, before)
+    return comm
+
+
 # receivers that drain in rounds (MPIGPU_EXCHANGE_DRAIN) on odd ranks, in arrival order on even ones
 # (by default only a rank that receives alone, shares of two steps or more, does): a
-# rank's own choice, which its peers' sends never depend on; the team takes it at its first device call
-drain = mpigpu.config.exchange_drain
-mpigpu.config.exchange_drain = 'rounds' if world.Get_rank() % 2 else 'arrival'
-mixed = world.Dup()
-try:
-    for per_pair, dtype in ((100_003, np.float32), (6_000_000, np.int64), (4096, np.float32)):
-        alltoallv_case(mixed, per_pair, dtype, 1)
-finally:
-    mpigpu.config.exchange_drain = drain
+# rank's own choice, which its peers' sends never depend on
+mixed = team_with('exchange_drain', 'rounds' if world.Get_rank() % 2 else 'arrival',
+                  ((100_003, np.float32, 1), (6_000_000, np.int64, 1), (4096, np.float32, 1)))
 family_case(mixed, 1 << 20)
 mixed.Free()
 # every call's slots at the sender, read across the link (MPIGPU_EXCHANGE_SLOTS=sender, a team knob: every
 # rank; by default only the fan-out calls' are)
-slots = mpigpu.config.exchange_slots
-mpigpu.config.exchange_slots = 'sender'
-pulled = world.Dup()
-try:
-    for per_pair, dtype, offset in ((1, np.uint8, 1), (100_003, np.float32, 1), (6_000_000, np.int64, 2)):
-        alltoallv_case(pulled, per_pair, dtype, offset)
-finally:
-    mpigpu.config.exchange_slots = slots
+pulled = team_with('exchange_slots', 'sender', ((1, np.uint8, 1), (100_003, np.float32, 1), (6_000_000, np.int64, 2)))
 for _ in range(20):
     alltoallv_case(pulled, 4096, np.float32, 0)
 family_case(pulled, 1 << 20)
 pulled.Free()
 # every channel in the same round order (MPIGPU_EXCHANGE_ROUNDS=aligned, a team knob; by default each
 # channel starts at another peer)
-rounds = mpigpu.config.exchange_rounds
-mpigpu.config.exchange_rounds = 'aligned'
-aligned = world.Dup()
-try:
-    for per_pair, dtype, offset in ((100_003, np.float32, 1), (6_000_000, np.int64, 2)):
-        alltoallv_case(aligned, per_pair, dtype, offset)
-finally:
-    mpigpu.config.exchange_rounds = rounds
+aligned = team_with('exchange_rounds', 'aligned', ((100_003, np.float32, 1), (6_000_000, np.int64, 2)))
 family_case(aligned, 1 << 20)
 aligned.Free()
 if world.Get_size() > 2:

@@ -97,9 +97,17 @@ int mgi_fail_named(const char *name, const char *why); /* the same for a call wi
 
 /* staging.c: a blocking call's device buffers through host copies */
 int mgi_stage(int id, intptr_t *args);
-/* The bytes [*lo, *hi) a one-process buffer form reaches from its address (simple, one, bytes); -1 where it
- * cannot say */
-int mgi_span_bytes(const mgi_span *form, const intptr_t *args, intptr_t *lo, intptr_t *hi);
+/* A device buffer's staging copy: the bytes its form reaches, on each side */
+typedef struct {
+  char *device, *host; /* the span's first byte on each side (host NULL: nothing staged) */
+  size_t bytes;
+  int writes; /* MPI writes it: copied back */
+} mgi_staged;
+/* Buffer b's device bytes (under `form`, in a group of n where this is `rank`) copied into new host memory
+ * (*s) and a[param] pointed at the copy, so the call's offsets reach it; 0 (nothing to copy: s->host NULL),
+ * or -1 with `why` filled (s->host, where set, for the caller to free) */
+int mgi_stage_in(const mgi_buffer *buf, const mgi_span *form, intptr_t *a, int n, int rank, int b,
+                 mgi_staged *s, char *why, size_t why_bytes);
 /* one_sided.c: a one-sided call's device buffers through host copies held to the completing
  * synchronization; whether any copy is held (the synchronizations' wrappers then come here) */
 int mgi_stage_one_sided(int id, intptr_t *args);

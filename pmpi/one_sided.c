@@ -14,10 +14,8 @@
 
 typedef struct held {
   intptr_t win;
-  int target;           /* the operation's target rank */
-  char *device, *host;  /* the buffer's span on each side */
-  size_t bytes;
-  int writes;           /* MPI writes it (a Get's origin, a result): copied back at completion */
+  int target;     /* the operation's target rank */
+  mgi_staged s;   /* the copy; s.writes (a Get's origin, a result): copied back at completion */
   struct held *next;
 } held;
 
@@ -38,12 +36,12 @@ static int complete(intptr_t win, int target) {
       at = &h->next;
       continue;
     }
-    if (h->writes) {
-      int e = mgi_copy(h->device, h->host, h->bytes, h->device);
+    if (h->s.writes) {
+      int e = mgi_copy(h->s.device, h->s.host, h->s.bytes, h->s.device);
       if (e && !cu) cu = e;
     }
     *at = h->next;
-    free(h->host);
+    free(h->s.host);
     free(h);
     atomic_fetch_sub_explicit(&nheld, 1, memory_order_relaxed);
   }
@@ -72,36 +70,25 @@ int mgi_stage_one_sided(int id, intptr_t *a) {
                     "a request-based one-sided call with a device buffer needs mpigpu's handler (python -m mpigpu) "
                     "or a CUDA-aware MPI below; this process has neither");
   held *made[MGI_MAX_BUFFERS] = {0};
-  char why[128] = "";
-  for (int b = 0; b < fn->nbuffers && !why[0]; b++) {
+  char why[160] = "";
+  int rc = 0;
+  for (int b = 0; b < fn->nbuffers && !rc; b++) {
     const mgi_buffer *buf = &fn->buffers[b];
-    char *p = (char *)a[buf->param];
-    if (!mgi_maybe_device(p)) continue;
-    intptr_t lo, hi;
-    if (mgi_span_bytes(&buf->forms[0], a, &lo, &hi)) {
-      snprintf(why, sizeof why, "cannot read the span of device buffer %d (its datatype)", b);
+    if (!mgi_maybe_device((const void *)a[buf->param])) continue;
+    if (!(made[b] = calloc(1, sizeof(held)))) {
+      snprintf(why, sizeof why, "no host memory for a one-sided call's copy");
+      rc = -1;
       break;
     }
-    if (hi <= lo) continue;
-    held *h = calloc(1, sizeof *h);
-    if (h) h->host = malloc((size_t)(hi - lo));
-    if (!h || !h->host) {
-      free(h);
-      snprintf(why, sizeof why, "no host memory for a %ld-byte copy", (long)(hi - lo));
-      break;
-    }
-    made[b] = h;
-    *h = (held){win, target, p + lo, h->host, (size_t)(hi - lo), buf->dir != MGI_IN, NULL};
-    int cu = mgi_copy(h->host, h->device, h->bytes, h->device); /* an output too: MPI leaves holes as they are */
-    if (cu) snprintf(why, sizeof why, "copying device buffer %d to the host failed (CUDA error %d)", b, cu);
-    a[buf->param] = (intptr_t)(h->host - lo);
+    made[b]->win = win;
+    made[b]->target = target;
+    rc = mgi_stage_in(buf, &buf->forms[0], a, 1, 0, b, &made[b]->s, why, sizeof why);
   }
-  int rc = why[0] ? 0 : mgi_call_lower(id, a);
-  if (why[0] || rc) { /* nothing started: nothing to hold */
-    for (int b = 0; b < fn->nbuffers; b++)
-      if (made[b]) free(made[b]->host), free(made[b]);
-    return why[0] ? mgi_fail(id, win, why) : rc;
-  }
+  if (!rc) rc = mgi_call_lower(id, a);
+  for (int b = 0; b < fn->nbuffers; b++) /* nothing started, or nothing to hold: freed now */
+    if (made[b] && (rc || !made[b]->s.host)) free(made[b]->s.host), free(made[b]), made[b] = NULL;
+  if (why[0]) return mgi_fail(id, win, why);
+  if (rc) return rc;
   pthread_mutex_lock(&lock);
   for (int b = 0; b < fn->nbuffers; b++)
     if (made[b]) {

@@ -82,19 +82,33 @@ static int span_of(const mgi_span *f, const intptr_t *a, int n, int rank, byte_r
   }
 }
 
-int mgi_span_bytes(const mgi_span *form, const intptr_t *args, intptr_t *lo, intptr_t *hi) {
+int mgi_stage_in(const mgi_buffer *buf, const mgi_span *form, intptr_t *a, int n, int rank, int b,
+                 mgi_staged *s, char *why, size_t why_bytes) {
+  char *p = (char *)a[buf->param];
   byte_range r = {0};
-  if (span_of(form, args, 1, 0, &r)) return -1;
-  *lo = r.any ? r.lo : 0;
-  *hi = r.any ? r.hi : 0;
+  if (span_of(form, a, n, rank, &r)) {
+    snprintf(why, why_bytes,
+             "cannot stage device buffer %d (its datatype, a w-form or a neighbourhood collective: those need "
+             "mpigpu's handler, python -m mpigpu)", b);
+    return -1;
+  }
+  if (!r.any) return 0;
+  s->device = p + r.lo;
+  s->bytes = (size_t)(r.hi - r.lo);
+  s->writes = buf->dir != MGI_IN;
+  s->host = malloc(s->bytes);
+  if (!s->host) {
+    snprintf(why, why_bytes, "no host memory for a %zu-byte staging copy", s->bytes);
+    return -1;
+  }
+  int cu = mgi_copy(s->host, s->device, s->bytes, s->device); /* an output too: MPI leaves holes as they are */
+  if (cu) {
+    snprintf(why, why_bytes, "copying device buffer %d to the host failed (CUDA error %d)", b, cu);
+    return -1;
+  }
+  a[buf->param] = (intptr_t)(s->host - r.lo);
   return 0;
 }
-
-typedef struct {
-  char *device, *host; /* the span's first byte on each side */
-  size_t bytes;
-  int writes;
-} staged_buffer;
 
 int mgi_stage(int id, intptr_t *a) {
   const mgi_function *fn = &mgi_functions[id];
@@ -118,45 +132,19 @@ int mgi_stage(int id, intptr_t *a) {
   uintptr_t first = (uintptr_t)a[fn->buffers[0].param];
   int in_place = fn->nbuffers > 1 && (first == 1 || first == UINTPTR_MAX);
 
-  staged_buffer staged[MGI_MAX_BUFFERS] = {{0}};
+  mgi_staged staged[MGI_MAX_BUFFERS] = {{0}};
   int rc = 0;
   char why[160] = "";
   for (int b = 0; b < fn->nbuffers && !rc; b++) {
     const mgi_buffer *buf = &fn->buffers[b];
-    char *p = (char *)a[buf->param];
-    if (!mgi_maybe_device(p) || (buf->root_only && rank != root)) continue;
-    byte_range r = {0};
-    const mgi_span *form = &buf->forms[in_place && buf->nforms > 1 ? 1 : 0];
-    if (span_of(form, a, n, rank, &r)) {
-      snprintf(why, sizeof why,
-               "cannot stage device buffer %d (its datatype, a w-form or a neighbourhood collective: those need "
-               "mpigpu's handler, python -m mpigpu)", b);
-      rc = -1;
-      break;
-    }
-    if (!r.any) continue;
-    staged_buffer *s = &staged[b];
-    s->device = p + r.lo;
-    s->bytes = (size_t)(r.hi - r.lo);
-    s->writes = buf->dir != MGI_IN;
-    s->host = malloc(s->bytes);
-    if (!s->host) {
-      snprintf(why, sizeof why, "no host memory for a %zu-byte staging copy", s->bytes);
-      rc = -1;
-      break;
-    }
-    int cu = mgi_copy(s->host, s->device, s->bytes, s->device);
-    if (cu) {
-      snprintf(why, sizeof why, "copying device buffer %d to the host failed (CUDA error %d)", b, cu);
-      rc = -1;
-      break;
-    }
-    a[buf->param] = (intptr_t)(s->host - r.lo);
+    if (!mgi_maybe_device((const void *)a[buf->param]) || (buf->root_only && rank != root)) continue;
+    rc = mgi_stage_in(buf, &buf->forms[in_place && buf->nforms > 1 ? 1 : 0], a, n, rank, b, &staged[b], why,
+                      sizeof why);
   }
   if (!rc) {
     rc = mgi_call_lower(id, a);
     for (int b = 0; b < fn->nbuffers; b++) {
-      staged_buffer *s = &staged[b];
+      mgi_staged *s = &staged[b];
       if (!s->host || !s->writes) continue;
       int cu = mgi_copy(s->device, s->host, s->bytes, s->device);
       if (cu && !why[0]) snprintf(why, sizeof why, "copying back to device buffer %d failed (CUDA error %d)", b, cu);

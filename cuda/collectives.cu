@@ -49,7 +49,7 @@ static char *reduce_output(const mg_team *t, const mg_call *c) {
   return c->coll == MG_REDUCE && c->root != t->cfg.rank ? nullptr : (char *)c->recv;
 }
 
-// The fields every kernel's arguments share (DirectArgs, LLArgs, LL128Args, RingArgs): the mapped workspaces,
+// The fields every kernel's arguments share (DirectArgs, LineArgs, RingArgs): the mapped workspaces,
 // the user's buffers, this rank's place in the team and what its waits watch (the peer timeout, the
 // team's fault box, and the fault word of the request being enqueued, if any).
 template <typename Args> static void fill_team_args(const mg_team *t, const mg_call *c, Args *a) {
@@ -151,58 +151,45 @@ static void plan(mg_team *t, const mg_call *c, const mg::KernelChoice &k, Direct
   a->slots_per_step = cut_into_steps(t, c, V, (size_t)k.elem_size, t->layout.nslots / 2, a);
 }
 
-// The LL plan, launched (launch_ll) or run in the resident kernel (mg_collective_wait).
-static void plan_ll(const mg_team *t, const mg_call *c, const mg::KernelChoice &k, mg::LLArgs *a) {
-  fill_team_args(t, c, a);
-  a->recv = reduce_output(t, c);  // Reduce: the Allreduce with no output off the root
-  a->mode = c->coll == MG_ALLREDUCE || c->coll == MG_REDUCE ? mg::kLLAllreduce
-            : c->coll == MG_ALLGATHER ? mg::kLLAllgather : mg::kLLReduceScatter;
-  a->piece_bytes = c->count * (size_t)k.elem_size * k.mult;
-}
-
-static int launch_ll(mg_team *t, const mg_call *c, const mg::KernelChoice &k, uintptr_t stream) {
-  if (!k.ll) return MG_ERR_UNSUPPORTED;
-  mg::LLArgs a;
-  plan_ll(t, c, k, &a);
-  return launch_kernel((const void *)k.ll, c->nchannels, &a, stream);
-}
-
 // The two-shot LL128 Allreduce runs phase 0's sending and receiving on separate warps (split_phase0,
-// ll128_kernel.cuh) from shards of this size on 3+ ranks: below it the senders' extra pass costs more
+// line_kernel.cuh) from shards of this size on 3+ ranks: below it the senders' extra pass costs more
 // than the overlap gains, and on 2 ranks (one peer per phase) it never paid (docs/tuning.md).
 static const size_t kLL128SplitMinShardBytes = 512 * 1024;
 
-// The LL128 plan, launched (launch_ll128) or run in the resident kernel (mg_collective_wait).
-static void plan_ll128(const mg_team *t, const mg_call *c, const mg::KernelChoice &k, mg::LL128Args *a) {
+// The plan of a line protocol's call (line_kernel.cuh), LL or LL128, launched (launch_line) or run in
+// the resident kernel (mg_collective_wait). The two-shot and Bcast forms are LL128's (mg_select).
+static void plan_line(const mg_team *t, const mg_call *c, const mg::KernelChoice &k, mg::LineArgs *a) {
   const size_t es = (size_t)k.elem_size, count = c->count * (size_t)k.mult, n = (size_t)t->cfg.nranks;
   fill_team_args(t, c, a);
-  a->recv = reduce_output(t, c);
+  a->recv = reduce_output(t, c);  // Reduce: the Allreduce with no output off the root
   a->root = c->root;
   a->split_phase0 = 0;
   a->total_bytes = count * es;
   a->block_bytes = count * es;
   const bool two = c->algo == MG_ALGO_LL128_TWOSHOT;
   if (c->coll == MG_BCAST) {
-    a->mode = two ? mg::kLL128BcastScatter : mg::kLL128Bcast;
+    a->mode = two ? mg::kLineBcastScatter : mg::kLineBcast;
     if (two) a->block_bytes = mg::ll128_shard_bytes(count, es, n - 1);
   } else if (two) {  // Allreduce, or Reduce as it
-    a->mode = mg::kLL128AllreduceTwoShot;
+    a->mode = mg::kLineAllreduceTwoShot;
     a->block_bytes = mg::ll128_shard_bytes(count, es, n);
     a->split_phase0 = n >= 3 && a->block_bytes >= kLL128SplitMinShardBytes;
   } else {
-    a->mode = c->coll == MG_ALLREDUCE || c->coll == MG_REDUCE ? mg::kLL128Allreduce
-              : c->coll == MG_ALLGATHER ? mg::kLL128Allgather : mg::kLL128ReduceScatter;
+    a->mode = c->coll == MG_ALLREDUCE || c->coll == MG_REDUCE ? mg::kLineAllreduce
+              : c->coll == MG_ALLGATHER ? mg::kLineAllgather : mg::kLineReduceScatter;
   }
 }
 
-static int launch_ll128(mg_team *t, const mg_call *c, const mg::KernelChoice &k, uintptr_t stream) {
-  if (!k.ll128) return MG_ERR_UNSUPPORTED;
-  mg::LL128Args a;
-  plan_ll128(t, c, k, &a);
+static int launch_line(mg_team *t, const mg_call *c, const mg::KernelChoice &k, uintptr_t stream) {
+  const bool ll = c->algo == MG_ALGO_LL;
+  const mg::LineKernelFn fn = ll ? k.ll : k.ll128;
+  if (!fn) return MG_ERR_UNSUPPORTED;
+  mg::LineArgs a;
+  plan_line(t, c, k, &a);
   // An LL128 block takes a whole SM (its registers: docs/kernel-registers.md): a grid wider than the
   // SMs a waiting resident instance leaves free would run its last blocks only once that returns.
-  if (c->nchannels > t->sm_count - t->cfg.resident_blocks) resident_stop(t);
-  return launch_kernel((const void *)k.ll128, c->nchannels, &a, stream);
+  if (!ll && c->nchannels > t->sm_count - t->cfg.resident_blocks) resident_stop(t);
+  return launch_kernel((const void *)fn, c->nchannels, &a, stream);
 }
 
 // Ring and chain forms (ring_kernel.cuh): shards as in the two-shot plan (Allreduce), blocks (RS,
@@ -244,8 +231,8 @@ static int prepare(const mg_team *t, const mg_call *call, mg_call *c) {
 // Launches call `c`, prepared (prepare), of a team of 2+ ranks.
 static int launch_prepared(mg_team *t, const mg_call *c, uintptr_t stream) {
   const mg::KernelChoice k = mg::kernels_for(c->coll, c->dtype, c->op);
-  if (c->algo == MG_ALGO_LL) return launch_ll(t, c, k, stream);
-  if (c->algo == MG_ALGO_LL128 || c->algo == MG_ALGO_LL128_TWOSHOT) return launch_ll128(t, c, k, stream);
+  if (c->algo == MG_ALGO_LL || c->algo == MG_ALGO_LL128 || c->algo == MG_ALGO_LL128_TWOSHOT)
+    return launch_line(t, c, k, stream);
   resident_stop(t);  // host memory stores only, so also safe while the stream is captured
   if (c->algo == MG_ALGO_RING) return launch_ring(t, c, k, stream);
   if (!k.fn) return MG_ERR_UNSUPPORTED;
@@ -342,18 +329,18 @@ extern "C" int mg_collective_request(mg_team *t, const mg_call *call, uintptr_t 
 static bool resident_form(const mg_team *t, const mg_call *c, mg::ResidentCall *out) {
   const mg::KernelChoice k = mg::kernels_for(c->coll, c->dtype, c->op);
   if (c->algo == MG_ALGO_LL && k.ll) {
-    mg::LLArgs a;
-    plan_ll(t, c, k, &a);
-    *out = mg::resident_call_of(a, c->dtype, c->op);
+    mg::LineArgs a;
+    plan_line(t, c, k, &a);
+    *out = mg::resident_call_of(mg::kResidentLL, a, c->dtype, c->op);
     return true;
   }
   if ((c->algo == MG_ALGO_LL128 || c->algo == MG_ALGO_LL128_TWOSHOT) && k.ll128) {
-    mg::LL128Args a;
-    plan_ll128(t, c, k, &a);
-    const bool blocks = a.mode == mg::kLL128ReduceScatter || a.mode == mg::kLL128Allgather;
+    mg::LineArgs a;
+    plan_line(t, c, k, &a);
+    const bool blocks = a.mode == mg::kLineReduceScatter || a.mode == mg::kLineAllgather;
     const size_t bytes = a.total_bytes * (blocks ? (size_t)t->cfg.nranks : 1);
     if (bytes > t->cfg.resident_max_bytes || bytes > 0x7fffffffu) return false;
-    *out = mg::resident_call_of(a, c->dtype, c->op);
+    *out = mg::resident_call_of(mg::kResidentLL128, a, c->dtype, c->op);
     return true;
   }
   return false;

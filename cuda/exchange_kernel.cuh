@@ -21,7 +21,7 @@
 #pragma once
 #include "protocol.cuh"
 #include "block_shape.cuh"
-#include "ll_kernel.cuh"
+#include "ll_proto.cuh"
 
 namespace mg {
 

@@ -3,21 +3,19 @@
 #pragma once
 #include "direct_kernel.cuh"
 #include "dispatch.cuh"
-#include "ll_kernel.cuh"
-#include "ll128_kernel.cuh"
+#include "line_kernel.cuh"
 #include "ring_kernel.cuh"
 
 namespace mg {
 
 using KernelFn = void (*)(DirectArgs);
-using LLKernelFn = void (*)(LLArgs);
-using LL128KernelFn = void (*)(LL128Args);
+using LineKernelFn = void (*)(LineArgs);  // either line protocol (line_kernel.cuh)
 using RingKernelFn = void (*)(RingArgs);
 
 struct KernelChoice {
   KernelFn fn;
-  LLKernelFn ll;  // the same (type, op) in the low-latency protocol
-  LL128KernelFn ll128;  // in the 128-byte-line protocol; nullptr for 16-byte types (a line's flag
+  LineKernelFn ll;     // the same (type, op) in the low-latency protocol
+  LineKernelFn ll128;  // in the 128-byte-line protocol; nullptr for 16-byte types (a line's flag
                         // thread carries 8 bytes of data, which must hold whole elements)
   int elem_size;  // bytes of the storage type the kernel moves
   int mult;       // storage elements per user element
@@ -33,8 +31,8 @@ KernelChoice copy_kernel(int dtype);
 // times in docs/architecture.md, "Build"). Each returns its family's kernel for a reduction (copy
 // false) or a copy (copy true) of dtype, nullptr where there is none.
 KernelFn direct_kernel_for(int dtype, int op, bool copy);
-LLKernelFn ll_kernel_for(int dtype, int op, bool copy);
-LL128KernelFn ll128_kernel_for(int dtype, int op, bool copy);
+LineKernelFn ll_kernel_for(int dtype, int op, bool copy);
+LineKernelFn ll128_kernel_for(int dtype, int op, bool copy);
 RingKernelFn ring_kernel_for(int dtype, int op, bool copy);
 
 // What those units share: of(Tag<T>, Tag<Op>) for the (storage type, operator) that runs the pair.

@@ -1,12 +1,13 @@
-// kernels_ll.cu: the instantiations of the LL kernel (ll_kernel.cuh), one per (storage type,
-// operator) of the contract (kernel_table.cuh says why each family has a unit of its own).
+// kernels_ll.cu: the instantiations of the direct algorithm of line_kernel.cuh over the LL protocol
+// (ll_proto.cuh), one per (storage type, operator) of the contract (kernel_table.cuh says why each
+// family has a unit of its own).
 #include "kernel_table.cuh"
 
 namespace mg {
 
-LLKernelFn ll_kernel_for(int dtype, int op, bool copy) {
-  return instantiation_for<LLKernelFn>(dtype, op, copy, [](auto t, auto o) {
-    return (LLKernelFn)ll_kernel<typename decltype(t)::type, typename decltype(o)::type>;
+LineKernelFn ll_kernel_for(int dtype, int op, bool copy) {
+  return instantiation_for<LineKernelFn>(dtype, op, copy, [](auto t, auto o) {
+    return (LineKernelFn)line_kernel<LLProto, typename decltype(t)::type, typename decltype(o)::type>;
   });
 }
 

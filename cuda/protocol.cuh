@@ -40,7 +40,7 @@ constexpr size_t kXFlagsOffset = 65536;
 constexpr size_t kXFlagBytes = 2 * kExchangeChannels * MG_MAX_RANKS * sizeof(uint64_t);
 static_assert(kXFlagsOffset + kXFlagBytes <= kSlotsOffset, "exchange counters must fit before the slots");
 // The exchange's small pairs (at most the team's exchange_ll_bytes, MPIGPU_EXCHANGE_LL_BYTES) move in
-// the low-latency format instead (ll_kernel.cuh: every 8 bytes 4 of data and a flag), in areas of their
+// the low-latency format instead (ll_proto.cuh: every 8 bytes 4 of data and a flag), in areas of their
 // own after the FIFOs, of MG_EXCHANGE_LL_MAX_BYTES of data each: kXLLEntries per source, used in turn by
 // the pair's LL steps, whose numbers are the flags. No fence, no counter: the receiver polls the data.
 constexpr size_t kXLLBytes = MG_EXCHANGE_LL_MAX_BYTES;
@@ -92,11 +92,11 @@ struct Layout {
   __host__ __device__ size_t slots_end() const {
     return kSlotsOffset + (size_t)kLanes * max_channels * nranks * nslots * slot_bytes;
   }
-  // Low-latency region (ll_kernel.cuh): per call parity and source, 2 bytes per data byte.
+  // Low-latency region (ll_proto.cuh): per call parity and source, 2 bytes per data byte.
   __host__ __device__ size_t ll_off(int parity, int src) const {
     return slots_end() + ((size_t)parity * nranks + src) * 2 * MG_LL_MAX_BYTES;
   }
-  // 128-byte-line region (ll128_kernel.cuh): per call parity, phase and source, one area of whole
+  // 128-byte-line region (ll128_proto.cuh): per call parity, phase and source, one area of whole
   // lines for a piece of up to ll128_bytes; 4 KiB aligned, so every line is 128-byte aligned.
   __host__ __device__ size_t ll128_area_bytes() const {
     return ((ll128_bytes + 119) / 120 * 128 + 4095) / 4096 * 4096;

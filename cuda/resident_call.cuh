@@ -2,8 +2,7 @@
 // (collectives.cu fills a call from its LL or LL128 plan, resident.cu rings it) and the kernel
 // (resident_kernel.cuh, which describes the protocol).
 #pragma once
-#include "ll_kernel.cuh"
-#include "ll128_kernel.cuh"
+#include "line_kernel.cuh"
 
 namespace mg {
 
@@ -35,15 +34,15 @@ struct ResidentBox {
   alignas(64) uint64_t table[kTableWords];  // written by the host before the call's words (kResidentExchange)
 };
 
-// One call: its protocol (kind), that protocol's own fields (LLArgs or LL128Args) and its (dtype,
+// One call: its protocol (kind), its fields of LineArgs and its (dtype,
 // op), which pick the body (dispatch.cuh), and how long the instance waits for the next call after
 // it (resident.cu sets it from the gaps between the program's calls). Sizes fit 32 bits
 // (collectives.cu, resident_form).
 struct ResidentCall {
   uint32_t kind, mode, split, root, dtype, op;  // mode: an exchange's 1 where its slots lie at the sender
   uint64_t send, recv;
-  uint32_t bytes;      // LL: piece_bytes; LL128: block_bytes; exchange: its channels (blocks)
-  uint32_t total;      // LL128: total_bytes
+  uint32_t bytes;      // LL, LL128: block_bytes; exchange: its channels (blocks)
+  uint32_t total;      // LL, LL128: total_bytes
   uint32_t linger_us;  // after this call: wait this long for the next one, then return
 };
 
@@ -80,13 +79,13 @@ __host__ __device__ inline ResidentCall read_call(const uint32_t *w) {
 
 // Blocks of a resident instance's grid of `grid` that run call c: as many as give every thread one
 // 16-byte vector of an LL piece, or every warp one group of four lines of an LL128 block (per warp
-// set, where a two-shot call splits phase 0: ll128_exchange), at least one and at most the grid. The
+// set, where a two-shot call splits phase 0: line_exchange), at least one and at most the grid. The
 // other blocks would have no work; left out, they neither wake for the call nor delay its end.
 __host__ __device__ inline uint32_t resident_blocks_for(const ResidentCall &c, uint32_t grid) {
   size_t per_block, units;
   if (c.kind == kResidentLL) {
-    units = ((size_t)c.bytes + 15) / 16;
-    per_block = kThreads;
+    units = LLProto::units(c.bytes);
+    per_block = line_units_per_block<LLProto>(c.split != 0);
   } else if (c.kind == kResidentExchange) {
     units = c.bytes;
     per_block = 1;
@@ -94,8 +93,8 @@ __host__ __device__ inline uint32_t resident_blocks_for(const ResidentCall &c, u
     units = ((size_t)c.bytes + 15) / 16;
     per_block = (size_t)kThreads * kCopyVectorsPerThread;
   } else {
-    units = ll128_lines(c.bytes);
-    per_block = 4 * (kThreads / 32) / (c.split ? 2 : 1);
+    units = LL128Proto::units(c.bytes);
+    per_block = line_units_per_block<LL128Proto>(c.split != 0);
   }
   const size_t want = (units + per_block - 1) / per_block;
   return want < 1 ? 1u : want > grid ? grid : (uint32_t)want;
@@ -123,22 +122,10 @@ inline ResidentCall resident_exchange_of(uintptr_t send, uintptr_t recv, int cha
   return c;
 }
 
-// The call of a launch_ll or launch_ll128 plan (collectives.cu).
-inline ResidentCall resident_call_of(const LLArgs &a, int dtype, int op) {
+// The call of a line protocol's plan (collectives.cu, plan_line), LL or LL128 (kind).
+inline ResidentCall resident_call_of(ResidentKind kind, const LineArgs &a, int dtype, int op) {
   ResidentCall c{};
-  c.kind = kResidentLL;
-  c.mode = (uint32_t)a.mode;
-  c.dtype = (uint32_t)dtype;
-  c.op = (uint32_t)op;
-  c.send = (uint64_t)(uintptr_t)a.send;
-  c.recv = (uint64_t)(uintptr_t)a.recv;
-  c.bytes = (uint32_t)a.piece_bytes;
-  return c;
-}
-
-inline ResidentCall resident_call_of(const LL128Args &a, int dtype, int op) {
-  ResidentCall c{};
-  c.kind = kResidentLL128;
+  c.kind = kind;
   c.mode = (uint32_t)a.mode;
   c.split = (uint32_t)(a.split_phase0 != 0);
   c.root = (uint32_t)a.root;

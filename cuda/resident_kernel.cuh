@@ -31,7 +31,7 @@
 // needs them, and otherwise go back to the relay. So a small call wakes no block but the first and
 // waits for no other, and blocks that a call does not need never hold it up.
 //
-// Kernel to host. The call's blocks run its LL or LL128 exchange (ll_kernel.cuh, ll128_kernel.cuh:
+// Kernel to host. The call's blocks run its LL or LL128 exchange (line_kernel.cuh:
 // any number of blocks runs the same protocol, so a peer whose call was launched, on another grid,
 // meets this one) and the last of them out writes the call's number into ResidentBox::done after a
 // system-scope fence. The host spins on it. The next call's words are written only after that, when
@@ -55,7 +55,7 @@
 namespace mg {
 
 struct ResidentArgs {
-  LLArgs team;        // the team's fields (workspaces, layout, rank, watch); a call brings the rest
+  LineArgs team;      // the team's fields (workspaces, layout, rank, watch); a call brings the rest
   ResidentBox *box;   // device address of the mapped mailbox
   uint32_t start;     // number of the last call completed before this instance: it takes start + 1 first
   uint32_t epoch;     // instances launched on this team, this one included
@@ -240,13 +240,13 @@ __device__ __forceinline__ ResidentStep next_call(const ResidentArgs &r, TeamSta
 }
 
 // One block per SM: with both protocols' bodies this kernel takes every register an SM gives a
-// block (255 a thread, some spilled to L1; the launched LL and LL128 kernels take 48-124, so two of
-// their blocks fit on each SM the instance leaves free).
+// block (255 a thread, some spilled to L1; docs/kernel-registers.md). The launched kernels run on
+// the SMs the instance leaves free (LL128 blocks take one SM each: launch_line).
 __global__ void __launch_bounds__(kThreads, 1) resident_kernel(const __grid_constant__ ResidentArgs r) {
   TeamState *state = team_state(r.team.ws[r.team.rank]);
   __shared__ ResidentInbox inbox;
   // The call's arguments, indexed by peer: kept out of local memory.
-  __shared__ union { LLArgs ll; LL128Args ll128; ExchangeArgs x; } a;
+  __shared__ union { LineArgs line; ExchangeArgs x; } a;
   ResidentCursor cur{r.start, r.linger_ns};
   for (ResidentStep step; (step = next_call(r, state, inbox, cur)) != kExitKernel;) {
     if (step == kSkipCall) continue;
@@ -258,27 +258,15 @@ __global__ void __launch_bounds__(kThreads, 1) resident_kernel(const __grid_cons
     }
     const bool ll = c.kind == kResidentLL;
     if (threadIdx.x == 0) {
-      if (ll) {
-        a.ll = r.team;
-        a.ll.send = (const char *)c.send;
-        a.ll.recv = (char *)c.recv;
-        a.ll.mode = (int)c.mode;
-        a.ll.piece_bytes = c.bytes;
-      } else {
-        LL128Args &b = a.ll128;
-        for (int k = 0; k < MG_MAX_RANKS; ++k) b.ws[k] = r.team.ws[k];
-        b.send = (const char *)c.send;
-        b.recv = (char *)c.recv;
-        b.layout = r.team.layout;
-        b.rank = r.team.rank;
-        b.nranks = r.team.nranks;
-        b.mode = (int)c.mode;
-        b.root = (int)c.root;
-        b.block_bytes = c.bytes;
-        b.total_bytes = c.total;
-        b.watch = r.team.watch;
-        b.split_phase0 = (int)c.split;
-      }
+      LineArgs &b = a.line;
+      b = r.team;
+      b.send = (const char *)c.send;
+      b.recv = (char *)c.recv;
+      b.mode = (int)c.mode;
+      b.root = (int)c.root;
+      b.block_bytes = c.bytes;
+      b.total_bytes = c.total;
+      b.split_phase0 = (int)c.split;
     }
     __syncthreads();
     const uint32_t seq = ll_sequence_begin(state);
@@ -287,15 +275,13 @@ __global__ void __launch_bounds__(kThreads, 1) resident_kernel(const __grid_cons
     bool dead = ll_reuse_guard(state, r.team, seq, call_enter(state, blockIdx.x == 0));
     const RuntimeReduce reduce{(int)c.dtype, (int)c.op};
     if (ll) {
-      if (!dead)
-        dead = !ll_exchange(a.ll, seq, (size_t)blockIdx.x * blockDim.x + threadIdx.x, (size_t)nblocks * blockDim.x,
-                            reduce);
+      if (!dead) dead = !line_exchange<LLProto>(a.line, seq, reduce, blockIdx.x, nblocks);
     } else {
       dead = __any_sync(0xffffffffu, dead);  // LL128 warps stop as a whole
-      if (!dead) dead = !ll128_exchange(a.ll128, seq, reduce, blockIdx.x, nblocks);
+      if (!dead) dead = !line_exchange<LL128Proto>(a.line, seq, reduce, blockIdx.x, nblocks);
     }
     // Its first __syncthreads also keeps `words` and `a` from being rewritten while a thread reads them.
-    ll_sequence_publish(state, r.team.watch, seq, nblocks, dead, !ll && ll128_is_bcast((int)c.mode), &r.box->done,
+    ll_sequence_publish(state, r.team.watch, seq, nblocks, dead, !ll && line_is_bcast((int)c.mode), &r.box->done,
                         cur.call);
   }
 }

@@ -180,12 +180,19 @@ static void plan_line(const mg_team *t, const mg_call *c, const mg::KernelChoice
   }
 }
 
+// Whether the protocol has the areas the plan's form needs (LL: one phase, no Bcast; mg_select never
+// asks it for more, and a plan that did would run as a one-shot Allreduce over phase 0's areas).
+static bool line_form_fits(bool ll, const mg::LineArgs &a) {
+  return !ll || a.mode == mg::kLineAllreduce || a.mode == mg::kLineReduceScatter || a.mode == mg::kLineAllgather;
+}
+
 static int launch_line(mg_team *t, const mg_call *c, const mg::KernelChoice &k, uintptr_t stream) {
   const bool ll = c->algo == MG_ALGO_LL;
   const mg::LineKernelFn fn = ll ? k.ll : k.ll128;
   if (!fn) return MG_ERR_UNSUPPORTED;
   mg::LineArgs a;
   plan_line(t, c, k, &a);
+  if (!line_form_fits(ll, a)) return MG_ERR_UNSUPPORTED;
   // An LL128 block takes a whole SM (its registers: docs/kernel-registers.md): a grid wider than the
   // SMs a waiting resident instance leaves free would run its last blocks only once that returns.
   if (!ll && c->nchannels > t->sm_count - t->cfg.resident_blocks) resident_stop(t);
@@ -331,6 +338,7 @@ static bool resident_form(const mg_team *t, const mg_call *c, mg::ResidentCall *
   if (c->algo == MG_ALGO_LL && k.ll) {
     mg::LineArgs a;
     plan_line(t, c, k, &a);
+    if (!line_form_fits(true, a)) return false;  // launched: launch_line refuses it
     *out = mg::resident_call_of(mg::kResidentLL, a, c->dtype, c->op);
     return true;
   }

@@ -9,16 +9,11 @@ Run under `python -m mpigpu` (the interposer in place), one rank per GPU:
 Prints a table (slowest rank, median of rounds, us per call): Python's call, the C loop's call, their
 ratio, the call through ctypes (a Python caller's cost of a C call on top), and the share of the calls
 below Python that the engine's fast path ran (its C entry or, through the handler, its Python one;
-rank 0); and checks the results of both callers below Python. Then host buffers: the C loop on the library
-itself (PMPI_Allreduce), through the interposer, and comm.Allreduce from Python.
+rank 0); and checks the results of both callers below Python. Host buffers: benchmarks/pmpi_host_caller.py.
 """
 import ctypes
-import os
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 
 import cupy as cp
@@ -28,6 +23,7 @@ from mpi4py import MPI
 from mpigpu import _interpose
 from mpigpu import _cuda
 from mpigpu._face import interposed as handler
+from pmpi_loop import W, c_loops, handles as handle_words
 
 assert _interpose.status() == 'on', f'run under python -m mpigpu (interposer: {_interpose.status()})'
 comm = MPI.COMM_WORLD
@@ -41,30 +37,10 @@ def fast_calls():
 
 cp.cuda.Device(rank % cp.cuda.runtime.getDeviceCount()).use()
 c = ctypes.CDLL(None)
-W = ctypes.c_ssize_t
 allreduce = c.MPI_Allreduce
 allreduce.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, W, W, W)
-handles = (W(MPI.FLOAT.handle), W(MPI.SUM.handle), W(comm.handle))
-
-
-def c_loop():
-    """mg_allreduce_loop of pmpi_caller_loop.c, built in a temporary folder; its MPI_Allreduce resolves
-    in the process's global scope, as ctypes' own lookup above does."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    cc = os.environ.get('CC') or shutil.which('cc') or shutil.which('gcc')
-    work = tempfile.mkdtemp()
-    lib = os.path.join(work, 'loop.so')
-    subprocess.run([cc, '-O2', '-shared', '-fPIC', '-o', lib, os.path.join(here, 'pmpi_caller_loop.c')], check=True)
-    so = ctypes.CDLL(lib, mode=ctypes.RTLD_GLOBAL)
-    shutil.rmtree(work)
-    fns = so.mg_allreduce_loop, so.mg_pmpi_allreduce_loop
-    for fn in fns:
-        fn.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, W, W, W, ctypes.c_int)
-        fn.restype = ctypes.c_double
-    return fns
-
-
-loop, library_loop = c_loop()
+handles = handle_words(MPI.FLOAT, MPI.SUM, comm)
+loop, library_loop = c_loops()
 ROUNDS, budget = 7, 0.05
 
 
@@ -123,33 +99,3 @@ if rank == 0:
     for nbytes, p, q, ratio, z, share in rows:
         print(f'| {nbytes} | {p:.1f} | {q:.1f} | {ratio:.2f}x | {z:.1f} | {share:.0%} |')
     sys.stdout.flush()
-
-# Host buffers (NumPy) below Python: the C loop through the interposer (the engine's entry posts each call
-# for the peers, then the library makes it) against the same loop on PMPI_Allreduce (the library alone)
-# and comm.Allreduce from Python (mpigpu's host path: the same post, then mpi4py).
-host_rows = []
-for nbytes in [8, 1024, 65536]:
-    count = nbytes // 4
-    a, b = np.arange(count, dtype=np.float32) + rank, np.zeros(count, np.float32)
-    args = (a.ctypes.data, b.ctypes.data, count) + handles
-    posted = getattr(_cuda.device, 'pmpi_entry_host_calls', lambda: 0)()
-    times = {'library': [], 'interposer': [], 'python': []}
-    iters = 2000
-    for _ in range(ROUNDS):
-        for key, fn in (('library', library_loop), ('interposer', loop)):
-            comm.Barrier()
-            s = fn(*args, iters)
-            assert s >= 0, f'rank {rank}: MPI_Allreduce of host buffers from C failed ({nbytes} B)'
-            times[key].append(s / iters * 1e6)
-        times['python'].append(timed(lambda: comm.Allreduce(a, b), iters))
-    assert (b == np.arange(count, dtype=np.float32) * n + n * (n - 1) / 2).all(), f'rank {rank}: wrong host sum'
-    posted = getattr(_cuda.device, 'pmpi_entry_host_calls', lambda: 0)() - posted
-    host_rows.append((nbytes,) + tuple(slowest(statistics.median(times[k])) for k in ('library', 'interposer', 'python'))
-                     + (posted / (ROUNDS * iters),))
-if rank == 0:
-    print('# host buffers: MPI_Allreduce from a C loop on the library (PMPI_Allreduce) and through the interposer, '
-          'and comm.Allreduce from Python, us per call')
-    print('| bytes | library | interposer | added | from Python | posted by the entry |')
-    print('|---|---|---|---|---|---|')
-    for nbytes, lib, via, py, share in host_rows:
-        print(f'| {nbytes} | {lib:.2f} | {via:.2f} | {via - lib:+.2f} | {py:.2f} | {share:.0%} |')

@@ -7,6 +7,11 @@
  * buffer is device memory, ordinals[b] that buffer's device (-1: host memory). */
 typedef int (*mgi_engine)(int id, const intptr_t *args, unsigned mask, const int *ordinals);
 
+/* The entry's post of a host-buffer call (every buffer host memory) from what it kept of the call's
+ * communicator, with no GIL: MGI_ENTRY_LOWER where it posted it (the library below then makes the call),
+ * else MGI_ENTRY_HANDLER (the call goes to mgi_engine, which asks Python). */
+typedef int (*mgi_host_entry)(int id, const intptr_t *args);
+
 /* What the entry answers besides MPI's codes (MPI_SUCCESS or an error code once it ran the call):
  * MGI_ENTRY_HANDLER, not its own, the handler takes it; MGI_ENTRY_LOWER, a host-buffer call it posted
  * for its communicator's peers, which the MPI library below makes as it is. */

@@ -29,6 +29,10 @@ _Atomic(void *) mgi_handler_fn;
  * posts their host-buffer calls for the peers (then made here on the library), without the handler's
  * Python; it answers MGI_ENTRY_HANDLER for anything else. */
 static _Atomic(void *) mgi_engine_fn;
+/* The entry's post of a host-buffer call with no GIL (engine_entry.h: mgi_host_entry; NULL: none), tried
+ * first for a call whose buffers are all host memory: where it knows the communicator's routes, the call
+ * costs the interposer a look at its buffers, a lookup and the board's store (docs/interposer.md). */
+static _Atomic(void *) mgi_host_fn;
 static atomic_uchar mgi_engine_takes[MGI_COUNT]; /* the functions the entry may take */
 _Thread_local int mgi_in_handler;
 uintptr_t mgi_pass_lo, mgi_pass_hi;
@@ -45,10 +49,11 @@ int mgi_handle(int id, intptr_t *args) {
       mask |= (unsigned)(ordinals[b] >= 0) << b;
     }
   mgi_engine engine = (mgi_engine)atomic_load_explicit(&mgi_engine_fn, memory_order_acquire);
+  const int takes = engine && atomic_load_explicit(&mgi_engine_takes[id], memory_order_relaxed);
+  mgi_host_entry host = (mgi_host_entry)atomic_load_explicit(&mgi_host_fn, memory_order_acquire);
   mgi_in_handler = 1;
-  int rc = engine && atomic_load_explicit(&mgi_engine_takes[id], memory_order_relaxed)
-               ? engine(id, args, mask, ordinals)
-               : MGI_ENTRY_HANDLER;
+  int rc = takes && !mask && host ? host(id, args) : MGI_ENTRY_HANDLER;
+  if (rc == MGI_ENTRY_HANDLER && takes) rc = engine(id, args, mask, ordinals);
   if (rc == MGI_ENTRY_LOWER)
     rc = mgi_call_lower(id, args); /* (mgi_in_handler set: nothing the library calls comes back here) */
   else if (rc < 0)
@@ -156,6 +161,11 @@ MGI_EXPORT void mpigpu_pmpi_set_handler(mgi_handler h) {
  * buffer (NULL: none). */
 MGI_EXPORT void mpigpu_pmpi_set_engine(mgi_engine e) {
   atomic_store_explicit(&mgi_engine_fn, (void *)e, memory_order_release);
+}
+
+/* The entry's post of host-buffer calls without the GIL, tried before the engine's entry (NULL: none). */
+MGI_EXPORT void mpigpu_pmpi_set_host_entry(mgi_host_entry e) {
+  atomic_store_explicit(&mgi_host_fn, (void *)e, memory_order_release);
 }
 
 /* Function id is one the engine's entry takes. */

@@ -10,6 +10,10 @@ cdef extern from "board.h":
         int me
 
 
+# The routes' epoch (_board.pyx, routes_changed): its address, for the interposer's entry.
+cdef uint64_t *routes_epoch() noexcept nogil
+
+
 cdef class Board:
     cdef mg_board b
     cdef object _mm

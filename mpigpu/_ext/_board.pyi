@@ -4,6 +4,7 @@ import mmap
 BEHIND: int
 
 def board_bytes(n: int) -> int: ...
+def routes_changed() -> None: ...
 
 class Board:
     ranks: tuple[int, ...]

@@ -12,6 +12,8 @@ cdef extern from "board.h":
         MG_BOARD_DEPTH
         MG_BOARD_BEHIND
     uint64_t mg_board_bytes(int n)
+    uint64_t mg_board_load(const uint64_t *p) nogil
+    void mg_board_store(uint64_t *p, uint64_t v) nogil
     uint64_t mg_board_join(mg_board *b, uint64_t *base, int n, int me, double timeout_s) nogil
     int mg_board_valid(const mg_board *b) nogil
     int mg_board_post(mg_board *b, int coll, int placement) nogil
@@ -36,6 +38,22 @@ cdef double _SPIN_S = 20e-6
 
 
 BEHIND = MG_BOARD_BEHIND  # a TIMEOUT verdict's rank when the post itself timed out (nothing posted)
+
+# The routes' epoch: moved on whenever a communicator's host calls may go elsewhere than they went (its
+# host_hook set, its state released, a non-blocking call left undecided or settled: mpigpu/_state). The
+# interposer's entry keeps where a communicator's host calls are posted, per communicator, with the epoch
+# it learned it in, and asks Python again once the epoch moved (_pmpi_entry.pxi, _pmpi_host_fast).
+cdef uint64_t _routes_epoch = 1
+
+
+cdef uint64_t *routes_epoch() noexcept nogil:
+    return &_routes_epoch
+
+
+def routes_changed():
+    """Moves the routes' epoch on: what the interposer's entry kept of any communicator's routes is
+    asked again (called under the GIL, by each change of a communicator's host_hook or undecided calls)."""
+    mg_board_store(&_routes_epoch, mg_board_load(&_routes_epoch) + 1)
 
 
 def board_bytes(int n):

@@ -20,7 +20,8 @@ from cpython.pyport cimport PY_SSIZE_T_MAX
 from cpython.pycapsule cimport PyCapsule_GetName, PyCapsule_GetPointer, PyCapsule_IsValid, PyCapsule_New
 from libc.string cimport memcpy, memset
 
-from mpigpu._ext._board cimport Board, mg_board
+from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
+from mpigpu._ext._board cimport Board, mg_board, routes_epoch
 
 include "_cuda_api.pxi"
 

@@ -15,6 +15,20 @@ cdef extern from "engine_entry.h":
         MGI_HOST_UNPOSTED
         MGI_HOST_HANDLER
 
+cdef extern from *:
+    """
+    /* Orders the loads before it before those after it (a seqlock reader's second look at its epoch). */
+    static inline void mg_fence_acquire(void) { __atomic_thread_fence(__ATOMIC_ACQUIRE); }
+    """
+    void mg_fence_acquire() nogil
+
+cdef extern from "board.h":
+    enum:
+        MG_PLACE_HOST_MPI
+    uint64_t mg_board_load(const uint64_t *p) nogil
+    void mg_board_store(uint64_t *p, uint64_t v) nogil
+    int mg_board_post(mg_board *b, int coll, int placement) nogil
+
 PMPI_HOST_UNPOSTED, PMPI_HOST_HANDLER = MGI_HOST_UNPOSTED, MGI_HOST_HANDLER  # the host rule's answers
 
 cdef struct _PmpiCall:
@@ -37,6 +51,7 @@ cdef int _pmpi_comm_bits = 64, _pmpi_type_bits = 64, _pmpi_op_bits = 64
 cdef int _pmpi_err_other = 0       # MPI.ERR_OTHER of the MPI below
 cdef unsigned long long _pmpi_count = 0  # calls this entry ran
 cdef unsigned long long _pmpi_host_count = 0  # host-buffer calls it posted for the library below
+cdef unsigned long long _pmpi_host_fast_count = 0  # of them, those posted by _pmpi_host_fast (no GIL)
 cdef object _pmpi_host_rule = None  # (function index, communicator) -> what its host call needs (engine_entry.h)
 cdef dict _pmpi_host_rules = {}     # (communicator class, function index) -> that answer
 
@@ -80,6 +95,17 @@ def pmpi_entry_calls():
 def pmpi_entry_host_calls():
     """How many host-buffer calls below Python the entry posted and handed to the library below."""
     return _pmpi_host_count
+
+
+def pmpi_entry_host_fast_calls():
+    """Of those, how many it posted from what it kept of their communicator's routes, with no GIL."""
+    return _pmpi_host_fast_count
+
+
+def pmpi_host_entry_address():
+    """The address of the entry's host-buffer post without the GIL, for the interposer
+    (mpigpu_pmpi_set_host_entry)."""
+    return <uintptr_t>&_pmpi_host_fast
 
 
 def pmpi_handoff_end():
@@ -232,15 +258,107 @@ cdef int _pmpi_host(int fid, int coll, intptr_t comm_word) noexcept:
             if rule == MGI_HOST_HANDLER:
                 return MGI_ENTRY_HANDLER
             if rule == MGI_HOST_UNPOSTED:
+                hook = st.host_hook
+                if hook is None or type(hook) is Board:
+                    _host_keep(comm_word, hook, fid, MGI_HOST_UNPOSTED)
                 _pmpi_host_count += 1
                 return MGI_ENTRY_LOWER
             coll = rule
         hook = st.host_hook
         if hook is None or (type(hook) is Board and (<Board>hook).post_host(coll) == 0):
+            _host_keep(comm_word, hook, fid, coll)
             _pmpi_host_count += 1
             return MGI_ENTRY_LOWER
     except BaseException:
         pass
+    return MGI_ENTRY_HANDLER
+
+
+# Where a communicator's host-buffer calls go, kept in C for _pmpi_host_fast, which posts them with no GIL
+# and no Python: the GIL, the dict lookups and the attribute reads of _pmpi_host cost 0.5-0.7 us a call
+# (docs/benchmarks.md, "The MPI interposer"). A slot is a communicator's handle word, the board its host
+# calls are posted on (NULL: nothing to post) and, per function, what the call posts (a collective code),
+# MGI_HOST_UNPOSTED, or _HOST_UNKNOWN (asked of Python first). _pmpi_host fills it, under the GIL, only
+# where its own answer was to post on a Board or nothing; the slot holds the routes' epoch of that moment
+# (_board.pyx) and is used only while the epoch has not moved since: any change of a communicator's routes
+# (its host_hook, its release, undecided non-blocking calls anywhere: mpigpu/_state) moves it. The epoch
+# is written last when filling and cleared first, so a thread reading a slot without the GIL sees a whole
+# entry or none.
+cdef enum:
+    _HOST_SLOTS = 8
+    _HOST_UNKNOWN = -3
+
+cdef struct _HostSlot:
+    uint64_t epoch        # the routes' epoch it was filled in; 0: empty
+    intptr_t comm         # the communicator's handle word
+    mg_board *board       # where its host calls are posted; NULL: nothing to post
+    PyObject *owner       # the Board, kept alive while a slot points into it
+    signed char post[_PMPI_MAX_FUNCTIONS]
+
+cdef _HostSlot _host_slots[_HOST_SLOTS]
+cdef int _host_next = 0          # the slot taken for the next communicator
+cdef uint64_t *_host_epoch = routes_epoch()
+
+
+cdef void _host_keep(intptr_t comm_word, object hook, int fid, int post) noexcept:
+    """With the GIL: function `fid`'s host calls on this communicator post `post` (a collective code or
+    MGI_HOST_UNPOSTED) on `hook` (a Board, or None: nothing to post), as _pmpi_host just found."""
+    global _host_next
+    cdef uint64_t e = mg_board_load(_host_epoch)
+    cdef _HostSlot *s = NULL
+    cdef mg_board *board = &(<Board>hook).b if hook is not None else NULL
+    cdef int i
+    for i in range(_HOST_SLOTS):
+        if _host_slots[i].comm == comm_word and _host_slots[i].epoch != 0:
+            s = &_host_slots[i]
+            break
+    if s != NULL and s.epoch == e and s.board == board:
+        s.post[fid] = <signed char>post
+        return
+    if s == NULL:
+        s = &_host_slots[_host_next]
+        _host_next = (_host_next + 1) % _HOST_SLOTS
+    mg_board_store(&s.epoch, 0)
+    Py_XDECREF(s.owner)
+    s.owner = NULL
+    if hook is not None:
+        Py_INCREF(hook)
+        s.owner = <PyObject *>hook
+    s.comm, s.board = comm_word, board
+    memset(s.post, _HOST_UNKNOWN, sizeof(s.post))
+    s.post[fid] = <signed char>post
+    mg_board_store(&s.epoch, e)
+
+
+cdef int _pmpi_host_fast(int fid, const intptr_t *args) noexcept nogil:
+    """A host-buffer call of function `fid` whose communicator's routes _host_keep kept, in this epoch:
+    posted as _pmpi_host posts it, MGI_ENTRY_LOWER; else MGI_ENTRY_HANDLER (the entry then asks Python)."""
+    global _pmpi_host_count, _pmpi_host_fast_count
+    cdef int i, post, ci
+    cdef uint64_t e
+    cdef _HostSlot *s
+    cdef mg_board *board
+    if fid < 0 or fid >= _pmpi_nfunctions:
+        return MGI_ENTRY_HANDLER
+    ci = _pmpi_table[fid].comm
+    if ci < 0:
+        return MGI_ENTRY_HANDLER
+    e = mg_board_load(_host_epoch)
+    for i in range(_HOST_SLOTS):
+        s = &_host_slots[i]
+        if mg_board_load(&s.epoch) != e or s.comm != args[ci]:
+            continue
+        post, board = s.post[fid], s.board
+        # read again: a slot refilled meanwhile (by another thread, under the GIL) is not read half old
+        mg_fence_acquire()
+        if post == _HOST_UNKNOWN or mg_board_load(&s.epoch) != e:
+            return MGI_ENTRY_HANDLER
+        # a post that timed out (nothing posted) goes to the handler, whose post times out again and raises
+        if post >= 0 and board != NULL and mg_board_post(board, post, MG_PLACE_HOST_MPI) != 0:
+            return MGI_ENTRY_HANDLER
+        _pmpi_host_count += 1
+        _pmpi_host_fast_count += 1
+        return MGI_ENTRY_LOWER
     return MGI_ENTRY_HANDLER
 
 

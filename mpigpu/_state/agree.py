@@ -53,7 +53,7 @@ from . import undecided as _undecided
 from .._base.codes import ENGINE_COLLS, Coll, Placement, Verdict
 from .._base.config import config
 from .agree_nodes import NodeAgreement, Turn, bits_of, exchange, node_of_each as _nodes, verdict_of
-from .._ext._board import BEHIND, Board, board_bytes
+from .._ext._board import BEHIND, Board, board_bytes, routes_changed
 from .undecided import Undecided
 from ..errors import CommunicatorBroken, Error
 
@@ -159,6 +159,7 @@ class Agreement:
                 self.ctrl = st.comm.Dup()  # collective: every rank reached the same mode
         except _deadline.GaveUp as exc:
             self.mode = 'broken'
+            routes_changed()  # first: the interposer's entry stops using what it kept of the old routes
             st.host_hook = self.host
             st.abandon(exc.pending, exc.why + ' (at the agreement setup)')
             raise CommunicatorBroken('collective', st.broken, rank=st.rank) from None
@@ -181,6 +182,7 @@ class Agreement:
         """Points the fast posts (a host call's in _front, the engine's fast path) at the board, or at
         this object's methods where a call needs more (several nodes, undecided calls before it)."""
         st, mode = self.st, self.mode
+        routes_changed()  # first: the interposer's entry asks again where this communicator's calls go
         if self.undecided or mode not in ('board', 'off'):
             st.host_hook = self.host
         else:

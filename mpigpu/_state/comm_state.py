@@ -13,6 +13,7 @@ from mpi4py import MPI
 from . import agree as _agree, team as _team, undecided as _undecided
 from .. import _cuda
 from .._base import deadline as _deadline, plain as _plain
+from .._ext._board import routes_changed as _routes_changed
 from . import requests
 from .._base.config import config
 from ..errors import CommunicatorBroken, Error
@@ -45,6 +46,7 @@ class CommState:
         # What a host-buffer call of an engine collective does to post itself (mpigpu/_ext/_front.pyx):
         # None nothing, a Board a store into it, else a Python call (agreement.host).
         self.host_hook = None if self.size == 1 else self.agreement.host
+        _routes_changed()  # (a handle the interposer's entry knew may name this communicator now)
 
     def owned(self, cls):
         """The instance of `cls` this communicator keeps for a path (made on first use as cls(self));
@@ -129,6 +131,7 @@ class CommState:
         barrier can make sure no peer still uses this rank's workspace (not after a fault: the ranks
         that never arrived would strand the others, and the kernels of the team have all ended).
         `mpi`: MPI may be called (not in the attribute's delete callback)."""
+        _routes_changed()  # first: its handle may name another communicator from now on
         team, self.team = self.team, None
         control, self.control = self.control, None
         self.host_hook = None

@@ -13,6 +13,8 @@ the one starting them (the request thread may be).
 import collections
 import threading
 
+from .._ext._board import routes_changed
+
 unsettled = set()                # the agreements with undecided calls (every collective's method looks)
 _order = collections.deque()     # the process's undecided calls, in call order
 _lock = threading.Lock()
@@ -59,6 +61,9 @@ def add(u):
         agreement = u.agreement
         agreement.undecided.append(u)
         if len(agreement.undecided) == 1:
+            # first: a host call below Python on another thread (the interposer's entry, no GIL) stops
+            # using the routes it kept, and learns of this call from Python
+            routes_changed()
             unsettled.add(agreement)
             agreement.route()
 

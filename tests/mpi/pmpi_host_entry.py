@@ -14,6 +14,7 @@ from pmpi_calls import call, counted, h, p, same
 
 from mpigpu import _cuda, _interpose
 from mpigpu._face import interposed as handler
+from mpigpu._ext._board import routes_changed
 
 assert _interpose.status() == 'on', _interpose.status()
 device = _cuda.device
@@ -69,6 +70,39 @@ assert device.pmpi_entry_host_calls() - posted - ring_posted >= 2 * len(steps), 
     (device.pmpi_entry_host_calls() - posted - ring_posted)
 assert ring_posted == 3 and ring_handled >= 3, (ring_posted, ring_handled)  # sends passed, receives handled
 counted(2)
+
+# The entry's post without the GIL (_pmpi_host_fast): once a function's host call on a communicator went
+# through the entry's Python (which keeps its routes), the next ones are posted from what it kept, until
+# the routes' epoch moves (any communicator's routes changed), when the next goes through Python again.
+fast = device.pmpi_entry_host_fast_calls
+allreduce = steps[0]
+allreduce()
+f0 = fast()
+allreduce()
+allreduce()
+assert fast() - f0 == 2, fast() - f0
+routes_changed()  # what the entry kept is not used: the next call asks Python, which keeps it anew
+f0 = fast()
+allreduce()
+assert fast() == f0, fast() - f0
+allreduce()
+assert fast() == f0 + 1, fast() - f0
+counted(4)
+# a communicator freed: the entry does not post a call of the next one (whose handle may be the same) from
+# what it kept of the first; the results stay mpi4py's
+for k in range(2):
+    d = comm.Dup()
+    yd = np.zeros(12)
+    rounds(3, lambda: call('Allreduce', p(x), p(yd), 12, h(MPI.DOUBLE), h(MPI.SUM), h(d)))
+    same(yd, np.arange(12, dtype=np.float64) * n + n * (n - 1) / 2, f'Allreduce on a Dup, {k}')
+    f0, h0 = fast(), handler.calls()
+    d.Free()
+    d = comm.Dup()
+    call('Allreduce', p(x), p(yd), 12, h(MPI.DOUBLE), h(MPI.SUM), h(d))
+    same(yd, np.arange(12, dtype=np.float64) * n + n * (n - 1) / 2, f'Allreduce on the next Dup, {k}')
+    assert fast() == f0 and handler.calls() > h0, (fast() - f0, handler.calls() - h0)
+    counted()
+    d.Free()
 total = comm.allreduce(pmpi_calls.checks)
 if rank == 0:
     print(f'pmpi host entry on {n} ranks: {total} checks identical to mpi4py; the entry passed {posted} host '

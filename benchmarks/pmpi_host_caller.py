@@ -1,0 +1,93 @@
+"""Host buffers below Python in a `python -m mpigpu` process: what the interposer adds to a C caller's
+MPI_Allreduce on NumPy arrays (a loop in C, benchmarks/pmpi_caller_loop.c) against the same loop on
+PMPI_Allreduce (the library alone), and comm.Allreduce from Python for scale. The interposer sends a
+host-buffer call through mpigpu too, whose peers must learn where its buffers are: the engine's entry
+posts it on the communicator's board and the library makes it, from what it kept of the communicator
+with no GIL (_pmpi_host_fast), or, with that turned off for a round ("through Python"), from its
+Python objects under the GIL, as before it existed. Runs on CPUs (a build with the CUDA layer) and GPU
+hosts alike:
+    mpirun -n 2 python -m mpigpu benchmarks/pmpi_host_caller.py
+Prints the slowest rank's median of rounds, us per call, and the share of calls the entry posted without
+the handler's Python (rank 0); checks the sums."""
+import statistics
+import sys
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+import ctypes
+
+from mpigpu import _cuda, _interpose
+from mpigpu._face import interposed as handler
+from pmpi_loop import c_loops, handles
+
+assert _interpose.status() == 'on', f'run under python -m mpigpu (interposer: {_interpose.status()})'
+comm = MPI.COMM_WORLD
+rank, n = comm.Get_rank(), comm.Get_size()
+loop, library_loop = c_loops()
+words = handles(MPI.FLOAT, MPI.SUM, comm)
+posted_calls = getattr(_cuda.device, 'pmpi_entry_host_calls', lambda: 0)
+lib = handler._installed.lib
+host_entry = getattr(_cuda.device, 'pmpi_host_entry_address', None)
+can_switch = host_entry is not None and hasattr(lib, 'mpigpu_pmpi_set_host_entry')
+
+
+def no_gil_posts(on):
+    """Turns the entry's post without the GIL on or off (the interposer's mpigpu_pmpi_set_host_entry)."""
+    lib.mpigpu_pmpi_set_host_entry(ctypes.c_void_p(host_entry() if on else None))
+
+
+def through_python(*args):
+    no_gil_posts(False)
+    try:
+        return loop(*args)
+    finally:
+        no_gil_posts(True)
+ROUNDS, ITERS = 7, 2000
+
+
+def slowest(x):
+    return comm.allreduce(x, op=MPI.MAX)
+
+
+def python_loop(a, b, iters):
+    comm.Barrier()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        comm.Allreduce(a, b)
+    return (time.perf_counter() - t0) / iters * 1e6
+
+
+rows = []
+for nbytes in [8, 1024, 65536]:
+    count = nbytes // 4
+    a, b = np.arange(count, dtype=np.float32) + rank, np.zeros(count, np.float32)
+    args = (a.ctypes.data, b.ctypes.data, count) + words
+    loop(*args, 1)  # the first call of a function on a communicator is the handler's: it binds it
+    posted = posted_calls()
+    times = {'library': [], 'interposer': [], 'through Python': [], 'python': []}
+    loops = [('library', library_loop), ('interposer', loop)]
+    if can_switch:
+        loops.append(('through Python', through_python))
+    for _ in range(ROUNDS):
+        for key, fn in loops:
+            comm.Barrier()
+            s = fn(*args, ITERS)
+            assert s >= 0, f'rank {rank}: MPI_Allreduce of host buffers from C failed ({nbytes} B)'
+            times[key].append(s / ITERS * 1e6)
+        times['python'].append(python_loop(a, b, ITERS))
+    assert (b == np.arange(count, dtype=np.float32) * n + n * (n - 1) / 2).all(), f'rank {rank}: wrong host sum'
+    share = (posted_calls() - posted) / (len(loops) - 1) / (ROUNDS * ITERS)
+    rows.append((nbytes,) + tuple(slowest(statistics.median(times[k]) if times[k] else float('nan'))
+                                  for k in ('library', 'interposer', 'through Python', 'python')) + (share,))
+if rank == 0:
+    print(f'# host buffers, {n} ranks: MPI_Allreduce from a C loop on the library (PMPI_Allreduce) and through '
+          f'the interposer, and comm.Allreduce from Python; us per call, slowest rank, median of {ROUNDS} rounds '
+          f'of {ITERS}')
+    print('| bytes | library | interposer | added | through Python | added | from Python | posted by the entry |')
+    print('|---|---|---|---|---|---|---|---|')
+    for nbytes, base, via, slow, py, share in rows:
+        print(f'| {nbytes} | {base:.2f} | {via:.2f} | {(via - base) * 1000:+.0f} ns | {slow:.2f} | '
+              f'{(slow - base) * 1000:+.0f} ns | {py:.2f} | {share:.0%} |')
+    sys.stdout.flush()

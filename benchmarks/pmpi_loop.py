@@ -22,6 +22,7 @@ def _mpi_library_global():
     wheels' MPICH is loaded into mpi4py's own scope, where a library loaded after it does not look."""
     with open('/proc/self/maps') as maps:
         paths = {line.split()[-1] for line in maps if '/libmpi' in line and '.so' in line}
+    paths = {p for p in paths if p.startswith('/')}  # (not a mapping's '(deleted)' mark)
     for path in sorted(paths):
         ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
 

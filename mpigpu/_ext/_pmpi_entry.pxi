@@ -12,6 +12,7 @@ cdef extern from "engine_entry.h":
     enum:
         MGI_ENTRY_HANDLER
         MGI_ENTRY_LOWER
+        MGI_ENTRY_HANDLER_ONLY
         MGI_HOST_UNPOSTED
         MGI_HOST_HANDLER
 
@@ -19,8 +20,14 @@ cdef extern from *:
     """
     /* Orders the loads before it before those after it (a seqlock reader's second look at its epoch). */
     static inline void mg_fence_acquire(void) { __atomic_thread_fence(__ATOMIC_ACQUIRE); }
+    /* Orders the stores before it before those after it (a seqlock writer's cleared epoch, then its data). */
+    static inline void mg_fence_release(void) { __atomic_thread_fence(__ATOMIC_RELEASE); }
+    /* A counter bumped by threads that may not hold the GIL. */
+    static inline void mg_count(unsigned long long *c) { __atomic_fetch_add(c, 1ull, __ATOMIC_RELAXED); }
     """
     void mg_fence_acquire() nogil
+    void mg_fence_release() nogil
+    void mg_count(unsigned long long *c) nogil
 
 cdef extern from "board.h":
     enum:
@@ -148,13 +155,16 @@ cdef int _pmpi_entry(int fid, const intptr_t *args, unsigned mask, const int *or
     cdef Py_ssize_t count = 0, own = 0, sc = 0, rc = 0
     cdef int rd = -1, code = 0, root = 0, current = -1, n, rank, scnt, rcnt, algo = MG_ALGO_AUTO, nchannels = 0
     cdef bint in_place, off_root, one_buffer
+    # the routes' epoch before anything is read: what _pmpi_host keeps is of this epoch, so a change of
+    # the routes while it reads (another thread, while it waited without the GIL) leaves it unused
+    cdef uint64_t epoch = mg_board_load(_host_epoch)
     if fid < 0 or fid >= _pmpi_nfunctions or _pmpi_comms is None or _entry_ops is None:
         return MGI_ENTRY_HANDLER
     f = _pmpi_table[fid]
     if _pmpi_unsettled:
         return MGI_ENTRY_HANDLER
     if mask == 0:
-        return _pmpi_host(fid, f.coll, args[f.comm]) if f.comm >= 0 else MGI_ENTRY_HANDLER
+        return _pmpi_host(fid, f.coll, args[f.comm], epoch) if f.comm >= 0 else MGI_ENTRY_HANDLER
     if f.coll < 0:
         return MGI_ENTRY_HANDLER
     try:  # reading the call: nothing has happened yet, so anything unusual is the handler's
@@ -234,7 +244,7 @@ cdef int _pmpi_entry(int fid, const intptr_t *args, unsigned mask, const int *or
     return _pmpi_error(fid, comm, err)
 
 
-cdef int _pmpi_host(int fid, int coll, intptr_t comm_word) noexcept:
+cdef int _pmpi_host(int fid, int coll, intptr_t comm_word, uint64_t epoch) noexcept:
     """A host-buffer call of function `fid` (an engine collective's code `coll`, else -1): posted for the
     communicator's peers as mpigpu's method of that name posts it (its board, or nothing to post),
     MGI_ENTRY_LOWER; MGI_ENTRY_HANDLER where the handler must see it (a communicator it has not seen or
@@ -260,14 +270,14 @@ cdef int _pmpi_host(int fid, int coll, intptr_t comm_word) noexcept:
             if rule == MGI_HOST_UNPOSTED:
                 hook = st.host_hook
                 if hook is None or type(hook) is Board:
-                    _host_keep(comm_word, hook, fid, MGI_HOST_UNPOSTED)
-                _pmpi_host_count += 1
+                    _host_keep(epoch, comm_word, hook, fid, MGI_HOST_UNPOSTED)
+                mg_count(&_pmpi_host_count)
                 return MGI_ENTRY_LOWER
             coll = rule
         hook = st.host_hook
         if hook is None or (type(hook) is Board and (<Board>hook).post_host(coll) == 0):
-            _host_keep(comm_word, hook, fid, coll)
-            _pmpi_host_count += 1
+            _host_keep(epoch, comm_word, hook, fid, coll)
+            mg_count(&_pmpi_host_count)
             return MGI_ENTRY_LOWER
     except BaseException:
         pass
@@ -300,11 +310,11 @@ cdef int _host_next = 0          # the slot taken for the next communicator
 cdef uint64_t *_host_epoch = routes_epoch()
 
 
-cdef void _host_keep(intptr_t comm_word, object hook, int fid, int post) noexcept:
+cdef void _host_keep(uint64_t e, intptr_t comm_word, object hook, int fid, int post) noexcept:
     """With the GIL: function `fid`'s host calls on this communicator post `post` (a collective code or
-    MGI_HOST_UNPOSTED) on `hook` (a Board, or None: nothing to post), as _pmpi_host just found."""
+    MGI_HOST_UNPOSTED) on `hook` (a Board, or None: nothing to post), as _pmpi_host found in epoch `e`
+    (read before it looked; a slot of an epoch that has moved on since is never used)."""
     global _host_next
-    cdef uint64_t e = mg_board_load(_host_epoch)
     cdef _HostSlot *s = NULL
     cdef mg_board *board = &(<Board>hook).b if hook is not None else NULL
     cdef int i
@@ -319,6 +329,7 @@ cdef void _host_keep(intptr_t comm_word, object hook, int fid, int post) noexcep
         s = &_host_slots[_host_next]
         _host_next = (_host_next + 1) % _HOST_SLOTS
     mg_board_store(&s.epoch, 0)
+    mg_fence_release()
     Py_XDECREF(s.owner)
     s.owner = NULL
     if hook is not None:
@@ -349,15 +360,17 @@ cdef int _pmpi_host_fast(int fid, const intptr_t *args) noexcept nogil:
         if mg_board_load(&s.epoch) != e or s.comm != args[ci]:
             continue
         post, board = s.post[fid], s.board
-        # read again: a slot refilled meanwhile (by another thread, under the GIL) is not read half old
+        # read again: a slot refilled meanwhile (by another thread, under the GIL) is not read half old,
+        # nor another communicator's
         mg_fence_acquire()
-        if post == _HOST_UNKNOWN or mg_board_load(&s.epoch) != e:
+        if post == _HOST_UNKNOWN or mg_board_load(&s.epoch) != e or s.comm != args[ci]:
             return MGI_ENTRY_HANDLER
-        # a post that timed out (nothing posted) goes to the handler, whose post times out again and raises
+        # a post that timed out (nothing posted): straight to the handler, whose post raises (after its
+        # own wait; the entry's Python would wait once more first)
         if post >= 0 and board != NULL and mg_board_post(board, post, MG_PLACE_HOST_MPI) != 0:
-            return MGI_ENTRY_HANDLER
-        _pmpi_host_count += 1
-        _pmpi_host_fast_count += 1
+            return MGI_ENTRY_HANDLER_ONLY
+        mg_count(&_pmpi_host_count)
+        mg_count(&_pmpi_host_fast_count)
         return MGI_ENTRY_LOWER
     return MGI_ENTRY_HANDLER
 

@@ -161,6 +161,7 @@ class Agreement:
             self.mode = 'broken'
             routes_changed()  # first: the interposer's entry stops using what it kept of the old routes
             st.host_hook = self.host
+            routes_changed()  # and after: what it kept meanwhile (another thread) is not used either
             st.abandon(exc.pending, exc.why + ' (at the agreement setup)')
             raise CommunicatorBroken('collective', st.broken, rank=st.rank) from None
         self.mode = mode
@@ -187,6 +188,7 @@ class Agreement:
             st.host_hook = self.host
         else:
             st.host_hook = self.board if mode == 'board' else None
+        routes_changed()  # and after: what it kept meanwhile (another thread) is not used either
         if st.team is not None:
             st.team.board = self.team_board()
 

@@ -137,6 +137,7 @@ class CommState:
         self.host_hook = None
         self.released = True
         self.agreement.close(collective and (team is None or not team.fault), mpi)
+        _routes_changed()  # and after its board is closed: nothing kept meanwhile is used
         if team is not None and team.fault:
             collective = False
         if team is not None:

@@ -5,16 +5,22 @@ library makes it, without the handler's Python, where the method does no more th
 collectives, the generated collective methods, the sends); receives and methods of their own still go to
 the handler. Each result is compared with mpi4py's. Run under mpiexec -n 1..4 (tests/test_pmpi.py)."""
 import sys
+import types
 
-import numpy as np
-from mpi4py import MPI
+# Armed, as a process with a GPU array library loaded is (mpigpu._cuda.armed): its communicators agree on
+# each call's path through their boards, so a host call's post is a store into the board (a stub module of
+# one of those names, imported by nothing)
+sys.modules.setdefault('cuda', types.ModuleType('cuda'))
 
-import pmpi_calls
-from pmpi_calls import call, counted, h, p, same
+import numpy as np  # noqa: E402
+from mpi4py import MPI  # noqa: E402
 
-from mpigpu import _cuda, _interpose
-from mpigpu._face import interposed as handler
-from mpigpu._ext._board import routes_changed
+import pmpi_calls  # noqa: E402
+from pmpi_calls import call, counted, h, p, same  # noqa: E402
+
+from mpigpu import _cuda, _interpose  # noqa: E402
+from mpigpu._face import interposed as handler  # noqa: E402
+from mpigpu._ext._board import routes_changed  # noqa: E402
 
 assert _interpose.status() == 'on', _interpose.status()
 device = _cuda.device
@@ -77,10 +83,14 @@ counted(2)
 fast = device.pmpi_entry_host_fast_calls
 allreduce = steps[0]
 allreduce()
-f0 = fast()
+agreement = handler._installed.comms[comm.handle][1].agreement
+assert agreement.mode == ('board' if n > 1 else 'solo'), agreement.describe()
+posts = (lambda: agreement.board.calls) if n > 1 else (lambda: 0)
+f0, b0 = fast(), posts()
 allreduce()
 allreduce()
 assert fast() - f0 == 2, fast() - f0
+assert posts() - b0 == (2 if n > 1 else 0), posts() - b0  # posted on the board, as the method posts
 routes_changed()  # what the entry kept is not used: the next call asks Python, which keeps it anew
 f0 = fast()
 allreduce()
@@ -90,14 +100,16 @@ assert fast() == f0 + 1, fast() - f0
 counted(4)
 # a communicator freed: the entry does not post a call of the next one (whose handle may be the same) from
 # what it kept of the first; the results stay mpi4py's
+reused = False  # whether a freed communicator's handle named the next (else this part shows less)
 for k in range(2):
     d = comm.Dup()
     yd = np.zeros(12)
     rounds(3, lambda: call('Allreduce', p(x), p(yd), 12, h(MPI.DOUBLE), h(MPI.SUM), h(d)))
     same(yd, np.arange(12, dtype=np.float64) * n + n * (n - 1) / 2, f'Allreduce on a Dup, {k}')
-    f0, h0 = fast(), handler.calls()
+    f0, h0, old = fast(), handler.calls(), d.handle
     d.Free()
     d = comm.Dup()
+    reused = reused or d.handle == old
     call('Allreduce', p(x), p(yd), 12, h(MPI.DOUBLE), h(MPI.SUM), h(d))
     same(yd, np.arange(12, dtype=np.float64) * n + n * (n - 1) / 2, f'Allreduce on the next Dup, {k}')
     assert fast() == f0 and handler.calls() > h0, (fast() - f0, handler.calls() - h0)
@@ -106,4 +118,4 @@ for k in range(2):
 total = comm.allreduce(pmpi_calls.checks)
 if rank == 0:
     print(f'pmpi host entry on {n} ranks: {total} checks identical to mpi4py; the entry passed {posted} host '
-          f'calls before, handled {handled} then')
+          f'calls before, handled {handled} then; a freed communicator\'s handle reused: {reused}')

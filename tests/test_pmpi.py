@@ -126,6 +126,45 @@ def test_c_program_under_the_interposer(programs, n):
     assert ', 0 failed on all ranks' in res.stdout, res.stdout
 
 
+@pytest.fixture(scope='module')
+def fortran_program(programs):
+    """The Fortran program (tests/pmpi/fortran_calls.f90) built with Open MPI's mpif90, and Open MPI's
+    launcher: the pip wheels' MPICH has no Fortran bindings (CI installs gfortran and Open MPI's, .ci/run)."""
+    out, _, _ = programs
+    fc, launcher = _tool('mpif90'), _tool('orterun')
+    showme = subprocess.run([fc, '--showme:version'], capture_output=True, text=True)
+    if showme.returncode != 0 or 'Open MPI' not in showme.stdout + showme.stderr:
+        if os.environ.get('MPIGPU_CI') == '1':
+            pytest.fail(f'{fc} is not Open MPI\'s: the Fortran test needs Open MPI\'s bindings')
+        pytest.skip(f'{fc} is not Open MPI\'s')
+    program = out / 'fortran_calls'
+    _build([fc, '-O1', '-J', str(out), '-o', str(program), os.path.join(HERE, 'pmpi', 'fortran_calls.f90'),
+            f'-L{out}', '-lcuda'])  # (-J: gfortran's module files there, not in the working directory)
+    return out, program, launcher
+
+
+def _run_fortran(launcher, n, program, env):
+    ompi = {'OMPI_ALLOW_RUN_AS_ROOT': '1', 'OMPI_ALLOW_RUN_AS_ROOT_CONFIRM': '1', 'OMPI_MCA_rmaps_base_oversubscribe': '1'}
+    exported = [a for k in env for a in ('-x', k)]
+    return _run([launcher, '-n', str(n), *exported, str(program)], dict(ompi, **env))
+
+
+def test_fortran_program_crashes_without_the_interposer(fortran_program):
+    out, program, launcher = fortran_program
+    res = _run_fortran(launcher, 1, program, {'LD_LIBRARY_PATH': str(out)})
+    assert res.returncode != 0, 'a device pointer reached MPI from Fortran and nothing happened: not a test'
+
+
+@pytest.mark.parametrize('n', (1, 3))
+def test_fortran_program_under_the_interposer(fortran_program, n):
+    """Fortran's MPI_ALLREDUCE & co. with device memory (the interposer's mpi_allreduce_, pmpi/fortran.c):
+    MPI's results, Fortran's MPI_IN_PLACE among them; host arrays through the library's own binding."""
+    out, program, launcher = fortran_program
+    res = _run_fortran(launcher, n, program, {'LD_LIBRARY_PATH': str(out), 'LD_PRELOAD': _interpose.path()})
+    assert res.returncode == 0, f'{res.stdout[-3000:]}\n{res.stderr[-3000:]}'
+    assert f'fortran_calls: {n} ranks,' in res.stdout and ', 0 failed on all ranks' in res.stdout, res.stdout
+
+
 @pytest.mark.parametrize('n', (1, 2, 4))
 def test_calls_below_python_run_on_mpigpus_paths(programs, n):
     """ctypes calls and a Cython extension's calls (mpi4py.libmpi) with device pointers."""

@@ -1,0 +1,22 @@
+/* Fortran's bindings of the buffer-taking functions (fortran.c; the wrappers are generated into
+ * fortran_wrappers.c by pmpi/generate.py). A Fortran program's MPI_ALLREDUCE reaches the library's
+ * Fortran binding, which calls its C PMPI_Allreduce, not the MPI_Allreduce the interposer defines: device
+ * memory from a Fortran code (CUDA Fortran's device arrays, OpenACC's host_data) would reach the library.
+ * The interposer defines mpi_allreduce_ & co. itself: a call the library would make as it is goes to the
+ * library's own binding (the next definition of the name); one with device memory, or any in a process
+ * with a handler (the ranks of a call agree on its path there), is converted to C's parameters (handles
+ * through the library's f2c functions, Fortran's MPI_IN_PLACE and MPI_BOTTOM to C's) and routed as the C
+ * call would be. */
+#pragma once
+#include <stdint.h>
+#include "functions.h"
+
+/* What a Fortran binding's parameter is (every one passed by reference) */
+enum { MGI_FK_BUFFER, MGI_FK_INT, MGI_FK_INTS, MGI_FK_TYPE, MGI_FK_OP, MGI_FK_COMM, MGI_FK_STATUS };
+
+/* 1 where the library makes the call as it is: no handler takes it and no buffer is device memory. */
+int mgi_fortran_library_makes(int id, void *const *f, const void *caller);
+/* The library's own binding of `symbol` (the next definition in the global scope), kept in *slot. */
+void *mgi_fortran_next(_Atomic(void *) *slot, const char *symbol);
+/* The call converted to C's parameters and routed as the C call is: its MPI error code (ierr). */
+int mgi_fortran_call(int id, const unsigned char *kinds, void *const *f, const void *caller);

@@ -1,0 +1,173 @@
+! A Fortran program that passes device memory (cuMemAlloc, through the driver's C ABI) to MPI's Fortran
+! bindings, as a CUDA Fortran or OpenACC code written for a CUDA-aware MPI does, and checks MPI's
+! results: run under the interposer (LD_PRELOAD=$(python -m mpigpu --pmpi-path)) on a real GPU or on the
+! fake driver of the CPU tests (fake_libcuda.c), whose device memory nothing but its copies may touch.
+! Host arrays go through the same calls. Prints one summary line on rank 0; stops with code 1 where a
+! check failed.
+module driver
+  use iso_c_binding
+  implicit none
+  interface
+    integer(c_int) function cuInit(flags) bind(C, name='cuInit')
+      import :: c_int
+      integer(c_int), value :: flags
+    end function
+    integer(c_int) function cuDeviceGet(dev, ordinal) bind(C, name='cuDeviceGet')
+      import :: c_int
+      integer(c_int) :: dev
+      integer(c_int), value :: ordinal
+    end function
+    integer(c_int) function cuDevicePrimaryCtxRetain(ctx, dev) bind(C, name='cuDevicePrimaryCtxRetain')
+      import :: c_int, c_ptr
+      type(c_ptr) :: ctx
+      integer(c_int), value :: dev
+    end function
+    integer(c_int) function cuCtxSetCurrent(ctx) bind(C, name='cuCtxSetCurrent')
+      import :: c_int, c_ptr
+      type(c_ptr), value :: ctx
+    end function
+    integer(c_int) function cuMemAlloc(dptr, bytes) bind(C, name='cuMemAlloc_v2')
+      import :: c_int, c_intptr_t, c_size_t
+      integer(c_intptr_t) :: dptr
+      integer(c_size_t), value :: bytes
+    end function
+    integer(c_int) function cuMemcpyHtoD(dst, src, bytes) bind(C, name='cuMemcpyHtoD_v2')
+      import :: c_int, c_intptr_t, c_ptr, c_size_t
+      integer(c_intptr_t), value :: dst
+      type(c_ptr), value :: src
+      integer(c_size_t), value :: bytes
+    end function
+    integer(c_int) function cuMemcpyDtoH(dst, src, bytes) bind(C, name='cuMemcpyDtoH_v2')
+      import :: c_int, c_intptr_t, c_ptr, c_size_t
+      type(c_ptr), value :: dst
+      integer(c_intptr_t), value :: src
+      integer(c_size_t), value :: bytes
+    end function
+  end interface
+contains
+  ! n integers of device memory holding values, as a Fortran array over the device address
+  function dints(values) result(d)
+    integer, intent(in), target :: values(:)
+    integer, pointer, contiguous :: d(:)
+    integer(c_intptr_t) :: at
+    integer(c_size_t) :: bytes
+    bytes = int(size(values), c_size_t) * 4_c_size_t
+    if (cuMemAlloc(at, max(bytes, 4_c_size_t)) /= 0) stop 2
+    if (cuMemcpyHtoD(at, c_loc(values), bytes) /= 0) stop 2
+    call c_f_pointer(transfer(at, c_null_ptr), d, [size(values)])
+  end function
+
+  ! the values of n integers of device memory
+  function host_of(d) result(h)
+    integer, pointer, contiguous, intent(in) :: d(:)
+    integer, allocatable, target :: h(:)
+    allocate(h(size(d)))
+    if (cuMemcpyDtoH(c_loc(h), transfer(c_loc(d), 0_c_intptr_t), int(size(d), c_size_t) * 4_c_size_t) /= 0) stop 2
+  end function
+end module
+
+program fortran_calls
+  use mpi
+  use driver
+  implicit none
+  integer :: rank, nranks, ierr, ierr2, dev, i, k, checks, failed, nxt, prv
+  integer, parameter :: n = 5
+  integer :: base(n), want(n), host(n), gathered_want(n * 8), want_ring(n), status(MPI_STATUS_SIZE)
+  integer, pointer, contiguous :: d_in(:), d_out(:), d_all(:)
+  integer, allocatable :: got(:)
+  type(c_ptr) :: ctx
+  checks = 0
+  failed = 0
+
+  call MPI_Init(ierr)
+  call MPI_Comm_rank(MPI_COMM_WORLD, rank, ierr)
+  call MPI_Comm_size(MPI_COMM_WORLD, nranks, ierr)
+  if (cuInit(0) /= 0 .or. cuDeviceGet(dev, 0) /= 0 .or. cuDevicePrimaryCtxRetain(ctx, dev) /= 0 &
+      .or. cuCtxSetCurrent(ctx) /= 0) stop 2
+  base = [(10 * rank + i, i = 1, n)]
+
+  ! Allreduce, device to device
+  d_in => dints(base)
+  d_out => dints([(0, i = 1, n)])
+  call MPI_Allreduce(d_in, d_out, n, MPI_INTEGER, MPI_SUM, MPI_COMM_WORLD, ierr)
+  want = [(10 * nranks * (nranks - 1) / 2 + nranks * i, i = 1, n)]
+  got = host_of(d_out)
+  call check(ierr == MPI_SUCCESS .and. all(got == want), 'Allreduce, device buffers')
+
+  ! Allreduce in place on a device buffer (Fortran's MPI_IN_PLACE)
+  d_out => dints(base)
+  call MPI_Allreduce(MPI_IN_PLACE, d_out, n, MPI_INTEGER, MPI_MAX, MPI_COMM_WORLD, ierr)
+  got = host_of(d_out)
+  call check(ierr == MPI_SUCCESS .and. all(got == [(10 * (nranks - 1) + i, i = 1, n)]), 'Allreduce in place')
+
+  ! Bcast from the last rank
+  d_out => dints(base)
+  call MPI_Bcast(d_out, n, MPI_INTEGER, nranks - 1, MPI_COMM_WORLD, ierr)
+  got = host_of(d_out)
+  call check(ierr == MPI_SUCCESS .and. all(got == [(10 * (nranks - 1) + i, i = 1, n)]), 'Bcast')
+
+  ! Allgather into device memory from a host buffer (mixed on one rank)
+  d_all => dints([(0, i = 1, n * nranks)])
+  call MPI_Allgather(base, n, MPI_INTEGER, d_all, n, MPI_INTEGER, MPI_COMM_WORLD, ierr)
+  gathered_want = 0
+  do k = 0, nranks - 1
+    gathered_want(k * n + 1:(k + 1) * n) = [(10 * k + i, i = 1, n)]
+  end do
+  got = host_of(d_all)
+  call check(ierr == MPI_SUCCESS .and. all(got == gathered_want(1:n * nranks)), 'Allgather')
+
+  ! around the ring: Send from device memory into device memory (Recv with a status), then into host
+  ! memory (the library's own binding receives), then Sendrecv device to device (MPI_STATUS_IGNORE)
+  if (nranks > 1) then
+    nxt = mod(rank + 1, nranks)
+    prv = mod(rank - 1 + nranks, nranks)
+    want_ring = [(10 * prv + i, i = 1, n)]
+    d_in => dints(base)
+    d_out => dints([(0, i = 1, n)])
+    if (mod(rank, 2) == 0) then
+      call MPI_Send(d_in, n, MPI_INTEGER, nxt, 7, MPI_COMM_WORLD, ierr)
+      call MPI_Recv(d_out, n, MPI_INTEGER, MPI_ANY_SOURCE, 7, MPI_COMM_WORLD, status, ierr)
+    else
+      call MPI_Recv(d_out, n, MPI_INTEGER, MPI_ANY_SOURCE, 7, MPI_COMM_WORLD, status, ierr)
+      call MPI_Send(d_in, n, MPI_INTEGER, nxt, 7, MPI_COMM_WORLD, ierr)
+    end if
+    got = host_of(d_out)
+    call MPI_Get_count(status, MPI_INTEGER, k, ierr2)
+    call check(ierr == MPI_SUCCESS .and. all(got == want_ring) .and. status(MPI_SOURCE) == prv &
+               .and. status(MPI_TAG) == 7 .and. k == n, 'Send and Recv, device memory, a status')
+    if (mod(rank, 2) == 0) then
+      call MPI_Send(d_in, n, MPI_INTEGER, nxt, 9, MPI_COMM_WORLD, ierr)
+      call MPI_Recv(host, n, MPI_INTEGER, prv, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE, ierr)
+    else
+      call MPI_Recv(host, n, MPI_INTEGER, prv, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE, ierr)
+      call MPI_Send(d_in, n, MPI_INTEGER, nxt, 9, MPI_COMM_WORLD, ierr)
+    end if
+    call check(ierr == MPI_SUCCESS .and. all(host == want_ring), 'Send into host memory')
+    d_out => dints([(0, i = 1, n)])
+    call MPI_Sendrecv(d_in, n, MPI_INTEGER, nxt, 8, d_out, n, MPI_INTEGER, prv, 8, MPI_COMM_WORLD, &
+                      MPI_STATUS_IGNORE, ierr)
+    got = host_of(d_out)
+    call check(ierr == MPI_SUCCESS .and. all(got == want_ring), 'Sendrecv, device memory')
+  end if
+
+  ! host arrays: the library's own binding makes the call
+  host = base
+  call MPI_Allreduce(MPI_IN_PLACE, host, n, MPI_INTEGER, MPI_SUM, MPI_COMM_WORLD, ierr)
+  call check(ierr == MPI_SUCCESS .and. all(host == want), 'Allreduce, host arrays')
+
+  call MPI_Allreduce(MPI_IN_PLACE, failed, 1, MPI_INTEGER, MPI_SUM, MPI_COMM_WORLD, ierr)
+  if (rank == 0) print '(a, i0, a, i0, a, i0, a)', 'fortran_calls: ', nranks, ' ranks, ', checks, ' checks, ', &
+      failed, ' failed on all ranks'
+  call MPI_Finalize(ierr)
+  if (failed /= 0) stop 1
+contains
+  subroutine check(ok, what)
+    logical, intent(in) :: ok
+    character(*), intent(in) :: what
+    checks = checks + 1
+    if (.not. ok) then
+      failed = failed + 1
+      print '(a, a, a, i0)', 'fortran_calls: FAIL ', what, ' on rank ', rank
+    end if
+  end subroutine
+end program

@@ -7,10 +7,10 @@
 
 #include "fortran.h"
 
-/* Fortran's MPI_IN_PLACE and MPI_BOTTOM are variables of the library's Fortran runtime (common blocks):
- * a call passes their addresses. Open MPI names them (one symbol per compiler's mangling); MPICH keeps
- * their addresses in pointers its C side reads (MPI_F_STATUS_IGNORE, a C name of the standard, too). 0: not
- * found (no Fortran runtime loaded, or another MPI). */
+/* Fortran's MPI_IN_PLACE, MPI_BOTTOM and MPI_STATUS_IGNORE are variables of the library's Fortran runtime
+ * (common blocks): a call passes their addresses. Open MPI names them (one symbol per compiler's mangling);
+ * MPICH keeps their addresses in pointers its C side reads (MPI_F_STATUS_IGNORE, a C name of the standard,
+ * too). */
 static const char *const in_place_names[] = {"mpi_fortran_in_place_", "mpi_fortran_in_place__",
                                              "mpi_fortran_in_place", "MPI_FORTRAN_IN_PLACE"};
 static const char *const bottom_names[] = {"mpi_fortran_bottom_", "mpi_fortran_bottom__", "mpi_fortran_bottom",
@@ -18,36 +18,59 @@ static const char *const bottom_names[] = {"mpi_fortran_bottom_", "mpi_fortran_b
 static const char *const status_ignore_names[] = {"mpi_fortran_status_ignore_", "mpi_fortran_status_ignore__",
                                                   "mpi_fortran_status_ignore", "MPI_FORTRAN_STATUS_IGNORE"};
 
-static uintptr_t find_sentinel(const char *const *names, int nnames, const char *mpich_pointer) {
-  for (int i = 0; i < nnames; i++) {
-    void *sym = dlsym(RTLD_DEFAULT, names[i]);
-    if (sym) return (uintptr_t)sym;
+/* A symbol of the library's Fortran runtime as the calling object sees it: in its own scope first (a
+ * Fortran library loaded with RTLD_LOCAL, as Python loads extensions and f2py's modules, holds its own
+ * copy of the runtime's common blocks, to which the MPI library's references bind, and finds
+ * libmpi_mpifh among its dependencies), else in the global scope (a program's, the main program first). */
+static void *fortran_symbol(const char *name, const void *caller) {
+  Dl_info info;
+  if (caller && dladdr(caller, &info) && info.dli_fname && info.dli_fname[0]) {
+    void *h = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD); /* (already loaded: a new reference only) */
+    if (h) {
+      void *sym = dlsym(h, name);
+      dlclose(h);
+      if (sym) return sym;
+    }
   }
-  void **held = (void **)dlsym(RTLD_DEFAULT, mpich_pointer);
-  return held ? (uintptr_t)*held : 0;
+  return dlsym(RTLD_DEFAULT, name);
 }
 
-/* Looked up at the first converted call (the program's Fortran runtime is loaded by then; MPICH sets its
- * pointers in MPI_Init) and kept; UINTPTR_MAX: not looked up yet. */
-static _Atomic uintptr_t in_place_at = UINTPTR_MAX, bottom_at = UINTPTR_MAX, status_ignore_at = UINTPTR_MAX;
+/* Where a sentinel is, once found (never a miss: a runtime loaded later is looked for again): Open MPI's
+ * is the symbol's own address; MPICH's is read from its pointer at every call (MPICH sets it when its
+ * Fortran runtime initializes, which may come after the first call converted here). */
+typedef struct {
+  _Atomic uintptr_t at;
+  _Atomic(void **) held;
+} sentinel_kept;
+static sentinel_kept in_place_kept, bottom_kept, status_ignore_kept;
 
-static uintptr_t sentinel(_Atomic uintptr_t *kept, const char *const *names, const char *mpich_pointer) {
-  uintptr_t v = atomic_load_explicit(kept, memory_order_relaxed);
-  if (v == UINTPTR_MAX) {
-    v = find_sentinel(names, 4, mpich_pointer);
-    atomic_store_explicit(kept, v, memory_order_relaxed);
+static uintptr_t sentinel(sentinel_kept *kept, const char *const *names, const char *mpich_pointer,
+                          const void *caller) {
+  uintptr_t at = atomic_load_explicit(&kept->at, memory_order_relaxed);
+  if (at) return at;
+  void **held = atomic_load_explicit(&kept->held, memory_order_relaxed);
+  if (held) return (uintptr_t)*held;
+  for (int i = 0; i < 4; i++) {
+    void *sym = fortran_symbol(names[i], caller);
+    if (sym) {
+      atomic_store_explicit(&kept->at, (uintptr_t)sym, memory_order_relaxed);
+      return (uintptr_t)sym;
+    }
   }
-  return v;
+  held = (void **)fortran_symbol(mpich_pointer, caller);
+  if (!held) return 0;
+  atomic_store_explicit(&kept->held, held, memory_order_relaxed);
+  return (uintptr_t)*held;
 }
 
 /* MPI_IN_PLACE's C value: (void *)1 in Open MPI, (void *)-1 in MPICH (interpose.h) */
 static intptr_t c_in_place(void) { return mgi_lower_named("ompi_mpi_comm_world") ? 1 : -1; }
 
 /* A Fortran buffer argument as the C call takes it. */
-static intptr_t c_buffer(const void *p) {
+static intptr_t c_buffer(const void *p, const void *caller) {
   const uintptr_t at = (uintptr_t)p;
-  if (at && at == sentinel(&in_place_at, in_place_names, "MPIR_F_MPI_IN_PLACE")) return c_in_place();
-  if (at && at == sentinel(&bottom_at, bottom_names, "MPIR_F_MPI_BOTTOM")) return 0; /* NULL in both */
+  if (at && at == sentinel(&in_place_kept, in_place_names, "MPIR_F_MPI_IN_PLACE", caller)) return c_in_place();
+  if (at && at == sentinel(&bottom_kept, bottom_names, "MPIR_F_MPI_BOTTOM", caller)) return 0; /* NULL: both */
   return (intptr_t)p;
 }
 
@@ -60,6 +83,9 @@ typedef struct {
 } c_status;
 typedef int (*status_c2f_fn)(const void *, int *);
 static _Atomic(void *) status_c2f;
+/* A request's C handle (a pointer in Open MPI, an int in MPICH: the word's low half) to Fortran's */
+typedef int (*request_c2f_fn)(intptr_t);
+static _Atomic(void *) request_c2f;
 
 typedef intptr_t (*f2c_fn)(int); /* MPICH's int handles come back in the word's low half, all C reads */
 static _Atomic(void *) comm_f2c, type_f2c, op_f2c;
@@ -78,12 +104,17 @@ int mgi_fortran_library_makes(int id, void *const *f, const void *caller) {
   return 1;
 }
 
-void *mgi_fortran_next(_Atomic(void *) *slot, const char *symbol) {
+void *mgi_fortran_next(_Atomic(void *) *slot, const char *symbol, const void *caller) {
   void *fn = atomic_load_explicit(slot, memory_order_acquire);
-  if (!fn) {
-    fn = dlsym(RTLD_NEXT, symbol);
-    if (fn) atomic_store_explicit(slot, fn, memory_order_release);
+  if (fn) return fn;
+  fn = dlsym(RTLD_NEXT, symbol); /* preloaded: the library's binding is next in the global scope */
+  if (!fn) {                     /* loaded by Python: the caller's own scope holds it (fortran_symbol) */
+    Dl_info mine, found;
+    fn = fortran_symbol(symbol, caller);
+    if (fn && dladdr(fn, &found) && dladdr((void *)mgi_fortran_next, &mine) && found.dli_fbase == mine.dli_fbase)
+      fn = NULL; /* (this library's own wrapper, seen through the global scope) */
   }
+  if (fn) atomic_store_explicit(slot, fn, memory_order_release);
   return fn;
 }
 
@@ -92,17 +123,23 @@ int mgi_fortran_call(int id, const unsigned char *kinds, void *const *f, const v
   intptr_t a[MGI_MAX_PARAMS];
   c_status status;
   int *f_status = NULL; /* Fortran's status array, filled from C's after the call */
+  intptr_t request = 0; /* the C request a non-blocking call makes */
+  int *f_request = NULL; /* Fortran's, set from it after the call */
   for (int i = 0; i < fn->nparams; i++) {
     switch (kinds[i]) {
+      case MGI_FK_REQUEST:
+        f_request = (int *)f[i];
+        a[i] = (intptr_t)&request;
+        break;
       case MGI_FK_STATUS:
-        if ((uintptr_t)f[i] == sentinel(&status_ignore_at, status_ignore_names, "MPI_F_STATUS_IGNORE")) {
+        if ((uintptr_t)f[i] == sentinel(&status_ignore_kept, status_ignore_names, "MPI_F_STATUS_IGNORE", caller)) {
           a[i] = c_status_ignore();
         } else {
           f_status = (int *)f[i];
           a[i] = (intptr_t)&status;
         }
         break;
-      case MGI_FK_BUFFER: a[i] = c_buffer(f[i]); break;
+      case MGI_FK_BUFFER: a[i] = c_buffer(f[i], caller); break;
       case MGI_FK_INT: a[i] = (intptr_t)*(const int *)f[i]; break;
       case MGI_FK_INTS: a[i] = (intptr_t)f[i]; break; /* Fortran's INTEGER arrays are C's int arrays */
       case MGI_FK_TYPE: a[i] = c_handle(&type_f2c, "PMPI_Type_f2c", (const int *)f[i]); break;
@@ -121,5 +158,7 @@ int mgi_fortran_call(int id, const unsigned char *kinds, void *const *f, const v
   }
   status_c2f_fn c2f = f_status ? (status_c2f_fn)mgi_lower_cached(&status_c2f, "PMPI_Status_c2f") : NULL;
   if (c2f && rc == 0) c2f(&status, f_status);
+  request_c2f_fn r2f = f_request ? (request_c2f_fn)mgi_lower_cached(&request_c2f, "PMPI_Request_c2f") : NULL;
+  if (r2f && rc == 0) *f_request = r2f(request);
   return rc;
 }

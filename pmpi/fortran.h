@@ -6,17 +6,19 @@
  * library's own binding (the next definition of the name); one with device memory, or any in a process
  * with a handler (the ranks of a call agree on its path there), is converted to C's parameters (handles
  * through the library's f2c functions, Fortran's MPI_IN_PLACE and MPI_BOTTOM to C's) and routed as the C
- * call would be. */
+ * call would be. Fortran's INTEGER is taken to be C's int (4 bytes, the compilers' default; a code
+ * built with -fdefault-integer-8 is not served). */
 #pragma once
 #include <stdint.h>
 #include "functions.h"
 
 /* What a Fortran binding's parameter is (every one passed by reference) */
-enum { MGI_FK_BUFFER, MGI_FK_INT, MGI_FK_INTS, MGI_FK_TYPE, MGI_FK_OP, MGI_FK_COMM, MGI_FK_STATUS };
+enum { MGI_FK_BUFFER, MGI_FK_INT, MGI_FK_INTS, MGI_FK_TYPE, MGI_FK_OP, MGI_FK_COMM, MGI_FK_STATUS, MGI_FK_REQUEST };
 
 /* 1 where the library makes the call as it is: no handler takes it and no buffer is device memory. */
 int mgi_fortran_library_makes(int id, void *const *f, const void *caller);
-/* The library's own binding of `symbol` (the next definition in the global scope), kept in *slot. */
-void *mgi_fortran_next(_Atomic(void *) *slot, const char *symbol);
+/* The library's own binding of `symbol` (the next definition in the global scope, or in the calling
+ * object's scope), kept in *slot once found; NULL: none found (the call is converted instead). */
+void *mgi_fortran_next(_Atomic(void *) *slot, const char *symbol, const void *caller);
 /* The call converted to C's parameters and routed as the C call is: its MPI error code (ierr). */
 int mgi_fortran_call(int id, const unsigned char *kinds, void *const *f, const void *caller);

@@ -189,17 +189,19 @@ def request_wrappers(mod):
 # What a Fortran binding's parameter is, for the functions fortran.c serves: every one by reference
 FORTRAN_KINDS = {'in': 'MGI_FK_BUFFER', 'out': 'MGI_FK_BUFFER', 'inout': 'MGI_FK_BUFFER', 'int': 'MGI_FK_INT',
                  'ints': 'MGI_FK_INTS', 'type': 'MGI_FK_TYPE', 'op': 'MGI_FK_OP', 'comm': 'MGI_FK_COMM',
-                 'status': 'MGI_FK_STATUS'}
+                 'status': 'MGI_FK_STATUS', 'request': 'MGI_FK_REQUEST'}
 # The names a Fortran compiler gives mpi_allreduce: gfortran's and most others' (one underscore), g77's
 # (two, for a name holding one), and none (IBM's, or -fno-underscoring)
 FORTRAN_MANGLINGS = ('{}_', '{}__', '{}')
 
 
 def fortran_functions(mod):
-    """The functions whose Fortran binding the interposer defines: blocking, talking to other ranks, every
-    parameter of FORTRAN_KINDS (no request, message or array of handles yet), not a large-count form."""
+    """The functions whose Fortran binding the interposer defines: talking to other ranks, every parameter
+    of FORTRAN_KINDS (no message or array of handles yet), blocking or non-blocking (a request made now;
+    not the persistent forms, whose MPI_START Fortran's binding would not let the interposer see), not a
+    large-count form."""
     return [f for f in mod.TABLE if f.method == f.name and not f.local and f.win < 0
-            and all(p.kind in FORTRAN_KINDS for p in f.params)]
+            and all(p.kind in FORTRAN_KINDS for p in f.params) and not f.name.endswith('_init')]
 
 
 def fortran_wrappers(mod):
@@ -218,7 +220,7 @@ def fortran_wrappers(mod):
                     '  static _Atomic(void *) next;',
                     f'  void *const f[{n}] = {{{names}}};',
                     f'  if (mgi_fortran_library_makes(MGI_{f.name}, f, __builtin_return_address(0))) {{',
-                    f'    fortran_{f.name} fn = (fortran_{f.name})mgi_fortran_next(&next, "{sym}");',
+                    f'    fortran_{f.name} fn = (fortran_{f.name})mgi_fortran_next(&next, "{sym}", __builtin_return_address(0));',
                     '    if (fn) {', f'      fn({names}, ierr);', '      return;', '    }', '  }',
                     f'  *ierr = mgi_fortran_call(MGI_{f.name}, kinds_{f.name}, f, __builtin_return_address(0));',
                     '}', '']

@@ -126,41 +126,66 @@ def test_c_program_under_the_interposer(programs, n):
     assert ', 0 failed on all ranks' in res.stdout, res.stdout
 
 
+def _first_tool(*names):
+    """The first of `names` on PATH (as _tool: CI fails without it)."""
+    for name in names:
+        if shutil.which(name):
+            return shutil.which(name)
+    return _tool(names[-1])
+
+
 @pytest.fixture(scope='module')
 def fortran_program(programs):
-    """The Fortran program (tests/pmpi/fortran_calls.f90) built with Open MPI's mpif90, and Open MPI's
-    launcher: the pip wheels' MPICH has no Fortran bindings (CI installs gfortran and Open MPI's, .ci/run)."""
+    """tests/pmpi/fortran_calls.f90 built with Open MPI's mpif90 as a program (with fortran_main.f90) and
+    as a shared library with its C host (fortran_host.c), and Open MPI's launcher: the pip wheels' MPICH
+    has no Fortran bindings (CI installs gfortran and Open MPI's, .ci/run)."""
     out, _, _ = programs
-    fc, launcher = _tool('mpif90'), _tool('orterun')
+    fc = _first_tool('mpif90.openmpi', 'mpif90')
+    launcher = _first_tool('mpirun.openmpi', 'orterun', 'prterun')
     showme = subprocess.run([fc, '--showme:version'], capture_output=True, text=True)
     if showme.returncode != 0 or 'Open MPI' not in showme.stdout + showme.stderr:
         if os.environ.get('MPIGPU_CI') == '1':
             pytest.fail(f'{fc} is not Open MPI\'s: the Fortran test needs Open MPI\'s bindings')
         pytest.skip(f'{fc} is not Open MPI\'s')
-    program = out / 'fortran_calls'
-    _build([fc, '-O1', '-J', str(out), '-o', str(program), os.path.join(HERE, 'pmpi', 'fortran_calls.f90'),
-            f'-L{out}', '-lcuda'])  # (-J: gfortran's module files there, not in the working directory)
-    return out, program, launcher
+    src = os.path.join(HERE, 'pmpi', 'fortran_calls.f90')
+    # (-J: gfortran's module files there, not in the working directory)
+    program, library, host = out / 'fortran_calls', out / 'libfortran_calls.so', out / 'fortran_host'
+    _build([fc, '-O1', '-J', str(out), '-o', str(program), src, os.path.join(HERE, 'pmpi', 'fortran_main.f90'),
+            f'-L{out}', '-lcuda'])
+    _build([fc, '-O1', '-fPIC', '-shared', '-J', str(out), '-o', str(library), src, f'-L{out}', '-lcuda'])
+    _build([_tool('gcc'), '-O1', '-Wall', '-o', str(host), os.path.join(HERE, 'pmpi', 'fortran_host.c'), '-ldl'])
+    return out, program, library, host, launcher
 
 
-def _run_fortran(launcher, n, program, env):
+def _run_fortran(launcher, n, argv, env):
     ompi = {'OMPI_ALLOW_RUN_AS_ROOT': '1', 'OMPI_ALLOW_RUN_AS_ROOT_CONFIRM': '1', 'OMPI_MCA_rmaps_base_oversubscribe': '1'}
     exported = [a for k in env for a in ('-x', k)]
-    return _run([launcher, '-n', str(n), *exported, str(program)], dict(ompi, **env))
+    return _run([launcher, '-n', str(n), *exported, *argv], dict(ompi, **env))
 
 
 def test_fortran_program_crashes_without_the_interposer(fortran_program):
-    out, program, launcher = fortran_program
-    res = _run_fortran(launcher, 1, program, {'LD_LIBRARY_PATH': str(out)})
+    out, program, _, _, launcher = fortran_program
+    res = _run_fortran(launcher, 1, [str(program)], {'LD_LIBRARY_PATH': str(out)})
     assert res.returncode != 0, 'a device pointer reached MPI from Fortran and nothing happened: not a test'
 
 
 @pytest.mark.parametrize('n', (1, 3))
 def test_fortran_program_under_the_interposer(fortran_program, n):
     """Fortran's MPI_ALLREDUCE & co. with device memory (the interposer's mpi_allreduce_, pmpi/fortran.c):
-    MPI's results, Fortran's MPI_IN_PLACE among them; host arrays through the library's own binding."""
-    out, program, launcher = fortran_program
-    res = _run_fortran(launcher, n, program, {'LD_LIBRARY_PATH': str(out), 'LD_PRELOAD': _interpose.path()})
+    MPI's results, Fortran's MPI_IN_PLACE and MPI_STATUS_IGNORE among them; host arrays through the
+    library's own binding."""
+    out, program, _, _, launcher = fortran_program
+    res = _run_fortran(launcher, n, [str(program)], {'LD_LIBRARY_PATH': str(out), 'LD_PRELOAD': _interpose.path()})
+    assert res.returncode == 0, f'{res.stdout[-3000:]}\n{res.stderr[-3000:]}'
+    assert f'fortran_calls: {n} ranks,' in res.stdout and ', 0 failed on all ranks' in res.stdout, res.stdout
+
+
+@pytest.mark.parametrize('n', (1, 3))
+def test_fortran_library_loaded_locally(fortran_program, n):
+    """The same calls from a Fortran library loaded with RTLD_LOCAL after the interposer (as Python loads
+    both): the library's Fortran bindings and its runtime's MPI_IN_PLACE are found in the caller's scope."""
+    out, _, library, host, launcher = fortran_program
+    res = _run_fortran(launcher, n, [str(host), _interpose.path(), str(library)], {'LD_LIBRARY_PATH': str(out)})
     assert res.returncode == 0, f'{res.stdout[-3000:]}\n{res.stderr[-3000:]}'
     assert f'fortran_calls: {n} ranks,' in res.stdout and ', 0 failed on all ranks' in res.stdout, res.stdout
 

@@ -3,7 +3,8 @@
 ! results: run under the interposer (LD_PRELOAD=$(python -m mpigpu --pmpi-path)) on a real GPU or on the
 ! fake driver of the CPU tests (fake_libcuda.c), whose device memory nothing but its copies may touch.
 ! Host arrays go through the same calls. Prints one summary line on rank 0; stops with code 1 where a
-! check failed.
+! check failed. Built as a program (with fortran_main.f90) and as a shared library that a C program
+! loads with RTLD_LOCAL, as Python loads an extension (fortran_host.c), its entry `fortran_calls_run`.
 module driver
   use iso_c_binding
   implicit none
@@ -66,13 +67,13 @@ contains
   end function
 end module
 
-program fortran_calls
+subroutine fortran_calls_run() bind(C, name='fortran_calls_run')
   use mpi
   use driver
   implicit none
   integer :: rank, nranks, ierr, ierr2, dev, i, k, checks, failed, nxt, prv
   integer, parameter :: n = 5
-  integer :: base(n), want(n), host(n), gathered_want(n * 8), want_ring(n), status(MPI_STATUS_SIZE)
+  integer :: base(n), want(n), host(n), gathered_want(n * 8), want_ring(n), status(MPI_STATUS_SIZE), reqs(2)
   integer, pointer, contiguous :: d_in(:), d_out(:), d_all(:)
   integer, allocatable :: got(:)
   type(c_ptr) :: ctx
@@ -88,6 +89,9 @@ program fortran_calls
 
   ! Allreduce, device to device
   d_in => dints(base)
+  nxt = mod(rank + 1, nranks)
+  prv = mod(rank - 1 + nranks, nranks)
+  want_ring = [(10 * prv + i, i = 1, n)]
   d_out => dints([(0, i = 1, n)])
   call MPI_Allreduce(d_in, d_out, n, MPI_INTEGER, MPI_SUM, MPI_COMM_WORLD, ierr)
   want = [(10 * nranks * (nranks - 1) / 2 + nranks * i, i = 1, n)]
@@ -119,9 +123,6 @@ program fortran_calls
   ! around the ring: Send from device memory into device memory (Recv with a status), then into host
   ! memory (the library's own binding receives), then Sendrecv device to device (MPI_STATUS_IGNORE)
   if (nranks > 1) then
-    nxt = mod(rank + 1, nranks)
-    prv = mod(rank - 1 + nranks, nranks)
-    want_ring = [(10 * prv + i, i = 1, n)]
     d_in => dints(base)
     d_out => dints([(0, i = 1, n)])
     if (mod(rank, 2) == 0) then
@@ -147,8 +148,26 @@ program fortran_calls
     call MPI_Sendrecv(d_in, n, MPI_INTEGER, nxt, 8, d_out, n, MPI_INTEGER, prv, 8, MPI_COMM_WORLD, &
                       MPI_STATUS_IGNORE, ierr)
     got = host_of(d_out)
-    call check(ierr == MPI_SUCCESS .and. all(got == want_ring), 'Sendrecv, device memory')
+    ! (MPI_STATUS_IGNORE is a variable of the Fortran runtime: a status written there would change it)
+    call check(ierr == MPI_SUCCESS .and. all(got == want_ring) .and. all(MPI_STATUS_IGNORE == 0), &
+               'Sendrecv, device memory')
   end if
+
+  ! non-blocking calls: host arrays through the library's own bindings (MPI_WAITALL completes them); with
+  ! device memory, in a program without Python (no handler), the call fails with an MPI error, as in C
+  if (nranks > 1) then
+    host = 0
+    call MPI_Irecv(host, n, MPI_INTEGER, prv, 11, MPI_COMM_WORLD, reqs(1), ierr)
+    call MPI_Isend(base, n, MPI_INTEGER, nxt, 11, MPI_COMM_WORLD, reqs(2), ierr2)
+    call MPI_Waitall(2, reqs, MPI_STATUSES_IGNORE, k)
+    call check(ierr == MPI_SUCCESS .and. ierr2 == MPI_SUCCESS .and. k == MPI_SUCCESS .and. all(host == want_ring), &
+               'Isend and Irecv, host arrays')
+  end if
+  call MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN, ierr)
+  d_out => dints([(0, i = 1, n)])
+  call MPI_Iallreduce(d_in, d_out, n, MPI_INTEGER, MPI_SUM, MPI_COMM_WORLD, reqs(1), ierr)
+  call check(ierr /= MPI_SUCCESS, 'Iallreduce of device memory refused')
+  call MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL, ierr)
 
   ! host arrays: the library's own binding makes the call
   host = base
@@ -170,4 +189,4 @@ contains
       print '(a, a, a, i0)', 'fortran_calls: FAIL ', what, ' on rank ', rank
     end if
   end subroutine
-end program
+end subroutine

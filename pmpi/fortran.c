@@ -1,6 +1,10 @@
 /* Fortran's bindings of the buffer-taking functions: what the generated wrappers share (fortran.h). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <link.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -18,10 +22,97 @@ static const char *const bottom_names[] = {"mpi_fortran_bottom_", "mpi_fortran_b
 static const char *const status_ignore_names[] = {"mpi_fortran_status_ignore_", "mpi_fortran_status_ignore__",
                                                   "mpi_fortran_status_ignore", "MPI_FORTRAN_STATUS_IGNORE"};
 
+/* Every definition of a sentinel among the loaded objects is taken for it. Which copy a call passes
+ * depends on how the objects were loaded: a Fortran program's own copy (the runtime's references bind to
+ * it), a Fortran library loaded with RTLD_LOCAL its own (as Python loads an extension or an f2py module),
+ * Open MPI's mpi_f08 bindings the program's. A user's buffer is never one of these variables, so matching
+ * any is safe (Open MPI's own test compares with each mangling's address alike). The table is rebuilt when
+ * the loader has loaded an object since (dl_iterate_phdr's dlpi_adds), looked at where a buffer matched
+ * none. MPICH keeps its sentinels' addresses in pointers (MPIR_F_MPI_IN_PLACE & co.), read at every call:
+ * its Fortran runtime may set them after the first call converted here. */
+enum { SENTINEL_IN_PLACE, SENTINEL_BOTTOM, SENTINEL_STATUS_IGNORE, NSENTINELS, MAX_COPIES = 16 };
+static const char *const *const sentinel_names[NSENTINELS] = {in_place_names, bottom_names, status_ignore_names};
+static const char *const mpich_pointers[NSENTINELS] = {"MPIR_F_MPI_IN_PLACE", "MPIR_F_MPI_BOTTOM",
+                                                       "MPI_F_STATUS_IGNORE"};
+static struct {
+  uintptr_t copies[NSENTINELS][MAX_COPIES];
+  void **held[NSENTINELS]; /* MPICH's pointer to the sentinel's address */
+  int ncopies[NSENTINELS];
+  unsigned long long adds; /* the loader's count it was built at (0: never) */
+} sentinels;
+static pthread_mutex_t sentinels_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int count_objects(struct dl_phdr_info *info, size_t size, void *out) {
+  (void)size;
+  *(unsigned long long *)out = info->dlpi_adds;
+  return 1; /* the first object carries the process-wide count */
+}
+
+typedef struct {
+  char *names[256];
+  int n;
+} object_names;
+
+static int collect_objects(struct dl_phdr_info *info, size_t size, void *out) {
+  (void)size;
+  object_names *l = out;
+  if (info->dlpi_name && info->dlpi_name[0] && l->n < 256) l->names[l->n++] = strdup(info->dlpi_name);
+  return 0;
+}
+
+static void keep_copy(int k, void *sym) {
+  if (!sym) return;
+  for (int i = 0; i < sentinels.ncopies[k]; i++)
+    if (sentinels.copies[k][i] == (uintptr_t)sym) return;
+  if (sentinels.ncopies[k] < MAX_COPIES) sentinels.copies[k][sentinels.ncopies[k]++] = (uintptr_t)sym;
+}
+
+/* Under sentinels_lock: every object's definitions, the main program's scope first. */
+static void find_sentinels(unsigned long long adds) {
+  object_names l = {.n = 0};
+  dl_iterate_phdr(collect_objects, &l); /* names first: no dlopen while the loader's list is held */
+  for (int k = 0; k < NSENTINELS; k++) {
+    for (int m = 0; m < 4; m++) keep_copy(k, dlsym(RTLD_DEFAULT, sentinel_names[k][m]));
+    if (!sentinels.held[k]) sentinels.held[k] = (void **)dlsym(RTLD_DEFAULT, mpich_pointers[k]);
+  }
+  for (int i = 0; i < l.n; i++) {
+    void *h = l.names[i] ? dlopen(l.names[i], RTLD_NOLOAD | RTLD_LAZY) : NULL;
+    for (int k = 0; h && k < NSENTINELS; k++) {
+      for (int m = 0; m < 4; m++) keep_copy(k, dlsym(h, sentinel_names[k][m]));
+      if (!sentinels.held[k]) sentinels.held[k] = (void **)dlsym(h, mpich_pointers[k]);
+    }
+    if (h) dlclose(h);
+    free(l.names[i]);
+  }
+  sentinels.adds = adds;
+}
+
+static int matches(int k, uintptr_t p) {
+  for (int i = 0; i < sentinels.ncopies[k]; i++)
+    if (sentinels.copies[k][i] == p) return 1;
+  return sentinels.held[k] && (uintptr_t)*sentinels.held[k] == p;
+}
+
+/* Whether p is Fortran's sentinel k (SENTINEL_*). */
+static int is_sentinel(int k, const void *p) {
+  if (!p) return 0;
+  pthread_mutex_lock(&sentinels_lock);
+  int hit = matches(k, (uintptr_t)p);
+  if (!hit) {
+    unsigned long long adds = 0;
+    dl_iterate_phdr(count_objects, &adds);
+    if (adds != sentinels.adds) {
+      find_sentinels(adds);
+      hit = matches(k, (uintptr_t)p);
+    }
+  }
+  pthread_mutex_unlock(&sentinels_lock);
+  return hit;
+}
+
 /* A symbol of the library's Fortran runtime as the calling object sees it: in its own scope first (a
- * Fortran library loaded with RTLD_LOCAL, as Python loads extensions and f2py's modules, holds its own
- * copy of the runtime's common blocks, to which the MPI library's references bind, and finds
- * libmpi_mpifh among its dependencies), else in the global scope (a program's, the main program first). */
+ * Fortran library loaded with RTLD_LOCAL finds libmpi_mpifh among its own dependencies there), else in
+ * the global scope. */
 static void *fortran_symbol(const char *name, const void *caller) {
   Dl_info info;
   if (caller && dladdr(caller, &info) && info.dli_fname && info.dli_fname[0]) {
@@ -35,42 +126,13 @@ static void *fortran_symbol(const char *name, const void *caller) {
   return dlsym(RTLD_DEFAULT, name);
 }
 
-/* Where a sentinel is, once found (never a miss: a runtime loaded later is looked for again): Open MPI's
- * is the symbol's own address; MPICH's is read from its pointer at every call (MPICH sets it when its
- * Fortran runtime initializes, which may come after the first call converted here). */
-typedef struct {
-  _Atomic uintptr_t at;
-  _Atomic(void **) held;
-} sentinel_kept;
-static sentinel_kept in_place_kept, bottom_kept, status_ignore_kept;
-
-static uintptr_t sentinel(sentinel_kept *kept, const char *const *names, const char *mpich_pointer,
-                          const void *caller) {
-  uintptr_t at = atomic_load_explicit(&kept->at, memory_order_relaxed);
-  if (at) return at;
-  void **held = atomic_load_explicit(&kept->held, memory_order_relaxed);
-  if (held) return (uintptr_t)*held;
-  for (int i = 0; i < 4; i++) {
-    void *sym = fortran_symbol(names[i], caller);
-    if (sym) {
-      atomic_store_explicit(&kept->at, (uintptr_t)sym, memory_order_relaxed);
-      return (uintptr_t)sym;
-    }
-  }
-  held = (void **)fortran_symbol(mpich_pointer, caller);
-  if (!held) return 0;
-  atomic_store_explicit(&kept->held, held, memory_order_relaxed);
-  return (uintptr_t)*held;
-}
-
 /* MPI_IN_PLACE's C value: (void *)1 in Open MPI, (void *)-1 in MPICH (interpose.h) */
 static intptr_t c_in_place(void) { return mgi_lower_named("ompi_mpi_comm_world") ? 1 : -1; }
 
 /* A Fortran buffer argument as the C call takes it. */
-static intptr_t c_buffer(const void *p, const void *caller) {
-  const uintptr_t at = (uintptr_t)p;
-  if (at && at == sentinel(&in_place_kept, in_place_names, "MPIR_F_MPI_IN_PLACE", caller)) return c_in_place();
-  if (at && at == sentinel(&bottom_kept, bottom_names, "MPIR_F_MPI_BOTTOM", caller)) return 0; /* NULL: both */
+static intptr_t c_buffer(const void *p) {
+  if (is_sentinel(SENTINEL_IN_PLACE, p)) return c_in_place();
+  if (is_sentinel(SENTINEL_BOTTOM, p)) return 0; /* MPI_BOTTOM is NULL in both */
   return (intptr_t)p;
 }
 
@@ -132,14 +194,14 @@ int mgi_fortran_call(int id, const unsigned char *kinds, void *const *f, const v
         a[i] = (intptr_t)&request;
         break;
       case MGI_FK_STATUS:
-        if ((uintptr_t)f[i] == sentinel(&status_ignore_kept, status_ignore_names, "MPI_F_STATUS_IGNORE", caller)) {
+        if (is_sentinel(SENTINEL_STATUS_IGNORE, f[i])) {
           a[i] = c_status_ignore();
         } else {
           f_status = (int *)f[i];
           a[i] = (intptr_t)&status;
         }
         break;
-      case MGI_FK_BUFFER: a[i] = c_buffer(f[i], caller); break;
+      case MGI_FK_BUFFER: a[i] = c_buffer(f[i]); break;
       case MGI_FK_INT: a[i] = (intptr_t)*(const int *)f[i]; break;
       case MGI_FK_INTS: a[i] = (intptr_t)f[i]; break; /* Fortran's INTEGER arrays are C's int arrays */
       case MGI_FK_TYPE: a[i] = c_handle(&type_f2c, "PMPI_Type_f2c", (const int *)f[i]); break;

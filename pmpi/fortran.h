@@ -2,7 +2,8 @@
  * fortran_wrappers.c by pmpi/generate.py). A Fortran program's MPI_ALLREDUCE reaches the library's
  * Fortran binding, which calls its C PMPI_Allreduce, not the MPI_Allreduce the interposer defines: device
  * memory from a Fortran code (CUDA Fortran's device arrays, OpenACC's host_data) would reach the library.
- * The interposer defines mpi_allreduce_ & co. itself: a call the library would make as it is goes to the
+ * The interposer defines mpi_allreduce_ & co. itself (and Open MPI's ompi_allreduce_f, which its mpi_f08
+ * bindings call): a call the library would make as it is goes to the
  * library's own binding (the next definition of the name); one with device memory, or any in a process
  * with a handler (the ranks of a call agree on its path there), is converted to C's parameters (handles
  * through the library's f2c functions, Fortran's MPI_IN_PLACE and MPI_BOTTOM to C's) and routed as the C

@@ -191,8 +191,10 @@ FORTRAN_KINDS = {'in': 'MGI_FK_BUFFER', 'out': 'MGI_FK_BUFFER', 'inout': 'MGI_FK
                  'ints': 'MGI_FK_INTS', 'type': 'MGI_FK_TYPE', 'op': 'MGI_FK_OP', 'comm': 'MGI_FK_COMM',
                  'status': 'MGI_FK_STATUS', 'request': 'MGI_FK_REQUEST'}
 # The names a Fortran compiler gives mpi_allreduce: gfortran's and most others' (one underscore), g77's
-# (two, for a name holding one), and none (IBM's, or -fno-underscoring)
-FORTRAN_MANGLINGS = ('{}_', '{}__', '{}')
+# (two, for a name holding one), and none (IBM's, or -fno-underscoring); and Open MPI's own entry behind
+# them, ompi_allreduce_f, which its `use mpi_f08` bindings call (mpi_allreduce_f08 converts its derived
+# types' handles, then calls it)
+FORTRAN_MANGLINGS = ('{}_', '{}__', '{}', 'o{}_f')
 
 
 def fortran_functions(mod):

@@ -147,14 +147,17 @@ def fortran_program(programs):
         if os.environ.get('MPIGPU_CI') == '1':
             pytest.fail(f'{fc} is not Open MPI\'s: the Fortran test needs Open MPI\'s bindings')
         pytest.skip(f'{fc} is not Open MPI\'s')
-    src = os.path.join(HERE, 'pmpi', 'fortran_calls.f90')
+    src = [os.path.join(HERE, 'pmpi', f) for f in ('fortran_driver.f90', 'fortran_calls.f90')]
     # (-J: gfortran's module files there, not in the working directory)
     program, library, host = out / 'fortran_calls', out / 'libfortran_calls.so', out / 'fortran_host'
-    _build([fc, '-O1', '-J', str(out), '-o', str(program), src, os.path.join(HERE, 'pmpi', 'fortran_main.f90'),
+    f08 = out / 'fortran_f08_calls'
+    _build([fc, '-O1', '-J', str(out), '-o', str(program), *src, os.path.join(HERE, 'pmpi', 'fortran_main.f90'),
             f'-L{out}', '-lcuda'])
-    _build([fc, '-O1', '-fPIC', '-shared', '-J', str(out), '-o', str(library), src, f'-L{out}', '-lcuda'])
+    _build([fc, '-O1', '-fPIC', '-shared', '-J', str(out), '-o', str(library), *src, f'-L{out}', '-lcuda'])
+    _build([fc, '-O1', '-J', str(out), '-o', str(f08), src[0], os.path.join(HERE, 'pmpi', 'fortran_f08_calls.f90'),
+            f'-L{out}', '-lcuda'])
     _build([_tool('gcc'), '-O1', '-Wall', '-o', str(host), os.path.join(HERE, 'pmpi', 'fortran_host.c'), '-ldl'])
-    return out, program, library, host, launcher
+    return out, program, library, host, launcher, f08
 
 
 def _run_fortran(launcher, n, argv, env):
@@ -163,9 +166,10 @@ def _run_fortran(launcher, n, argv, env):
     return _run([launcher, '-n', str(n), *exported, *argv], dict(ompi, **env))
 
 
-def test_fortran_program_crashes_without_the_interposer(fortran_program):
-    out, program, _, _, launcher = fortran_program
-    res = _run_fortran(launcher, 1, [str(program)], {'LD_LIBRARY_PATH': str(out)})
+@pytest.mark.parametrize('which', ('fortran_calls', 'fortran_f08_calls'))
+def test_fortran_program_crashes_without_the_interposer(fortran_program, which):
+    out, program, _, _, launcher, f08 = fortran_program
+    res = _run_fortran(launcher, 2, [str(program if which == 'fortran_calls' else f08)], {'LD_LIBRARY_PATH': str(out)})
     assert res.returncode != 0, 'a device pointer reached MPI from Fortran and nothing happened: not a test'
 
 
@@ -174,7 +178,7 @@ def test_fortran_program_under_the_interposer(fortran_program, n):
     """Fortran's MPI_ALLREDUCE & co. with device memory (the interposer's mpi_allreduce_, pmpi/fortran.c):
     MPI's results, Fortran's MPI_IN_PLACE and MPI_STATUS_IGNORE among them; host arrays through the
     library's own binding."""
-    out, program, _, _, launcher = fortran_program
+    out, program, _, _, launcher, _ = fortran_program
     res = _run_fortran(launcher, n, [str(program)], {'LD_LIBRARY_PATH': str(out), 'LD_PRELOAD': _interpose.path()})
     assert res.returncode == 0, f'{res.stdout[-3000:]}\n{res.stderr[-3000:]}'
     assert f'fortran_calls: {n} ranks,' in res.stdout and ', 0 failed on all ranks' in res.stdout, res.stdout
@@ -184,10 +188,21 @@ def test_fortran_program_under_the_interposer(fortran_program, n):
 def test_fortran_library_loaded_locally(fortran_program, n):
     """The same calls from a Fortran library loaded with RTLD_LOCAL after the interposer (as Python loads
     both): the library's Fortran bindings and its runtime's MPI_IN_PLACE are found in the caller's scope."""
-    out, _, library, host, launcher = fortran_program
+    out, _, library, host, launcher, _ = fortran_program
     res = _run_fortran(launcher, n, [str(host), _interpose.path(), str(library)], {'LD_LIBRARY_PATH': str(out)})
     assert res.returncode == 0, f'{res.stdout[-3000:]}\n{res.stderr[-3000:]}'
     assert f'fortran_calls: {n} ranks,' in res.stdout and ', 0 failed on all ranks' in res.stdout, res.stdout
+
+
+@pytest.mark.parametrize('n', (2, 3))
+def test_fortran_f08_program_under_the_interposer(fortran_program, n):
+    """A `use mpi_f08` program's calls with device memory: Open MPI's mpi_f08 bindings call its
+    ompi_<name>_f entries, which the interposer defines too (Fortran's MPI_IN_PLACE there is the
+    program's copy of the runtime's variable)."""
+    out, _, _, _, launcher, f08 = fortran_program
+    res = _run_fortran(launcher, n, [str(f08)], {'LD_LIBRARY_PATH': str(out), 'LD_PRELOAD': _interpose.path()})
+    assert res.returncode == 0, f'{res.stdout[-3000:]}\n{res.stderr[-3000:]}'
+    assert f'fortran_f08_calls: {n} ranks,' in res.stdout and ', 0 failed on all ranks' in res.stdout, res.stdout
 
 
 @pytest.mark.parametrize('n', (1, 2, 4))

@@ -5,68 +5,6 @@
 ! Host arrays go through the same calls. Prints one summary line on rank 0; stops with code 1 where a
 ! check failed. Built as a program (with fortran_main.f90) and as a shared library that a C program
 ! loads with RTLD_LOCAL, as Python loads an extension (fortran_host.c), its entry `fortran_calls_run`.
-module driver
-  use iso_c_binding
-  implicit none
-  interface
-    integer(c_int) function cuInit(flags) bind(C, name='cuInit')
-      import :: c_int
-      integer(c_int), value :: flags
-    end function
-    integer(c_int) function cuDeviceGet(dev, ordinal) bind(C, name='cuDeviceGet')
-      import :: c_int
-      integer(c_int) :: dev
-      integer(c_int), value :: ordinal
-    end function
-    integer(c_int) function cuDevicePrimaryCtxRetain(ctx, dev) bind(C, name='cuDevicePrimaryCtxRetain')
-      import :: c_int, c_ptr
-      type(c_ptr) :: ctx
-      integer(c_int), value :: dev
-    end function
-    integer(c_int) function cuCtxSetCurrent(ctx) bind(C, name='cuCtxSetCurrent')
-      import :: c_int, c_ptr
-      type(c_ptr), value :: ctx
-    end function
-    integer(c_int) function cuMemAlloc(dptr, bytes) bind(C, name='cuMemAlloc_v2')
-      import :: c_int, c_intptr_t, c_size_t
-      integer(c_intptr_t) :: dptr
-      integer(c_size_t), value :: bytes
-    end function
-    integer(c_int) function cuMemcpyHtoD(dst, src, bytes) bind(C, name='cuMemcpyHtoD_v2')
-      import :: c_int, c_intptr_t, c_ptr, c_size_t
-      integer(c_intptr_t), value :: dst
-      type(c_ptr), value :: src
-      integer(c_size_t), value :: bytes
-    end function
-    integer(c_int) function cuMemcpyDtoH(dst, src, bytes) bind(C, name='cuMemcpyDtoH_v2')
-      import :: c_int, c_intptr_t, c_ptr, c_size_t
-      type(c_ptr), value :: dst
-      integer(c_intptr_t), value :: src
-      integer(c_size_t), value :: bytes
-    end function
-  end interface
-contains
-  ! n integers of device memory holding values, as a Fortran array over the device address
-  function dints(values) result(d)
-    integer, intent(in), target :: values(:)
-    integer, pointer, contiguous :: d(:)
-    integer(c_intptr_t) :: at
-    integer(c_size_t) :: bytes
-    bytes = int(size(values), c_size_t) * 4_c_size_t
-    if (cuMemAlloc(at, max(bytes, 4_c_size_t)) /= 0) stop 2
-    if (cuMemcpyHtoD(at, c_loc(values), bytes) /= 0) stop 2
-    call c_f_pointer(transfer(at, c_null_ptr), d, [size(values)])
-  end function
-
-  ! the values of n integers of device memory
-  function host_of(d) result(h)
-    integer, pointer, contiguous, intent(in) :: d(:)
-    integer, allocatable, target :: h(:)
-    allocate(h(size(d)))
-    if (cuMemcpyDtoH(c_loc(h), transfer(c_loc(d), 0_c_intptr_t), int(size(d), c_size_t) * 4_c_size_t) /= 0) stop 2
-  end function
-end module
-
 subroutine fortran_calls_run() bind(C, name='fortran_calls_run')
   use mpi
   use driver

@@ -49,14 +49,23 @@ static int count_objects(struct dl_phdr_info *info, size_t size, void *out) {
 }
 
 typedef struct {
-  char *names[256];
-  int n;
+  char **names;
+  size_t n, cap;
 } object_names;
 
 static int collect_objects(struct dl_phdr_info *info, size_t size, void *out) {
   (void)size;
   object_names *l = out;
-  if (info->dlpi_name && info->dlpi_name[0] && l->n < 256) l->names[l->n++] = strdup(info->dlpi_name);
+  if (!info->dlpi_name || !info->dlpi_name[0]) return 0;
+  if (l->n == l->cap) { /* (a Python process with its libraries loads hundreds) */
+    size_t cap = l->cap ? 2 * l->cap : 64;
+    char **grown = realloc(l->names, cap * sizeof(char *));
+    if (!grown) return 1;
+    l->names = grown;
+    l->cap = cap;
+  }
+  l->names[l->n] = strdup(info->dlpi_name);
+  if (l->names[l->n]) l->n++;
   return 0;
 }
 
@@ -69,14 +78,14 @@ static void keep_copy(int k, void *sym) {
 
 /* Under sentinels_lock: every object's definitions, the main program's scope first. */
 static void find_sentinels(unsigned long long adds) {
-  object_names l = {.n = 0};
+  object_names l = {0};
   dl_iterate_phdr(collect_objects, &l); /* names first: no dlopen while the loader's list is held */
   for (int k = 0; k < NSENTINELS; k++) {
     for (int m = 0; m < 4; m++) keep_copy(k, dlsym(RTLD_DEFAULT, sentinel_names[k][m]));
     if (!sentinels.held[k]) sentinels.held[k] = (void **)dlsym(RTLD_DEFAULT, mpich_pointers[k]);
   }
-  for (int i = 0; i < l.n; i++) {
-    void *h = l.names[i] ? dlopen(l.names[i], RTLD_NOLOAD | RTLD_LAZY) : NULL;
+  for (size_t i = 0; i < l.n; i++) {
+    void *h = dlopen(l.names[i], RTLD_NOLOAD | RTLD_LAZY);
     for (int k = 0; h && k < NSENTINELS; k++) {
       for (int m = 0; m < 4; m++) keep_copy(k, dlsym(h, sentinel_names[k][m]));
       if (!sentinels.held[k]) sentinels.held[k] = (void **)dlsym(h, mpich_pointers[k]);
@@ -84,6 +93,7 @@ static void find_sentinels(unsigned long long adds) {
     if (h) dlclose(h);
     free(l.names[i]);
   }
+  free(l.names);
   sentinels.adds = adds;
 }
 
@@ -110,9 +120,9 @@ static int is_sentinel(int k, const void *p) {
   return hit;
 }
 
-/* A symbol of the library's Fortran runtime as the calling object sees it: in its own scope first (a
- * Fortran library loaded with RTLD_LOCAL finds libmpi_mpifh among its own dependencies there), else in
- * the global scope. */
+/* The library's Fortran binding `name` as the calling object sees it (mgi_fortran_next, where the global
+ * scope holds none but the interposer's): in the caller's own scope first (a Fortran library loaded with
+ * RTLD_LOCAL finds libmpi_mpifh among its own dependencies there), else in the global scope. */
 static void *fortran_symbol(const char *name, const void *caller) {
   Dl_info info;
   if (caller && dladdr(caller, &info) && info.dli_fname && info.dli_fname[0]) {

@@ -11,23 +11,23 @@ The process is armed as one with GPU arrays is (a GPU array library loaded, or a
 name where none is): its communicators agree through their boards, so each host call is posted there.
 Prints the slowest rank's median of rounds, us per call, and the share of calls the entry posted without
 the GIL (rank 0); checks the sums."""
+import ctypes
 import statistics
 import sys
 import time
 import types
 
 from mpigpu import _cuda
+
 if not _cuda.armed():
     sys.modules.setdefault('cuda', types.ModuleType('cuda'))  # imported by nothing: arms the agreement
 
-import numpy as np
-from mpi4py import MPI
+import numpy as np  # noqa: E402
+from mpi4py import MPI  # noqa: E402
 
-import ctypes
-
-from mpigpu import _interpose
-from mpigpu._face import interposed as handler
-from pmpi_loop import c_loops, handles
+from mpigpu import _interpose  # noqa: E402
+from mpigpu._face import interposed as handler  # noqa: E402
+from pmpi_loop import c_loops, handles  # noqa: E402
 
 assert _interpose.status() == 'on', f'run under python -m mpigpu (interposer: {_interpose.status()})'
 comm = MPI.COMM_WORLD
@@ -51,6 +51,8 @@ def through_python(*args):
         return loop(*args)
     finally:
         no_gil_posts(True)
+
+
 ROUNDS, ITERS = 7, 2000
 
 

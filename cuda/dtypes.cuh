@@ -61,8 +61,8 @@ struct OpCopy { template <typename A> __device__ __forceinline__ static A f(A a,
 // combined element by element in source order, accumulating in AccOf<T> (float for 16-bit floats);
 // source 0's vector as it is where MaxSrc is 1. The one combine of every protocol: the Simple steps'
 // (reduce_vec, protocol.cuh) and the LL and LL128 ones' (reduce_ranks). Source 0 is taken outside the
-// loop: an accumulator seeded inside it kept both forms live, and the resident kernel spilled 916 bytes
-// where it now spills 400 (360 with the exchange's steps shared too; docs/kernel-registers.md).
+// loop: an accumulator seeded inside it kept both forms live, and the resident kernel spilled more than
+// twice as much (docs/kernel-registers.md).
 template <typename T, typename Op, int MaxSrc, typename Get>
 __device__ __forceinline__ uint4 combine16(int n, const Get &get) {
   const uint4 first = get(0);

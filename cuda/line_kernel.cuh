@@ -30,9 +30,10 @@
 //     nbytes when reading, nothing past it when writing);
 //   store(dst, v): this thread's part of a unit into a peer's area, with the call's flag;
 //   recv_each(a, from, stride, want, inbox, each), recv_reduce(a, from, stride, want, own, reduce, inbox,
-//     ok), recv_one(a, from, stride, src, valid, inbox, v): the units of the sources in `want` (at
-//     from + k * stride), waited for, handed on or combined in rank order with this rank's own part,
-//     or one source's unit. Every thread of a worker calls them together. An Inbox holds what a
+//     ok): the units of the sources in `want` (at from + k * stride), waited for, handed on or combined
+//     in rank order with this rank's own part; and, for the Bcasts (two-phase protocols only),
+//     recv_one(a, from, stride, src, valid, inbox, v): one source's unit. Every thread of a worker calls
+//     them together. An Inbox holds what a
 //     protocol loads before it is used (LL128: every source's line; LL: nothing); a loop declares one
 //     per turn for all its receives (two in one turn, one per branch, took LL128 33 more registers).
 //

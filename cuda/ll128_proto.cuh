@@ -15,7 +15,6 @@
 // (Layout::ll128_off) hold two phases per call parity and source: it runs every form of
 // line_kernel.cuh, the two-shot Allreduce and both Bcasts among them.
 #pragma once
-#include <type_traits>
 #include "dtypes.cuh"
 #include "protocol.cuh"
 
@@ -83,13 +82,14 @@ __device__ __forceinline__ uint4 payload(uint64_t lo, uint64_t hi, bool flag_par
   return make_uint4((uint32_t)lo, (uint32_t)(lo >> 32), (uint32_t)hi, (uint32_t)(hi >> 32));
 }
 
+// A line's parts from every source, as loaded.
+struct Received { uint64_t lo[MG_MAX_RANKS], hi[MG_MAX_RANKS]; };
+
 // Loads this thread's part of a line from every source k in `want`, at from + k * stride (peer k's
 // area follows peer k - 1's, Layout::ll128_off: one base and one stride per call), reloading the
 // warp's lines until every flag is this call's. All lanes of the warp call it together (the retry is a
 // warp vote); `want` may differ per lane (lines past a block's end). Returns false when the wait
 // stopped (spin_check, with a's workspaces, rank and watch), in every lane alike: lane 0 decides.
-struct Received { uint64_t lo[MG_MAX_RANKS], hi[MG_MAX_RANKS]; };
-
 template <typename A>
 __device__ __forceinline__ bool receive_lines(const A &a, const char *from, size_t area, uint32_t want,
                                               bool flag_part, uint64_t flag, Received &r) {

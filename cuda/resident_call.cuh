@@ -34,10 +34,9 @@ struct ResidentBox {
   alignas(64) uint64_t table[kTableWords];  // written by the host before the call's words (kResidentExchange)
 };
 
-// One call: its protocol (kind), its fields of LineArgs and its (dtype,
-// op), which pick the body (dispatch.cuh), and how long the instance waits for the next call after
-// it (resident.cu sets it from the gaps between the program's calls). Sizes fit 32 bits
-// (collectives.cu, resident_form).
+// One call: its protocol (kind), its fields of LineArgs and its (dtype, op), which pick the body
+// (dispatch.cuh), and how long the instance waits for the next call after it (resident.cu sets it from
+// the gaps between the program's calls). Sizes fit 32 bits (collectives.cu, resident_form).
 struct ResidentCall {
   uint32_t kind, mode, split, root, dtype, op;  // mode: an exchange's 1 where its slots lie at the sender
   uint64_t send, recv;

@@ -1,10 +1,7 @@
 /* Fortran's bindings of the buffer-taking functions: what the generated wrappers share (fortran.h). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
-#include <link.h>
 #include <pthread.h>
-#include <stdlib.h>
-#include <string.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -15,11 +12,12 @@
  * (common blocks): a call passes their addresses. Open MPI names them (one symbol per compiler's mangling);
  * MPICH keeps their addresses in pointers its C side reads (MPI_F_STATUS_IGNORE, a C name of the standard,
  * too). */
-static const char *const in_place_names[] = {"mpi_fortran_in_place_", "mpi_fortran_in_place__",
+enum { NMANGLINGS = 4, MAX_COPIES = 16 }; /* the names of each sentinel; the copies kept of each */
+static const char *const in_place_names[NMANGLINGS] = {"mpi_fortran_in_place_", "mpi_fortran_in_place__",
                                              "mpi_fortran_in_place", "MPI_FORTRAN_IN_PLACE"};
-static const char *const bottom_names[] = {"mpi_fortran_bottom_", "mpi_fortran_bottom__", "mpi_fortran_bottom",
+static const char *const bottom_names[NMANGLINGS] = {"mpi_fortran_bottom_", "mpi_fortran_bottom__", "mpi_fortran_bottom",
                                            "MPI_FORTRAN_BOTTOM"};
-static const char *const status_ignore_names[] = {"mpi_fortran_status_ignore_", "mpi_fortran_status_ignore__",
+static const char *const status_ignore_names[NMANGLINGS] = {"mpi_fortran_status_ignore_", "mpi_fortran_status_ignore__",
                                                   "mpi_fortran_status_ignore", "MPI_FORTRAN_STATUS_IGNORE"};
 
 /* Every definition of a sentinel among the loaded objects is taken for it. Which copy a call passes
@@ -30,7 +28,7 @@ static const char *const status_ignore_names[] = {"mpi_fortran_status_ignore_", 
  * the loader has loaded an object since (dl_iterate_phdr's dlpi_adds), looked at where a buffer matched
  * none. MPICH keeps its sentinels' addresses in pointers (MPIR_F_MPI_IN_PLACE & co.), read at every call:
  * its Fortran runtime may set them after the first call converted here. */
-enum { SENTINEL_IN_PLACE, SENTINEL_BOTTOM, SENTINEL_STATUS_IGNORE, NSENTINELS, MAX_COPIES = 16 };
+enum { SENTINEL_IN_PLACE, SENTINEL_BOTTOM, SENTINEL_STATUS_IGNORE, NSENTINELS };
 static const char *const *const sentinel_names[NSENTINELS] = {in_place_names, bottom_names, status_ignore_names};
 static const char *const mpich_pointers[NSENTINELS] = {"MPIR_F_MPI_IN_PLACE", "MPIR_F_MPI_BOTTOM",
                                                        "MPI_F_STATUS_IGNORE"};
@@ -42,33 +40,6 @@ static struct {
 } sentinels;
 static pthread_mutex_t sentinels_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static int count_objects(struct dl_phdr_info *info, size_t size, void *out) {
-  (void)size;
-  *(unsigned long long *)out = info->dlpi_adds;
-  return 1; /* the first object carries the process-wide count */
-}
-
-typedef struct {
-  char **names;
-  size_t n, cap;
-} object_names;
-
-static int collect_objects(struct dl_phdr_info *info, size_t size, void *out) {
-  (void)size;
-  object_names *l = out;
-  if (!info->dlpi_name || !info->dlpi_name[0]) return 0;
-  if (l->n == l->cap) { /* (a Python process with its libraries loads hundreds) */
-    size_t cap = l->cap ? 2 * l->cap : 64;
-    char **grown = realloc(l->names, cap * sizeof(char *));
-    if (!grown) return 1;
-    l->names = grown;
-    l->cap = cap;
-  }
-  l->names[l->n] = strdup(info->dlpi_name);
-  if (l->names[l->n]) l->n++;
-  return 0;
-}
-
 static void keep_copy(int k, void *sym) {
   if (!sym) return;
   for (int i = 0; i < sentinels.ncopies[k]; i++)
@@ -76,24 +47,22 @@ static void keep_copy(int k, void *sym) {
   if (sentinels.ncopies[k] < MAX_COPIES) sentinels.copies[k][sentinels.ncopies[k]++] = (uintptr_t)sym;
 }
 
-/* Under sentinels_lock: every object's definitions, the main program's scope first. */
-static void find_sentinels(unsigned long long adds) {
-  object_names l = {0};
-  dl_iterate_phdr(collect_objects, &l); /* names first: no dlopen while the loader's list is held */
+static int keep_object_copies(void *h, void *ctx) {
+  (void)ctx;
   for (int k = 0; k < NSENTINELS; k++) {
-    for (int m = 0; m < 4; m++) keep_copy(k, dlsym(RTLD_DEFAULT, sentinel_names[k][m]));
+    for (int m = 0; m < NMANGLINGS; m++) keep_copy(k, dlsym(h, sentinel_names[k][m]));
+    if (!sentinels.held[k]) sentinels.held[k] = (void **)dlsym(h, mpich_pointers[k]);
+  }
+  return 0; /* every object */
+}
+
+/* Under sentinels_lock: the definitions the global scope gives, then every object's own. */
+static void find_sentinels(unsigned long long adds) {
+  for (int k = 0; k < NSENTINELS; k++) {
+    for (int m = 0; m < NMANGLINGS; m++) keep_copy(k, dlsym(RTLD_DEFAULT, sentinel_names[k][m]));
     if (!sentinels.held[k]) sentinels.held[k] = (void **)dlsym(RTLD_DEFAULT, mpich_pointers[k]);
   }
-  for (size_t i = 0; i < l.n; i++) {
-    void *h = dlopen(l.names[i], RTLD_NOLOAD | RTLD_LAZY);
-    for (int k = 0; h && k < NSENTINELS; k++) {
-      for (int m = 0; m < 4; m++) keep_copy(k, dlsym(h, sentinel_names[k][m]));
-      if (!sentinels.held[k]) sentinels.held[k] = (void **)dlsym(h, mpich_pointers[k]);
-    }
-    if (h) dlclose(h);
-    free(l.names[i]);
-  }
-  free(l.names);
+  mgi_each_loaded(keep_object_copies, NULL);
   sentinels.adds = adds;
 }
 
@@ -103,18 +72,19 @@ static int matches(int k, uintptr_t p) {
   return sentinels.held[k] && (uintptr_t)*sentinels.held[k] == p;
 }
 
-/* Whether p is Fortran's sentinel k (SENTINEL_*). */
-static int is_sentinel(int k, const void *p) {
-  if (!p) return 0;
+/* Which of Fortran's sentinels (SENTINEL_*) p is among `first` .. `last`, or -1: one look at the table,
+ * and at the loader's count where p matched none (the table is rebuilt if objects were loaded since). */
+static int sentinel_of(const void *p, int first, int last) {
+  if (!p) return -1;
   pthread_mutex_lock(&sentinels_lock);
-  int hit = matches(k, (uintptr_t)p);
-  if (!hit) {
-    unsigned long long adds = 0;
-    dl_iterate_phdr(count_objects, &adds);
-    if (adds != sentinels.adds) {
-      find_sentinels(adds);
-      hit = matches(k, (uintptr_t)p);
-    }
+  int hit = -1;
+  for (int pass = 0; pass < 2 && hit < 0; pass++) {
+    for (int k = first; k <= last && hit < 0; k++)
+      if (matches(k, (uintptr_t)p)) hit = k;
+    if (hit >= 0 || pass) break;
+    const unsigned long long adds = mgi_loaded_count();
+    if (adds == sentinels.adds) break;
+    find_sentinels(adds);
   }
   pthread_mutex_unlock(&sentinels_lock);
   return hit;
@@ -136,18 +106,14 @@ static void *fortran_symbol(const char *name, const void *caller) {
   return dlsym(RTLD_DEFAULT, name);
 }
 
-/* MPI_IN_PLACE's C value: (void *)1 in Open MPI, (void *)-1 in MPICH (interpose.h) */
-static intptr_t c_in_place(void) { return mgi_lower_named("ompi_mpi_comm_world") ? 1 : -1; }
-
 /* A Fortran buffer argument as the C call takes it. */
 static intptr_t c_buffer(const void *p) {
-  if (is_sentinel(SENTINEL_IN_PLACE, p)) return c_in_place();
-  if (is_sentinel(SENTINEL_BOTTOM, p)) return 0; /* MPI_BOTTOM is NULL in both */
-  return (intptr_t)p;
+  switch (sentinel_of(p, SENTINEL_IN_PLACE, SENTINEL_BOTTOM)) {
+    case SENTINEL_IN_PLACE: return mgi_c_in_place();
+    case SENTINEL_BOTTOM: return 0; /* MPI_BOTTOM is NULL in both */
+    default: return (intptr_t)p;
+  }
 }
-
-/* MPI_STATUS_IGNORE's C value: NULL in Open MPI, (MPI_Status *)1 in MPICH */
-static intptr_t c_status_ignore(void) { return mgi_lower_named("ompi_mpi_comm_world") ? 0 : 1; }
 
 /* A C MPI_Status: 24 bytes in Open MPI, 20 in MPICH; room for either */
 typedef struct {
@@ -204,8 +170,8 @@ int mgi_fortran_call(int id, const unsigned char *kinds, void *const *f, const v
         a[i] = (intptr_t)&request;
         break;
       case MGI_FK_STATUS:
-        if (is_sentinel(SENTINEL_STATUS_IGNORE, f[i])) {
-          a[i] = c_status_ignore();
+        if (sentinel_of(f[i], SENTINEL_STATUS_IGNORE, SENTINEL_STATUS_IGNORE) >= 0) {
+          a[i] = mgi_c_status_ignore();
         } else {
           f_status = (int *)f[i];
           a[i] = (intptr_t)&status;

@@ -5,10 +5,10 @@ functions (mpigpu/_interpose/functions.py, loaded by path so the build needs no 
   mgi_device_call), and mgi_call_lower (a call whose arguments were rewritten, to PMPI); and the calls
   that start, complete and free requests (REQUEST_CALLS: to the library, or to the handler where a request
   is a proxy of mpigpu's, requests.c);
-- fortran_wrappers.c: Fortran's mpi_<name>_ (and mpi_<name>__, mpi_<name>) of the functions whose
-  parameters Fortran passes as buffers, integers, integer arrays and handles (FORTRAN_KINDS): to the
-  library's own binding where it would have gone anyway, else converted to C's and routed as the C
-  call (fortran.c).
+- fortran_wrappers.c: Fortran's mpi_<name>_ (and mpi_<name>__, mpi_<name>, and Open MPI's
+  ompi_<name>_f behind its mpi_f08) of the functions whose parameters Fortran passes as buffers,
+  integers, integer arrays, handles, a status or a request made (FORTRAN_KINDS): to the library's own
+  binding where it would have gone anyway, else converted to C's and routed as the C call (fortran.c).
 
 usage: generate.py functions.py outdir
 """
@@ -194,7 +194,7 @@ FORTRAN_KINDS = {'in': 'MGI_FK_BUFFER', 'out': 'MGI_FK_BUFFER', 'inout': 'MGI_FK
 # (two, for a name holding one), and none (IBM's, or -fno-underscoring); and Open MPI's own entry behind
 # them, ompi_allreduce_f, which its `use mpi_f08` bindings call (mpi_allreduce_f08 converts its derived
 # types' handles, then calls it)
-FORTRAN_MANGLINGS = ('{}_', '{}__', '{}', 'o{}_f')
+FORTRAN_MANGLINGS = ('mpi_{}_', 'mpi_{}__', 'mpi_{}', 'ompi_{}_f')
 
 
 def fortran_functions(mod):
@@ -217,7 +217,7 @@ def fortran_wrappers(mod):
         out += [f'static const unsigned char kinds_{f.name}[{n}] = {{{kinds}}};',
                 f'typedef void (*fortran_{f.name})({", ".join(["void *"] * n)}, int *);']
         for mangling in FORTRAN_MANGLINGS:
-            sym = mangling.format(f'mpi_{f.name.lower()}')
+            sym = mangling.format(f.name.lower())
             out += [f'MGI_EXPORT void {sym}({ptrs}, int *ierr) {{',
                     '  static _Atomic(void *) next;',
                     f'  void *const f[{n}] = {{{names}}};',

@@ -45,6 +45,15 @@ static inline int mgi_special(const void *p) {
   return v < 4096 || v == UINTPTR_MAX;
 }
 
+/* The library below's C constants that differ: Open MPI's or MPICH's (lower.c: told by Open MPI's world
+ * communicator's symbol) */
+int mgi_is_open_mpi(void);
+static inline intptr_t mgi_c_in_place(void) { return mgi_is_open_mpi() ? 1 : -1; }          /* MPI_IN_PLACE */
+static inline intptr_t mgi_c_status_ignore(void) { return mgi_is_open_mpi() ? 0 : 1; }     /* MPI_STATUS_IGNORE */
+/* visit(handle, ctx) for each loaded object (a dlopen RTLD_NOLOAD handle) until it returns nonzero */
+void mgi_each_loaded(int (*visit)(void *handle, void *ctx), void *ctx);
+unsigned long long mgi_loaded_count(void); /* objects the loader has loaded so far (dlpi_adds) */
+
 /* memory.c */
 extern atomic_int mgi_driver_ready;   /* 1 once the CUDA driver is loaded and its functions found */
 int mgi_find_driver(void);            /* looks for it again if the loader loaded anything since */

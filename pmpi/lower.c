@@ -39,21 +39,31 @@ static int collect(struct dl_phdr_info *info, size_t size, void *out) {
   return 0;
 }
 
-static void *search_loaded(void) {
+void mgi_each_loaded(int (*visit)(void *handle, void *ctx), void *ctx) {
   name_list l = {0};
   dl_iterate_phdr(collect, &l); /* names first: no dlopen while the loader's list is held */
-  void *sym = NULL;
+  int done = 0;
   for (size_t i = 0; i < l.n; i++) {
-    if (!sym) {
+    if (!done) {
       void *h = dlopen(l.names[i], RTLD_NOLOAD | RTLD_LAZY);
       if (h) {
-        sym = dlsym(h, "PMPI_Send");
+        done = visit(h, ctx);
         dlclose(h);
       }
     }
     free(l.names[i]);
   }
   free(l.names);
+}
+
+static int find_pmpi_send(void *h, void *out) {
+  *(void **)out = dlsym(h, "PMPI_Send");
+  return *(void **)out != NULL;
+}
+
+static void *search_loaded(void) {
+  void *sym = NULL;
+  mgi_each_loaded(find_pmpi_send, &sym);
   return sym;
 }
 
@@ -72,6 +82,16 @@ static void *find_mpi(void) {
   }
   pthread_mutex_unlock(&finding);
   return lib;
+}
+
+int mgi_is_open_mpi(void) {
+  static atomic_int open_mpi = -1; /* (the library below does not change) */
+  int v = atomic_load_explicit(&open_mpi, memory_order_relaxed);
+  if (v < 0 && find_mpi()) {
+    v = mgi_lower_named("ompi_mpi_comm_world") != NULL;
+    atomic_store_explicit(&open_mpi, v, memory_order_relaxed);
+  }
+  return v > 0;
 }
 
 void *mgi_lower_named(const char *name) {

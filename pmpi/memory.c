@@ -50,9 +50,14 @@ static int count_loaded(struct dl_phdr_info *info, size_t size, void *out) {
   return 1; /* the first object carries the process-wide count */
 }
 
-int mgi_find_driver(void) {
+unsigned long long mgi_loaded_count(void) {
   unsigned long long adds = 0;
   dl_iterate_phdr(count_loaded, &adds);
+  return adds;
+}
+
+int mgi_find_driver(void) {
+  const unsigned long long adds = mgi_loaded_count();
   if (adds == atomic_load_explicit(&objects_seen, memory_order_relaxed)) return 0;
   void *h = dlopen("libcuda.so.1", RTLD_NOLOAD | RTLD_NOW);
   if (!h) {

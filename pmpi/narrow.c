@@ -17,11 +17,10 @@ typedef int (*comm_int_fn)(intptr_t, int *);
 /* The library's communicator queries, looked up once (every mpi4py call of a v-form comes here on Open
  * MPI 4.1; a lookup is a dlsym). */
 enum { COMM_SIZE, COMM_REMOTE_SIZE, COMM_TEST_INTER, COMM_RANK, TOPO_TEST, CARTDIM_GET, GRAPH_NEIGHBORS_COUNT,
-       DIST_GRAPH_NEIGHBORS_COUNT, OPEN_MPI_WORLD, NQUERIES };
+       DIST_GRAPH_NEIGHBORS_COUNT, NQUERIES };
 static const char *const query_names[NQUERIES] = {"PMPI_Comm_size", "PMPI_Comm_remote_size", "PMPI_Comm_test_inter",
                                                   "PMPI_Comm_rank", "PMPI_Topo_test", "PMPI_Cartdim_get",
-                                                  "PMPI_Graph_neighbors_count", "PMPI_Dist_graph_neighbors_count",
-                                                  "ompi_mpi_comm_world"};
+                                                  "PMPI_Graph_neighbors_count", "PMPI_Dist_graph_neighbors_count"};
 static _Atomic(void *) queries[NQUERIES];
 
 static comm_int_fn query(int which) { return (comm_int_fn)mgi_lower_cached(&queries[which], query_names[which]); }
@@ -37,9 +36,8 @@ static int group_size(intptr_t comm, int local) {
 }
 
 /* MPI_Topo_test's answers differ by library: MPICH's MPI_GRAPH is 1 and MPI_CART 2, Open MPI's the other way
- * round; MPI_DIST_GRAPH is 3 in both. Open MPI is told by its world communicator's symbol. */
+ * round; MPI_DIST_GRAPH is 3 in both (mgi_is_open_mpi). */
 enum { MPICH_GRAPH = 1, MPICH_CART = 2, TOPO_DIST_GRAPH = 3 };
-static int is_open_mpi(void) { return query(OPEN_MPI_WORLD) != NULL; }
 
 /* A neighbourhood collective's array length: the topology's in-degree (which == 1) or out-degree (2):
  * twice its dimensions (Cartesian), the rank's neighbours (graph), its in- or out-edges (distributed
@@ -48,7 +46,7 @@ static int degree(intptr_t comm, int which) {
   comm_int_fn topo_test = query(TOPO_TEST);
   int kind = 0, n = 0, rank = 0, in = 0, out = 0, weighted = 0;
   if (!topo_test || topo_test(comm, &kind)) return -1;
-  int open_mpi = is_open_mpi();
+  int open_mpi = mgi_is_open_mpi();
   if (kind == (open_mpi ? MPICH_GRAPH : MPICH_CART)) {
     comm_int_fn dims = query(CARTDIM_GET);
     return dims && !dims(comm, &n) ? 2 * n : -1;

@@ -285,8 +285,8 @@ cdef int _pmpi_host(int fid, int coll, intptr_t comm_word, uint64_t epoch) noexc
 
 
 # Where a communicator's host-buffer calls go, kept in C for _pmpi_host_fast, which posts them with no GIL
-# and no Python: the GIL, the dict lookups and the attribute reads of _pmpi_host cost 0.5-0.7 us a call
-# (docs/benchmarks.md, "The MPI interposer"). A slot is a communicator's handle word, the board its host
+# and no Python: the GIL, the dict lookups and the attribute reads of _pmpi_host cost 0.3-0.9 us a call
+# (docs/benchmarks.md, "Host buffers below Python without the GIL"). A slot is a communicator's handle word, the board its host
 # calls are posted on (NULL: nothing to post) and, per function, what the call posts (a collective code),
 # MGI_HOST_UNPOSTED, or _HOST_UNKNOWN (asked of Python first). _pmpi_host fills it, under the GIL, only
 # where its own answer was to post on a Board or nothing; the slot holds the routes' epoch of that moment
@@ -302,7 +302,8 @@ cdef struct _HostSlot:
     uint64_t epoch        # the routes' epoch it was filled in; 0: empty
     intptr_t comm         # the communicator's handle word
     mg_board *board       # where its host calls are posted; NULL: nothing to post
-    PyObject *owner       # the Board, kept alive while a slot points into it
+    PyObject *owner       # the Board object, not freed while a slot points into it (its mapping is
+                          # closed only after its communicator's release moved the epoch)
     signed char post[_PMPI_MAX_FUNCTIONS]
 
 cdef _HostSlot _host_slots[_HOST_SLOTS]

@@ -17,7 +17,6 @@ import sys
 import time
 
 import cupy as cp
-import numpy as np
 from mpi4py import MPI
 
 from mpigpu import _interpose

@@ -185,15 +185,10 @@ int mgi_fortran_call(int id, const unsigned char *kinds, void *const *f, const v
       default: a[i] = c_handle(&comm_f2c, "PMPI_Comm_f2c", (const int *)f[i]); break;
     }
   }
-  int rc;
-  if (mgi_takes_all(caller)) {
-    rc = mgi_handle(id, a);
-  } else {
-    int device = 0;
-    if (mgi_driver())
-      for (int b = 0; b < fn->nbuffers; b++) device |= mgi_device((const void *)a[fn->buffers[b].param]);
-    rc = device ? mgi_device_call(id, a) : mgi_call_lower(id, a);
-  }
+  /* (a buffer's place is the same before and after the conversion: Fortran's sentinels are host memory) */
+  const int rc = mgi_takes_all(caller)                         ? mgi_handle(id, a)
+                 : mgi_fortran_library_makes(id, f, caller) ? mgi_call_lower(id, a)
+                                                            : mgi_device_call(id, a);
   status_c2f_fn c2f = f_status ? (status_c2f_fn)mgi_lower_cached(&status_c2f, "PMPI_Status_c2f") : NULL;
   if (c2f && rc == 0) c2f(&status, f_status);
   request_c2f_fn r2f = f_request ? (request_c2f_fn)mgi_lower_cached(&request_c2f, "PMPI_Request_c2f") : NULL;

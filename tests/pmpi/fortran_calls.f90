@@ -8,18 +8,19 @@
 subroutine fortran_calls_run() bind(C, name='fortran_calls_run')
   use mpi
   use driver
+  use checking
   implicit none
-  integer :: rank, nranks, ierr, ierr2, dev, i, k, checks, failed, nxt, prv
+  integer :: rank, nranks, ierr, ierr2, dev, i, k, nxt, prv
   integer, parameter :: n = 5
   integer :: base(n), want(n), host(n), gathered_want(n * 8), want_ring(n), status(MPI_STATUS_SIZE), reqs(2)
   integer, pointer, contiguous :: d_in(:), d_out(:), d_all(:)
   integer, allocatable :: got(:)
   type(c_ptr) :: ctx
-  checks = 0
-  failed = 0
+  check_label = 'fortran_calls'
 
   call MPI_Init(ierr)
   call MPI_Comm_rank(MPI_COMM_WORLD, rank, ierr)
+  check_rank = rank
   call MPI_Comm_size(MPI_COMM_WORLD, nranks, ierr)
   if (cuInit(0) /= 0 .or. cuDeviceGet(dev, 0) /= 0 .or. cuDevicePrimaryCtxRetain(ctx, dev) /= 0 &
       .or. cuCtxSetCurrent(ctx) /= 0) stop 2
@@ -63,24 +64,12 @@ subroutine fortran_calls_run() bind(C, name='fortran_calls_run')
   if (nranks > 1) then
     d_in => dints(base)
     d_out => dints([(0, i = 1, n)])
-    if (mod(rank, 2) == 0) then
-      call MPI_Send(d_in, n, MPI_INTEGER, nxt, 7, MPI_COMM_WORLD, ierr)
-      call MPI_Recv(d_out, n, MPI_INTEGER, MPI_ANY_SOURCE, 7, MPI_COMM_WORLD, status, ierr)
-    else
-      call MPI_Recv(d_out, n, MPI_INTEGER, MPI_ANY_SOURCE, 7, MPI_COMM_WORLD, status, ierr)
-      call MPI_Send(d_in, n, MPI_INTEGER, nxt, 7, MPI_COMM_WORLD, ierr)
-    end if
+    call ring(d_in, d_out, MPI_ANY_SOURCE, 7, status)
     got = host_of(d_out)
     call MPI_Get_count(status, MPI_INTEGER, k, ierr2)
     call check(ierr == MPI_SUCCESS .and. all(got == want_ring) .and. status(MPI_SOURCE) == prv &
                .and. status(MPI_TAG) == 7 .and. k == n, 'Send and Recv, device memory, a status')
-    if (mod(rank, 2) == 0) then
-      call MPI_Send(d_in, n, MPI_INTEGER, nxt, 9, MPI_COMM_WORLD, ierr)
-      call MPI_Recv(host, n, MPI_INTEGER, prv, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE, ierr)
-    else
-      call MPI_Recv(host, n, MPI_INTEGER, prv, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE, ierr)
-      call MPI_Send(d_in, n, MPI_INTEGER, nxt, 9, MPI_COMM_WORLD, ierr)
-    end if
+    call ring(d_in, host, prv, 9, MPI_STATUS_IGNORE)
     call check(ierr == MPI_SUCCESS .and. all(host == want_ring), 'Send into host memory')
     d_out => dints([(0, i = 1, n)])
     call MPI_Sendrecv(d_in, n, MPI_INTEGER, nxt, 8, d_out, n, MPI_INTEGER, prv, 8, MPI_COMM_WORLD, &
@@ -118,13 +107,18 @@ subroutine fortran_calls_run() bind(C, name='fortran_calls_run')
   call MPI_Finalize(ierr)
   if (failed /= 0) stop 1
 contains
-  subroutine check(ok, what)
-    logical, intent(in) :: ok
-    character(*), intent(in) :: what
-    checks = checks + 1
-    if (.not. ok) then
-      failed = failed + 1
-      print '(a, a, a, i0)', 'fortran_calls: FAIL ', what, ' on rank ', rank
+  ! n integers of sbuf to the next rank, received into rbuf from `source` (even ranks send first); the
+  ! buffers by address (device memory is never copied in or out), ierr the last call's
+  subroutine ring(sbuf, rbuf, source, tag, stat)
+    integer :: sbuf(*), rbuf(*)
+    integer, intent(in) :: source, tag
+    integer :: stat(MPI_STATUS_SIZE)
+    if (mod(rank, 2) == 0) then
+      call MPI_Send(sbuf, n, MPI_INTEGER, nxt, tag, MPI_COMM_WORLD, ierr)
+      call MPI_Recv(rbuf, n, MPI_INTEGER, source, tag, MPI_COMM_WORLD, stat, ierr)
+    else
+      call MPI_Recv(rbuf, n, MPI_INTEGER, source, tag, MPI_COMM_WORLD, stat, ierr)
+      call MPI_Send(sbuf, n, MPI_INTEGER, nxt, tag, MPI_COMM_WORLD, ierr)
     end if
   end subroutine
 end subroutine

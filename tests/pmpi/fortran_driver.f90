@@ -1,5 +1,6 @@
-! The CUDA driver's C ABI for the Fortran test programs (fortran_calls.f90, fortran_f08_calls.f90): the
-! fake driver of the CPU tests (fake_libcuda.c) or a real one; device memory as Fortran arrays over it.
+! What the Fortran test programs (fortran_calls.f90, fortran_f08_calls.f90) share: the CUDA driver's C ABI
+! (the fake driver of the CPU tests, fake_libcuda.c, or a real one) with device memory as Fortran arrays
+! over it, and their checks' count.
 module driver
   use iso_c_binding
   implicit none
@@ -60,4 +61,21 @@ contains
     allocate(h(size(d)))
     if (cuMemcpyDtoH(c_loc(h), transfer(c_loc(d), 0_c_intptr_t), int(size(d), c_size_t) * 4_c_size_t) /= 0) stop 2
   end function
+end module
+
+module checking
+  implicit none
+  integer :: checks = 0, failed = 0
+  integer :: check_rank = -1          ! the program's rank, named in a failure's line
+  character(len=32) :: check_label = ''  ! the program's name, beginning each line
+contains
+  subroutine check(ok, what)
+    logical, intent(in) :: ok
+    character(*), intent(in) :: what
+    checks = checks + 1
+    if (.not. ok) then
+      failed = failed + 1
+      print '(a, a, a, a, i0)', trim(check_label), ': FAIL ', what, ' on rank ', check_rank
+    end if
+  end subroutine
 end module

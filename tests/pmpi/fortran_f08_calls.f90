@@ -5,8 +5,9 @@
 program fortran_f08_calls
   use mpi_f08
   use driver
+  use checking
   implicit none
-  integer :: rank, nranks, dev, i, k, checks, failed, nxt, prv
+  integer :: rank, nranks, dev, i, k, nxt, prv
   integer, parameter :: n = 4
   integer :: base(n), want_ring(n), host(n)
   integer, pointer, contiguous :: d_in(:), d_out(:)
@@ -14,11 +15,11 @@ program fortran_f08_calls
   type(MPI_Status) :: status
   type(MPI_Request) :: reqs(2)
   type(c_ptr) :: ctx
-  checks = 0
-  failed = 0
+  check_label = 'fortran_f08_calls'
 
   call MPI_Init()
   call MPI_Comm_rank(MPI_COMM_WORLD, rank)
+  check_rank = rank
   call MPI_Comm_size(MPI_COMM_WORLD, nranks)
   if (cuInit(0) /= 0 .or. cuDeviceGet(dev, 0) /= 0 .or. cuDevicePrimaryCtxRetain(ctx, dev) /= 0 &
       .or. cuCtxSetCurrent(ctx) /= 0) stop 2
@@ -67,14 +68,4 @@ program fortran_f08_calls
       ' checks, ', failed, ' failed on all ranks'
   call MPI_Finalize()
   if (failed /= 0) stop 1
-contains
-  subroutine check(ok, what)
-    logical, intent(in) :: ok
-    character(*), intent(in) :: what
-    checks = checks + 1
-    if (.not. ok) then
-      failed = failed + 1
-      print '(a, a, a, i0)', 'fortran_f08_calls: FAIL ', what, ' on rank ', rank
-    end if
-  end subroutine
 end program

@@ -156,6 +156,19 @@ void *mgi_fortran_next(_Atomic(void *) *slot, const char *symbol, const void *ca
   return fn;
 }
 
+/* A converted call with device memory that no handler takes (mgi_device_call), but a non-blocking one on an
+ * MPI that is not CUDA-aware: its host copies are copied back and freed when its request completes, which
+ * the interposer sees in C's MPI_Wait & co. (staged_requests.c), while Fortran's MPI_WAIT is the library's
+ * own binding, which calls the library's C function directly. */
+static int device_call(int id, intptr_t *a) {
+  const mgi_function *fn = &mgi_functions[id];
+  if (fn->request >= 0 && !mgi_lower_cuda_aware())
+    return mgi_fail(id, fn->comm >= 0 ? a[fn->comm] : 0,
+                    "a non-blocking Fortran call with device buffers needs mpigpu's handler (python -m mpigpu) "
+                    "or a CUDA-aware MPI below; this process has neither");
+  return mgi_device_call(id, a);
+}
+
 int mgi_fortran_call(int id, const unsigned char *kinds, void *const *f, const void *caller) {
   const mgi_function *fn = &mgi_functions[id];
   intptr_t a[MGI_MAX_PARAMS];
@@ -188,7 +201,7 @@ int mgi_fortran_call(int id, const unsigned char *kinds, void *const *f, const v
   /* (a buffer's place is the same before and after the conversion: Fortran's sentinels are host memory) */
   const int rc = mgi_takes_all(caller)                         ? mgi_handle(id, a)
                  : mgi_fortran_library_makes(id, f, caller) ? mgi_call_lower(id, a)
-                                                            : mgi_device_call(id, a);
+                                                            : device_call(id, a);
   status_c2f_fn c2f = f_status ? (status_c2f_fn)mgi_lower_cached(&status_c2f, "PMPI_Status_c2f") : NULL;
   if (c2f && rc == 0) c2f(&status, f_status);
   request_c2f_fn r2f = f_request ? (request_c2f_fn)mgi_lower_cached(&request_c2f, "PMPI_Request_c2f") : NULL;

@@ -58,7 +58,10 @@ def header(mod):
             '} mgi_request_call;', 'extern const mgi_request_call mgi_request_calls[MGI_REQ_COUNT];',
             'int mgi_holds_proxy(int id, const intptr_t *args); /* requests.c */',
             'int mgi_request_call_handle(int id, intptr_t *args);', 'void *mgi_lower_request(int id);',
-            'int mgi_missing_request(int id);', '',
+            'int mgi_missing_request(int id);',
+            'int mgi_call_lower_request(int id, const intptr_t *args); /* the library\'s, from words */',
+            'int mgi_staged_requests(void); /* staged_requests.c: any request holds host copies */',
+            'int mgi_request_call_staged(int id, intptr_t *args);', '',
             f'#define MGI_MAX_PARAMS {max(len(f.params) for f in mod.TABLE)}', '']
     return '\n'.join(out) + '\n'
 
@@ -84,6 +87,7 @@ def descriptors(mod):
         rows.append(f'  {{"MPI_{f.name}", "PMPI_{f.name}", "{sig}", {len(f.params)}, {len(bufs)}, '
                     f'{f.find("comm")}, {f.index.get("root", -1)}, {f.find("request")}, {f.find("status")}, {f.win}, '
                     f'{f.index.get("target_rank", f.index.get("rank", -1)) if f.win >= 0 else -1}, '
+                    f'{int(f.persistent)}, '
                     f'{{{", ".join(binits)}}}}},')
     return ['const mgi_function mgi_functions[MGI_COUNT] = {'] + rows + ['};', '']
 
@@ -163,7 +167,9 @@ def wrappers(mod):
 
 def request_wrappers(mod):
     """MPI_Start, MPI_Wait & co.: to the handler where one of their requests is a proxy of mpigpu's
-    persistent requests (mgi_holds_proxy: one atomic load while there is none), else to the library."""
+    persistent requests (mgi_holds_proxy: one atomic load while there is none), to staged_requests.c
+    while any request holds host copies of device buffers (a program with no handler), else to the
+    library; and mgi_call_lower_request, the library's function of a request call from its words."""
     out = ['const mgi_request_call mgi_request_calls[MGI_REQ_COUNT] = {']
     for f in mod.REQUEST_TABLE:
         reqs = next(i for i, p in enumerate(f.params) if p.kind in ('request', 'requests', 'reqval'))
@@ -181,8 +187,14 @@ def request_wrappers(mod):
                 f'  intptr_t a[{len(f.params)}] = {{{words}}};',
                 f'  if (mgi_holds_proxy(MGI_REQ_{f.name}, a))',
                 f'    return mgi_request_call_handle(MGI_REQ_{f.name}, a);',
+                f'  if (mgi_staged_requests()) return mgi_request_call_staged(MGI_REQ_{f.name}, a);',
                 f'  lower_req_{f.name} fn = (lower_req_{f.name})mgi_lower_request(MGI_REQ_{f.name});',
                 f'  return fn ? fn({names}) : mgi_missing_request(MGI_REQ_{f.name});', '}', '']
+    calls = [f'    case MGI_REQ_{f.name}: return ((lower_req_{f.name})fn)('
+             + ', '.join(from_word(p, i) for i, p in enumerate(f.params)) + ');' for f in mod.REQUEST_TABLE]
+    out += ['int mgi_call_lower_request(int id, const intptr_t *a) {', '  void *fn = mgi_lower_request(id);',
+            '  if (!fn) return mgi_missing_request(id);', '  switch (id) {'] + calls
+    out += ['    default: return mgi_missing_request(id);', '  }', '}', '']
     return out
 
 
@@ -203,7 +215,7 @@ def fortran_functions(mod):
     not the persistent forms, whose MPI_START Fortran's binding would not let the interposer see), not a
     large-count form."""
     return [f for f in mod.TABLE if f.method == f.name and not f.local and f.win < 0
-            and all(p.kind in FORTRAN_KINDS for p in f.params) and not f.name.endswith('_init')]
+            and all(p.kind in FORTRAN_KINDS for p in f.params) and not f.persistent]
 
 
 def fortran_wrappers(mod):

@@ -31,6 +31,7 @@ typedef struct {
   const char *name, *lower_name, *signature;
   int8_t nparams, nbuffers, comm, root, request, status, win; /* parameter indices, -1: none */
   int8_t target; /* a one-sided call's target rank (MPI_Win_unlock's, MPI_Win_flush's rank), -1: none */
+  int8_t persistent; /* makes a persistent request (MPI_Send_init ...) */
   mgi_buffer buffers[MGI_MAX_BUFFERS];
 } mgi_function;
 
@@ -117,6 +118,15 @@ typedef struct {
  * or -1 with `why` filled (s->host, where set, for the caller to free) */
 int mgi_stage_in(const mgi_buffer *buf, const mgi_span *form, intptr_t *a, int n, int rank, int b,
                  mgi_staged *s, char *why, size_t why_bytes);
+/* A call's device buffers (every one its rank passes and reads or writes, as mgi_stage_in) copied into host
+ * memory, staged[b] for buffer b and a[] pointed at the copies: 0, or -1 with `why` filled (what was staged
+ * is the caller's to free: mgi_unstage) */
+int mgi_stage_call(int id, intptr_t *a, mgi_staged staged[MGI_MAX_BUFFERS], char *why, size_t why_bytes);
+/* What MPI wrote copied back to device memory (copy_back) and every copy freed; a failed copy fills `why` */
+void mgi_unstage(mgi_staged staged[MGI_MAX_BUFFERS], int copy_back, char *why, size_t why_bytes);
+/* staged_requests.c: a non-blocking call's device buffers through host copies held until its request
+ * completes (MPI_Wait & co., which come there while any is held) */
+int mgi_stage_request(int id, intptr_t *args);
 /* one_sided.c: a one-sided call's device buffers through host copies held to the completing
  * synchronization; whether any copy is held (the synchronizations' wrappers then come here) */
 int mgi_stage_one_sided(int id, intptr_t *args);

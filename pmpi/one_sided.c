@@ -3,7 +3,7 @@
  * until the synchronization that completes the operation, so each copy is held, per window and target,
  * until that call (MPI_Win_fence, MPI_Win_unlock, MPI_Win_flush ...: the generated wrappers send those here
  * while anything is held), which copies the results back and frees it. The request-based forms (MPI_Rput
- * ...) are refused: the library's MPI_Wait completes their requests, with no hook to copy back. */
+ * ...) hold theirs until their request completes instead (staged_requests.c). */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdatomic.h>
@@ -65,10 +65,6 @@ int mgi_stage_one_sided(int id, intptr_t *a) {
   int device = 0;
   for (int b = 0; b < fn->nbuffers; b++) device |= mgi_maybe_device((const void *)a[fn->buffers[b].param]);
   if (!device) return mgi_call_lower(id, a); /* host buffers (a handler unregistered meanwhile) */
-  if (fn->request >= 0)
-    return mgi_fail(id, win,
-                    "a request-based one-sided call with a device buffer needs mpigpu's handler (python -m mpigpu) "
-                    "or a CUDA-aware MPI below; this process has neither");
   held *made[MGI_MAX_BUFFERS] = {0};
   char why[160] = "";
   int rc = 0;

@@ -15,7 +15,7 @@
 typedef int (*mgi_request_handler)(int id, const intptr_t *args);
 
 static _Atomic(void *) request_handler;
-static int request_bytes = 8;            /* sizeof(MPI_Request) of the library: 4 (MPICH), 8 (Open MPI) */
+static int request_bytes;                /* sizeof(MPI_Request) as the handler said (0: not said, width()) */
 static pthread_mutex_t proxies_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_size_t nproxies;           /* proxies alive: 0 keeps every request call on the library */
 static uintptr_t *slots;                 /* open addressing: 0 free, TOMBSTONE removed, else a proxy */
@@ -23,13 +23,21 @@ static size_t nslots, used;              /* used: proxies and tombstones */
 static _Atomic(void *) lower[MGI_REQ_COUNT];
 #define TOMBSTONE UINTPTR_MAX
 
+/* sizeof(MPI_Request) of the library: 4 (MPICH's int), 8 (Open MPI's pointer) */
+int mgi_request_width(void) { return request_bytes ? request_bytes : mgi_is_open_mpi() ? 8 : 4; }
+
 /* a request handle as a word, the library's width (MPICH's int handles sign-extended, as mpi4py writes them) */
 static uintptr_t handle_word(intptr_t raw) {
-  return request_bytes == 4 ? (uintptr_t)(intptr_t)(int32_t)raw : (uintptr_t)raw;
+  return mgi_request_width() == 4 ? (uintptr_t)(intptr_t)(int32_t)raw : (uintptr_t)raw;
 }
 
-static uintptr_t request_at(const void *requests, int i) {
-  return request_bytes == 4 ? handle_word(((const int32_t *)requests)[i]) : ((const uintptr_t *)requests)[i];
+uintptr_t mgi_request_at(const void *requests, int i) {
+  return mgi_request_width() == 4 ? handle_word(((const int32_t *)requests)[i]) : ((const uintptr_t *)requests)[i];
+}
+
+void mgi_request_put(void *requests, int i, uintptr_t h) {
+  if (mgi_request_width() == 4) ((int32_t *)requests)[i] = (int32_t)h;
+  else ((uintptr_t *)requests)[i] = h;
 }
 
 static size_t slot_of(uintptr_t h) { return (size_t)((h * 0x9E3779B97F4A7C15ull) >> 17) & (nslots - 1); }
@@ -117,9 +125,9 @@ int mgi_holds_proxy(int id, const intptr_t *a) {
   if (c->count == -2)
     found = member(handle_word(a[c->requests]));
   else if (c->count == -1)
-    found = a[c->requests] && member(request_at((const void *)a[c->requests], 0));
+    found = a[c->requests] && member(mgi_request_at((const void *)a[c->requests], 0));
   else if (a[c->requests])
-    for (int i = 0, n = (int)a[c->count]; i < n && !found; i++) found = member(request_at((const void *)a[c->requests], i));
+    for (int i = 0, n = (int)a[c->count]; i < n && !found; i++) found = member(mgi_request_at((const void *)a[c->requests], i));
   pthread_mutex_unlock(&proxies_lock);
   return found;
 }

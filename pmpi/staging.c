@@ -110,47 +110,58 @@ int mgi_stage_in(const mgi_buffer *buf, const mgi_span *form, intptr_t *a, int n
   return 0;
 }
 
-int mgi_stage(int id, intptr_t *a) {
+int mgi_stage_call(int id, intptr_t *a, mgi_staged staged[MGI_MAX_BUFFERS], char *why, size_t why_bytes) {
   const mgi_function *fn = &mgi_functions[id];
-  intptr_t comm = fn->comm >= 0 ? a[fn->comm] : 0;
-  if (fn->win >= 0) return mgi_stage_one_sided(id, a); /* its copies outlive the call (one_sided.c) */
-  if (fn->request >= 0)
-    return mgi_fail(id, comm,
-                    "a non-blocking call with device buffers needs mpigpu's handler (python -m mpigpu) or a "
-                    "CUDA-aware MPI below; this process has neither");
   int n = 1, rank = 0, inter = 0;
   if (fn->comm >= 0) {
+    intptr_t comm = a[fn->comm];
     comm_int_fn size = (comm_int_fn)mgi_lower_named("PMPI_Comm_size");
     comm_int_fn get_rank = (comm_int_fn)mgi_lower_named("PMPI_Comm_rank");
     comm_int_fn test_inter = (comm_int_fn)mgi_lower_named("PMPI_Comm_test_inter");
-    if (!size || !get_rank || !test_inter || size(comm, &n) || get_rank(comm, &rank) || test_inter(comm, &inter))
-      return mgi_fail(id, comm, "cannot read the communicator's size and rank");
-    if (inter)
-      return mgi_fail(id, comm, "device buffers on an intercommunicator need mpigpu's handler (python -m mpigpu)");
+    if (!size || !get_rank || !test_inter || size(comm, &n) || get_rank(comm, &rank) || test_inter(comm, &inter)) {
+      snprintf(why, why_bytes, "cannot read the communicator's size and rank");
+      return -1;
+    }
+    if (inter) {
+      snprintf(why, why_bytes, "device buffers on an intercommunicator need mpigpu's handler (python -m mpigpu)");
+      return -1;
+    }
   }
   int root = fn->root >= 0 ? (int)a[fn->root] : -1;
   uintptr_t first = (uintptr_t)a[fn->buffers[0].param];
   int in_place = fn->nbuffers > 1 && (first == 1 || first == UINTPTR_MAX);
-
-  mgi_staged staged[MGI_MAX_BUFFERS] = {{0}};
-  int rc = 0;
-  char why[160] = "";
-  for (int b = 0; b < fn->nbuffers && !rc; b++) {
+  for (int b = 0; b < fn->nbuffers; b++) {
     const mgi_buffer *buf = &fn->buffers[b];
     if (!mgi_maybe_device((const void *)a[buf->param]) || (buf->root_only && rank != root)) continue;
-    rc = mgi_stage_in(buf, &buf->forms[in_place && buf->nforms > 1 ? 1 : 0], a, n, rank, b, &staged[b], why,
-                      sizeof why);
+    if (mgi_stage_in(buf, &buf->forms[in_place && buf->nforms > 1 ? 1 : 0], a, n, rank, b, &staged[b], why,
+                     why_bytes))
+      return -1;
   }
-  if (!rc) {
-    rc = mgi_call_lower(id, a);
-    for (int b = 0; b < fn->nbuffers; b++) {
-      mgi_staged *s = &staged[b];
-      if (!s->host || !s->writes) continue;
+  return 0;
+}
+
+void mgi_unstage(mgi_staged staged[MGI_MAX_BUFFERS], int copy_back, char *why, size_t why_bytes) {
+  for (int b = 0; b < MGI_MAX_BUFFERS; b++) {
+    mgi_staged *s = &staged[b];
+    if (copy_back && s->host && s->writes) {
       int cu = mgi_copy(s->device, s->host, s->bytes, s->device);
-      if (cu && !why[0]) snprintf(why, sizeof why, "copying back to device buffer %d failed (CUDA error %d)", b, cu);
+      if (cu && !why[0]) snprintf(why, why_bytes, "copying back to device buffer %d failed (CUDA error %d)", b, cu);
     }
+    free(s->host);
+    s->host = NULL;
   }
-  for (int b = 0; b < fn->nbuffers; b++) free(staged[b].host);
+}
+
+int mgi_stage(int id, intptr_t *a) {
+  const mgi_function *fn = &mgi_functions[id];
+  intptr_t comm = fn->comm >= 0 ? a[fn->comm] : 0;
+  if (fn->request >= 0) return mgi_stage_request(id, a); /* its copies outlive the call (staged_requests.c) */
+  if (fn->win >= 0) return mgi_stage_one_sided(id, a);    /* its copies outlive the call (one_sided.c) */
+  mgi_staged staged[MGI_MAX_BUFFERS] = {{0}};
+  char why[160] = "";
+  int rc = mgi_stage_call(id, a, staged, why, sizeof why);
+  if (!rc) rc = mgi_call_lower(id, a);
+  mgi_unstage(staged, !why[0], why, sizeof why);
   if (why[0]) return mgi_fail(id, comm, why);
   return rc;
 }

@@ -414,6 +414,7 @@ class Function:
         self.win = self.find('win')  # a one-sided call's window (-1: none)
         self.root = self.index.get('root', -1)
         self.local = name.removesuffix('_c') in LOCAL
+        self.persistent = name.removesuffix('_c').endswith('_init')  # a persistent request's (MPI_Start)
         self.method = name.removesuffix('_c')  # the mpi4py method that runs it (a large-count form: its own)
         self.buffers = tuple(i for i, p in enumerate(self.params) if p.is_buffer)
         self.folded = set()

@@ -127,7 +127,12 @@ static int window_rank(intptr_t win) {
 /* comm: the call's communicator, or a one-sided call's window (its handler then); 0: not known (no rank
  * asked, no handler called: a null handle would end the job in the library) */
 int mgi_fail(int id, intptr_t comm, const char *why) {
-  const int win = mgi_functions[id].win >= 0, has = comm != 0 && (win || mgi_functions[id].comm >= 0);
+  const mgi_function *fn = &mgi_functions[id];
+  return mgi_fail_on(fn->name, fn->win >= 0, fn->comm >= 0 || fn->win >= 0 ? comm : 0, why);
+}
+
+int mgi_fail_on(const char *name, int win, intptr_t comm, const char *why) {
+  const int has = comm != 0;
   call_errhandler_fn call =
       (call_errhandler_fn)mgi_lower_named(win ? "PMPI_Win_call_errhandler" : "PMPI_Comm_call_errhandler");
   comm_rank_fn comm_rank = (comm_rank_fn)mgi_lower_named("PMPI_Comm_rank");
@@ -135,7 +140,7 @@ int mgi_fail(int id, intptr_t comm, const char *why) {
   if (has && win) rank = window_rank(comm);
   else if (has && comm_rank) comm_rank(comm, &rank);
   char msg[400];
-  snprintf(msg, sizeof msg, "%s on rank %d: %s (mpigpu interposer)", mgi_functions[id].name, rank, why);
+  snprintf(msg, sizeof msg, "%s on rank %d: %s (mpigpu interposer)", name, rank, why);
   int code = code_for(msg);
   if (has && call) call(comm, code);
   return code;

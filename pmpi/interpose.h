@@ -31,7 +31,7 @@ typedef struct {
   const char *name, *lower_name, *signature;
   int8_t nparams, nbuffers, comm, root, request, status, win; /* parameter indices, -1: none */
   int8_t target; /* a one-sided call's target rank (MPI_Win_unlock's, MPI_Win_flush's rank), -1: none */
-  int8_t persistent; /* makes a persistent request (MPI_Send_init ...) */
+  int8_t persistent; /* makes a persistent request (MPI_Send_init ...): 1, 2 a partitioned one (MPI_Psend_init) */
   mgi_buffer buffers[MGI_MAX_BUFFERS];
 } mgi_function;
 
@@ -99,6 +99,8 @@ int mgi_device_call(int id, intptr_t *args); /* a call with a device buffer that
                                                the library where CUDA-aware, else host copies */
 int mgi_missing(int id);                     /* the MPI library has no PMPI_<name> */
 int mgi_fail(int id, intptr_t comm, const char *why); /* an MPI error naming the call, through comm's handler */
+/* the same for a call named `name` whose error goes to communicator comm's handler (win: window comm's) */
+int mgi_fail_on(const char *name, int win, intptr_t comm, const char *why);
 /* What mpi4py's call of a function the library has in neither form returns: mpi4py's own code for a function
  * the library lacks (PyMPI_ERR_UNAVAILABLE, which it raises as NotImplementedError), so it sees what it sees
  * without the interposer; no handler is called (no MPI code means it). Other callers get an MPI error. */
@@ -127,6 +129,10 @@ void mgi_unstage(mgi_staged staged[MGI_MAX_BUFFERS], int copy_back, char *why, s
 /* staged_requests.c: a non-blocking call's device buffers through host copies held until its request
  * completes (MPI_Wait & co., which come there while any is held) */
 int mgi_stage_request(int id, intptr_t *args);
+int mgi_staged_window_requests(void); /* any held request made on a window */
+/* window win's synchronization completed its operations towards target (-1: all): the held request-based
+ * ones' results copied back (a failed copy fills `why`) */
+void mgi_requests_synchronized(intptr_t win, int target, char *why, size_t why_bytes);
 /* one_sided.c: a one-sided call's device buffers through host copies held to the completing
  * synchronization; whether any copy is held (the synchronizations' wrappers then come here) */
 int mgi_stage_one_sided(int id, intptr_t *args);

@@ -23,7 +23,9 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static held *holding;
 static atomic_int nheld;
 
-int mgi_rma_held(void) { return atomic_load_explicit(&nheld, memory_order_relaxed) > 0; }
+int mgi_rma_held(void) {
+  return atomic_load_explicit(&nheld, memory_order_relaxed) > 0 || mgi_staged_window_requests();
+}
 
 /* The held copies of window `win` towards `target` (-1: every target) copied back and freed; the first
  * CUDA error, or 0. */
@@ -55,12 +57,10 @@ int mgi_stage_one_sided(int id, intptr_t *a) {
   const int target = fn->target >= 0 ? (int)a[fn->target] : -1;
   if (fn->nbuffers == 0) { /* a synchronization: the library's, then what it completed */
     int rc = mgi_call_lower(id, a), cu = rc ? 0 : complete(win, target);
-    if (cu) {
-      char why[96];
-      snprintf(why, sizeof why, "copying a one-sided result back to device memory failed (CUDA error %d)", cu);
-      return mgi_fail(id, win, why);
-    }
-    return rc;
+    char why[160] = "";
+    if (cu) snprintf(why, sizeof why, "copying a one-sided result back to device memory failed (CUDA error %d)", cu);
+    if (!rc) mgi_requests_synchronized(win, target, why, sizeof why); /* the request-based calls' results */
+    return why[0] ? mgi_fail(id, win, why) : rc;
   }
   int device = 0;
   for (int b = 0; b < fn->nbuffers; b++) device |= mgi_maybe_device((const void *)a[fn->buffers[b].param]);

@@ -5,14 +5,24 @@
  * requests (MPI_Wait & co., generated from REQUEST_CALLS) come here while any request holds copies: after
  * the library's call, each held request it completed (its handle replaced, MPI_REQUEST_NULL) has what MPI
  * wrote copied back to device memory before the call returns, and its copies freed; MPI_Request_get_status
- * and its MPI-4.1 forms copy back a request they find complete (it stays held until it is freed).
+ * and its MPI-4.1 forms copy back a request they find complete (it stays held until it is freed). A
+ * request-based one-sided call's result is copied back by the window's synchronization that completes it
+ * too (MPI_Win_flush, MPI_Win_unlock ...: one_sided.c calls mgi_requests_synchronized).
  *
- * MPI_Request_free of a held request: a send's request is kept here (the caller's handle becomes
- * MPI_REQUEST_NULL) and tested at later calls of this file, which free its copy once the library is done
- * with it; a receive's is refused, since nothing could tell when to copy its data back. Persistent
- * requests (MPI_Send_init ...) are refused: the library's MPI_Start would reuse copies made at the
- * request's creation. A held request must be completed through the MPI_* calls, which the interposer
- * sees, not PMPI_* directly.
+ * Persistent requests (MPI_Send_init, MPI_Allreduce_init ...) hold their copies from the init to
+ * MPI_Request_free: MPI_Start and MPI_Startall copy the device buffers in before the library starts the
+ * round, and the first request call that finds the round complete (the library's
+ * MPI_Request_get_status: a persistent request's handle stays) copies back what MPI wrote.
+ *
+ * MPI_Request_free of a held request that is still active: a send's request is kept here (the caller's
+ * handle becomes MPI_REQUEST_NULL) and tested at later calls of this file, which free its copy once the
+ * library is done with it; a receive's is refused, since nothing could tell when to copy its data back.
+ * Partitioned requests (MPI_Psend_init) are refused: MPI_Pready would have to copy each partition. A held
+ * request must be completed through the MPI_* calls, which the interposer sees, not PMPI_* directly.
+ *
+ * Threads: a request call marks the held requests it names as its own (busy) while it runs, so another
+ * thread's call never takes them, even where the library hands the handle of a request it just completed
+ * to a new one. Errors go through the error handler of the communicator or window the request was made on.
  *
  * Costs nothing until the first such call: the request calls test one atomic counter. */
 #define _GNU_SOURCE
@@ -29,42 +39,60 @@ uintptr_t mgi_request_at(const void *requests, int i);
 void mgi_request_put(void *requests, int i, uintptr_t h);
 
 typedef struct held_request {
-  uintptr_t handle;                  /* the library's request, as a word */
-  int detached;                      /* freed by the caller (a send): kept and tested here */
-  int writes;                        /* MPI writes one of its copies (a receive, a result) */
-  int copied;                        /* found complete by MPI_Request_get_status: copied back once */
+  uintptr_t handle;    /* the library's request, as a word */
+  intptr_t errh;       /* the communicator (or window, on_window) whose handler takes its errors */
+  int on_window;       /* a request-based one-sided call's: errh its window */
+  int target;          /* on_window: the target rank */
+  int detached;        /* freed by the caller while active (a send): kept and tested here */
+  int busy;            /* a request call is running on it (lock held to change it) */
+  int writes;          /* MPI writes one of its copies (a receive, a result) */
+  int copied;          /* this round found complete: copied back once (persistent: until the next MPI_Start) */
+  int persistent;      /* a persistent request: held from its init to MPI_Request_free */
+  int active;          /* persistent: started, its round not yet found complete */
   mgi_staged s[MGI_MAX_BUFFERS];
   struct held_request *next;
 } held_request;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static held_request *held;
-static atomic_int nheld;
+static atomic_int nheld, ndetached, nwindows; /* held; of them detached, and made on a window */
 
 typedef int (*test_fn)(void *, int *, intptr_t);
 typedef int (*get_status_fn)(intptr_t, int *, intptr_t);
 static _Atomic(void *) lower_test, lower_get_status;
 
 int mgi_staged_requests(void) { return atomic_load_explicit(&nheld, memory_order_acquire) > 0; }
+int mgi_staged_window_requests(void) { return atomic_load_explicit(&nwindows, memory_order_acquire) > 0; }
 
 /* MPI_REQUEST_NULL of the library below: MPICH's a constant; Open MPI's the address of ompi_request_null,
  * the program's copy of it where a program linked against the library holds one (a copy relocation, which
  * the library's own code uses too), else the library's */
 static uintptr_t request_null(void) {
-  if (!mgi_is_open_mpi()) return (uintptr_t)(intptr_t)(int32_t)0x2c000000;
-  void *global = dlsym(RTLD_DEFAULT, "ompi_request_null");
-  return (uintptr_t)(global ? global : mgi_lower_named("ompi_request_null"));
+  static _Atomic uintptr_t found;
+  uintptr_t v = atomic_load_explicit(&found, memory_order_relaxed);
+  if (v) return v;
+  if (!mgi_is_open_mpi()) {
+    v = (uintptr_t)(intptr_t)(int32_t)0x2c000000;
+  } else {
+    void *global = dlsym(RTLD_DEFAULT, "ompi_request_null");
+    v = (uintptr_t)(global ? global : mgi_lower_named("ompi_request_null"));
+  }
+  atomic_store_explicit(&found, v, memory_order_relaxed);
+  return v;
 }
 
-/* The held request of handle h not among taken[0 .. ntaken) (a call that names one request twice gets it
- * once), or NULL. Lock held. */
-static held_request *find(uintptr_t h, held_request *const *taken, int ntaken) {
-  for (held_request *r = held; r; r = r->next) {
-    if (r->handle != h || r->detached) continue;
-    int dup = 0;
-    for (int j = 0; j < ntaken && !dup; j++) dup = taken[j] == r;
-    if (!dup) return r;
-  }
+static void count(held_request *r, int by) { /* (lock held where r is in the list) */
+  atomic_fetch_add_explicit(&nheld, by, memory_order_release);
+  if (r->on_window) atomic_fetch_add_explicit(&nwindows, by, memory_order_release);
+}
+
+/* A held request of handle h that no call is running on, taken for this one (busy), or NULL. Lock held. */
+static held_request *take(uintptr_t h) {
+  for (held_request *r = held; r; r = r->next)
+    if (r->handle == h && !r->detached && !r->busy) {
+      r->busy = 1;
+      return r;
+    }
   return NULL;
 }
 
@@ -72,7 +100,8 @@ static void unlink_request(held_request *gone) { /* lock held */
   for (held_request **at = &held; *at; at = &(*at)->next)
     if (*at == gone) {
       *at = gone->next;
-      atomic_fetch_sub_explicit(&nheld, 1, memory_order_release);
+      count(gone, -1);
+      if (gone->detached) atomic_fetch_sub_explicit(&ndetached, 1, memory_order_release);
       return;
     }
 }
@@ -87,53 +116,84 @@ static void copy_back(held_request *r, char *why, size_t why_bytes) {
   }
 }
 
-/* A request the library completed: what MPI wrote copied back (unless done already), its copies freed. */
+/* A persistent request's round about to start: its device buffers copied in (a receive's too, so that the
+ * bytes MPI does not write come back as the device holds them now). */
+static void copy_in(held_request *r, char *why, size_t why_bytes) {
+  for (int b = 0; b < MGI_MAX_BUFFERS; b++) {
+    const mgi_staged *s = &r->s[b];
+    if (!s->host) continue;
+    int cu = mgi_copy(s->host, s->device, s->bytes, s->device);
+    if (cu && !why[0]) snprintf(why, why_bytes, "copying device buffer %d to the host failed (CUDA error %d)", b, cu);
+  }
+}
+
+/* Whether the library says request r is complete (a persistent one that is inactive is). */
+static int complete(const held_request *r) {
+  get_status_fn status = (get_status_fn)mgi_lower_cached(&lower_get_status, "PMPI_Request_get_status");
+  int flag = 0;
+  return status && status((intptr_t)r->handle, &flag, mgi_c_status_ignore()) == 0 && flag;
+}
+
+/* A request the library is done with: what MPI wrote copied back (unless done already), its copies freed. */
 static void finish(held_request *r, char *why, size_t why_bytes) {
   if (!r->copied) copy_back(r, why, why_bytes);
   mgi_unstage(r->s, 0, why, why_bytes);
   free(r);
 }
 
-/* The request calls that leave complete requests as they are (MPI_Request_get_status and its MPI-4.1
- * forms); the others replace a request they complete with MPI_REQUEST_NULL. */
-static int leaves_requests(int id) {
-  return id == MGI_REQ_Request_get_status || id == MGI_REQ_Request_get_status_any ||
-         id == MGI_REQ_Request_get_status_all || id == MGI_REQ_Request_get_status_some;
+/* The error `why` of request call `name` on request r, through its communicator's (or window's) handler. */
+static int fail(const char *name, const held_request *r, const char *why) {
+  return mgi_fail_on(name, r->on_window, r->errh, why);
 }
 
-/* The detached requests the library is done with, freed (their copies: sends, nothing to copy back). */
+/* The detached requests the library is done with (or failed: nobody could see the error), freed. Taken out
+ * of the list and tested outside the lock (the library's test may call an error handler that makes request
+ * calls); those not done yet put back. */
 static void reap_detached(void) {
+  if (!atomic_load_explicit(&ndetached, memory_order_acquire)) return;
   test_fn test = (test_fn)mgi_lower_cached(&lower_test, "PMPI_Test");
   if (!test) return;
-  held_request *done = NULL;
+  held_request *mine = NULL;
   pthread_mutex_lock(&lock);
   for (held_request **at = &held; *at;) {
     held_request *r = *at;
-    int flag = 0;
-    if (r->detached && test(&r->handle, &flag, mgi_c_status_ignore()) == 0 && flag) {
-      *at = r->next;
-      atomic_fetch_sub_explicit(&nheld, 1, memory_order_release);
-      r->next = done;
-      done = r;
+    if (!r->detached || r->busy) {
+      at = &r->next;
       continue;
     }
-    at = &r->next;
+    *at = r->next;
+    count(r, -1);
+    atomic_fetch_sub_explicit(&ndetached, 1, memory_order_release);
+    r->next = mine;
+    mine = r;
   }
   pthread_mutex_unlock(&lock);
   char why[160] = "";
-  while (done) {
-    held_request *next = done->next;
-    finish(done, why, sizeof why);
-    done = next;
+  while (mine) {
+    held_request *r = mine;
+    mine = r->next;
+    int flag = 0, rc = test(&r->handle, &flag, mgi_c_status_ignore());
+    if (rc == 0 && !flag) {
+      pthread_mutex_lock(&lock);
+      r->next = held;
+      held = r;
+      count(r, 1);
+      atomic_fetch_add_explicit(&ndetached, 1, memory_order_release);
+      pthread_mutex_unlock(&lock);
+      continue;
+    }
+    if (r->persistent || rc) /* (an inactive persistent request, or one whose error left it: freed) */
+      mgi_call_lower_request(MGI_REQ_Request_free, (const intptr_t[]){(intptr_t)&r->handle});
+    finish(r, why, sizeof why);
   }
 }
 
 int mgi_stage_request(int id, intptr_t *a) {
   const mgi_function *fn = &mgi_functions[id];
   const intptr_t comm = fn->comm >= 0 ? a[fn->comm] : fn->win >= 0 ? a[fn->win] : 0;
-  if (fn->persistent)
+  if (fn->persistent == 2)
     return mgi_fail(id, comm,
-                    "a persistent call with device buffers needs mpigpu's handler (python -m mpigpu) or a "
+                    "a partitioned call with device buffers needs mpigpu's handler (python -m mpigpu) or a "
                     "CUDA-aware MPI below; this process has neither");
   reap_detached();
   held_request *r = calloc(1, sizeof *r);
@@ -152,18 +212,22 @@ int mgi_stage_request(int id, intptr_t *a) {
     return why[0] ? mgi_fail(id, comm, why) : rc;
   }
   r->handle = mgi_request_at((const void *)a[fn->request], 0);
+  r->errh = comm;
+  r->on_window = fn->win >= 0;
+  r->target = fn->win >= 0 && fn->target >= 0 ? (int)a[fn->target] : -1;
+  r->persistent = fn->persistent;
+  r->copied = r->persistent; /* (an inactive persistent request: nothing to copy back until it starts) */
   /* complete already (MPICH gives a send that completed at once a shared handle of its own, the same for
-   * many requests): done now, not held, so every held handle is one request's */
-  get_status_fn status = (get_status_fn)mgi_lower_cached(&lower_get_status, "PMPI_Request_get_status");
-  int flag = 0;
-  if (status && status((intptr_t)r->handle, &flag, mgi_c_status_ignore()) == 0 && flag) {
+   * many requests): done now, not held, so every held handle is one request's. (The library's
+   * MPI_Request_get_status neither frees the request nor touches the status its MPI_Wait gives.) */
+  if (!r->persistent && complete(r)) {
     finish(r, why, sizeof why);
     return why[0] ? mgi_fail(id, comm, why) : rc;
   }
   pthread_mutex_lock(&lock);
   r->next = held;
   held = r;
-  atomic_fetch_add_explicit(&nheld, 1, memory_order_release);
+  count(r, 1);
   pthread_mutex_unlock(&lock);
   return rc;
 }
@@ -180,15 +244,52 @@ static void *requests_of(const mgi_request_call *c, const intptr_t *a, int *n, u
   return (void *)a[c->requests];
 }
 
-/* MPI_Request_free of held request r (a pointer call: *requests its handle). */
-static int free_held(int id, void *requests, held_request *r) {
-  if (r->writes)
-    return mgi_fail_named(mgi_request_calls[id].name,
-                          "freeing an active request that receives into device memory through host copies: "
-                          "its data could not reach device memory; complete it (MPI_Wait) instead");
+/* The request calls that leave complete requests as they are (MPI_Request_get_status and its MPI-4.1
+ * forms); the others replace a request they complete with MPI_REQUEST_NULL (a persistent one's stays). */
+static int leaves_requests(int id) {
+  return id == MGI_REQ_Request_get_status || id == MGI_REQ_Request_get_status_any ||
+         id == MGI_REQ_Request_get_status_all || id == MGI_REQ_Request_get_status_some;
+}
+
+/* Request r given back by the call that took it. */
+static void release(held_request *r) {
   pthread_mutex_lock(&lock);
-  r->detached = 1;
+  r->busy = 0;
   pthread_mutex_unlock(&lock);
+}
+
+/* Request r done with here: out of the list, its copies copied back and freed. */
+static void drop(held_request *r, char *why, size_t why_bytes) {
+  pthread_mutex_lock(&lock);
+  unlink_request(r);
+  pthread_mutex_unlock(&lock);
+  finish(r, why, why_bytes);
+}
+
+/* MPI_Request_free of held request r, taken (a pointer call: *requests its handle). A request that is
+ * complete (a persistent one whose round is over or never started) goes to the library and its copies
+ * with it; an active one is detached where it only sends, refused where MPI writes into it. */
+static int free_held(int id, intptr_t *a, void *requests, held_request *r, char *why, size_t why_bytes) {
+  if ((r->persistent && !r->active) || (!r->persistent && r->copied) || complete(r)) {
+    int rc = mgi_call_lower_request(id, a);
+    if (rc) {
+      release(r);
+      return rc;
+    }
+    drop(r, why, why_bytes);
+    return 0;
+  }
+  pthread_mutex_lock(&lock);
+  r->busy = 0;
+  if (!r->writes) {
+    r->detached = 1;
+    atomic_fetch_add_explicit(&ndetached, 1, memory_order_release);
+  }
+  pthread_mutex_unlock(&lock);
+  if (r->writes)
+    return fail(mgi_request_calls[id].name, r,
+                "freeing an active request that receives into device memory through host copies: its data "
+                "could not reach device memory; complete it (MPI_Wait) instead");
   mgi_request_put(requests, 0, request_null());
   return 0;
 }
@@ -199,7 +300,7 @@ int mgi_request_call_staged(int id, intptr_t *a) {
   int n = 0;
   uintptr_t value = 0;
   void *requests = requests_of(c, a, &n, &value);
-  /* the call's held requests: their places and handles before the call */
+  /* the call's held requests, taken: their places and handles before the call */
   enum { kOnStack = 64 };
   int places_here[kOnStack];
   held_request *ours_here[kOnStack];
@@ -217,35 +318,60 @@ int mgi_request_call_staged(int id, intptr_t *a) {
   int k = 0;
   pthread_mutex_lock(&lock);
   for (int i = 0; i < n && requests; i++) {
-    held_request *r = find(mgi_request_at(requests, i), ours, k);
+    held_request *r = take(mgi_request_at(requests, i));
     if (r) places[k] = i, ours[k++] = r;
   }
   pthread_mutex_unlock(&lock);
-  int rc;
+  int rc = 0;
   char why[160] = "";
+  held_request blame = {0}; /* where a failed copy's error goes: the request's communicator or window */
   if (k && id == MGI_REQ_Request_free) {
-    rc = free_held(id, requests, ours[0]);
+    blame = *ours[0];
+    rc = free_held(id, a, requests, ours[0], why, sizeof why);
+    k = 0;
+  } else if (k && (id == MGI_REQ_Start || id == MGI_REQ_Startall)) { /* (only persistent requests start) */
+    for (int j = 0; j < k && !why[0]; j++) {
+      copy_in(ours[j], why, sizeof why);
+      if (why[0]) blame = *ours[j];
+    }
+    if (!why[0]) rc = mgi_call_lower_request(id, a);
+    for (int j = 0; j < k; j++) {
+      if (!why[0] && !rc) ours[j]->copied = 0, ours[j]->active = 1;
+      release(ours[j]);
+    }
+    k = 0;
   } else {
     rc = mgi_call_lower_request(id, a);
-    for (int j = 0; j < k; j++) {
-      held_request *r = ours[j];
-      if (leaves_requests(id)) { /* the library says whether each is complete */
-        get_status_fn status = (get_status_fn)mgi_lower_cached(&lower_get_status, "PMPI_Request_get_status");
-        int flag = 0;
-        if (!r->copied && status && status((intptr_t)r->handle, &flag, mgi_c_status_ignore()) == 0 && flag) {
-          copy_back(r, why, sizeof why);
-          r->copied = 1;
-        }
-        continue;
+  }
+  for (int j = 0; j < k; j++) {
+    held_request *r = ours[j];
+    char copy_why[160] = "";
+    const held_request mine = *r;
+    if (leaves_requests(id) || r->persistent) { /* handles left as they were: the library says */
+      if (!r->copied && (!r->persistent || r->active) && complete(r)) {
+        copy_back(r, copy_why, sizeof copy_why);
+        r->copied = 1, r->active = 0;
       }
-      if (mgi_request_at(requests, places[j]) == r->handle) continue; /* not completed by this call */
-      pthread_mutex_lock(&lock);
-      unlink_request(r);
-      pthread_mutex_unlock(&lock);
-      finish(r, why, sizeof why);
+      release(r);
+    } else if (mgi_request_at(requests, places[j]) != r->handle) { /* completed by this call */
+      drop(r, copy_why, sizeof copy_why);
+    } else {
+      release(r);
     }
+    if (copy_why[0] && !why[0]) snprintf(why, sizeof why, "%s", copy_why), blame = mine;
   }
   if (places != places_here) free(places), free(ours);
-  if (why[0]) return mgi_fail_named(c->name, why);
+  if (why[0]) return fail(c->name, &blame, why);
   return rc;
+}
+
+void mgi_requests_synchronized(intptr_t win, int target, char *why, size_t why_bytes) {
+  pthread_mutex_lock(&lock);
+  for (held_request *r = held; r; r = r->next)
+    if (r->on_window && r->errh == win && (target < 0 || r->target == target) && !r->copied && !r->busy &&
+        !r->detached) {
+      copy_back(r, why, why_bytes);
+      r->copied = 1;
+    }
+  pthread_mutex_unlock(&lock);
 }

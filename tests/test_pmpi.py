@@ -158,7 +158,10 @@ def fortran_program(programs):
             f'-L{out}', '-lcuda'])
     _build([_tool('gcc'), '-O1', '-Wall', '-o', str(host), os.path.join(HERE, 'pmpi', 'fortran_host.c'), '-ldl'])
     # the C program on Open MPI too (8-byte request handles, its MPI_REQUEST_NULL a symbol's address)
-    _build([_first_tool('mpicc.openmpi', 'mpicc'), '-O1', '-Wall', '-o', str(out / 'device_calls_open_mpi'),
+    cc = _first_tool('mpicc.openmpi', 'mpicc')
+    showme = subprocess.run([cc, '--showme:version'], capture_output=True, text=True)
+    assert showme.returncode == 0 and 'Open MPI' in showme.stdout + showme.stderr, f'{cc} is not Open MPI\'s'
+    _build([cc, '-O1', '-Wall', '-o', str(out / 'device_calls_open_mpi'),
             os.path.join(HERE, 'pmpi', 'device_calls.c'), f'-L{out}', '-lcuda'])
     return out, program, library, host, launcher, f08
 

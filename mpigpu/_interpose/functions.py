@@ -414,7 +414,8 @@ class Function:
         self.win = self.find('win')  # a one-sided call's window (-1: none)
         self.root = self.index.get('root', -1)
         self.local = name.removesuffix('_c') in LOCAL
-        self.persistent = name.removesuffix('_c').endswith('_init')  # a persistent request's (MPI_Start)
+        # makes a persistent request (started by MPI_Start): 1, or 2 where it is a partitioned one (MPI_Pready)
+        self.persistent = (2 if name.startswith(('Psend', 'Precv')) else 1) if name.removesuffix('_c').endswith('_init') else 0
         self.method = name.removesuffix('_c')  # the mpi4py method that runs it (a large-count form: its own)
         self.buffers = tuple(i for i, p in enumerate(self.params) if p.is_buffer)
         self.folded = set()

@@ -3,6 +3,7 @@
  * on a real GPU or on the fake driver of the CPU tests (fake_libcuda.c). Prints one summary line on rank 0
  * and exits 1 where any check failed. */
 #include <mpi.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,12 +30,16 @@ static void on_window_error(MPI_Win *win, int *code, ...) {
   window_errors++;
 }
 
+static pthread_mutex_t check_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static void check(int ok, const char *what) {
+  pthread_mutex_lock(&check_lock);
   checks++;
   if (!ok) {
     failed++;
     fprintf(stderr, "device_calls: FAIL %s on rank %d\n", what, rank);
   }
+  pthread_mutex_unlock(&check_lock);
 }
 
 static void *dalloc(size_t bytes) {
@@ -62,8 +67,40 @@ static int *host_of(const int *d, int n) {
   return h;
 }
 
+/* One thread's ring of non-blocking device sends and receives on its own communicator, many rounds: the
+ * interposer's held requests are taken by one thread's call at a time, whatever handles the library
+ * reuses between threads. */
+typedef struct {
+  MPI_Comm comm;
+  void *ctx; /* the CUDA context, current in the thread too */
+  int id, rounds, ok;
+} ring_job;
+
+static void *ring_thread(void *arg) {
+  ring_job *job = arg;
+  cuCtxSetCurrent(job->ctx);
+  enum { M = 256 };
+  int n, r, host[M];
+  MPI_Comm_size(job->comm, &n);
+  MPI_Comm_rank(job->comm, &r);
+  int *send = dalloc(M * sizeof(int)), *recv = dalloc(M * sizeof(int));
+  job->ok = 1;
+  for (int k = 0; k < job->rounds; k++) {
+    for (int i = 0; i < M; i++) host[i] = (job->id * 1000 + k) * 100 + r;
+    put(send, host, sizeof host);
+    MPI_Request q[2];
+    MPI_Irecv(recv, M, MPI_INT, (r + n - 1) % n, k, job->comm, &q[0]);
+    MPI_Isend(send, M, MPI_INT, (r + 1) % n, k, job->comm, &q[1]);
+    MPI_Waitall(2, q, MPI_STATUSES_IGNORE);
+    get(host, recv, sizeof host);
+    for (int i = 0; i < M; i++) job->ok &= host[i] == (job->id * 1000 + k) * 100 + (r + n - 1) % n;
+  }
+  return NULL;
+}
+
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   void *ctx;
@@ -345,16 +382,51 @@ int main(int argc, char **argv) {
     free(g);
     for (flag = 0; !flag;) MPI_Test(&reqs[0], &flag, MPI_STATUS_IGNORE);
     check(reqs[0] == MPI_REQUEST_NULL, "Test completes it");
-    /* a send's request freed while active: its copy outlives the handle; a receive's refused */
-    for (int k = 0; k < 3; k++) {
-      MPI_Isend(rs, N, MPI_INT, next, 11, MPI_COMM_WORLD, &req);
-      check(MPI_Request_free(&req) == MPI_SUCCESS && req == MPI_REQUEST_NULL, "Request_free of an Isend");
+    /* Waitsome and Testany; a complete receive freed (MPI_Request_get_status said so) */
+    MPI_Irecv(rr, N, MPI_INT, prev, 15, MPI_COMM_WORLD, &reqs[0]);
+    MPI_Irecv(rr2, N, MPI_INT, prev, 16, MPI_COMM_WORLD, &reqs[1]);
+    MPI_Send(rs, N, MPI_INT, next, 16, MPI_COMM_WORLD);
+    MPI_Send(rs, N, MPI_INT, next, 15, MPI_COMM_WORLD);
+    int outcount = 0, indices[2], left = 2;
+    while (left > 0) {
+      check(MPI_Waitsome(2, reqs, &outcount, indices, MPI_STATUSES_IGNORE) == MPI_SUCCESS && outcount >= 1, "Waitsome");
+      left -= outcount;
     }
+    g = host_of(rr, N), g2 = host_of(rr2, N), ok = 1;
+    for (int i = 0; i < N; i++) ok &= g[i] == 1000 * prev + i && g2[i] == 1000 * prev + i;
+    check(ok, "Irecvs into device memory, after MPI_Waitsome");
+    free(g), free(g2);
+    put(rr, h, N * sizeof(int));
+    MPI_Irecv(rr, N, MPI_INT, prev, 17, MPI_COMM_WORLD, &reqs[0]);
+    reqs[1] = MPI_REQUEST_NULL;
+    MPI_Send(rs, N, MPI_INT, next, 17, MPI_COMM_WORLD);
+    for (flag = 0; !flag;) MPI_Testany(2, reqs, &index, &flag, MPI_STATUS_IGNORE);
+    check(index == 0 && reqs[0] == MPI_REQUEST_NULL, "Testany");
+    g = host_of(rr, N), ok = 1;
+    for (int i = 0; i < N; i++) ok &= g[i] == 1000 * prev + i;
+    check(ok, "Irecv into device memory, after MPI_Testany");
+    free(g);
+    put(rr, h, N * sizeof(int));
+    MPI_Irecv(rr, N, MPI_INT, prev, 18, MPI_COMM_WORLD, &req);
+    MPI_Send(rs, N, MPI_INT, next, 18, MPI_COMM_WORLD);
+    for (flag = 0; !flag;) MPI_Request_get_status(req, &flag, MPI_STATUS_IGNORE);
+    check(MPI_Request_free(&req) == MPI_SUCCESS && req == MPI_REQUEST_NULL, "Request_free of a complete Irecv");
+    g = host_of(rr, N), ok = 1;
+    for (int i = 0; i < N; i++) ok &= g[i] == 1000 * prev + i;
+    check(ok, "the freed complete Irecv's data");
+    free(g);
+    /* a send's request freed while active (a synchronous send: it cannot complete before the receive
+     * below is posted): its copy outlives the handle; a receive's refused */
+    for (int k = 0; k < 3; k++) {
+      MPI_Issend(rs, N, MPI_INT, next, 11, MPI_COMM_WORLD, &req);
+      check(MPI_Request_free(&req) == MPI_SUCCESS && req == MPI_REQUEST_NULL, "Request_free of an Issend");
+    }
+    MPI_Barrier(MPI_COMM_WORLD); /* (every send freed before its receive is posted) */
     for (int k = 0; k < 3; k++) {
       MPI_Recv(rr, N, MPI_INT, prev, 11, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
       g = host_of(rr, N), ok = 1;
       for (int i = 0; i < N; i++) ok &= g[i] == 1000 * prev + i;
-      check(ok, "a freed Isend's message");
+      check(ok, "a freed Issend's message");
       free(g);
     }
     MPI_Irecv(rr, N, MPI_INT, prev, 12, MPI_COMM_WORLD, &req);
@@ -368,13 +440,67 @@ int main(int argc, char **argv) {
     for (int i = 0; i < N; i++) ok &= g[i] == 1000 * prev + i;
     check(ok, "the Irecv whose free was refused, completed");
     free(g);
-    /* persistent requests with device memory need the handler: an MPI error naming the call */
-    rc_ = MPI_Send_init(rs, N, MPI_INT, next, 13, MPI_COMM_WORLD, &req);
+    /* threads (MPI_THREAD_MULTIPLE where the library gives it): two rings at once */
+    if (provided == MPI_THREAD_MULTIPLE) {
+      ring_job jobs[2];
+      pthread_t threads[2];
+      for (int t = 0; t < 2; t++) {
+        MPI_Comm_dup(MPI_COMM_WORLD, &jobs[t].comm);
+        jobs[t].ctx = ctx, jobs[t].id = t, jobs[t].rounds = 200;
+        pthread_create(&threads[t], NULL, ring_thread, &jobs[t]);
+      }
+      for (int t = 0; t < 2; t++) {
+        pthread_join(threads[t], NULL);
+        check(jobs[t].ok, "a thread's ring of non-blocking device calls");
+        MPI_Comm_free(&jobs[t].comm);
+      }
+    }
+    /* persistent requests: their copies held from init to MPI_Request_free, copied in at each MPI_Start
+     * and back once a round completes; rounds of a ring with new data each time */
+    MPI_Send_init(rs, N, MPI_INT, next, 13, MPI_COMM_WORLD, &reqs[1]);
+    MPI_Recv_init(rr, N, MPI_INT, prev, 13, MPI_COMM_WORLD, &reqs[0]);
+    for (int round = 0; round < 3; round++) {
+      for (int i = 0; i < N; i++) h[i] = 100000 * round + 1000 * r + i;
+      put(rs, h, N * sizeof(int));
+      check(MPI_Startall(2, reqs) == MPI_SUCCESS, "Startall of persistent device requests");
+      check(MPI_Waitall(2, reqs, MPI_STATUSES_IGNORE) == MPI_SUCCESS && reqs[0] != MPI_REQUEST_NULL,
+            "their Waitall (the requests stay)");
+      g = host_of(rr, N), ok = 1;
+      for (int i = 0; i < N; i++) ok &= g[i] == 100000 * round + 1000 * prev + i;
+      check(ok, "a persistent receive into device memory, each round");
+      free(g);
+    }
+    MPI_Start(&reqs[0]); /* one more round, completed by Test, then freed */
+    MPI_Start(&reqs[1]);
+    for (flag = 0; !flag;) MPI_Testall(2, reqs, &flag, MPI_STATUSES_IGNORE);
+    g = host_of(rr, N), ok = 1;
+    for (int i = 0; i < N; i++) ok &= g[i] == 200000 + 1000 * prev + i;
+    check(ok, "a persistent round completed by Testall");
+    free(g);
+    check(MPI_Request_free(&reqs[0]) == MPI_SUCCESS && MPI_Request_free(&reqs[1]) == MPI_SUCCESS &&
+              reqs[0] == MPI_REQUEST_NULL, "Request_free of inactive persistent requests");
+#if MPI_VERSION >= 4
+    MPI_Allreduce_init(s, d, N, MPI_INT, MPI_SUM, MPI_COMM_WORLD, MPI_INFO_NULL, &req);
+    for (int round = 0; round < 2; round++) { /* the input doubled in round 1: what Start copies in */
+      for (int i = 0; i < N; i++) h[i] = (r + i) << round;
+      put(s, h, N * sizeof(int));
+      MPI_Start(&req);
+      MPI_Wait(&req, MPI_STATUS_IGNORE);
+      g = host_of(d, N), ok = 1;
+      for (int i = 0; i < N; i++) ok &= g[i] == (n * i + n * (n - 1) / 2) << round;
+      check(ok, "Allreduce_init's rounds into device memory");
+      free(g);
+    }
+    MPI_Request_free(&req);
+    /* partitioned requests with device memory need the handler: an MPI error naming the call */
+    rc_ = MPI_Psend_init(rs, 2, N / 2, MPI_INT, next, 14, MPI_COMM_WORLD, MPI_INFO_NULL, &req);
     MPI_Error_string(rc_, text, &len);
-    check(rc_ != MPI_SUCCESS && strstr(text, "MPI_Send_init") && strstr(text, "mpigpu"), "Send_init error");
+    check(rc_ != MPI_SUCCESS && strstr(text, "MPI_Psend_init") && strstr(text, "mpigpu"), "Psend_init error");
     int same_code = 1; /* the same failure again and again keeps its one code (MPI has a few thousand) */
-    for (int i = 0; i < 3000; i++) same_code &= MPI_Send_init(rs, N, MPI_INT, next, 13, MPI_COMM_WORLD, &req) == rc_;
-    check(same_code, "Send_init error, 3000 times");
+    for (int i = 0; i < 3000; i++)
+      same_code &= MPI_Psend_init(rs, 2, N / 2, MPI_INT, next, 14, MPI_COMM_WORLD, MPI_INFO_NULL, &req) == rc_;
+    check(same_code, "Psend_init error, 3000 times");
+#endif
     /* one-sided calls with device buffers and no handler: their host copies held to the synchronization
      * that completes them (MPI_Win_fence, MPI_Win_unlock), which copies a Get's result back; a request-based
      * one's held to its request's completion (MPI_Wait) */
@@ -415,6 +541,16 @@ int main(int argc, char **argv) {
     check(MPI_Wait(&rq, MPI_STATUS_IGNORE) == MPI_SUCCESS, "Rget's Wait");
     g = host_of(d1, 1);
     check(g[0] == 10 * r + 5, "Rget into device memory, after MPI_Wait");
+    free(g);
+    check(MPI_Rget(d1, 1, MPI_INT, (r + 1) % n, 7, 1, MPI_INT, win, &rq) == MPI_SUCCESS, "Rget, then a flush");
+    MPI_Win_flush((r + 1) % n, win);
+    g = host_of(d1, 1);
+    check(g[0] == 10 * r + 7, "Rget into device memory, after MPI_Win_flush (before its Wait)");
+    free(g);
+    put(d1, h, sizeof(int)); /* (the buffer is the program's again after the flush: Wait copies nothing back) */
+    MPI_Wait(&rq, MPI_STATUS_IGNORE);
+    g = host_of(d1, 1);
+    check(g[0] == h[0], "Rget's Wait after the flush leaves the buffer alone");
     free(g);
     check(MPI_Rput(d1, 1, MPI_INT, (r + 1) % n, 6, 1, MPI_INT, win, &rq) == MPI_SUCCESS, "Rput from device memory");
     check(MPI_Wait(&rq, MPI_STATUS_IGNORE) == MPI_SUCCESS, "Rput's Wait");

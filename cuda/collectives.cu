@@ -73,7 +73,6 @@ template <typename Args> static void fill_team_args(const mg_team *t, const mg_c
 template <typename Args>
 static int cut_into_steps(const mg_team *t, const mg_call *c, size_t V, size_t slot_elem_bytes, int max_slots,
                           Args *a) {
-  a->nchannels = c->nchannels;
   a->span = mg::vector_share(a->shard_len, (size_t)c->nchannels, V);
   const size_t slot_elems = t->layout.slot_bytes / slot_elem_bytes / V * V;
   size_t step_elems = c->chunk_bytes / slot_elem_bytes / V * V;
@@ -88,67 +87,42 @@ static int cut_into_steps(const mg_team *t, const mg_call *c, size_t V, size_t s
   return (int)ceil_div(a->chunk * slot_elem_bytes, t->layout.slot_bytes);
 }
 
-// Shards of the two-shot and ring Allreduce (and Reduce) and of the scatter Bcast: `parts` shards of
-// whole vectors, shard j from j * shard_len in the input and the output (the last ones short or
-// empty, shard_extent).
+// Shards of the ring Allreduce: `parts` shards of whole vectors, shard j from j * shard_len in the
+// input and the output (the last ones short or empty, shard_extent); the direct forms' shards are
+// direct_form's, of the same vector_share.
 template <typename Args>
 static void cut_into_shards(Args *a, size_t count, size_t parts, size_t V) {
   a->shard_len = mg::vector_share(count, parts, V);
   a->len_stride = a->in_stride = a->out_stride = a->shard_len;
 }
 
+// The form of a call of the direct kernel or the line protocols (direct_form.cuh).
+static int direct_mode(const mg_call *c) {
+  const bool two = c->algo == MG_ALGO_TWOSHOT || c->algo == MG_ALGO_LL128_TWOSHOT;
+  switch (c->coll) {
+    case MG_ALLREDUCE: return two ? mg::kDirectTwoShot : mg::kDirectAllreduce;
+    case MG_REDUCE: return two ? mg::kDirectTwoShotReduce : mg::kDirectReduce;
+    case MG_REDUCE_SCATTER_BLOCK: return mg::kDirectReduceScatter;
+    case MG_ALLGATHER: return mg::kDirectAllgather;
+    default: return two ? mg::kDirectBcastScatter : mg::kDirectBcast;  // launch() admits only these
+  }
+}
+
 static void plan(mg_team *t, const mg_call *c, const mg::KernelChoice &k, DirectArgs *a) {
-  const int n = t->cfg.nranks;
-  const uint32_t all = (n == 32 ? 0xffffffffu : ((1u << n) - 1u));
+  const int n = t->cfg.nranks, mode = direct_mode(c);
   const size_t V = 16 / (size_t)k.elem_size;
   const size_t count = c->count * (size_t)k.mult;
-  const uint32_t root = 1u << c->root;
-
+  // shards of whole vectors: n for the two-shot forms, n - 1 (the non-roots) for the scatter Bcast
+  const size_t shard = mg::vector_share(count, mode == mg::kDirectBcastScatter ? (size_t)(n - 1) : (size_t)n, V);
   fill_team_args(t, c, a);
   a->elem_size = k.elem_size;
-  a->self_source = 0;
-  a->contrib = all;
-  a->owners = all;
-  a->gather = 0;
-  a->len_total = count;
-  a->len_stride = 0;
-  a->in_stride = a->out_stride = 0;
-  a->shard_len = count;
-  const bool two = c->algo == MG_ALGO_TWOSHOT;
-
-  switch (c->coll) {
-    case MG_ALLREDUCE:
-    case MG_REDUCE:
-      if (c->coll == MG_REDUCE && !two) a->owners = root;  // everyone pushes everything to the root
-      if (two) {  // reduce-scatter into n shards, then the shards go to everyone (or to the root)
-        cut_into_shards(a, count, (size_t)n, V);
-        a->gather = c->coll == MG_REDUCE ? root : all;
-      }
-      break;
-    case MG_REDUCE_SCATTER_BLOCK:  // owner j reduces block j of every input into its own output
-      a->in_stride = count;
-      break;
-    case MG_ALLGATHER:  // owner j's input goes to block j of every output
-      a->self_source = 1;
-      a->out_stride = count;
-      a->gather = all;
-      break;
-    case MG_BCAST:
-      a->contrib = root;
-      a->owners = all & ~root;
-      if (two) {  // scatter the message over the non-roots, each forwards its part to the others
-        cut_into_shards(a, count, (size_t)(n - 1), V);
-        a->gather = a->owners;
-      }
-      break;
-    default: break;  // launch() admits only the collectives above
-  }
-
+  a->form = mg::direct_form(mode, c->root, n, count, shard);
   a->split_steps = t->cfg.split_steps;
   // In place, a rank's reduce stage writes where its contribute stage reads, except in the two-shot
   // reductions, whose owners write only their own shard (direct_kernel.cuh).
-  a->inplace_hazard = c->send == c->recv && !(two && (c->coll == MG_ALLREDUCE || c->coll == MG_REDUCE));
-  a->slots_per_step = cut_into_steps(t, c, V, (size_t)k.elem_size, t->layout.nslots / 2, a);
+  a->inplace_hazard = c->send == c->recv && mode != mg::kDirectTwoShot && mode != mg::kDirectTwoShotReduce;
+  a->slots_per_step = cut_into_steps(t, c, V, (size_t)k.elem_size, t->layout.nslots / 2, &a->form);
+  a->nchannels = c->nchannels;
 }
 
 // The two-shot LL128 Allreduce runs phase 0's sending and receiving on separate warps (split_phase0,
@@ -166,25 +140,21 @@ static void plan_line(const mg_team *t, const mg_call *c, const mg::KernelChoice
   a->split_phase0 = 0;
   a->total_bytes = count * es;
   a->block_bytes = count * es;
-  const bool two = c->algo == MG_ALGO_LL128_TWOSHOT;
-  if (c->coll == MG_BCAST) {
-    a->mode = two ? mg::kLineBcastScatter : mg::kLineBcast;
-    if (two) a->block_bytes = mg::ll128_shard_bytes(count, es, n - 1);
-  } else if (two) {  // Allreduce, or Reduce as it
-    a->mode = mg::kLineAllreduceTwoShot;
+  a->mode = direct_mode(c);
+  if (a->mode == mg::kDirectReduce || a->mode == mg::kDirectTwoShotReduce)  // as the Allreduce (line_kernel.cuh)
+    a->mode = a->mode == mg::kDirectReduce ? mg::kDirectAllreduce : mg::kDirectTwoShot;
+  if (a->mode == mg::kDirectBcastScatter) {
+    a->block_bytes = mg::ll128_shard_bytes(count, es, n - 1);
+  } else if (a->mode == mg::kDirectTwoShot) {
     a->block_bytes = mg::ll128_shard_bytes(count, es, n);
     a->split_phase0 = n >= 3 && a->block_bytes >= kLL128SplitMinShardBytes;
-  } else {
-    a->mode = c->coll == MG_ALLREDUCE || c->coll == MG_REDUCE ? mg::kLineAllreduce
-              : c->coll == MG_ALLGATHER ? mg::kLineAllgather : mg::kLineReduceScatter;
   }
 }
 
-// Whether the protocol has the areas the plan's form needs (LL: one phase, no Bcast; mg_select never
-// asks it for more, and a plan that did would run as a one-shot Allreduce over phase 0's areas).
-static bool line_form_fits(bool ll, const mg::LineArgs &a) {
-  return !ll || a.mode == mg::kLineAllreduce || a.mode == mg::kLineReduceScatter || a.mode == mg::kLineAllgather;
-}
+// Whether the protocol runs the plan's form (LL: the one-phase symmetric forms; mg_select never asks it
+// for more: a plan that did would mix two phases' units in one area, or a Bcast's receive would read
+// an input it lacks).
+static bool line_form_fits(bool ll, const mg::LineArgs &a) { return !ll || !mg::direct_needs_ll128(a.mode); }
 
 static int launch_line(mg_team *t, const mg_call *c, const mg::KernelChoice &k, uintptr_t stream) {
   const bool ll = c->algo == MG_ALGO_LL;
@@ -221,6 +191,7 @@ static int launch_ring(mg_team *t, const mg_call *c, const mg::KernelChoice &k, 
     case MG_REDUCE: a.mode = mg::kRingReduce; break;
     default: return MG_ERR_ARG;
   }
+  a.nchannels = c->nchannels;
   cut_into_steps(t, c, V, (size_t)(k.part_size > k.elem_size ? k.part_size : k.elem_size), 1, &a);
   return launch_kernel((const void *)k.ring, a.nchannels, &a, stream);
 }
@@ -345,7 +316,7 @@ static bool resident_form(const mg_team *t, const mg_call *c, mg::ResidentCall *
   if ((c->algo == MG_ALGO_LL128 || c->algo == MG_ALGO_LL128_TWOSHOT) && k.ll128) {
     mg::LineArgs a;
     plan_line(t, c, k, &a);
-    const bool blocks = a.mode == mg::kLineReduceScatter || a.mode == mg::kLineAllgather;
+    const bool blocks = a.mode == mg::kDirectReduceScatter || a.mode == mg::kDirectAllgather;
     const size_t bytes = a.total_bytes * (blocks ? (size_t)t->cfg.nranks : 1);
     if (bytes > t->cfg.resident_max_bytes || bytes > 0x7fffffffu) return false;
     *out = mg::resident_call_of(mg::kResidentLL128, a, c->dtype, c->op);

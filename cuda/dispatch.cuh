@@ -97,7 +97,6 @@ __host__ __device__ __forceinline__ bool visit_copy(int dtype, F &&f) {
 // 16 bytes first (an LL get waits on NVLink; a switch case must not hold that wait), then one
 // warp-uniform switch to that pair's reduce_ranks.
 struct RuntimeReduce {
-  static constexpr bool kCopies = true;
   int dtype, op;
   template <typename Get> __device__ __forceinline__ uint4 operator()(int n, const Get &get) const {
     uint4 x[MG_MAX_RANKS];

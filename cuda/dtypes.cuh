@@ -100,11 +100,10 @@ __device__ __forceinline__ uint4 reduce_ranks(int n, const Get &get) {
 }
 
 // The reduction of a call as a value the LL and LL128 bodies take: reduce_ranks<T, Op> fixed at
-// compile time in the launched kernels (one instantiation per pair; the Bcast forms only in the
-// copy's, kCopies). Nothing else in those bodies depends on the type, so the resident kernel runs
-// one body for every pair with the pair picked at run time (RuntimeReduce, dispatch.cuh).
+// compile time in the launched kernels (one instantiation per pair). Nothing else in those bodies
+// depends on the type, so the resident kernel runs one body for every pair with the pair picked at
+// run time (RuntimeReduce, dispatch.cuh).
 template <typename T, typename Op> struct StaticReduce {
-  static constexpr bool kCopies = std::is_same<Op, OpCopy>::value;
   template <typename Get> __device__ __forceinline__ uint4 operator()(int n, const Get &get) const {
     return reduce_ranks<T, Op>(n, get);
   }

@@ -1,23 +1,15 @@
-// line_kernel.cuh: the direct algorithm of the protocols with flags in the data (the "algorithm" layer
-// over ll_proto.cuh and ll128_proto.cuh), written once: a call's whole message fits the protocol's
-// areas, every rank stores its pieces straight into its peers' areas and each receiver polls them.
+// line_kernel.cuh: the line protocols (flags in the data: ll_proto.cuh, ll128_proto.cuh) as protocols
+// of the direct algorithm (direct_kernel.cuh): a call's whole message fits the protocol's areas, so a
+// form runs in one step on one "channel" whose crew is every worker of the call's blocks; every rank
+// stores its pieces straight into its peers' areas (lane 0: phase 0, lane 1: phase 1) and each receiver
+// polls them, a unit at a time.
 //
-// Forms. Symmetric (every rank sends to and receives from every other rank in each phase):
-//   Allreduce one-shot: every rank sends its whole input to every peer and reduces all n in rank order.
-//   Allreduce two-shot: shard k of every input goes to rank k (phase 0), which reduces it, writes it
-//     and sends the result to every peer (phase 1), where every rank copies it in. With large shards
-//     on 3+ ranks phase 0's sending and receiving run on separate warps (split_phase0).
-//   Reduce_scatter_block: block j of every input goes to rank j, which reduces it.
-//   Allgather: every rank sends its input to every peer and copies the n blocks out.
-//   Reduce: either Allreduce form with no output off the root (recv == nullptr): the same units move
-//     (the reuse argument below) and the root waits one hop, not a fan-in of fenced steps.
-// Rooted:
-//   Bcast one-shot: the root sends every unit to every other rank.
-//   Bcast scatter: the root sends shard k of the message to the k-th other rank only (phase 0), which
-//     writes it and forwards it to the other non-roots (phase 1): the root stores the message once,
-//     not n - 1 times, at the cost of one more hop.
-// The forms with a second phase (two-shot, both Bcasts) need a protocol with areas for it
-// (Proto::kTwoPhase: LL128); the host asks the LL protocol for the one-phase symmetric forms only.
+// The forms (direct_form.cuh) the host gives them: one-shot Allreduce (and Reduce as it, with no output
+// off the root: the same units move, by the reuse argument below), Reduce_scatter_block, Allgather; and
+// with a protocol that has areas for two phases (Proto::kTwoPhase: LL128) the two-shot Allreduce (and
+// Reduce as it), one-shot Bcast and scatter Bcast (the root stores the message once, not n - 1 times,
+// at the cost of one more hop). With large shards on 3+ ranks the two-shot form splits its contributing
+// and reducing across each block's warps (split_phase0; direct_run).
 //
 // What a protocol (Proto) provides, with the thread's place in a unit fixed at construction from
 // the call's sequence number:
@@ -31,11 +23,10 @@
 //   store(dst, v): this thread's part of a unit into a peer's area, with the call's flag;
 //   recv_each(a, from, stride, want, inbox, each), recv_reduce(a, from, stride, want, own, reduce, inbox,
 //     ok): the units of the sources in `want` (at from + k * stride), waited for, handed on or combined
-//     in rank order with this rank's own part; and, for the Bcasts (two-phase protocols only),
-//     recv_one(a, from, stride, src, valid, inbox, v): one source's unit. Every thread of a worker calls
-//     them together. An Inbox holds what a
-//     protocol loads before it is used (LL128: every source's line; LL: nothing); a loop declares one
-//     per turn for all its receives (two in one turn, one per branch, took LL128 33 more registers).
+//     in rank order with this rank's own part, with its own wait. Every thread of a worker calls them
+//     together. An Inbox holds what a protocol loads before it is used (LL128: every source's line; LL:
+//     nothing); a loop declares one per turn for all its receives (two in one turn took LL128 33 more
+//     registers).
 //
 // Reuse of the areas and the sequence number (protocol.cuh): call seq uses the areas of parity
 // seq & 1; a peer writes them again at call seq + 2, which it starts only after receiving my units
@@ -45,6 +36,7 @@
 // Each thread handles the same part of unit u of every block, in every phase, so in-place calls are
 // safe: a thread reads a unit of the input before it writes that unit of the output.
 #pragma once
+#include "direct_kernel.cuh"
 #include "dtypes.cuh"
 #include "ll128_proto.cuh"
 #include "ll_proto.cuh"
@@ -52,24 +44,23 @@
 
 namespace mg {
 
-enum LineMode {
-  kLineAllreduce = 0, kLineReduceScatter = 1, kLineAllgather = 2, kLineAllreduceTwoShot = 3,
-  kLineBcast = 4, kLineBcastScatter = 5
-};
-
 struct LineArgs {
   char *ws[MG_MAX_RANKS];
   const char *send;
-  char *recv;
+  char *recv;  // null: no output (a Reduce off the root)
   Layout layout;
-  int rank, nranks, mode, root;
+  int rank, nranks, mode, root;  // mode: a DirectMode the line protocols run (direct_form.cuh)
   size_t block_bytes;  // bytes of block j (RS, AG), of the whole message (one-shot), of a shard (two-shot, scatter)
   size_t total_bytes;  // two-shot, scatter: the whole message; shard k holds min(block, total - k * block) bytes
   Watch watch;
-  int split_phase0;  // two-shot: phase 0's sending and receiving on separate warps (launch_line)
+  int split_phase0;  // two-shot: contributing and reducing on separate warps (launch_line)
 };
 
-__host__ __device__ inline bool line_is_bcast(int mode) { return mode == kLineBcast || mode == kLineBcastScatter; }
+// The form of a line call, in bytes.
+__host__ __device__ inline DirectForm line_form(const LineArgs &a) {
+  const bool shards = a.mode == kDirectTwoShot || a.mode == kDirectBcastScatter;
+  return direct_form(a.mode, a.root, a.nranks, shards ? a.total_bytes : a.block_bytes, a.block_bytes);
+}
 
 // Units a block of kThreads takes a turn, all its workers, or each half where phase 0 is split:
 // the resident kernel wakes as many blocks as a call's units need (resident_blocks_for).
@@ -102,192 +93,158 @@ template <typename Proto> struct Units {
   __device__ __forceinline__ size_t unit() const { return u0 + sub; }
 };
 
-// Bcast, one-shot or scatter (see the forms above). Non-root k is the idx-th non-root (idx = k
-// without the root) and owns shard idx: bytes [idx * B, min((idx + 1) * B, total)). False: a wait
-// stopped (nothing is forwarded after it).
-template <typename Proto>
-__device__ __forceinline__ bool line_bcast(const Proto &p, const LineArgs &a, int parity, Workers wk) {
-  const int me = a.rank, n = a.nranks, root = a.root;
-  const bool scatter = a.mode == kLineBcastScatter;
-  const size_t B = a.block_bytes, total = a.total_bytes, stride = Proto::area_stride(a.layout);
-  auto idx = [&](int k) { return (size_t)(k - (k > root)); };
-  auto shard_len = [&](int k) -> size_t {  // bytes non-root k receives from the root
-    return scatter ? shard_extent(total, B, B, idx(k)) : total;
-  };
-  const size_t nunits = Proto::units(B);
-  if (me == root) {  // phase 0: units to every other rank
-    const size_t at = Proto::area(a.layout, parity, 0, root);
+// One call in a line protocol, for the direct algorithm (direct_kernel.cuh names what a protocol
+// provides): by every thread of blocks 0 .. nblocks - 1 (`block` is this one), so any number of blocks
+// runs the same protocol, and a rank whose call ran in a launched kernel (its whole grid) meets one whose
+// call ran in the resident kernel (some of its blocks, resident_kernel.cuh). `reduce` combines the ranks'
+// parts of a unit (StaticReduce or RuntimeReduce, dtypes.cuh). The units of a piece are visited in loops
+// over Units, not by a function taking a loop's body.
+template <typename Proto, typename Reduce> struct LineCall {
+  using Crew = Workers;
+  static constexpr bool kOneStep = true;  // a call is one step
+  const LineArgs &a;
+  const Proto p;
+  const Reduce &combine;  // (the call's reduction)
+  int parity;
+  uint32_t block, nblocks;
+
+  __device__ __forceinline__ LineCall(const LineArgs &args, uint32_t seq, const Reduce &r, uint32_t blk, uint32_t nblk)
+      : a(args), p(seq), combine(r), parity((int)(seq & 1u)), block(blk), nblocks(nblk) {}
+
+  __device__ __forceinline__ int rank() const { return a.rank; }
+  __device__ __forceinline__ int warps() const { return (int)blockDim.x / 32; }
+  __device__ __forceinline__ Crew crew(int lo, int count, int /*barrier: none, the waits are per unit*/) const {
+    constexpr int kPerWarp = 32 / Proto::kWorkerThreads;
+    return workers_of<Proto>(block, nblocks, (size_t)lo * kPerWarp, (size_t)count * kPerWarp);
+  }
+  // Where lane `lane`'s units from src lie in this rank's workspace (src 0: the first source's area).
+  __device__ __forceinline__ const char *inbox_of(int lane) const {
+    return a.ws[a.rank] + Proto::area(a.layout, parity, lane, 0);
+  }
+
+  template <typename PieceOf>
+  __device__ __forceinline__ bool scatter(const Crew &wk, int, uint32_t to, bool same, const PieceOf &piece) const {
+    const int n = a.nranks;
+    const size_t at = Proto::area(a.layout, parity, 0, a.rank);
+    size_t nunits = 0;
+    int first = -1;
+    for (int j = 0; j < n; ++j) {
+      if (!((to >> j) & 1u)) continue;
+      const size_t u = Proto::units(piece(j).n);
+      nunits = u > nunits ? u : nunits;
+      if (first < 0) first = j;
+    }
+    const Piece whole = first >= 0 ? piece(first) : Piece{0, 0, 0};
     for (Units<Proto> it(p, wk); it.more(nunits); it.next()) {
       const size_t u = it.unit();
-      if (!scatter) {
+      if (same) {  // one read, every owner's store
         if (u >= nunits) continue;
-        const uint4 v = p.read(a.send, p.data_off(u), total);
+        const uint4 v = p.read(a.send + whole.in, p.data_off(u), whole.n);
         for (int j = 0; j < n; ++j)
-          if (j != root) p.store(a.ws[j] + at + p.area_off(u), v);
+          if ((to >> j) & 1u) p.store(a.ws[j] + at + p.area_off(u), v);
         continue;
       }
-      for (int j = 0; j < n; ++j)
-        if (j != root && u < Proto::units(shard_len(j)))
-          p.store(a.ws[j] + at + p.area_off(u), p.read(a.send + idx(j) * B, p.data_off(u), shard_len(j)));
+      for (int j = 0; j < n; ++j) {
+        if (!((to >> j) & 1u)) continue;
+        const Piece q = piece(j);
+        if (u < Proto::units(q.n)) p.store(a.ws[j] + at + p.area_off(u), p.read(a.send + q.in, p.data_off(u), q.n));
+      }
     }
     return true;
   }
-  // Phase 0, receiving my shard (the whole message, one-shot); forwarding it when scattering.
-  const char *mine = a.ws[me];
-  const size_t my_len = shard_len(me);
-  char *out = a.recv + (scatter ? idx(me) * B : 0);
-  for (Units<Proto> it(p, wk); it.more(nunits); it.next()) {
-    const size_t u = it.unit();
-    const bool valid = u < Proto::units(my_len);
-    typename Proto::Inbox box;
-    uint4 v;
-    if (!p.recv_one(a, mine + Proto::area(a.layout, parity, 0, 0) + p.area_off(u), stride, root, valid, box, v))
-      return false;
-    if (!valid) continue;
-    p.write(out, p.data_off(u), my_len, v);
-    if (!scatter) continue;
-    const size_t at = Proto::area(a.layout, parity, 1, me) + p.area_off(u);
-    for (int j = 0; j < n; ++j)
-      if (j != me && j != root) p.store(a.ws[j] + at, v);
-  }
-  if (!scatter) return true;
-  // Phase 1, receiving the other non-roots' shards.
-  for (Units<Proto> it(p, wk); it.more(nunits); it.next()) {
-    const size_t u = it.unit();
-    uint32_t want = 0;
-    for (int k = 0; k < n; ++k)
-      if (k != me && k != root && u < Proto::units(shard_len(k))) want |= 1u << k;
-    typename Proto::Inbox box;
-    if (!p.recv_each(a, mine + Proto::area(a.layout, parity, 1, 0) + p.area_off(u), stride, want, box,
-                     [&](int k, uint4 v) { p.write(a.recv + idx(k) * B, p.data_off(u), shard_len(k), v); }))
-      return false;
-  }
-  return true;
-}
 
-// One call's units, by every thread of blocks 0 .. nblocks - 1 (`block` is this one): any number of
-// blocks runs the same protocol, so a rank whose call ran in a launched kernel (its whole grid) meets
-// one whose call ran in the resident kernel (some of its blocks, resident_kernel.cuh). The caller has
-// begun sequence number seq and passed ll_reuse_guard; it publishes seq after. `reduce` combines the
-// ranks' parts of a unit (StaticReduce or RuntimeReduce, dtypes.cuh). Returns false, for the whole
+  // The line forms' reductions: with my own part, `from` is every other rank or none (LL128's
+  // recv_reduce combines every rank); without it (the Bcasts, LL128 only), one source, copied.
+  __device__ __forceinline__ bool reduce(const Crew &wk, int, uint32_t from, long long own, long long out, uint32_t to,
+                                         size_t nbytes) const {
+    const int n = a.nranks;
+    const size_t nunits = Proto::units(nbytes), stride = Proto::area_stride(a.layout);
+    const char *from_at = inbox_of(0);
+    const size_t at1 = Proto::area(a.layout, parity, 1, a.rank);
+    const char *src = own >= 0 ? a.send + own : nullptr;
+    char *dst = out >= 0 && a.recv ? a.recv + out : nullptr;
+    for (Units<Proto> it(p, wk); it.more(nunits); it.next()) {
+      const size_t u = it.unit();
+      const bool valid = u < nunits;
+      typename Proto::Inbox box;
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (!Proto::kTwoPhase || src) {
+        // My own part is read before the wait, so its load overlaps the peers' units arriving.
+        const uint4 mine = p.read(src, p.data_off(u), valid ? nbytes : 0);
+        bool ok = true;
+        v = from ? p.recv_reduce(a, from_at + p.area_off(u), stride, valid ? from : 0u, mine, combine, box, ok) : mine;
+        if (!ok) return false;
+      } else if (!p.recv_each(a, from_at + p.area_off(u), stride, valid ? from : 0u, box,
+                              [&](int, uint4 x) { v = x; })) {  // one source and nothing of mine (Bcast)
+        return false;
+      }
+      if (!valid) continue;
+      if (dst && (from || dst != src)) p.write(dst, p.data_off(u), nbytes, v);  // (not my own unit onto itself)
+      for (int j = 0; j < n; ++j)
+        if ((to >> j) & 1u) p.store(a.ws[j] + at1 + p.area_off(u), v);
+    }
+    return true;
+  }
+
+  // A Reduce's non-roots receive too, writing nothing (no output): with a message this short that some
+  // shards are empty, phase 1 may be all a rank hears from its peers, and the areas' reuse needs every
+  // rank to hear from them.
+  template <typename PieceOf>
+  __device__ __forceinline__ bool gather(const Crew &wk, int, uint32_t from, const PieceOf &piece) const {
+    const int n = a.nranks;
+    const size_t stride = Proto::area_stride(a.layout);
+    const char *from_at = inbox_of(1);
+    size_t nunits = 0;
+    for (int k = 0; k < n; ++k)
+      if ((from >> k) & 1u) {
+        const size_t u = Proto::units(piece(k).n);
+        nunits = u > nunits ? u : nunits;
+      }
+    for (Units<Proto> it(p, wk); it.more(nunits); it.next()) {
+      const size_t u = it.unit();
+      uint32_t want = 0;
+      for (int k = 0; k < n; ++k)
+        if (((from >> k) & 1u) && u < Proto::units(piece(k).n)) want |= 1u << k;
+      typename Proto::Inbox box;
+      if (!p.recv_each(a, from_at + p.area_off(u), stride, want, box, [&](int k, uint4 v) {
+            if (!a.recv) return;
+            // k laundered: the piece is worked out here, per unit; hoisted out of the loop for every
+            // rank the call could have, it held 29 registers (docs/kernel-registers.md)
+            asm volatile("" : "+r"(k));
+            const Piece q = piece(k);
+            p.write(a.recv + q.out, p.data_off(u), q.n, v);
+          }))
+        return false;
+    }
+    return true;
+  }
+};
+
+// One call's units, by every thread of blocks 0 .. nblocks - 1 (LineCall). The caller has begun
+// sequence number seq and passed ll_reuse_guard; it publishes seq after. Returns false, for the whole
 // worker, when a wait stopped: it then stores nothing more.
 template <typename Proto, typename Reduce>
-__device__ __forceinline__ bool line_exchange(const LineArgs &a, uint32_t seq, const Reduce &reduce, uint32_t block,
-                                              uint32_t nblocks) {
-  const Proto p(seq);
-  const int me = a.rank, n = a.nranks;
-  const uint32_t peers = ((1u << n) - 1u) & ~(1u << me);
-  const int parity = (int)(seq & 1u);
-  const size_t W = blockDim.x / Proto::kWorkerThreads;
-  const Workers all = workers_of<Proto>(block, nblocks, 0, W);
-  if constexpr (Proto::kTwoPhase) {
-    if (line_is_bcast(a.mode)) {
-      if constexpr (Reduce::kCopies) {
-        ll_announce_start(a.ws, me, n, seq);
-        return line_bcast(p, a, parity, all);
-      }
-      return true;
-    }
-  }
-
-  const bool two = Proto::kTwoPhase && a.mode == kLineAllreduceTwoShot;
-  const bool scatter = two || a.mode == kLineReduceScatter;  // block j of the input goes to rank j
-  const size_t B = a.block_bytes, stride = Proto::area_stride(a.layout);
-  // Bytes of block k: every block is B except a two-shot message's last shards.
-  auto block_len = [&](int k) -> size_t { return two ? shard_extent(a.total_bytes, B, B, (size_t)k) : B; };
-  const size_t nunits = Proto::units(B);  // units of the largest block
-  const size_t mine_len = block_len(me);
-  const char *mine = a.ws[me];
-
-  // Who runs phase 0's two loops: every worker sends, then receives; or, in a two-shot call with
-  // split_phase0, half of each block's workers send my input's units while the other half receive
-  // the peers' units, reduce them and send the results (phase 1). Phase 1's stores then start when
-  // the first units arrive, not after every phase-0 unit is sent: the links carry both phases at
-  // once and phase 0's tail latency is hidden. In place this is safe: senders read only the other
-  // ranks' shards of the input, and unit u of shard k of my output is written (phase 1) only after
-  // rank k reduced it, so after my sender read unit u of my input's shard k.
-  bool sends = true, receives = true;
-  Workers send_wk = all, recv_wk = all;
-  if (two && a.split_phase0) {
-    const size_t w = threadIdx.x / Proto::kWorkerThreads, half = W / 2;
-    sends = w < half;
-    receives = !sends;
-    send_wk = workers_of<Proto>(block, nblocks, 0, half);
-    recv_wk = workers_of<Proto>(block, nblocks, half, W - half);
-  }
-
-  // Phase 0: send my input's units to every peer (block j to rank j when scattering).
-  const size_t at0 = Proto::area(a.layout, parity, 0, me);
-  for (Units<Proto> it(p, send_wk); sends && it.more(nunits); it.next()) {
-    const size_t u = it.unit();
-    if (!scatter) {  // the same units to every peer
-      if (u >= nunits) continue;
-      const uint4 v = p.read(a.send, p.data_off(u), B);
-      for (int j = 0; j < n; ++j)
-        if (j != me) p.store(a.ws[j] + at0 + p.area_off(u), v);
-      if (a.mode == kLineAllgather && a.send != a.recv + (size_t)me * B) p.write(a.recv + (size_t)me * B, p.data_off(u), B, v);
-      continue;
-    }
-    for (int j = 0; j < n; ++j) {
-      if (j == me || u >= Proto::units(block_len(j))) continue;
-      p.store(a.ws[j] + at0 + p.area_off(u), p.read(a.send + (size_t)j * B, p.data_off(u), block_len(j)));
-    }
-  }
-
-  // Phase 0, receiving: reduce my block (or copy every peer's block, Allgather).
-  const char *from0 = mine + Proto::area(a.layout, parity, 0, 0);
-  for (Units<Proto> it(p, recv_wk); receives && it.more(nunits); it.next()) {
-    const size_t u = it.unit();
-    typename Proto::Inbox box;
-    if (a.mode == kLineAllgather) {
-      if (!p.recv_each(a, from0 + p.area_off(u), stride, u < nunits ? peers : 0u, box,
-                       [&](int k, uint4 v) { p.write(a.recv + (size_t)k * B, p.data_off(u), B, v); }))
-        return false;
-      continue;
-    }
-    const bool valid = u < Proto::units(mine_len);
-    // My own part is read before the wait, so its load overlaps the peers' units arriving.
-    const uint4 own = p.read(a.send + (scatter ? (size_t)me * B : 0), p.data_off(u), valid ? mine_len : 0);
-    bool ok;
-    const uint4 v = p.recv_reduce(a, from0 + p.area_off(u), stride, valid ? peers : 0u, own, reduce, box, ok);
-    if (!ok) return false;
-    if (!valid) continue;
-    if (a.recv) p.write(a.recv + (two ? (size_t)me * B : 0), p.data_off(u), mine_len, v);
-    if (two) {  // my reduced shard to every peer (phase 1)
-      const size_t at = Proto::area(a.layout, parity, 1, me) + p.area_off(u);
-      for (int j = 0; j < n; ++j)
-        if (j != me) p.store(a.ws[j] + at, v);
-    }
-  }
-
-  // Phase 1 (two-shot), receiving: every other shard into my output. A Reduce's non-roots receive
-  // too, writing nothing: with a message this short that some shards are empty, phase 1 may be all
-  // a rank hears from its peers, and the areas' reuse needs every rank to hear from them.
-  if (!two) return true;
-  const char *from1 = mine + Proto::area(a.layout, parity, 1, 0);
-  for (Units<Proto> it(p, all); it.more(nunits); it.next()) {
-    const size_t u = it.unit();
-    uint32_t want = 0;
-    for (int k = 0; k < n; ++k)
-      if (k != me && u < Proto::units(block_len(k))) want |= 1u << k;
-    typename Proto::Inbox box;
-    if (!p.recv_each(a, from1 + p.area_off(u), stride, want, box, [&](int k, uint4 v) {
-          if (a.recv) p.write(a.recv + (size_t)k * B, p.data_off(u), block_len(k), v);
-        }))
-      return false;
-  }
-  return true;
+__device__ __forceinline__ bool line_exchange(const LineArgs &a, const DirectForm &form, uint32_t seq,
+                                              const Reduce &reduce, uint32_t block, uint32_t nblocks) {
+  if (direct_is_bcast(a.mode)) ll_announce_start(a.ws, a.rank, a.nranks, seq);
+  const LineCall<Proto, Reduce> call(a, seq, reduce, block, nblocks);
+  return direct_run(call, form, 0, Proto::kTwoPhase && a.split_phase0 != 0);  // (LL: two-shot never)
 }
 
 // The launched kernel of a protocol: every block of the grid runs the call.
 template <typename Proto, typename T, typename Op>
 __global__ void __launch_bounds__(kThreads, 1) line_kernel(const __grid_constant__ LineArgs a) {
+  // The call's form in shared memory, read where used: kept in registers through the call it took LL
+  // 20 more of them (docs/kernel-registers.md).
+  __shared__ DirectForm form;
+  if (threadIdx.x == 0) form = line_form(a);
   TeamState *state = team_state(a.ws[a.rank]);
   const uint32_t seq = ll_sequence_begin(state);
   bool dead = ll_reuse_guard(state, a, seq, call_enter(state, blockIdx.x == 0));
   if (Proto::kWorkerThreads > 1) dead = __any_sync(0xffffffffu, dead);  // a worker stops as a whole
-  if (!dead) dead = !line_exchange<Proto>(a, seq, StaticReduce<T, Op>{}, blockIdx.x, gridDim.x);
-  ll_sequence_publish(state, a.watch, seq, gridDim.x, dead, line_is_bcast(a.mode));
+  __syncthreads();
+  if (!dead) dead = !line_exchange<Proto>(a, form, seq, StaticReduce<T, Op>{}, blockIdx.x, gridDim.x);
+  ll_sequence_publish(state, a.watch, seq, gridDim.x, dead, direct_is_bcast(a.mode));
 }
 
 }  // namespace mg

@@ -1,5 +1,6 @@
 // ll128_proto.cuh: the 128-byte-line protocol (LL128), after NCCL's LL128, for medium symmetric
-// collectives and Bcast. Its primitives serve the direct algorithm of line_kernel.cuh (LL128Proto).
+// collectives and Bcast. Its primitives serve the direct algorithm (direct_kernel.cuh) through
+// line_kernel.cuh (LL128Proto).
 //
 // The data travels in 128-byte lines: 120 bytes of payload and an 8-byte flag holding the call's
 // sequence number. A warp stores four whole lines at a time (eight threads per line, 16 bytes each,
@@ -9,8 +10,8 @@
 // lines, its flag threads compare the flag, and the warp reloads until every flag matches.
 //
 // Against the 8-byte LL protocol (ll_proto.cuh) this moves 128 bytes per 120 instead of 2 per 1,
-// and against the direct kernel it has no fence and no counter round trip per step: one NVLink
-// store per 16 bytes and one local poll. It serves medium sizes where the direct kernel's two flag
+// and against the Simple protocol it has no fence and no counter round trip per step: one NVLink
+// store per 16 bytes and one local poll. It serves medium sizes where Simple's two flag
 // round trips per step dominate and the LL protocol's doubled bytes cost too much. Its areas
 // (Layout::ll128_off) hold two phases per call parity and source: it runs every form of
 // line_kernel.cuh, the two-shot Allreduce and both Bcasts among them.
@@ -114,8 +115,8 @@ __device__ __forceinline__ bool receive_lines(const A &a, const char *from, size
   }
 }
 
-// The LL128 protocol's primitives for the direct algorithm (line_kernel.cuh, which names what a
-// protocol provides). A unit is one line; a worker is a warp, which takes four lines a turn (eight
+// The LL128 protocol's primitives for the line calls of the direct algorithm (line_kernel.cuh, which
+// names what a line protocol provides). A unit is one line; a worker is a warp, which takes four lines a turn (eight
 // threads a line): lines 4w, 4w + 4 workers, ... Thread `part` (lane % 8) holds bytes part * 16 ..
 // of its line's payload, 8 of them in the flag thread (part 7), 16 in the others.
 struct LL128Proto {
@@ -157,20 +158,6 @@ struct LL128Proto {
 #pragma unroll
     for (int k = 0; k < MG_MAX_RANKS; ++k)
       if ((want >> k) & 1u) each(k, payload(r.lo[k], r.hi[k], flag_part));
-    return true;
-  }
-
-  // Source src's line (where `valid`; a lane past the block's end passes false), into v. Every lane
-  // of the warp calls it. False where the wait stopped.
-  template <typename A>
-  __device__ __forceinline__ bool recv_one(const A &a, const char *from, size_t stride, int src, bool valid, Inbox &r,
-                                           uint4 &v) const {
-    if (!receive_lines(a, from, stride, valid ? 1u << src : 0u, flag_part, flag, r)) return false;
-    uint64_t lo = 0, hi = 0;  // r.lo[src] without a dynamic index (which would put r in local memory)
-#pragma unroll
-    for (int k = 0; k < MG_MAX_RANKS; ++k)
-      if (k == src) lo = r.lo[k], hi = r.hi[k];
-    v = payload(lo, hi, flag_part);
     return true;
   }
 

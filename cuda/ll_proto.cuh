@@ -1,7 +1,7 @@
 // ll_proto.cuh: the low-latency protocol (LL), after NCCL's LL: every 8 bytes a sender stores hold 4
 // bytes of data and the 32-bit sequence number of the call, so a receiver polls the data itself. No
 // fence, no counter, no ack: one NVLink store and one poll per word, the lowest latency a kernel can
-// have. Its primitives serve the direct algorithm of line_kernel.cuh (LLProto) and the exchange's small
+// have. Its primitives serve the direct algorithm through line_kernel.cuh (LLProto) and the exchange's small
 // pairs (exchange_kernel.cuh: ll_store, ll_load).
 //
 // Its areas (Layout::ll_off) hold one phase per call parity and source, so it runs the symmetric
@@ -56,8 +56,8 @@ __device__ __forceinline__ uint4 ll_load(const char *src, uint32_t f, const A &l
   return make_uint4(a.x, a.z, b.x, b.z);
 }
 
-// The LL protocol's primitives for the direct algorithm (line_kernel.cuh, which names what a
-// protocol provides). A unit is one 16-byte vector of a piece, 32 bytes in the areas; each thread
+// The LL protocol's primitives for the line calls of the direct algorithm (line_kernel.cuh, which
+// names what a line protocol provides). A unit is one 16-byte vector of a piece, 32 bytes in the areas; each thread
 // is a worker and takes units gid, gid + workers, ...
 struct LLProto {
   static constexpr bool kTwoPhase = false;   // one phase of areas: no two-shot, no Bcast

@@ -132,7 +132,7 @@ __host__ __device__ inline size_t shard_extent(size_t total, size_t stride, size
 }
 
 // One of `parts` equal shares of `len` units, in whole vectors of V units: the two-shot, ring and
-// scatter shards (cut_into_shards, ll128_shard_bytes) and the channels' spans (cut_into_steps) are
+// scatter shards (plan, cut_into_shards, ll128_shard_bytes) and the channels' spans (cut_into_steps) are
 // cut by it in elements, and mg_select counts the same shares in bytes (len in bytes, V = 16). The
 // two agree for any element size e dividing 16 (V = 16 / e): ceil(ceil(x / p) / V) = ceil(x / (p V)),
 // so a share of x elements is ceil(x / (p V)) * 16 bytes, as is the byte share of x * e bytes.

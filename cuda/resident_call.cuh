@@ -78,7 +78,7 @@ __host__ __device__ inline ResidentCall read_call(const uint32_t *w) {
 
 // Blocks of a resident instance's grid of `grid` that run call c: as many as give every thread one
 // 16-byte vector of an LL piece, or every warp one group of four lines of an LL128 block (per warp
-// set, where a two-shot call splits phase 0: line_exchange), at least one and at most the grid. The
+// share, where a two-shot call splits its stages: direct_run), at least one and at most the grid. The
 // other blocks would have no work; left out, they neither wake for the call nor delay its end.
 __host__ __device__ inline uint32_t resident_blocks_for(const ResidentCall &c, uint32_t grid) {
   size_t per_block, units;

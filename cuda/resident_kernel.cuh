@@ -31,7 +31,7 @@
 // needs them, and otherwise go back to the relay. So a small call wakes no block but the first and
 // waits for no other, and blocks that a call does not need never hold it up.
 //
-// Kernel to host. The call's blocks run its LL or LL128 exchange (line_kernel.cuh:
+// Kernel to host. The call's blocks run its LL or LL128 form of the direct algorithm (line_kernel.cuh:
 // any number of blocks runs the same protocol, so a peer whose call was launched, on another grid,
 // meets this one) and the last of them out writes the call's number into ResidentBox::done after a
 // system-scope fence. The host spins on it. The next call's words are written only after that, when
@@ -247,6 +247,7 @@ __global__ void __launch_bounds__(kThreads, 1) resident_kernel(const __grid_cons
   __shared__ ResidentInbox inbox;
   // The call's arguments, indexed by peer: kept out of local memory.
   __shared__ union { LineArgs line; ExchangeArgs x; } a;
+  __shared__ DirectForm form;  // a line call's form (line_kernel.cuh: read where used)
   ResidentCursor cur{r.start, r.linger_ns};
   for (ResidentStep step; (step = next_call(r, state, inbox, cur)) != kExitKernel;) {
     if (step == kSkipCall) continue;
@@ -267,6 +268,7 @@ __global__ void __launch_bounds__(kThreads, 1) resident_kernel(const __grid_cons
       b.block_bytes = c.bytes;
       b.total_bytes = c.total;
       b.split_phase0 = (int)c.split;
+      form = line_form(b);
     }
     __syncthreads();
     const uint32_t seq = ll_sequence_begin(state);
@@ -275,13 +277,13 @@ __global__ void __launch_bounds__(kThreads, 1) resident_kernel(const __grid_cons
     bool dead = ll_reuse_guard(state, r.team, seq, call_enter(state, blockIdx.x == 0));
     const RuntimeReduce reduce{(int)c.dtype, (int)c.op};
     if (ll) {
-      if (!dead) dead = !line_exchange<LLProto>(a.line, seq, reduce, blockIdx.x, nblocks);
+      if (!dead) dead = !line_exchange<LLProto>(a.line, form, seq, reduce, blockIdx.x, nblocks);
     } else {
       dead = __any_sync(0xffffffffu, dead);  // LL128 warps stop as a whole
-      if (!dead) dead = !line_exchange<LL128Proto>(a.line, seq, reduce, blockIdx.x, nblocks);
+      if (!dead) dead = !line_exchange<LL128Proto>(a.line, form, seq, reduce, blockIdx.x, nblocks);
     }
     // Its first __syncthreads also keeps `words` and `a` from being rewritten while a thread reads them.
-    ll_sequence_publish(state, r.team.watch, seq, nblocks, dead, !ll && line_is_bcast((int)c.mode), &r.box->done,
+    ll_sequence_publish(state, r.team.watch, seq, nblocks, dead, !ll && direct_is_bcast((int)c.mode), &r.box->done,
                         cur.call);
   }
 }

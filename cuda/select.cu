@@ -147,7 +147,7 @@ extern "C" int mg_select(const mg_team *t, mg_call *c) {
   }
   // Bytes of one owner's shard (the ring's shards and blocks alike; its chains carry the whole
   // message): what the channel count divides. Shards are whole 16-byte vectors (vector_share, as
-  // cut_into_shards cuts them in elements), blocks the user's count.
+  // the plans cut them in elements), blocks the user's count.
   size_t per_owner = (size_t)B;
   if (c->algo == MG_ALGO_TWOSHOT || (c->algo == MG_ALGO_RING && c->coll == MG_ALLREDUCE))
     per_owner = mg::vector_share(per_owner, (size_t)(c->coll == MG_BCAST ? n - 1 : n), 16);

@@ -5,6 +5,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "fortran.h"
 
@@ -19,6 +20,9 @@ static const char *const bottom_names[NMANGLINGS] = {"mpi_fortran_bottom_", "mpi
                                            "MPI_FORTRAN_BOTTOM"};
 static const char *const status_ignore_names[NMANGLINGS] = {"mpi_fortran_status_ignore_", "mpi_fortran_status_ignore__",
                                                   "mpi_fortran_status_ignore", "MPI_FORTRAN_STATUS_IGNORE"};
+static const char *const statuses_ignore_names[NMANGLINGS] = {
+    "mpi_fortran_statuses_ignore_", "mpi_fortran_statuses_ignore__", "mpi_fortran_statuses_ignore",
+    "MPI_FORTRAN_STATUSES_IGNORE"};
 
 /* Every definition of a sentinel among the loaded objects is taken for it. Which copy a call passes
  * depends on how the objects were loaded: a Fortran program's own copy (the runtime's references bind to
@@ -28,10 +32,11 @@ static const char *const status_ignore_names[NMANGLINGS] = {"mpi_fortran_status_
  * the loader has loaded an object since (dl_iterate_phdr's dlpi_adds), looked at where a buffer matched
  * none. MPICH keeps its sentinels' addresses in pointers (MPIR_F_MPI_IN_PLACE & co.), read at every call:
  * its Fortran runtime may set them after the first call converted here. */
-enum { SENTINEL_IN_PLACE, SENTINEL_BOTTOM, SENTINEL_STATUS_IGNORE, NSENTINELS };
-static const char *const *const sentinel_names[NSENTINELS] = {in_place_names, bottom_names, status_ignore_names};
+enum { SENTINEL_IN_PLACE, SENTINEL_BOTTOM, SENTINEL_STATUS_IGNORE, SENTINEL_STATUSES_IGNORE, NSENTINELS };
+static const char *const *const sentinel_names[NSENTINELS] = {in_place_names, bottom_names, status_ignore_names,
+                                                              statuses_ignore_names};
 static const char *const mpich_pointers[NSENTINELS] = {"MPIR_F_MPI_IN_PLACE", "MPIR_F_MPI_BOTTOM",
-                                                       "MPI_F_STATUS_IGNORE"};
+                                                       "MPI_F_STATUS_IGNORE", "MPI_F_STATUSES_IGNORE"};
 static struct {
   uintptr_t copies[NSENTINELS][MAX_COPIES];
   void **held[NSENTINELS]; /* MPICH's pointer to the sentinel's address */
@@ -156,19 +161,6 @@ void *mgi_fortran_next(_Atomic(void *) *slot, const char *symbol, const void *ca
   return fn;
 }
 
-/* A converted call with device memory that no handler takes (mgi_device_call), but a non-blocking one on an
- * MPI that is not CUDA-aware: its host copies are copied back and freed when its request completes, which
- * the interposer sees in C's MPI_Wait & co. (staged_requests.c), while Fortran's MPI_WAIT is the library's
- * own binding, which calls the library's C function directly. */
-static int device_call(int id, intptr_t *a) {
-  const mgi_function *fn = &mgi_functions[id];
-  if (fn->request >= 0 && !mgi_lower_cuda_aware())
-    return mgi_fail(id, fn->comm >= 0 ? a[fn->comm] : 0,
-                    "a non-blocking Fortran call with device buffers needs mpigpu's handler (python -m mpigpu) "
-                    "or a CUDA-aware MPI below; this process has neither");
-  return mgi_device_call(id, a);
-}
-
 int mgi_fortran_call(int id, const unsigned char *kinds, void *const *f, const void *caller) {
   const mgi_function *fn = &mgi_functions[id];
   intptr_t a[MGI_MAX_PARAMS];
@@ -201,10 +193,85 @@ int mgi_fortran_call(int id, const unsigned char *kinds, void *const *f, const v
   /* (a buffer's place is the same before and after the conversion: Fortran's sentinels are host memory) */
   const int rc = mgi_takes_all(caller)                         ? mgi_handle(id, a)
                  : mgi_fortran_library_makes(id, f, caller) ? mgi_call_lower(id, a)
-                                                            : device_call(id, a);
+                                                            : mgi_device_call(id, a);
   status_c2f_fn c2f = f_status ? (status_c2f_fn)mgi_lower_cached(&status_c2f, "PMPI_Status_c2f") : NULL;
   if (c2f && rc == 0) c2f(&status, f_status);
   request_c2f_fn r2f = f_request ? (request_c2f_fn)mgi_lower_cached(&request_c2f, "PMPI_Request_c2f") : NULL;
   if (r2f && rc == 0) *f_request = r2f(request);
+  return rc;
+}
+
+/* ---- Fortran's MPI_WAIT & co. while requests hold host copies (staged_requests.c) ------------------------ */
+
+/* A C MPI_Status and Fortran's: 24 bytes and 6 INTEGERs in Open MPI, 20 and 5 in MPICH. */
+static size_t c_status_bytes(void) { return mgi_is_open_mpi() ? 24 : 20; }
+static size_t f_status_ints(void) { return mgi_is_open_mpi() ? 6 : 5; }
+#define MGI_UNDEFINED (-32766) /* MPI_UNDEFINED in Open MPI and MPICH */
+
+typedef intptr_t (*request_f2c_fn)(int);
+static _Atomic(void *) request_f2c;
+
+int mgi_request_width(void); /* requests.c */
+uintptr_t mgi_request_at(const void *requests, int i);
+void mgi_request_put(void *requests, int i, uintptr_t h);
+
+int mgi_fortran_request_call(int id, const unsigned char *roles, void *const *f) {
+  const mgi_request_call *c = &mgi_request_calls[id];
+  request_f2c_fn f2c = (request_f2c_fn)mgi_lower_cached(&request_f2c, "PMPI_Request_f2c");
+  request_c2f_fn r2f = (request_c2f_fn)mgi_lower_cached(&request_c2f, "PMPI_Request_c2f");
+  status_c2f_fn s2f = (status_c2f_fn)mgi_lower_cached(&status_c2f, "PMPI_Status_c2f");
+  if (!f2c || !r2f || !s2f) return mgi_fail_named(c->name, "the MPI library below has no PMPI_Request_f2c");
+  int n = 1;
+  for (int i = 0; i < c->nparams; i++)
+    if (roles[i] == MGI_FR_COUNT) n = *(const int *)f[i];
+  const size_t cn = n > 0 ? (size_t)n : 1, cs = c_status_bytes();
+  void *requests = calloc(cn, sizeof(intptr_t));
+  char *statuses = calloc(cn, cs);
+  int *indices = calloc(cn, sizeof(int));
+  if (!requests || !statuses || !indices) {
+    free(requests), free(statuses), free(indices);
+    return mgi_fail_named(c->name, "no host memory to convert the call's requests");
+  }
+  int flag = 0, index = MGI_UNDEFINED, outcount = MGI_UNDEFINED, ignored = 0;
+  intptr_t a[MGI_MAX_PARAMS];
+  for (int i = 0; i < c->nparams; i++) {
+    switch (roles[i]) {
+      case MGI_FR_COUNT: a[i] = n; break;
+      case MGI_FR_REQUESTS:
+        for (int k = 0; k < n; k++) mgi_request_put(requests, k, (uintptr_t)f2c(((const int *)f[i])[k]));
+        a[i] = (intptr_t)requests;
+        break;
+      case MGI_FR_REQVAL: a[i] = f2c(*(const int *)f[i]); break;
+      case MGI_FR_FLAG: a[i] = (intptr_t)&flag; break;
+      case MGI_FR_INDEX: a[i] = (intptr_t)&index; break;
+      case MGI_FR_OUTCOUNT: a[i] = (intptr_t)&outcount; break;
+      case MGI_FR_INDICES: a[i] = (intptr_t)indices; break;
+      default: /* MPI_STATUS(ES)_IGNORE is C's (void *)0 in Open MPI, (void *)1 in MPICH, for one or many */
+        ignored = sentinel_of(f[i], SENTINEL_STATUS_IGNORE, SENTINEL_STATUSES_IGNORE) >= 0;
+        a[i] = ignored ? mgi_c_status_ignore() : (intptr_t)statuses;
+        break;
+    }
+  }
+  const int rc = mgi_request_call_staged(id, a);
+  for (int i = 0; i < c->nparams; i++) {
+    switch (roles[i]) {
+      case MGI_FR_REQUESTS:
+        for (int k = 0; k < n; k++) ((int *)f[i])[k] = r2f((intptr_t)mgi_request_at(requests, k));
+        break;
+      case MGI_FR_FLAG: *(int *)f[i] = flag; break;
+      case MGI_FR_INDEX: *(int *)f[i] = index >= 0 ? index + 1 : index; break; /* Fortran counts from 1 */
+      case MGI_FR_OUTCOUNT: *(int *)f[i] = outcount; break;
+      case MGI_FR_INDICES:
+        for (int k = 0; k < outcount && outcount != MGI_UNDEFINED; k++) ((int *)f[i])[k] = indices[k] + 1;
+        break;
+      case MGI_FR_STATUS:
+      case MGI_FR_STATUSES: /* (every entry of the array, whatever the call wrote: its length is the count) */
+        for (int k = 0; !ignored && k < (roles[i] == MGI_FR_STATUS ? 1 : n); k++)
+          s2f(statuses + (size_t)k * cs, (int *)f[i] + (size_t)k * f_status_ints());
+        break;
+      default: break;
+    }
+  }
+  free(requests), free(statuses), free(indices);
   return rc;
 }

@@ -23,3 +23,13 @@ int mgi_fortran_library_makes(int id, void *const *f, const void *caller);
 void *mgi_fortran_next(_Atomic(void *) *slot, const char *symbol, const void *caller);
 /* The call converted to C's parameters and routed as the C call is: its MPI error code (ierr). */
 int mgi_fortran_call(int id, const unsigned char *kinds, void *const *f, const void *caller);
+
+/* What a Fortran request call's parameter is (MPI_WAIT & co., every one by reference): a count; requests
+ * (one or an array); one request the C call takes by value; the flag, index, outcount and indices it
+ * writes; a status or an array of them. */
+enum { MGI_FR_COUNT, MGI_FR_REQUESTS, MGI_FR_REQVAL, MGI_FR_FLAG, MGI_FR_INDEX, MGI_FR_OUTCOUNT, MGI_FR_INDICES,
+       MGI_FR_STATUS, MGI_FR_STATUSES };
+/* Request call `id` (mgi_request_calls) converted to C's parameters and made as the C call is made while
+ * requests hold host copies (staged_requests.c: a program without a handler, whose Fortran MPI_WAIT would
+ * otherwise be the library's binding, which copies nothing back); its MPI error code (ierr). */
+int mgi_fortran_request_call(int id, const unsigned char *roles, void *const *f);

@@ -61,6 +61,14 @@ program fortran_f08_calls
     call MPI_Isend(base, n, MPI_INTEGER, nxt, 6, MPI_COMM_WORLD, reqs(2))
     call MPI_Waitall(2, reqs, MPI_STATUSES_IGNORE)
     call check(all(host == want_ring), 'Isend and Irecv, host arrays')
+    ! the same of device memory: host copies held until MPI_Waitall (the interposer's ompi_waitall_f)
+    d_out => dints([(0, i = 1, n)])
+    call MPI_Irecv(d_out, n, MPI_INTEGER, prv, 7, MPI_COMM_WORLD, reqs(1))
+    call MPI_Barrier(MPI_COMM_WORLD)  ! (no message sent before every receive is posted: it is held)
+    call MPI_Isend(d_in, n, MPI_INTEGER, nxt, 7, MPI_COMM_WORLD, reqs(2))
+    call MPI_Waitall(2, reqs, MPI_STATUSES_IGNORE)
+    got = host_of(d_out)
+    call check(all(got == want_ring) .and. all(reqs == MPI_REQUEST_NULL), 'Isend and Irecv, device memory')
   end if
 
   call MPI_Allreduce(MPI_IN_PLACE, failed, 1, MPI_INTEGER, MPI_SUM, MPI_COMM_WORLD)

@@ -96,7 +96,7 @@ template <typename Proto> struct Units {
 // One call in a line protocol, for the direct algorithm (direct_kernel.cuh names what a protocol
 // provides): by every thread of blocks 0 .. nblocks - 1 (`block` is this one), so any number of blocks
 // runs the same protocol, and a rank whose call ran in a launched kernel (its whole grid) meets one whose
-// call ran in the resident kernel (some of its blocks, resident_kernel.cuh). `reduce` combines the ranks'
+// call ran in the resident kernel (some of its blocks, resident_kernel.cuh). `combine` combines the ranks'
 // parts of a unit (StaticReduce or RuntimeReduce, dtypes.cuh). The units of a piece are visited in loops
 // over Units, not by a function taking a loop's body.
 template <typename Proto, typename Reduce> struct LineCall {

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "fortran.h"
 
@@ -225,11 +226,11 @@ int mgi_fortran_request_call(int id, const unsigned char *roles, void *const *f)
   for (int i = 0; i < c->nparams; i++)
     if (roles[i] == MGI_FR_COUNT) n = *(const int *)f[i];
   const size_t cn = n > 0 ? (size_t)n : 1, cs = c_status_bytes();
-  void *requests = calloc(cn, sizeof(intptr_t));
+  void *requests = calloc(cn, sizeof(intptr_t)), *before = calloc(cn, sizeof(intptr_t));
   char *statuses = calloc(cn, cs);
   int *indices = calloc(cn, sizeof(int));
-  if (!requests || !statuses || !indices) {
-    free(requests), free(statuses), free(indices);
+  if (!requests || !before || !statuses || !indices) {
+    free(requests), free(before), free(statuses), free(indices);
     return mgi_fail_named(c->name, "no host memory to convert the call's requests");
   }
   int flag = 0, index = MGI_UNDEFINED, outcount = MGI_UNDEFINED, ignored = 0;
@@ -239,6 +240,7 @@ int mgi_fortran_request_call(int id, const unsigned char *roles, void *const *f)
       case MGI_FR_COUNT: a[i] = n; break;
       case MGI_FR_REQUESTS:
         for (int k = 0; k < n; k++) mgi_request_put(requests, k, (uintptr_t)f2c(((const int *)f[i])[k]));
+        memcpy(before, requests, cn * sizeof(intptr_t));
         a[i] = (intptr_t)requests;
         break;
       case MGI_FR_REQVAL: a[i] = f2c(*(const int *)f[i]); break;
@@ -253,10 +255,19 @@ int mgi_fortran_request_call(int id, const unsigned char *roles, void *const *f)
     }
   }
   const int rc = mgi_request_call_staged(id, a);
+  /* the statuses the call wrote, as the library's own binding converts them: none where it says not yet
+   * (a flag left false), the first outcount of Waitsome's and Testsome's, else the one or every one */
+  int nstatuses = -1;
+  for (int i = 0; i < c->nparams; i++) {
+    if (roles[i] == MGI_FR_FLAG && !flag) nstatuses = 0;
+    if (roles[i] == MGI_FR_OUTCOUNT && nstatuses) nstatuses = outcount > 0 && outcount != MGI_UNDEFINED ? outcount : 0;
+  }
   for (int i = 0; i < c->nparams; i++) {
     switch (roles[i]) {
-      case MGI_FR_REQUESTS:
-        for (int k = 0; k < n; k++) ((int *)f[i])[k] = r2f((intptr_t)mgi_request_at(requests, k));
+      case MGI_FR_REQUESTS: /* only those the call changed (completed, freed): the others stay as given */
+        for (int k = 0; k < n; k++)
+          if (mgi_request_at(requests, k) != mgi_request_at(before, k))
+            ((int *)f[i])[k] = r2f((intptr_t)mgi_request_at(requests, k));
         break;
       case MGI_FR_FLAG: *(int *)f[i] = flag; break;
       case MGI_FR_INDEX: *(int *)f[i] = index >= 0 ? index + 1 : index; break; /* Fortran counts from 1 */
@@ -265,13 +276,13 @@ int mgi_fortran_request_call(int id, const unsigned char *roles, void *const *f)
         for (int k = 0; k < outcount && outcount != MGI_UNDEFINED; k++) ((int *)f[i])[k] = indices[k] + 1;
         break;
       case MGI_FR_STATUS:
-      case MGI_FR_STATUSES: /* (every entry of the array, whatever the call wrote: its length is the count) */
-        for (int k = 0; !ignored && k < (roles[i] == MGI_FR_STATUS ? 1 : n); k++)
+      case MGI_FR_STATUSES:
+        for (int k = 0; !ignored && k < (nstatuses >= 0 ? nstatuses : roles[i] == MGI_FR_STATUS ? 1 : n); k++)
           s2f(statuses + (size_t)k * cs, (int *)f[i] + (size_t)k * f_status_ints());
         break;
       default: break;
     }
   }
-  free(requests), free(statuses), free(indices);
+  free(requests), free(before), free(statuses), free(indices);
   return rc;
 }

@@ -207,6 +207,9 @@ FORTRAN_KINDS = {'in': 'MGI_FK_BUFFER', 'out': 'MGI_FK_BUFFER', 'inout': 'MGI_FK
 # them, ompi_allreduce_f, which its `use mpi_f08` bindings call (mpi_allreduce_f08 converts its derived
 # types' handles, then calls it)
 FORTRAN_MANGLINGS = ('mpi_{}_', 'mpi_{}__', 'mpi_{}', 'ompi_{}_f')
+# The profiling names of the request calls: Open MPI 4.1's mpi_f08 MPI_Test, MPI_Testall, MPI_Testany,
+# MPI_Testsome and MPI_Request_get_status call pmpi_test_ & co. (their LOGICAL flag), not ompi_test_f
+FORTRAN_PROFILING_MANGLINGS = ('pmpi_{}_', 'pmpi_{}__', 'pmpi_{}')
 
 
 def fortran_functions(mod):
@@ -243,7 +246,7 @@ def fortran_request_wrappers(mod):
         names = ', '.join(f'p{i}' for i in range(n))
         out += [f'static const unsigned char roles_{f.name}[{n}] = {{{roles}}};',
                 f'typedef void (*fortran_req_{f.name})({", ".join(["void *"] * n)}, int *);']
-        for mangling in FORTRAN_MANGLINGS:
+        for mangling in FORTRAN_MANGLINGS + FORTRAN_PROFILING_MANGLINGS:
             sym = mangling.format(f.name.lower())
             out += [f'MGI_EXPORT void {sym}({ptrs}, int *ierr) {{',
                     '  static _Atomic(void *) next;',

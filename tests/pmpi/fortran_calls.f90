@@ -99,9 +99,9 @@ subroutine fortran_calls_run() bind(C, name='fortran_calls_run')
   got = host_of(d_out)
   call check(ierr == MPI_SUCCESS .and. ierr2 == MPI_SUCCESS .and. reqs(1) == MPI_REQUEST_NULL .and. &
              all(got == want), 'Iallreduce of device memory, MPI_WAIT')
-  if (nranks > 1) then
-    ! a ring of Isend and Irecv of device memory: MPI_WAITANY (Fortran's index from 1), then MPI_WAITALL
-    ! with statuses
+  block
+    ! a ring of Isend and Irecv of device memory (to itself on one rank): MPI_WAITANY (Fortran's index
+    ! from 1), then MPI_WAITALL with statuses
     d_out => dints([(0, i = 1, n)])
     call MPI_Irecv(d_out, n, MPI_INTEGER, MPI_ANY_SOURCE, 12, MPI_COMM_WORLD, reqs(1), ierr)
     call MPI_Barrier(MPI_COMM_WORLD, k)  ! (no message sent before every receive is posted: it is held)
@@ -115,7 +115,7 @@ subroutine fortran_calls_run() bind(C, name='fortran_calls_run')
     call check(k == MPI_SUCCESS .and. all(reqs == MPI_REQUEST_NULL) .and. all(got == want_ring) .and. &
                statuses(MPI_SOURCE, 1) == prv .and. statuses(MPI_TAG, 1) == 12, &
                'Isend and Irecv of device memory, MPI_WAITALL, the receive''s status')
-  end if
+  end block
 
   ! host arrays: the library's own binding makes the call
   host = base

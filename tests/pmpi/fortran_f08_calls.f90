@@ -8,6 +8,7 @@ program fortran_f08_calls
   use checking
   implicit none
   integer :: rank, nranks, dev, i, k, nxt, prv
+  logical :: flag
   integer, parameter :: n = 4
   integer :: base(n), want_ring(n), host(n)
   integer, pointer, contiguous :: d_in(:), d_out(:)
@@ -69,6 +70,19 @@ program fortran_f08_calls
     call MPI_Waitall(2, reqs, MPI_STATUSES_IGNORE)
     got = host_of(d_out)
     call check(all(got == want_ring) .and. all(reqs == MPI_REQUEST_NULL), 'Isend and Irecv, device memory')
+    ! a held receive of device memory completed by polling MPI_Test (Open MPI's mpi_f08 calls pmpi_test_)
+    d_out => dints([(0, i = 1, n)])
+    call MPI_Irecv(d_out, n, MPI_INTEGER, prv, 8, MPI_COMM_WORLD, reqs(1))
+    call MPI_Barrier(MPI_COMM_WORLD)
+    call MPI_Isend(d_in, n, MPI_INTEGER, nxt, 8, MPI_COMM_WORLD, reqs(2))
+    flag = .false.
+    do while (.not. flag)
+      call MPI_Test(reqs(1), flag, status)
+    end do
+    call MPI_Wait(reqs(2), MPI_STATUS_IGNORE)
+    got = host_of(d_out)
+    call check(all(got == want_ring) .and. status%MPI_SOURCE == prv .and. reqs(1) == MPI_REQUEST_NULL, &
+               'Irecv of device memory, MPI_Test')
   end if
 
   call MPI_Allreduce(MPI_IN_PLACE, failed, 1, MPI_INTEGER, MPI_SUM, MPI_COMM_WORLD)

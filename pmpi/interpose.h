@@ -124,7 +124,9 @@ int mgi_stage_in(const mgi_buffer *buf, const mgi_span *form, intptr_t *a, int n
  * memory, staged[b] for buffer b and a[] pointed at the copies: 0, or -1 with `why` filled (what was staged
  * is the caller's to free: mgi_unstage) */
 int mgi_stage_call(int id, intptr_t *a, mgi_staged staged[MGI_MAX_BUFFERS], char *why, size_t why_bytes);
-/* What MPI wrote copied back to device memory (copy_back) and every copy freed; a failed copy fills `why` */
+/* What MPI wrote copied back to device memory (a failed copy fills `why`) */
+void mgi_copy_back(const mgi_staged staged[MGI_MAX_BUFFERS], char *why, size_t why_bytes);
+/* The same where copy_back, and every copy freed */
 void mgi_unstage(mgi_staged staged[MGI_MAX_BUFFERS], int copy_back, char *why, size_t why_bytes);
 /* staged_requests.c: a non-blocking call's device buffers through host copies held until its request
  * completes (MPI_Wait & co., which come there while any is held) */

@@ -107,14 +107,7 @@ static void unlink_request(held_request *gone) { /* lock held */
 }
 
 /* What MPI wrote into request r's copies, copied back to device memory. */
-static void copy_back(held_request *r, char *why, size_t why_bytes) {
-  for (int b = 0; b < MGI_MAX_BUFFERS; b++) {
-    const mgi_staged *s = &r->s[b];
-    if (!s->host || !s->writes) continue;
-    int cu = mgi_copy(s->device, s->host, s->bytes, s->device);
-    if (cu && !why[0]) snprintf(why, why_bytes, "copying back to device buffer %d failed (CUDA error %d)", b, cu);
-  }
-}
+static void copy_back(held_request *r, char *why, size_t why_bytes) { mgi_copy_back(r->s, why, why_bytes); }
 
 /* A persistent request's round about to start: its device buffers copied in (a receive's too, so that the
  * bytes MPI does not write come back as the device holds them now). */

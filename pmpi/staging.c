@@ -140,15 +140,20 @@ int mgi_stage_call(int id, intptr_t *a, mgi_staged staged[MGI_MAX_BUFFERS], char
   return 0;
 }
 
-void mgi_unstage(mgi_staged staged[MGI_MAX_BUFFERS], int copy_back, char *why, size_t why_bytes) {
+void mgi_copy_back(const mgi_staged staged[MGI_MAX_BUFFERS], char *why, size_t why_bytes) {
   for (int b = 0; b < MGI_MAX_BUFFERS; b++) {
-    mgi_staged *s = &staged[b];
-    if (copy_back && s->host && s->writes) {
-      int cu = mgi_copy(s->device, s->host, s->bytes, s->device);
-      if (cu && !why[0]) snprintf(why, why_bytes, "copying back to device buffer %d failed (CUDA error %d)", b, cu);
-    }
-    free(s->host);
-    s->host = NULL;
+    const mgi_staged *s = &staged[b];
+    if (!s->host || !s->writes) continue;
+    int cu = mgi_copy(s->device, s->host, s->bytes, s->device);
+    if (cu && !why[0]) snprintf(why, why_bytes, "copying back to device buffer %d failed (CUDA error %d)", b, cu);
+  }
+}
+
+void mgi_unstage(mgi_staged staged[MGI_MAX_BUFFERS], int copy_back, char *why, size_t why_bytes) {
+  if (copy_back) mgi_copy_back(staged, why, why_bytes);
+  for (int b = 0; b < MGI_MAX_BUFFERS; b++) {
+    free(staged[b].host);
+    staged[b].host = NULL;
   }
 }
 

@@ -149,6 +149,7 @@ static void plan_line(const mg_team *t, const mg_call *c, const mg::KernelChoice
     a->block_bytes = mg::ll128_shard_bytes(count, es, n);
     a->split_phase0 = n >= 3 && a->block_bytes >= kLL128SplitMinShardBytes;
   }
+  a->form = mg::line_form(*a);
 }
 
 // Whether the protocol runs the plan's form (LL: the one-phase symmetric forms; mg_select never asks it

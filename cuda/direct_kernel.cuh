@@ -82,14 +82,18 @@ __device__ __forceinline__ bool direct_run(const P &p, const DirectForm &f, int 
   const bool i_own = f.owners & bit, i_gather = f.gather & bit;
   const typename P::Crew all = p.crew(0, p.warps(), 0);
   // Warps per stage where split: an equal share, the remainder first to reduce (it loads every source
-  // and stores to every gatherer), then to contribute.
-  const bool receive_along = i_gather && !P::kOneStep;
-  const int nroles = (int)i_contrib + (int)i_own + (int)receive_along;
-  const int W = p.warps(), w = (int)(threadIdx.x / 32);
-  const int share = nroles ? W / nroles : W, extra = nroles ? W % nroles : 0;
-  const int n_reduce = i_own ? share + (extra > 0) : 0;
-  const int n_contrib = i_contrib ? share + (extra > (i_own ? 1 : 0)) : 0;
-  const int n_receive = receive_along ? W - n_reduce - n_contrib : 0;
+  // and stores to every gatherer), then to contribute. Worked out only where split: a one-step call's
+  // latency is its instructions before the first store.
+  const int w = (int)(threadIdx.x / 32);
+  int n_reduce = 0, n_contrib = 0, n_receive = 0;
+  if (split) {
+    const bool receive_along = i_gather && !P::kOneStep;
+    const int nroles = (int)i_contrib + (int)i_own + (int)receive_along, W = p.warps();
+    const int share = nroles ? W / nroles : W, extra = nroles ? W % nroles : 0;
+    n_reduce = i_own ? share + (extra > 0) : 0;
+    n_contrib = i_contrib ? share + (extra > (i_own ? 1 : 0)) : 0;
+    n_receive = receive_along ? W - n_reduce - n_contrib : 0;
+  }
   bool dead = false;
   if constexpr (P::kOneStep) {
     // One instance of each stage, its crew the whole or a share: a stage inlined twice (plain and

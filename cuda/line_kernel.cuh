@@ -54,6 +54,11 @@ struct LineArgs {
   size_t total_bytes;  // two-shot, scatter: the whole message; shard k holds min(block, total - k * block) bytes
   Watch watch;
   int split_phase0;  // two-shot: contributing and reducing on separate warps (launch_line)
+  // The call's form in bytes (line_form of the fields above), worked out once by the host's plan or the
+  // resident kernel's first thread: in a launched kernel's parameters it costs no registers and no
+  // barrier (worked out in the kernel, the instructions before a call's first store took its latency
+  // 0.5-1 us longer: docs/kernel-registers.md).
+  DirectForm form;
 };
 
 // The form of a line call, in bytes.
@@ -126,15 +131,16 @@ template <typename Proto, typename Reduce> struct LineCall {
   __device__ __forceinline__ bool scatter(const Crew &wk, int, uint32_t to, bool same, const PieceOf &piece) const {
     const int n = a.nranks;
     const size_t at = Proto::area(a.layout, parity, 0, a.rank);
-    size_t nunits = 0;
-    int first = -1;
-    for (int j = 0; j < n; ++j) {
-      if (!((to >> j) & 1u)) continue;
-      const size_t u = Proto::units(piece(j).n);
-      nunits = u > nunits ? u : nunits;
-      if (first < 0) first = j;
-    }
-    const Piece whole = first >= 0 ? piece(first) : Piece{0, 0, 0};
+    // The units of the largest piece: with the same piece for every owner, the first one's (no loop
+    // over the ranks before the first store).
+    const Piece whole = to ? piece(__ffs(to) - 1) : Piece{0, 0, 0};
+    size_t nunits = Proto::units(whole.n);
+    if (!same)
+      for (int j = 0; j < n; ++j)
+        if ((to >> j) & 1u) {
+          const size_t u = Proto::units(piece(j).n);
+          nunits = u > nunits ? u : nunits;
+        }
     for (Units<Proto> it(p, wk); it.more(nunits); it.next()) {
       const size_t u = it.unit();
       if (same) {  // one read, every owner's store
@@ -194,17 +200,21 @@ template <typename Proto, typename Reduce> struct LineCall {
     const int n = a.nranks;
     const size_t stride = Proto::area_stride(a.layout);
     const char *from_at = inbox_of(1);
-    size_t nunits = 0;
+    // The largest and smallest piece: where they are equal (every form but the two-shot and scatter
+    // ones' short last shards), a unit comes from every source in `from` with no loop over the ranks.
+    size_t nunits = 0, least = ~(size_t)0;
     for (int k = 0; k < n; ++k)
       if ((from >> k) & 1u) {
         const size_t u = Proto::units(piece(k).n);
         nunits = u > nunits ? u : nunits;
+        least = u < least ? u : least;
       }
     for (Units<Proto> it(p, wk); it.more(nunits); it.next()) {
       const size_t u = it.unit();
-      uint32_t want = 0;
-      for (int k = 0; k < n; ++k)
-        if (((from >> k) & 1u) && u < Proto::units(piece(k).n)) want |= 1u << k;
+      uint32_t want = u < least ? from : 0u;
+      if (u >= least)
+        for (int k = 0; k < n; ++k)
+          if (((from >> k) & 1u) && u < Proto::units(piece(k).n)) want |= 1u << k;
       typename Proto::Inbox box;
       if (!p.recv_each(a, from_at + p.area_off(u), stride, want, box, [&](int k, uint4 v) {
             if (!a.recv) return;
@@ -224,26 +234,21 @@ template <typename Proto, typename Reduce> struct LineCall {
 // sequence number seq and passed ll_reuse_guard; it publishes seq after. Returns false, for the whole
 // worker, when a wait stopped: it then stores nothing more.
 template <typename Proto, typename Reduce>
-__device__ __forceinline__ bool line_exchange(const LineArgs &a, const DirectForm &form, uint32_t seq,
-                                              const Reduce &reduce, uint32_t block, uint32_t nblocks) {
+__device__ __forceinline__ bool line_exchange(const LineArgs &a, uint32_t seq, const Reduce &reduce, uint32_t block,
+                                              uint32_t nblocks) {
   if (direct_is_bcast(a.mode)) ll_announce_start(a.ws, a.rank, a.nranks, seq);
   const LineCall<Proto, Reduce> call(a, seq, reduce, block, nblocks);
-  return direct_run(call, form, 0, Proto::kTwoPhase && a.split_phase0 != 0);  // (LL: two-shot never)
+  return direct_run(call, a.form, 0, Proto::kTwoPhase && a.split_phase0 != 0);  // (LL: two-shot never)
 }
 
 // The launched kernel of a protocol: every block of the grid runs the call.
 template <typename Proto, typename T, typename Op>
 __global__ void __launch_bounds__(kThreads, 1) line_kernel(const __grid_constant__ LineArgs a) {
-  // The call's form in shared memory, read where used: kept in registers through the call it took LL
-  // 20 more of them (docs/kernel-registers.md).
-  __shared__ DirectForm form;
-  if (threadIdx.x == 0) form = line_form(a);
   TeamState *state = team_state(a.ws[a.rank]);
   const uint32_t seq = ll_sequence_begin(state);
   bool dead = ll_reuse_guard(state, a, seq, call_enter(state, blockIdx.x == 0));
   if (Proto::kWorkerThreads > 1) dead = __any_sync(0xffffffffu, dead);  // a worker stops as a whole
-  __syncthreads();
-  if (!dead) dead = !line_exchange<Proto>(a, form, seq, StaticReduce<T, Op>{}, blockIdx.x, gridDim.x);
+  if (!dead) dead = !line_exchange<Proto>(a, seq, StaticReduce<T, Op>{}, blockIdx.x, gridDim.x);
   ll_sequence_publish(state, a.watch, seq, gridDim.x, dead, direct_is_bcast(a.mode));
 }
 

@@ -247,7 +247,6 @@ __global__ void __launch_bounds__(kThreads, 1) resident_kernel(const __grid_cons
   __shared__ ResidentInbox inbox;
   // The call's arguments, indexed by peer: kept out of local memory.
   __shared__ union { LineArgs line; ExchangeArgs x; } a;
-  __shared__ DirectForm form;  // a line call's form (line_kernel.cuh: read where used)
   ResidentCursor cur{r.start, r.linger_ns};
   for (ResidentStep step; (step = next_call(r, state, inbox, cur)) != kExitKernel;) {
     if (step == kSkipCall) continue;
@@ -268,7 +267,7 @@ __global__ void __launch_bounds__(kThreads, 1) resident_kernel(const __grid_cons
       b.block_bytes = c.bytes;
       b.total_bytes = c.total;
       b.split_phase0 = (int)c.split;
-      form = line_form(b);
+      b.form = line_form(b);
     }
     __syncthreads();
     const uint32_t seq = ll_sequence_begin(state);
@@ -277,10 +276,10 @@ __global__ void __launch_bounds__(kThreads, 1) resident_kernel(const __grid_cons
     bool dead = ll_reuse_guard(state, r.team, seq, call_enter(state, blockIdx.x == 0));
     const RuntimeReduce reduce{(int)c.dtype, (int)c.op};
     if (ll) {
-      if (!dead) dead = !line_exchange<LLProto>(a.line, form, seq, reduce, blockIdx.x, nblocks);
+      if (!dead) dead = !line_exchange<LLProto>(a.line, seq, reduce, blockIdx.x, nblocks);
     } else {
       dead = __any_sync(0xffffffffu, dead);  // LL128 warps stop as a whole
-      if (!dead) dead = !line_exchange<LL128Proto>(a.line, form, seq, reduce, blockIdx.x, nblocks);
+      if (!dead) dead = !line_exchange<LL128Proto>(a.line, seq, reduce, blockIdx.x, nblocks);
     }
     // Its first __syncthreads also keeps `words` and `a` from being rewritten while a thread reads them.
     ll_sequence_publish(state, r.team.watch, seq, nblocks, dead, !ll && direct_is_bcast((int)c.mode), &r.box->done,

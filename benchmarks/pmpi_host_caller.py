@@ -2,14 +2,15 @@
 MPI_Allreduce on NumPy arrays (a loop in C, benchmarks/pmpi_caller_loop.c) against the same loop on
 PMPI_Allreduce (the library alone), and comm.Allreduce from Python for scale. The interposer sends a
 host-buffer call through mpigpu too, whose peers must learn where its buffers are: the engine's entry
-posts it on the communicator's board and the library makes it, from what it kept of the communicator
-with no GIL (_pmpi_host_fast), or, with that turned off for a round ("through Python"), from its
+posts it on the communicator's board and the library makes it, or the interposer posts it in the call's
+wrapper from the routes the entry kept of the communicator, with no GIL (pmpi/host_routes.h), or, with
+those turned off for a round ("through Python"), the entry posts it from its
 Python objects under the GIL, as before it existed. Runs on CPUs (a build with the CUDA layer) and GPU
 hosts alike:
     mpirun -n 2 python -m mpigpu benchmarks/pmpi_host_caller.py
 The process is armed as one with GPU arrays is (a GPU array library loaded, or a stub module of such a
 name where none is): its communicators agree through their boards, so each host call is posted there.
-Prints the slowest rank's median of rounds, us per call, and the share of calls the entry posted without
+Prints the slowest rank's median of rounds, us per call, and the share of calls posted without
 the GIL (rank 0); checks the sums."""
 import ctypes
 import statistics
@@ -36,13 +37,13 @@ loop, library_loop = c_loops()
 words = handles(MPI.FLOAT, MPI.SUM, comm)
 posted_calls = getattr(_cuda.device, 'pmpi_entry_host_fast_calls', lambda: 0)
 lib = handler._installed.lib
-host_entry = getattr(_cuda.device, 'pmpi_host_entry_address', None)
-can_switch = host_entry is not None and hasattr(lib, 'mpigpu_pmpi_set_host_entry')
+host_routes = getattr(_cuda.device, 'pmpi_host_routes_address', None)
+can_switch = host_routes is not None and hasattr(lib, 'mpigpu_pmpi_set_host_routes')
 
 
 def no_gil_posts(on):
-    """Turns the entry's post without the GIL on or off (the interposer's mpigpu_pmpi_set_host_entry)."""
-    lib.mpigpu_pmpi_set_host_entry(ctypes.c_void_p(host_entry() if on else None))
+    """Turns the interposer's post from the routes the entry keeps on or off (mpigpu_pmpi_set_host_routes)."""
+    lib.mpigpu_pmpi_set_host_routes(ctypes.c_void_p(host_routes() if on else None))
 
 
 def through_python(*args):

@@ -7,17 +7,12 @@
  * buffer is device memory, ordinals[b] that buffer's device (-1: host memory). */
 typedef int (*mgi_engine)(int id, const intptr_t *args, unsigned mask, const int *ordinals);
 
-/* The entry's post of a host-buffer call (every buffer host memory) from what it kept of the call's
- * communicator, with no GIL: MGI_ENTRY_LOWER where it posted it (the library below then makes the call),
- * MGI_ENTRY_HANDLER_ONLY where its post timed out (the handler's raises), else MGI_ENTRY_HANDLER (the
- * call goes to mgi_engine, which asks Python). */
-typedef int (*mgi_host_entry)(int id, const intptr_t *args);
-
 /* What the entry answers besides MPI's codes (MPI_SUCCESS or an error code once it ran the call):
  * MGI_ENTRY_HANDLER, not its own, the handler takes it; MGI_ENTRY_LOWER, a host-buffer call it posted
  * for its communicator's peers, which the MPI library below makes as it is. */
 enum { MGI_ENTRY_HANDLER = -1, MGI_ENTRY_LOWER = -2 };
-/* And from mgi_host_entry only: not the entry's, straight to the handler (its post timed out). */
+/* And from the host routes only (host_routes.h): not the entry's, straight to the handler (its post timed
+ * out). */
 enum { MGI_ENTRY_HANDLER_ONLY = -3 };
 
 /* What a host-buffer call of a function other than the engine collectives needs before the library makes

@@ -149,8 +149,20 @@ def wrappers(mod):
                  f'    lower_{f.name} fn = (lower_{f.name})mgi_lower(MGI_{f.name});',
                  f'    return fn ? fn({names}) : mgi_no_lower(MGI_{f.name}, (const intptr_t[]){{{words}}}, __builtin_return_address(0));',
                  '  }']
+        comm = f.find('comm')
         if f.local:  # talks to no other rank, so no peer must learn where its buffers are: host buffers
             body = lower + [words_decl, to_handler]  # go straight to the library, with a handler too
+        elif bufs and comm >= 0:
+            # host buffers by the routes the engine's entry keeps, made here on the library (mgi_host_call);
+            # anything else, or a library without the function, to mgi_handle_routed with that answer
+            host = f'mgi_driver() && ({" || ".join(f"mgi_device({b})" for b in bufs)}) ? MGI_ENTRY_UNTRIED : '
+            body = [f'  if (mgi_takes_all(__builtin_return_address(0))) {{',
+                    f'    const int host = {host}mgi_host_call(MGI_{f.name}, {to_word(f.params[comm])});',
+                    f'    lower_{f.name} fn;',
+                    f'    if (host == MGI_ENTRY_LOWER && (fn = (lower_{f.name})mgi_lower(MGI_{f.name}))) {{',
+                    '      mgi_in_handler = 1; /* nothing the library calls comes back here */',
+                    f'      const int rc = fn({names});', '      mgi_in_handler = 0;', '      return rc;', '    }',
+                    '  ' + words_decl, f'    return mgi_handle_routed(MGI_{f.name}, a, host);', '  }'] + lower + [words_decl]
         else:
             body = [f'  if (mgi_takes_all(__builtin_return_address(0))) {{', '  ' + words_decl,
                     f'    return mgi_handle(MGI_{f.name}, a);', '  }'] + lower + [words_decl]

@@ -19,6 +19,9 @@
 
 #include "engine_entry.h"
 #include "functions.h"
+#include "host_routes.h"
+
+_Static_assert((int)MGI_COUNT <= (int)MGI_HOST_FUNCTIONS, "host_routes.h: a slot holds fewer functions than the table");
 
 /* args: the call's parameters as words; mask: bit b set where the function's b-th buffer is device memory */
 typedef int (*mgi_handler)(int id, const intptr_t *args, unsigned mask);
@@ -29,30 +32,37 @@ _Atomic(void *) mgi_handler_fn;
  * posts their host-buffer calls for the peers (then made here on the library), without the handler's
  * Python; it answers MGI_ENTRY_HANDLER for anything else. */
 static _Atomic(void *) mgi_engine_fn;
-/* The entry's post of a host-buffer call with no GIL (engine_entry.h: mgi_host_entry; NULL: none), tried
- * first for a call whose buffers are all host memory: where it knows the communicator's routes, the call
- * costs the interposer a look at its buffers, a lookup and the board's store (docs/interposer.md). */
-static _Atomic(void *) mgi_host_fn;
+/* The routes of host-buffer calls the engine's entry keeps (host_routes.h; NULL: none), tried first for a
+ * call whose buffers are all host memory. */
+_Atomic(void *) mgi_host_routes_at;
 static atomic_uchar mgi_engine_takes[MGI_COUNT]; /* the functions the entry may take */
-_Thread_local int mgi_in_handler;
+MGI_TLS int mgi_in_handler;
 uintptr_t mgi_pass_lo, mgi_pass_hi;
 
-int mgi_handle(int id, intptr_t *args) {
+int mgi_host_call(int id, intptr_t comm) {
+  mgi_host_routes *r = (mgi_host_routes *)atomic_load_explicit(&mgi_host_routes_at, memory_order_acquire);
+  return r ? mgi_host_route(r, id, comm) : MGI_ENTRY_HANDLER;
+}
+
+int mgi_handle(int id, intptr_t *args) { return mgi_handle_routed(id, args, MGI_ENTRY_UNTRIED); }
+
+int mgi_handle_routed(int id, intptr_t *args, int host_rc) {
   mgi_handler h = (mgi_handler)atomic_load_explicit(&mgi_handler_fn, memory_order_acquire);
   if (!h) /* unregistered meanwhile (Python's exit) */
-    return mgi_device_call(id, args);
+    return host_rc == MGI_ENTRY_LOWER ? mgi_call_lower(id, args) : mgi_device_call(id, args);
   unsigned mask = 0;
   int ordinals[MGI_MAX_BUFFERS] = {-1, -1, -1}; /* mgi_function's buffers */
-  if (mgi_driver())
+  if (host_rc == MGI_ENTRY_UNTRIED && mgi_driver())
     for (int b = 0; b < mgi_functions[id].nbuffers; b++) {
       ordinals[b] = mgi_device_of((const void *)args[mgi_functions[id].buffers[b].param]);
       mask |= (unsigned)(ordinals[b] >= 0) << b;
     }
   mgi_engine engine = (mgi_engine)atomic_load_explicit(&mgi_engine_fn, memory_order_acquire);
   const int takes = engine && atomic_load_explicit(&mgi_engine_takes[id], memory_order_relaxed);
-  mgi_host_entry host = (mgi_host_entry)atomic_load_explicit(&mgi_host_fn, memory_order_acquire);
+  const int comm = mgi_functions[id].comm;
+  int rc = host_rc;
+  if (rc == MGI_ENTRY_UNTRIED) rc = takes && !mask && comm >= 0 ? mgi_host_call(id, args[comm]) : MGI_ENTRY_HANDLER;
   mgi_in_handler = 1;
-  int rc = takes && !mask && host ? host(id, args) : MGI_ENTRY_HANDLER;
   if (rc == MGI_ENTRY_HANDLER && takes) rc = engine(id, args, mask, ordinals);
   if (rc == MGI_ENTRY_LOWER)
     rc = mgi_call_lower(id, args); /* (mgi_in_handler set: nothing the library calls comes back here) */
@@ -168,9 +178,10 @@ MGI_EXPORT void mpigpu_pmpi_set_engine(mgi_engine e) {
   atomic_store_explicit(&mgi_engine_fn, (void *)e, memory_order_release);
 }
 
-/* The entry's post of host-buffer calls without the GIL, tried before the engine's entry (NULL: none). */
-MGI_EXPORT void mpigpu_pmpi_set_host_entry(mgi_host_entry e) {
-  atomic_store_explicit(&mgi_host_fn, (void *)e, memory_order_release);
+/* The routes of host-buffer calls (host_routes.h: an mgi_host_routes the engine's entry keeps; NULL: none),
+ * tried before the engine's entry. */
+MGI_EXPORT void mpigpu_pmpi_set_host_routes(void *routes) {
+  atomic_store_explicit(&mgi_host_routes_at, routes, memory_order_release);
 }
 
 /* Function id is one the engine's entry takes. */

@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine_entry.h"
+
 #define MGI_EXPORT __attribute__((visibility("default")))
 
 /* How a buffer's bytes lie, as the table says (functions.py's Span): one form, the indices of the
@@ -83,7 +85,12 @@ int mgi_lower_cuda_aware(void);       /* the library's own MPIX_Query_cuda_suppo
 
 /* interpose.c: where a call goes */
 extern _Atomic(void *) mgi_handler_fn;   /* the process's handler (NULL: none) */
-extern _Thread_local int mgi_in_handler; /* this thread runs the handler: its own MPI calls pass */
+/* Thread-locals every wrapped call reads, in the initial-exec model: one load from the thread pointer, where
+ * the default model for a shared object calls __tls_get_addr at each use (about a fifth of a host call's
+ * added time, docs/benchmarks.md). The few bytes come from the static TLS surplus glibc keeps for
+ * objects loaded later (Python's import of the interposer). */
+#define MGI_TLS _Thread_local __attribute__((tls_model("initial-exec")))
+extern MGI_TLS int mgi_in_handler; /* this thread runs the handler: its own MPI calls pass */
 extern uintptr_t mgi_pass_lo, mgi_pass_hi; /* the code whose calls pass untouched: mpi4py's extension */
 /* With a handler, every call from any other caller goes to it, host buffers too: in a Python process the
  * ranks of a call agree on its path in mpigpu (a rank whose host call went straight to the library would
@@ -95,6 +102,16 @@ static inline int mgi_takes_all(const void *caller) {
          !(c >= mgi_pass_lo && c < mgi_pass_hi);
 }
 int mgi_handle(int id, intptr_t *args);      /* to the handler */
+/* The same, where the wrapper tried the host routes already: host_rc is what mgi_host_call answered
+ * (MGI_ENTRY_UNTRIED: not tried, a device buffer) */
+enum { MGI_ENTRY_UNTRIED = -4 };
+int mgi_handle_routed(int id, intptr_t *args, int host_rc);
+/* A Python process's host-buffer call of function `id` on communicator `comm` (every buffer host memory),
+ * by the routes the engine's entry keeps (host_routes.h; none: MGI_ENTRY_HANDLER). A wrapper whose answer
+ * is MGI_ENTRY_LOWER makes the call on the library itself, with mgi_in_handler set: a host call then costs
+ * a look at its buffers, a slot's lookup and the board's stores (docs/benchmarks.md). */
+extern _Atomic(void *) mgi_host_routes_at;
+int mgi_host_call(int id, intptr_t comm);
 int mgi_device_call(int id, intptr_t *args); /* a call with a device buffer that the handler does not take:
                                                the library where CUDA-aware, else host copies */
 int mgi_missing(int id);                     /* the MPI library has no PMPI_<name> */

@@ -41,8 +41,8 @@ BEHIND = MG_BOARD_BEHIND  # a TIMEOUT verdict's rank when the post itself timed 
 
 # The routes' epoch: moved on whenever a communicator's host calls may go elsewhere than they went (its
 # host_hook set, its state released, a non-blocking call left undecided or settled: mpigpu/_state). The
-# interposer's entry keeps where a communicator's host calls are posted, per communicator, with the epoch
-# it learned it in, and asks Python again once the epoch moved (_pmpi_entry.pxi, _pmpi_host_fast).
+# engine's entry keeps where a communicator's host calls are posted, per communicator, with the epoch it
+# learned it in, for the interposer, which asks Python again once the epoch moved (pmpi/host_routes.h).
 cdef uint64_t _routes_epoch = 1
 
 

@@ -58,7 +58,6 @@ cdef int _pmpi_comm_bits = 64, _pmpi_type_bits = 64, _pmpi_op_bits = 64
 cdef int _pmpi_err_other = 0       # MPI.ERR_OTHER of the MPI below
 cdef unsigned long long _pmpi_count = 0  # calls this entry ran
 cdef unsigned long long _pmpi_host_count = 0  # host-buffer calls it posted for the library below
-cdef unsigned long long _pmpi_host_fast_count = 0  # of them, those posted by _pmpi_host_fast (no GIL)
 cdef object _pmpi_host_rule = None  # (function index, communicator) -> what its host call needs (engine_entry.h)
 cdef dict _pmpi_host_rules = {}     # (communicator class, function index) -> that answer
 
@@ -100,19 +99,14 @@ def pmpi_entry_calls():
 
 
 def pmpi_entry_host_calls():
-    """How many host-buffer calls below Python the entry posted and handed to the library below."""
-    return _pmpi_host_count
+    """How many host-buffer calls below Python were posted for the library below: by the entry, and by the
+    interposer from the routes the entry kept."""
+    return _pmpi_host_count + _host_routes.posts
 
 
 def pmpi_entry_host_fast_calls():
-    """Of those, how many it posted from what it kept of their communicator's routes, with no GIL."""
-    return _pmpi_host_fast_count
-
-
-def pmpi_host_entry_address():
-    """The address of the entry's host-buffer post without the GIL, for the interposer
-    (mpigpu_pmpi_set_host_entry)."""
-    return <uintptr_t>&_pmpi_host_fast
+    """Of those, how many the interposer posted from the routes the entry kept, with no GIL."""
+    return _host_routes.posts
 
 
 def pmpi_handoff_end():
@@ -284,31 +278,40 @@ cdef int _pmpi_host(int fid, int coll, intptr_t comm_word, uint64_t epoch) noexc
     return MGI_ENTRY_HANDLER
 
 
-# Where a communicator's host-buffer calls go, kept in C for _pmpi_host_fast, which posts them with no GIL
-# and no Python: the GIL, the dict lookups and the attribute reads of _pmpi_host cost 0.3-0.9 us a call
-# (docs/benchmarks.md, "Host buffers below Python without the GIL"). A slot is a communicator's handle word, the board its host
-# calls are posted on (NULL: nothing to post) and, per function, what the call posts (a collective code),
-# MGI_HOST_UNPOSTED, or _HOST_UNKNOWN (asked of Python first). _pmpi_host fills it, under the GIL, only
-# where its own answer was to post on a Board or nothing; the slot holds the routes' epoch of that moment
-# (_board.pyx) and is used only while the epoch has not moved since: any change of a communicator's routes
-# (its host_hook, its release, undecided non-blocking calls anywhere: mpigpu/_state) moves it. The epoch
-# is written last when filling and cleared first, so a thread reading a slot without the GIL sees a whole
-# entry or none.
-cdef enum:
-    _HOST_SLOTS = 8
-    _HOST_UNKNOWN = -3
+# Where a communicator's host-buffer calls go, kept in C (pmpi/host_routes.h) for the interposer, which posts
+# them in the call's wrapper with no GIL and no Python: the GIL, the dict lookups and the attribute reads of
+# _pmpi_host cost 0.3-0.9 us a call (docs/benchmarks.md, "Host buffers below Python without the GIL"). A
+# slot is a communicator's handle word, the board its host calls are posted on (NULL: nothing to post) and,
+# per function, what the call posts (a collective code), MGI_HOST_UNPOSTED, or MGI_HOST_UNKNOWN (asked of
+# Python first). _pmpi_host fills it, under the GIL, only where its own answer was to post on a Board or
+# nothing; the slot holds the routes' epoch of that moment (_board.pyx) and is used only while the epoch
+# has not moved since.
+cdef extern from "host_routes.h":
+    enum:
+        MGI_HOST_SLOTS
+        MGI_HOST_UNKNOWN
+    ctypedef struct mgi_host_slot:
+        uint64_t epoch
+        intptr_t comm
+        mg_board *board
+        signed char post[1]  # (MGI_HOST_FUNCTIONS: memset by sizeof)
+    ctypedef struct mgi_host_routes:
+        const uint64_t *epoch
+        unsigned long long posts
+        mgi_host_slot slots[1]  # (MGI_HOST_SLOTS)
 
-cdef struct _HostSlot:
-    uint64_t epoch        # the routes' epoch it was filled in; 0: empty
-    intptr_t comm         # the communicator's handle word
-    mg_board *board       # where its host calls are posted; NULL: nothing to post
-    PyObject *owner       # the Board object, not freed while a slot points into it (its mapping is
-                          # closed only after its communicator's release moved the epoch)
-    signed char post[_PMPI_MAX_FUNCTIONS]
-
-cdef _HostSlot _host_slots[_HOST_SLOTS]
+cdef mgi_host_routes _host_routes
+_host_routes.epoch = routes_epoch()
+cdef PyObject *_host_owners[MGI_HOST_SLOTS]  # slot i's Board, not freed while the slot points into it (its
+                                             # mapping is closed only after its communicator's release moved
+                                             # the epoch)
 cdef int _host_next = 0          # the slot taken for the next communicator
 cdef uint64_t *_host_epoch = routes_epoch()
+
+
+def pmpi_host_routes_address():
+    """The address of the routes of host-buffer calls, for the interposer (mpigpu_pmpi_set_host_routes)."""
+    return <uintptr_t>&_host_routes
 
 
 cdef void _host_keep(uint64_t e, intptr_t comm_word, object hook, int fid, int post) noexcept:
@@ -316,64 +319,31 @@ cdef void _host_keep(uint64_t e, intptr_t comm_word, object hook, int fid, int p
     MGI_HOST_UNPOSTED) on `hook` (a Board, or None: nothing to post), as _pmpi_host found in epoch `e`
     (read before it looked; a slot of an epoch that has moved on since is never used)."""
     global _host_next
-    cdef _HostSlot *s = NULL
+    cdef mgi_host_slot *s = NULL
     cdef mg_board *board = &(<Board>hook).b if hook is not None else NULL
-    cdef int i
-    for i in range(_HOST_SLOTS):
-        if _host_slots[i].comm == comm_word and _host_slots[i].epoch != 0:
-            s = &_host_slots[i]
+    cdef int i, at = -1
+    for i in range(MGI_HOST_SLOTS):
+        if _host_routes.slots[i].comm == comm_word and _host_routes.slots[i].epoch != 0:
+            at = i
             break
-    if s != NULL and s.epoch == e and s.board == board:
-        s.post[fid] = <signed char>post
+    if at >= 0 and _host_routes.slots[at].epoch == e and _host_routes.slots[at].board == board:
+        _host_routes.slots[at].post[fid] = <signed char>post
         return
-    if s == NULL:
-        s = &_host_slots[_host_next]
-        _host_next = (_host_next + 1) % _HOST_SLOTS
+    if at < 0:
+        at = _host_next
+        _host_next = (_host_next + 1) % MGI_HOST_SLOTS
+    s = &_host_routes.slots[at]
     mg_board_store(&s.epoch, 0)
     mg_fence_release()
-    Py_XDECREF(s.owner)
-    s.owner = NULL
+    Py_XDECREF(_host_owners[at])
+    _host_owners[at] = NULL
     if hook is not None:
         Py_INCREF(hook)
-        s.owner = <PyObject *>hook
+        _host_owners[at] = <PyObject *>hook
     s.comm, s.board = comm_word, board
-    memset(s.post, _HOST_UNKNOWN, sizeof(s.post))
+    memset(s.post, MGI_HOST_UNKNOWN, sizeof(s.post))
     s.post[fid] = <signed char>post
     mg_board_store(&s.epoch, e)
-
-
-cdef int _pmpi_host_fast(int fid, const intptr_t *args) noexcept nogil:
-    """A host-buffer call of function `fid` whose communicator's routes _host_keep kept, in this epoch:
-    posted as _pmpi_host posts it, MGI_ENTRY_LOWER; else MGI_ENTRY_HANDLER (the entry then asks Python)."""
-    global _pmpi_host_count, _pmpi_host_fast_count
-    cdef int i, post, ci
-    cdef uint64_t e
-    cdef _HostSlot *s
-    cdef mg_board *board
-    if fid < 0 or fid >= _pmpi_nfunctions:
-        return MGI_ENTRY_HANDLER
-    ci = _pmpi_table[fid].comm
-    if ci < 0:
-        return MGI_ENTRY_HANDLER
-    e = mg_board_load(_host_epoch)
-    for i in range(_HOST_SLOTS):
-        s = &_host_slots[i]
-        if mg_board_load(&s.epoch) != e or s.comm != args[ci]:
-            continue
-        post, board = s.post[fid], s.board
-        # read again: a slot refilled meanwhile (by another thread, under the GIL) is not read half old,
-        # nor another communicator's
-        mg_fence_acquire()
-        if post == _HOST_UNKNOWN or mg_board_load(&s.epoch) != e or s.comm != args[ci]:
-            return MGI_ENTRY_HANDLER
-        # a post that timed out (nothing posted): straight to the handler, whose post raises (after its
-        # own wait; the entry's Python would wait once more first)
-        if post >= 0 and board != NULL and mg_board_post(board, post, MG_PLACE_HOST_MPI) != 0:
-            return MGI_ENTRY_HANDLER_ONLY
-        mg_count(&_pmpi_host_count)
-        mg_count(&_pmpi_host_fast_count)
-        return MGI_ENTRY_LOWER
-    return MGI_ENTRY_HANDLER
 
 
 cdef int _pmpi_error(int fid, object comm, object exc) noexcept:

@@ -502,7 +502,7 @@ def install(lib):
                 lib.mpigpu_pmpi_engine_takes(fid)
         lib.mpigpu_pmpi_set_engine(ctypes.c_void_p(device.pmpi_entry_address()))
         atexit.register(lib.mpigpu_pmpi_set_engine, None)
-        if hasattr(lib, 'mpigpu_pmpi_set_host_entry'):  # host calls posted with no GIL where it can
-            lib.mpigpu_pmpi_set_host_entry(ctypes.c_void_p(device.pmpi_host_entry_address()))
-            atexit.register(lib.mpigpu_pmpi_set_host_entry, None)
+        if hasattr(lib, 'mpigpu_pmpi_set_host_routes'):  # host calls posted in their wrappers where it can
+            lib.mpigpu_pmpi_set_host_routes(ctypes.c_void_p(device.pmpi_host_routes_address()))
+            atexit.register(lib.mpigpu_pmpi_set_host_routes, None)
         h.engine_entry = device

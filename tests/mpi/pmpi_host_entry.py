@@ -77,7 +77,7 @@ assert device.pmpi_entry_host_calls() - posted - ring_posted >= 2 * len(steps), 
 assert ring_posted == 3 and ring_handled >= 3, (ring_posted, ring_handled)  # sends passed, receives handled
 counted(2)
 
-# The entry's post without the GIL (_pmpi_host_fast): once a function's host call on a communicator went
+# The interposer's post from the routes the entry keeps (pmpi/host_routes.h), with no GIL: once a function's host call on a communicator went
 # through the entry's Python (which keeps its routes), the next ones are posted from what it kept, until
 # the routes' epoch moves (any communicator's routes changed), when the next goes through Python again.
 fast = device.pmpi_entry_host_fast_calls

@@ -132,7 +132,7 @@ typedef int (*request_c2f_fn)(intptr_t);
 static _Atomic(void *) request_c2f;
 
 typedef intptr_t (*f2c_fn)(int); /* MPICH's int handles come back in the word's low half, all C reads */
-static _Atomic(void *) comm_f2c, type_f2c, op_f2c;
+static _Atomic(void *) comm_f2c, type_f2c, op_f2c, info_f2c;
 
 static intptr_t c_handle(_Atomic(void *) *slot, const char *name, const int *f) {
   f2c_fn fn = (f2c_fn)mgi_lower_cached(slot, name);
@@ -188,6 +188,7 @@ int mgi_fortran_call(int id, const unsigned char *kinds, void *const *f, const v
       case MGI_FK_INTS: a[i] = (intptr_t)f[i]; break; /* Fortran's INTEGER arrays are C's int arrays */
       case MGI_FK_TYPE: a[i] = c_handle(&type_f2c, "PMPI_Type_f2c", (const int *)f[i]); break;
       case MGI_FK_OP: a[i] = c_handle(&op_f2c, "PMPI_Op_f2c", (const int *)f[i]); break;
+      case MGI_FK_INFO: a[i] = c_handle(&info_f2c, "PMPI_Info_f2c", (const int *)f[i]); break;
       default: a[i] = c_handle(&comm_f2c, "PMPI_Comm_f2c", (const int *)f[i]); break;
     }
   }
@@ -254,7 +255,10 @@ int mgi_fortran_request_call(int id, const unsigned char *roles, void *const *f)
         break;
     }
   }
-  const int rc = mgi_request_call_staged(id, a);
+  /* as the C call's wrapper routes it: a proxy's call to the handler, held copies through staged_requests.c */
+  const int rc = mgi_holds_proxy(id, a)     ? mgi_request_call_handle(id, a)
+                 : mgi_staged_requests() ? mgi_request_call_staged(id, a)
+                                         : mgi_call_lower_request(id, a);
   /* the statuses the call wrote, as the library's own binding converts them: none where it says not yet
    * (a flag left false), the first outcount of Waitsome's and Testsome's, else the one or every one */
   int nstatuses = -1;

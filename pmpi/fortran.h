@@ -14,7 +14,8 @@
 #include "functions.h"
 
 /* What a Fortran binding's parameter is (every one passed by reference) */
-enum { MGI_FK_BUFFER, MGI_FK_INT, MGI_FK_INTS, MGI_FK_TYPE, MGI_FK_OP, MGI_FK_COMM, MGI_FK_STATUS, MGI_FK_REQUEST };
+enum { MGI_FK_BUFFER, MGI_FK_INT, MGI_FK_INTS, MGI_FK_TYPE, MGI_FK_OP, MGI_FK_COMM, MGI_FK_STATUS, MGI_FK_REQUEST,
+       MGI_FK_INFO };
 
 /* 1 where the library makes the call as it is: no handler takes it and no buffer is device memory. */
 int mgi_fortran_library_makes(int id, void *const *f, const void *caller);
@@ -31,5 +32,6 @@ enum { MGI_FR_COUNT, MGI_FR_REQUESTS, MGI_FR_REQVAL, MGI_FR_FLAG, MGI_FR_INDEX, 
        MGI_FR_STATUS, MGI_FR_STATUSES };
 /* Request call `id` (mgi_request_calls) converted to C's parameters and made as the C call is made while
  * requests hold host copies (staged_requests.c: a program without a handler, whose Fortran MPI_WAIT would
- * otherwise be the library's binding, which copies nothing back); its MPI error code (ierr). */
+ * otherwise be the library's binding, which copies nothing back, and whose MPI_START would start a
+ * persistent request without copying its device buffer in); its MPI error code (ierr). */
 int mgi_fortran_request_call(int id, const unsigned char *roles, void *const *f);

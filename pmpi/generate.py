@@ -57,6 +57,7 @@ def header(mod):
             'typedef struct {', '  const char *name, *lower_name;', '  int8_t nparams, count, requests;',
             '} mgi_request_call;', 'extern const mgi_request_call mgi_request_calls[MGI_REQ_COUNT];',
             'int mgi_holds_proxy(int id, const intptr_t *args); /* requests.c */',
+            'int mgi_any_proxies(void); /* requests.c: any proxy of mpigpu\'s persistent requests is alive */',
             'int mgi_request_call_handle(int id, intptr_t *args);', 'void *mgi_lower_request(int id);',
             'int mgi_missing_request(int id);',
             'int mgi_call_lower_request(int id, const intptr_t *args); /* the library\'s, from words */',
@@ -213,7 +214,7 @@ def request_wrappers(mod):
 # What a Fortran binding's parameter is, for the functions fortran.c serves: every one by reference
 FORTRAN_KINDS = {'in': 'MGI_FK_BUFFER', 'out': 'MGI_FK_BUFFER', 'inout': 'MGI_FK_BUFFER', 'int': 'MGI_FK_INT',
                  'ints': 'MGI_FK_INTS', 'type': 'MGI_FK_TYPE', 'op': 'MGI_FK_OP', 'comm': 'MGI_FK_COMM',
-                 'status': 'MGI_FK_STATUS', 'request': 'MGI_FK_REQUEST'}
+                 'status': 'MGI_FK_STATUS', 'request': 'MGI_FK_REQUEST', 'info': 'MGI_FK_INFO'}
 # The names a Fortran compiler gives mpi_allreduce: gfortran's and most others' (one underscore), g77's
 # (two, for a name holding one), and none (IBM's, or -fno-underscoring); and Open MPI's own entry behind
 # them, ompi_allreduce_f, which its `use mpi_f08` bindings call (mpi_allreduce_f08 converts its derived
@@ -226,17 +227,17 @@ FORTRAN_PROFILING_MANGLINGS = ('pmpi_{}_', 'pmpi_{}__', 'pmpi_{}')
 
 def fortran_functions(mod):
     """The functions whose Fortran binding the interposer defines: talking to other ranks, every parameter
-    of FORTRAN_KINDS (no message or array of handles yet), blocking or non-blocking (a request made now;
-    not the persistent forms, whose MPI_START Fortran's binding would not let the interposer see), not a
-    large-count form."""
+    of FORTRAN_KINDS (no message or array of handles yet), blocking, non-blocking or persistent (a request
+    made now; MPI_START and MPI_STARTALL are among the request calls below; not the partitioned forms), not
+    a large-count form."""
     return [f for f in mod.TABLE if f.method == f.name and not f.local and f.win < 0
-            and all(p.kind in FORTRAN_KINDS for p in f.params) and not f.persistent]
+            and all(p.kind in FORTRAN_KINDS for p in f.params) and f.persistent != 2]
 
 
 # The request calls whose Fortran binding the interposer defines (complete or free a request), and what
 # each parameter is to fortran.c (by name and kind)
 FORTRAN_REQUEST_CALLS = ('Wait', 'Test', 'Waitall', 'Testall', 'Waitany', 'Testany', 'Waitsome', 'Testsome',
-                         'Request_free', 'Request_get_status')
+                         'Request_free', 'Request_get_status', 'Start', 'Startall')
 FORTRAN_REQUEST_ROLES = {('count', 'int'): 'MGI_FR_COUNT', ('request', 'request'): 'MGI_FR_REQUESTS',
                          ('requests', 'requests'): 'MGI_FR_REQUESTS', ('request', 'reqval'): 'MGI_FR_REQVAL',
                          ('flag', 'intp'): 'MGI_FR_FLAG', ('index', 'intp'): 'MGI_FR_INDEX',
@@ -245,9 +246,11 @@ FORTRAN_REQUEST_ROLES = {('count', 'int'): 'MGI_FR_COUNT', ('request', 'request'
 
 
 def fortran_request_wrappers(mod):
-    """Fortran's MPI_WAIT & co.: to the library's own binding, but while a request holds host copies of
-    device memory (staged_requests.c: a program without a handler), converted to the C call, which copies
-    back what the requests it completes wrote (fortran.c)."""
+    """Fortran's MPI_WAIT, MPI_START & co.: to the library's own binding, but while a request holds host
+    copies of device memory (staged_requests.c: a program without a handler) or stands for one of mpigpu's
+    persistent requests (a proxy, requests.c: a Fortran caller in a Python process), converted to the C
+    call and routed as the C call is: the copies of the requests it completes written back, of the
+    persistent ones it starts copied in, a proxy's round started or completed by the handler (fortran.c)."""
     out = []
     for f in mod.REQUEST_TABLE:
         if f.name not in FORTRAN_REQUEST_CALLS:
@@ -262,7 +265,7 @@ def fortran_request_wrappers(mod):
             sym = mangling.format(f.name.lower())
             out += [f'MGI_EXPORT void {sym}({ptrs}, int *ierr) {{',
                     '  static _Atomic(void *) next;',
-                    '  if (!mgi_staged_requests()) {',
+                    '  if (!mgi_staged_requests() && !mgi_any_proxies()) {',
                     f'    fortran_req_{f.name} fn = (fortran_req_{f.name})mgi_fortran_next(&next, "{sym}", __builtin_return_address(0));',
                     '    if (fn) {', f'      fn({names}, ierr);', '      return;', '    }', '  }',
                     f'  void *const f[{n}] = {{{names}}};',

@@ -102,6 +102,8 @@ MGI_EXPORT void mpigpu_pmpi_proxy_remove(intptr_t raw) {
 
 MGI_EXPORT size_t mpigpu_pmpi_proxy_count(void) { return atomic_load(&nproxies); }
 
+int mgi_any_proxies(void) { return atomic_load_explicit(&nproxies, memory_order_acquire) != 0; }
+
 /* "MPI_<name>" of request call id, in the order the handler reads them (functions.py's REQUEST_CALLS). */
 MGI_EXPORT const char *mpigpu_pmpi_request_call(int id) {
   return id >= 0 && id < MGI_REQ_COUNT ? mgi_request_calls[id].name : NULL;

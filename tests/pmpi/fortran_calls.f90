@@ -117,6 +117,39 @@ subroutine fortran_calls_run() bind(C, name='fortran_calls_run')
                'Isend and Irecv of device memory, MPI_WAITALL, the receive''s status')
   end block
 
+  block
+    ! persistent requests of device memory, in a program without Python: MPI_SEND_INIT and MPI_RECV_INIT
+    ! around the ring, each round's send buffer rewritten on the device before MPI_STARTALL (round 1) or
+    ! MPI_START of each (round 2), so a start must copy the buffer in anew; MPI_WAITALL copies back; then
+    ! MPI_REQUEST_FREE
+    integer :: preqs(2), round
+    d_out => dints([(0, i = 1, n)])
+    call MPI_Recv_init(d_out, n, MPI_INTEGER, prv, 13, MPI_COMM_WORLD, preqs(1), ierr)
+    call MPI_Send_init(d_in, n, MPI_INTEGER, nxt, 13, MPI_COMM_WORLD, preqs(2), ierr2)
+    call check(ierr == MPI_SUCCESS .and. ierr2 == MPI_SUCCESS .and. all(preqs /= MPI_REQUEST_NULL), &
+               'Send_init and Recv_init of device memory')
+    do round = 1, 2
+      call set_dints(d_in, base + 100 * round)
+      call set_dints(d_out, [(0, i = 1, n)])
+      call MPI_Barrier(MPI_COMM_WORLD, k)  ! (the peer's previous round read its receive buffer)
+      if (round == 1) then
+        call MPI_Startall(2, preqs, ierr)
+      else
+        call MPI_Start(preqs(1), ierr)
+        call MPI_Start(preqs(2), ierr2)
+      end if
+      call MPI_Waitall(2, preqs, MPI_STATUSES_IGNORE, k)
+      got = host_of(d_out)
+      call check(ierr == MPI_SUCCESS .and. ierr2 == MPI_SUCCESS .and. k == MPI_SUCCESS .and. &
+                 all(preqs /= MPI_REQUEST_NULL) .and. all(got == want_ring + 100 * round), &
+                 'persistent Send and Recv of device memory, MPI_START(ALL), a round')
+    end do
+    call MPI_Request_free(preqs(1), ierr)
+    call MPI_Request_free(preqs(2), ierr2)
+    call check(ierr == MPI_SUCCESS .and. ierr2 == MPI_SUCCESS .and. all(preqs == MPI_REQUEST_NULL), &
+               'MPI_REQUEST_FREE of persistent requests')
+  end block
+
   ! host arrays: the library's own binding makes the call
   host = base
   call MPI_Allreduce(MPI_IN_PLACE, host, n, MPI_INTEGER, MPI_SUM, MPI_COMM_WORLD, ierr)

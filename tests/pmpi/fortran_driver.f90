@@ -54,6 +54,13 @@ contains
     call c_f_pointer(transfer(at, c_null_ptr), d, [size(values)])
   end function
 
+  ! values written into the device memory of d (as many as d holds)
+  subroutine set_dints(d, values)
+    integer, pointer, contiguous, intent(in) :: d(:)
+    integer, intent(in), target :: values(:)
+    if (cuMemcpyHtoD(transfer(c_loc(d), 0_c_intptr_t), c_loc(values), int(size(d), c_size_t) * 4_c_size_t) /= 0) stop 2
+  end subroutine
+
   ! the values of n integers of device memory
   function host_of(d) result(h)
     integer, pointer, contiguous, intent(in) :: d(:)

@@ -83,6 +83,20 @@ program fortran_f08_calls
     got = host_of(d_out)
     call check(all(got == want_ring) .and. status%MPI_SOURCE == prv .and. reqs(1) == MPI_REQUEST_NULL, &
                'Irecv of device memory, MPI_Test')
+    ! persistent requests of device memory (Open MPI's mpi_f08 calls ompi_send_init_f, ompi_startall_f):
+    ! the send buffer rewritten on the device before MPI_Startall, so the start copies it in anew
+    d_out => dints([(0, i = 1, n)])
+    call MPI_Recv_init(d_out, n, MPI_INTEGER, prv, 9, MPI_COMM_WORLD, reqs(1))
+    call MPI_Send_init(d_in, n, MPI_INTEGER, nxt, 9, MPI_COMM_WORLD, reqs(2))
+    call set_dints(d_in, base + 1000)
+    call MPI_Barrier(MPI_COMM_WORLD)
+    call MPI_Startall(2, reqs)
+    call MPI_Waitall(2, reqs, MPI_STATUSES_IGNORE)
+    got = host_of(d_out)
+    call MPI_Request_free(reqs(1))
+    call MPI_Request_free(reqs(2))
+    call check(all(got == want_ring + 1000) .and. all(reqs == MPI_REQUEST_NULL), &
+               'Send_init and Recv_init of device memory, MPI_Startall')
   end if
 
   call MPI_Allreduce(MPI_IN_PLACE, failed, 1, MPI_INTEGER, MPI_SUM, MPI_COMM_WORLD)

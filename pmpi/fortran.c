@@ -14,16 +14,18 @@
  * (common blocks): a call passes their addresses. Open MPI names them (one symbol per compiler's mangling);
  * MPICH keeps their addresses in pointers its C side reads (MPI_F_STATUS_IGNORE, a C name of the standard,
  * too). */
-enum { NMANGLINGS = 4, MAX_COPIES = 16 }; /* the names of each sentinel; the copies kept of each */
+/* (the last name: MPICH's `use mpi_f08` objects, whose addresses its f08 entries pass) */
+enum { NMANGLINGS = 5, MAX_COPIES = 16 }; /* the names of each sentinel; the copies kept of each */
 static const char *const in_place_names[NMANGLINGS] = {"mpi_fortran_in_place_", "mpi_fortran_in_place__",
-                                             "mpi_fortran_in_place", "MPI_FORTRAN_IN_PLACE"};
+                                             "mpi_fortran_in_place", "MPI_FORTRAN_IN_PLACE", "MPIR_F08_MPI_IN_PLACE"};
 static const char *const bottom_names[NMANGLINGS] = {"mpi_fortran_bottom_", "mpi_fortran_bottom__", "mpi_fortran_bottom",
-                                           "MPI_FORTRAN_BOTTOM"};
+                                           "MPI_FORTRAN_BOTTOM", "MPIR_F08_MPI_BOTTOM"};
 static const char *const status_ignore_names[NMANGLINGS] = {"mpi_fortran_status_ignore_", "mpi_fortran_status_ignore__",
-                                                  "mpi_fortran_status_ignore", "MPI_FORTRAN_STATUS_IGNORE"};
+                                                  "mpi_fortran_status_ignore", "MPI_FORTRAN_STATUS_IGNORE",
+                                                  "MPIR_F08_MPI_STATUS_IGNORE_OBJ"};
 static const char *const statuses_ignore_names[NMANGLINGS] = {
     "mpi_fortran_statuses_ignore_", "mpi_fortran_statuses_ignore__", "mpi_fortran_statuses_ignore",
-    "MPI_FORTRAN_STATUSES_IGNORE"};
+    "MPI_FORTRAN_STATUSES_IGNORE", "MPIR_F08_MPI_STATUSES_IGNORE_OBJ"};
 
 /* Every definition of a sentinel among the loaded objects is taken for it. Which copy a call passes
  * depends on how the objects were loaded: a Fortran program's own copy (the runtime's references bind to
@@ -127,9 +129,22 @@ typedef struct {
 } c_status;
 typedef int (*status_c2f_fn)(const void *, int *);
 static _Atomic(void *) status_c2f;
-/* A request's C handle (a pointer in Open MPI, an int in MPICH: the word's low half) to Fortran's */
+/* A request's handles. Open MPI converts them with PMPI_Request_c2f and _f2c (its C handle a pointer);
+ * MPICH has no such functions (its MPI_Request_c2f and _f2c are macros): its handles are ints that C and
+ * Fortran share, so the int is the other side's handle as it is (the word's low half). */
 typedef int (*request_c2f_fn)(intptr_t);
-static _Atomic(void *) request_c2f;
+typedef intptr_t (*request_f2c_fn)(int);
+static _Atomic(void *) request_c2f, request_f2c;
+
+static int request_to_fortran(intptr_t c) {
+  request_c2f_fn fn = (request_c2f_fn)mgi_lower_cached(&request_c2f, "PMPI_Request_c2f");
+  return fn ? fn(c) : (int)c;
+}
+
+static intptr_t request_from_fortran(int f) {
+  request_f2c_fn fn = (request_f2c_fn)mgi_lower_cached(&request_f2c, "PMPI_Request_f2c");
+  return fn ? fn(f) : (intptr_t)f;
+}
 
 typedef intptr_t (*f2c_fn)(int); /* MPICH's int handles come back in the word's low half, all C reads */
 static _Atomic(void *) comm_f2c, type_f2c, op_f2c, info_f2c;
@@ -198,8 +213,7 @@ int mgi_fortran_call(int id, const unsigned char *kinds, void *const *f, const v
                                                             : mgi_device_call(id, a);
   status_c2f_fn c2f = f_status ? (status_c2f_fn)mgi_lower_cached(&status_c2f, "PMPI_Status_c2f") : NULL;
   if (c2f && rc == 0) c2f(&status, f_status);
-  request_c2f_fn r2f = f_request ? (request_c2f_fn)mgi_lower_cached(&request_c2f, "PMPI_Request_c2f") : NULL;
-  if (r2f && rc == 0) *f_request = r2f(request);
+  if (f_request && rc == 0) *f_request = request_to_fortran(request);
   return rc;
 }
 
@@ -210,8 +224,6 @@ static size_t c_status_bytes(void) { return mgi_is_open_mpi() ? 24 : 20; }
 static size_t f_status_ints(void) { return mgi_is_open_mpi() ? 6 : 5; }
 #define MGI_UNDEFINED (-32766) /* MPI_UNDEFINED in Open MPI and MPICH */
 
-typedef intptr_t (*request_f2c_fn)(int);
-static _Atomic(void *) request_f2c;
 
 int mgi_request_width(void); /* requests.c */
 uintptr_t mgi_request_at(const void *requests, int i);
@@ -219,10 +231,8 @@ void mgi_request_put(void *requests, int i, uintptr_t h);
 
 int mgi_fortran_request_call(int id, const unsigned char *roles, void *const *f) {
   const mgi_request_call *c = &mgi_request_calls[id];
-  request_f2c_fn f2c = (request_f2c_fn)mgi_lower_cached(&request_f2c, "PMPI_Request_f2c");
-  request_c2f_fn r2f = (request_c2f_fn)mgi_lower_cached(&request_c2f, "PMPI_Request_c2f");
   status_c2f_fn s2f = (status_c2f_fn)mgi_lower_cached(&status_c2f, "PMPI_Status_c2f");
-  if (!f2c || !r2f || !s2f) return mgi_fail_named(c->name, "the MPI library below has no PMPI_Request_f2c");
+  if (!s2f) return mgi_fail_named(c->name, "the MPI library below has no PMPI_Status_c2f");
   int n = 1;
   for (int i = 0; i < c->nparams; i++)
     if (roles[i] == MGI_FR_COUNT) n = *(const int *)f[i];
@@ -240,11 +250,11 @@ int mgi_fortran_request_call(int id, const unsigned char *roles, void *const *f)
     switch (roles[i]) {
       case MGI_FR_COUNT: a[i] = n; break;
       case MGI_FR_REQUESTS:
-        for (int k = 0; k < n; k++) mgi_request_put(requests, k, (uintptr_t)f2c(((const int *)f[i])[k]));
+        for (int k = 0; k < n; k++) mgi_request_put(requests, k, (uintptr_t)request_from_fortran(((const int *)f[i])[k]));
         memcpy(before, requests, cn * sizeof(intptr_t));
         a[i] = (intptr_t)requests;
         break;
-      case MGI_FR_REQVAL: a[i] = f2c(*(const int *)f[i]); break;
+      case MGI_FR_REQVAL: a[i] = request_from_fortran(*(const int *)f[i]); break;
       case MGI_FR_FLAG: a[i] = (intptr_t)&flag; break;
       case MGI_FR_INDEX: a[i] = (intptr_t)&index; break;
       case MGI_FR_OUTCOUNT: a[i] = (intptr_t)&outcount; break;
@@ -271,7 +281,7 @@ int mgi_fortran_request_call(int id, const unsigned char *roles, void *const *f)
       case MGI_FR_REQUESTS: /* only those the call changed (completed, freed): the others stay as given */
         for (int k = 0; k < n; k++)
           if (mgi_request_at(requests, k) != mgi_request_at(before, k))
-            ((int *)f[i])[k] = r2f((intptr_t)mgi_request_at(requests, k));
+            ((int *)f[i])[k] = request_to_fortran((intptr_t)mgi_request_at(requests, k));
         break;
       case MGI_FR_FLAG: *(int *)f[i] = flag; break;
       case MGI_FR_INDEX: *(int *)f[i] = index >= 0 ? index + 1 : index; break; /* Fortran counts from 1 */

@@ -223,6 +223,11 @@ FORTRAN_MANGLINGS = ('mpi_{}_', 'mpi_{}__', 'mpi_{}', 'ompi_{}_f')
 # The profiling names of the request calls: Open MPI 4.1's mpi_f08 MPI_Test, MPI_Testall, MPI_Testany,
 # MPI_Testsome and MPI_Request_get_status call pmpi_test_ & co. (their LOGICAL flag), not ompi_test_f
 FORTRAN_PROFILING_MANGLINGS = ('pmpi_{}_', 'pmpi_{}__', 'pmpi_{}')
+# The `use mpi_f08` entries of the request calls: MPICH's mpi_waitall_f08_ & co. call its C PMPI_Waitall,
+# past the interposer's MPI_Waitall (its buffer-taking f08 entries call the C MPI_ functions, which the
+# interposer defines); Open MPI's call ompi_waitall_f. Their TYPE(MPI_Request) and TYPE(MPI_Status) are
+# laid out as the INTEGER handle and status array; their ierror is optional (a null pointer when absent).
+FORTRAN_F08_REQUEST_MANGLINGS = ('mpi_{}_f08_',)
 
 
 def fortran_functions(mod):
@@ -261,7 +266,7 @@ def fortran_request_wrappers(mod):
         names = ', '.join(f'p{i}' for i in range(n))
         out += [f'static const unsigned char roles_{f.name}[{n}] = {{{roles}}};',
                 f'typedef void (*fortran_req_{f.name})({", ".join(["void *"] * n)}, int *);']
-        for mangling in FORTRAN_MANGLINGS + FORTRAN_PROFILING_MANGLINGS:
+        for mangling in FORTRAN_MANGLINGS + FORTRAN_PROFILING_MANGLINGS + FORTRAN_F08_REQUEST_MANGLINGS:
             sym = mangling.format(f.name.lower())
             out += [f'MGI_EXPORT void {sym}({ptrs}, int *ierr) {{',
                     '  static _Atomic(void *) next;',
@@ -269,7 +274,8 @@ def fortran_request_wrappers(mod):
                     f'    fortran_req_{f.name} fn = (fortran_req_{f.name})mgi_fortran_next(&next, "{sym}", __builtin_return_address(0));',
                     '    if (fn) {', f'      fn({names}, ierr);', '      return;', '    }', '  }',
                     f'  void *const f[{n}] = {{{names}}};',
-                    f'  *ierr = mgi_fortran_request_call(MGI_REQ_{f.name}, roles_{f.name}, f);', '}', '']
+                    f'  const int rc = mgi_fortran_request_call(MGI_REQ_{f.name}, roles_{f.name}, f);',
+                    '  if (ierr) *ierr = rc;', '}', '']
     return out
 
 

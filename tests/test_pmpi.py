@@ -222,6 +222,48 @@ def test_fortran_f08_program_under_the_interposer(fortran_program, n):
     assert f'fortran_f08_calls: {n} ranks,' in res.stdout and ', 0 failed on all ranks' in res.stdout, res.stdout
 
 
+@pytest.fixture(scope='module')
+def mpich_fortran_programs(programs):
+    """fortran_calls.f90 and fortran_f08_calls.f90 built with MPICH's mpif90 (its `use mpi` and `use
+    mpi_f08` bindings: the f08 request calls call its C PMPI_ functions, and its handles have no f2c
+    functions), and MPICH's launcher (CI installs them, .ci/run)."""
+    out, _, _ = programs
+    fc, launcher = shutil.which('mpif90.mpich'), shutil.which('mpirun.mpich')
+    if not fc or not launcher:
+        if os.environ.get('MPIGPU_CI') == '1':
+            pytest.fail('mpif90.mpich or mpirun.mpich missing: the MPICH Fortran test needs them')
+        pytest.skip('no MPICH Fortran bindings')
+    mods = out / 'mpich'
+    mods.mkdir(exist_ok=True)
+    driver = os.path.join(HERE, 'pmpi', 'fortran_driver.f90')
+    calls, f08 = mods / 'fortran_calls', mods / 'fortran_f08_calls'
+    _build([fc, '-O1', '-J', str(mods), '-o', str(calls), driver, os.path.join(HERE, 'pmpi', 'fortran_calls.f90'),
+            os.path.join(HERE, 'pmpi', 'fortran_main.f90'), f'-L{out}', '-lcuda'])
+    _build([fc, '-O1', '-J', str(mods), '-o', str(f08), driver, os.path.join(HERE, 'pmpi', 'fortran_f08_calls.f90'),
+            f'-L{out}', '-lcuda'])
+    return out, launcher, {'fortran_calls': calls, 'fortran_f08_calls': f08}
+
+
+@pytest.mark.parametrize('which', ('fortran_calls', 'fortran_f08_calls'))
+def test_mpich_fortran_program_crashes_without_the_interposer(mpich_fortran_programs, which):
+    out, launcher, built = mpich_fortran_programs
+    res = _run([launcher, '-n', '2', str(built[which])], {'LD_LIBRARY_PATH': str(out)})
+    assert res.returncode != 0, 'a device pointer reached MPICH from Fortran and nothing happened: not a test'
+
+
+@pytest.mark.parametrize('which,n', (('fortran_calls', 1), ('fortran_calls', 3), ('fortran_f08_calls', 2),
+                                     ('fortran_f08_calls', 3)))
+def test_mpich_fortran_program_under_the_interposer(mpich_fortran_programs, which, n):
+    """The Fortran programs on MPICH's bindings: blocking calls reach the interposer's Fortran entries
+    (`use mpi`) or its C ones (MPICH's mpi_f08 entries call C's MPI_ functions); non-blocking and
+    persistent device calls are held through host copies until MPI_WAIT & co., whose f08 entries
+    (mpi_waitall_f08_) the interposer defines, as MPICH's call its C PMPI_Waitall."""
+    out, launcher, built = mpich_fortran_programs
+    res = _run([launcher, '-n', str(n), str(built[which])], {'LD_LIBRARY_PATH': str(out), 'LD_PRELOAD': _interpose.path()})
+    assert res.returncode == 0, f'{res.stdout[-3000:]}\n{res.stderr[-3000:]}'
+    assert f'{which}: {n} ranks,' in res.stdout and ', 0 failed on all ranks' in res.stdout, res.stdout
+
+
 @pytest.mark.parametrize('n', (1, 2, 4))
 def test_calls_below_python_run_on_mpigpus_paths(programs, n):
     """ctypes calls and a Cython extension's calls (mpi4py.libmpi) with device pointers."""

@@ -50,12 +50,21 @@ typedef struct held_request {
   int persistent;      /* a persistent request: held from its init to MPI_Request_free */
   int active;          /* persistent: started, its round not yet found complete */
   mgi_staged s[MGI_MAX_BUFFERS];
-  struct held_request *next;
+  struct held_request *next, *prev; /* the list of every held request */
+  struct held_request *same_bucket; /* the next in its handle's bucket */
 } held_request;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static held_request *held;
 static atomic_int nheld, ndetached, nwindows; /* held; of them detached, and made on a window */
+/* The held requests by handle, so a request call finds each of its requests in a bucket rather than by
+ * walking every held request (a halo exchange's or an all-to-all's hundreds of requests per MPI_Waitall
+ * took time quadratic in their number). A power of two of buckets, doubled when the held requests
+ * outnumber them twice; where that memory is not there the table stays (longer buckets, the same answers),
+ * and with no table at all the list is walked. */
+static held_request **buckets;
+static size_t nbuckets;
+enum { kFirstBuckets = 64 };
 
 typedef int (*test_fn)(void *, int *, intptr_t);
 typedef int (*get_status_fn)(intptr_t, int *, intptr_t);
@@ -86,9 +95,44 @@ static void count(held_request *r, int by) { /* (lock held where r is in the lis
   if (r->on_window) atomic_fetch_add_explicit(&nwindows, by, memory_order_release);
 }
 
+static size_t bucket_of(uintptr_t h, size_t n) { return (size_t)(((uint64_t)h * 0x9e3779b97f4a7c15ull) >> 32) & (n - 1); }
+
+/* The table remade with n buckets from the list (lock held); kept as it was where n buckets cannot be had. */
+static void rehash(size_t n) {
+  held_request **fresh = calloc(n, sizeof *fresh);
+  if (!fresh) return;
+  for (held_request *r = held; r; r = r->next) {
+    const size_t b = bucket_of(r->handle, n);
+    r->same_bucket = fresh[b];
+    fresh[b] = r;
+  }
+  free(buckets);
+  buckets = fresh;
+  nbuckets = n;
+}
+
+/* Request r held: into the list and its handle's bucket (lock held). */
+static void link_request(held_request *r) {
+  r->prev = NULL;
+  r->next = held;
+  if (held) held->prev = r;
+  held = r;
+  count(r, 1);
+  if ((size_t)atomic_load_explicit(&nheld, memory_order_relaxed) > 2 * nbuckets) {
+    const size_t before = nbuckets;
+    rehash(nbuckets ? 2 * nbuckets : kFirstBuckets);
+    if (nbuckets != before) return; /* (the new table holds r) */
+  }
+  if (nbuckets) {
+    const size_t b = bucket_of(r->handle, nbuckets);
+    r->same_bucket = buckets[b];
+    buckets[b] = r;
+  }
+}
+
 /* A held request of handle h that no call is running on, taken for this one (busy), or NULL. Lock held. */
 static held_request *take(uintptr_t h) {
-  for (held_request *r = held; r; r = r->next)
+  for (held_request *r = nbuckets ? buckets[bucket_of(h, nbuckets)] : held; r; r = nbuckets ? r->same_bucket : r->next)
     if (r->handle == h && !r->detached && !r->busy) {
       r->busy = 1;
       return r;
@@ -97,13 +141,17 @@ static held_request *take(uintptr_t h) {
 }
 
 static void unlink_request(held_request *gone) { /* lock held */
-  for (held_request **at = &held; *at; at = &(*at)->next)
-    if (*at == gone) {
-      *at = gone->next;
-      count(gone, -1);
-      if (gone->detached) atomic_fetch_sub_explicit(&ndetached, 1, memory_order_release);
-      return;
-    }
+  if (gone->prev) gone->prev->next = gone->next;
+  else held = gone->next;
+  if (gone->next) gone->next->prev = gone->prev;
+  if (nbuckets)
+    for (held_request **at = &buckets[bucket_of(gone->handle, nbuckets)]; *at; at = &(*at)->same_bucket)
+      if (*at == gone) {
+        *at = gone->same_bucket;
+        break;
+      }
+  count(gone, -1);
+  if (gone->detached) atomic_fetch_sub_explicit(&ndetached, 1, memory_order_release);
 }
 
 /* What MPI wrote into request r's copies, copied back to device memory. */
@@ -148,16 +196,11 @@ static void reap_detached(void) {
   if (!test) return;
   held_request *mine = NULL;
   pthread_mutex_lock(&lock);
-  for (held_request **at = &held; *at;) {
-    held_request *r = *at;
-    if (!r->detached || r->busy) {
-      at = &r->next;
-      continue;
-    }
-    *at = r->next;
-    count(r, -1);
-    atomic_fetch_sub_explicit(&ndetached, 1, memory_order_release);
-    r->next = mine;
+  for (held_request *r = held, *after; r; r = after) {
+    after = r->next;
+    if (!r->detached || r->busy) continue;
+    unlink_request(r);
+    r->next = mine; /* (a list of its own now) */
     mine = r;
   }
   pthread_mutex_unlock(&lock);
@@ -168,9 +211,7 @@ static void reap_detached(void) {
     int flag = 0, rc = test(&r->handle, &flag, mgi_c_status_ignore());
     if (rc == 0 && !flag) {
       pthread_mutex_lock(&lock);
-      r->next = held;
-      held = r;
-      count(r, 1);
+      link_request(r);
       atomic_fetch_add_explicit(&ndetached, 1, memory_order_release);
       pthread_mutex_unlock(&lock);
       continue;
@@ -218,9 +259,7 @@ int mgi_stage_request(int id, intptr_t *a) {
     return why[0] ? mgi_fail(id, comm, why) : rc;
   }
   pthread_mutex_lock(&lock);
-  r->next = held;
-  held = r;
-  count(r, 1);
+  link_request(r);
   pthread_mutex_unlock(&lock);
   return rc;
 }

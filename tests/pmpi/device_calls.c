@@ -406,6 +406,29 @@ int main(int argc, char **argv) {
     for (int i = 0; i < N; i++) ok &= g[i] == 1000 * prev + i;
     check(ok, "Irecv into device memory, after MPI_Testany");
     free(g);
+    /* many held requests at once (a halo exchange's, an all-to-all's): 300 receives and 300 sends of device
+     * memory, each its own buffer and tag, completed by one MPI_Waitall (each held request found by its
+     * handle: the table grows past its first buckets) */
+    {
+      enum { kMany = 300 };
+      MPI_Request many[2 * kMany];
+      int *mr[kMany], *ms[kMany];
+      for (int k = 0; k < kMany; k++) {
+        const int v = 100000 * r + k;
+        ms[k] = dints(1, &v);
+        mr[k] = dints(1, NULL);
+        MPI_Irecv(mr[k], 1, MPI_INT, prev, 1000 + k, MPI_COMM_WORLD, &many[k]);
+      }
+      for (int k = 0; k < kMany; k++) MPI_Isend(ms[k], 1, MPI_INT, next, 1000 + k, MPI_COMM_WORLD, &many[kMany + k]);
+      check(MPI_Waitall(2 * kMany, many, MPI_STATUSES_IGNORE) == MPI_SUCCESS, "Waitall of 600 requests");
+      ok = 1;
+      for (int k = 0; k < kMany; k++) {
+        int *gk = host_of(mr[k], 1);
+        ok &= gk[0] == 100000 * prev + k && many[k] == MPI_REQUEST_NULL && many[kMany + k] == MPI_REQUEST_NULL;
+        free(gk);
+      }
+      check(ok, "600 requests' receives in device memory, after one MPI_Waitall");
+    }
     put(rr, h, N * sizeof(int));
     MPI_Irecv(rr, N, MPI_INT, prev, 18, MPI_COMM_WORLD, &req);
     MPI_Send(rs, N, MPI_INT, next, 18, MPI_COMM_WORLD);

@@ -73,7 +73,8 @@ def span_init(mod, f, s):
     second = s.displs or s.factor
     return (f'{{MGI_FORM_{s.form.upper()}, {idx[s.count] if s.count else -1}, {idx[second] if second else -1}, '
             f'{idx[s.type] if s.type else -1}, {mod.GROUPS.index(s.group)}, '
-            f'{int(s.count is not None and f.params[idx[s.count]].kind in ("count", "counts"))}}}')
+            f'{int(s.count is not None and f.params[idx[s.count]].kind in ("count", "counts"))}, '
+            f'{int(s.displs is not None and f.params[idx[s.displs]].kind == "aints")}}}')
 
 
 def descriptors(mod):

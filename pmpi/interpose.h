@@ -19,7 +19,9 @@
  * datatype (or datatypes), and the group its counts are for (0: the communicator's size; 1, 2: a
  * topology's in- and out-degree). */
 typedef struct {
-  int8_t form, count, displs, type, group, wide; /* wide: MPI_Count counts, MPI_Aint displacements (_c) */
+  int8_t form, count, displs, type, group;
+  int8_t wide;        /* MPI_Count counts (the _c forms) */
+  int8_t aint_displs; /* MPI_Aint displacements (the _c forms, MPI_Neighbor_alltoallw's) */
 } mgi_span;
 
 #define MGI_MAX_BUFFERS 3 /* MPI_Compare_and_swap's */
@@ -123,6 +125,9 @@ int mgi_fail_on(const char *name, int win, intptr_t comm, const char *why);
  * without the interposer; no handler is called (no MPI code means it). Other callers get an MPI error. */
 #define MGI_ERR_UNAVAILABLE ((int)0xAAAAAAAAu)
 int mgi_fail_named(const char *name, const char *why); /* the same for a call without a communicator */
+/* narrow.c: a neighbourhood collective's array length on communicator comm, its topology's in-degree
+ * (which == 1) or out-degree (2); -1 where it cannot be read (no topology) */
+int mgi_degree(intptr_t comm, int which);
 
 /* staging.c: a blocking call's device buffers through host copies */
 int mgi_stage(int id, intptr_t *args);

@@ -42,7 +42,7 @@ enum { MPICH_GRAPH = 1, MPICH_CART = 2, TOPO_DIST_GRAPH = 3 };
 /* A neighbourhood collective's array length: the topology's in-degree (which == 1) or out-degree (2):
  * twice its dimensions (Cartesian), the rank's neighbours (graph), its in- or out-edges (distributed
  * graph). -1 where it cannot be read (no topology, a query that failed): 0 is a rank without neighbours. */
-static int degree(intptr_t comm, int which) {
+int mgi_degree(intptr_t comm, int which) {
   comm_int_fn topo_test = query(TOPO_TEST);
   int kind = 0, n = 0, rank = 0, in = 0, out = 0, weighted = 0;
   if (!topo_test || topo_test(comm, &kind)) return -1;
@@ -120,7 +120,7 @@ int mgi_no_lower(int id, const intptr_t *a, const void *caller) {
       b[q->param] = 0; /* not read by the library on this rank */
       continue;
     }
-    int n = q->group ? degree(comm, q->group) : group_size(comm, q->local);
+    int n = q->group ? mgi_degree(comm, q->group) : group_size(comm, q->local);
     if (n == 0 && q->group) {
       b[q->param] = a[q->param]; /* no neighbours: nothing the library reads */
       continue;

@@ -49,8 +49,18 @@ static long long count_at(const mgi_span *f, const intptr_t *a, int i) {
   return f->wide ? ((const long long *)a[f->count])[i] : ((const int *)a[f->count])[i];
 }
 
-/* The bytes one buffer's form reaches; -1 where it cannot say (a datatype MPI refuses, the w-forms, the
- * neighbourhood collectives' degrees). */
+/* Entry i of a form's displacements: ints, or MPI_Aints. */
+static intptr_t displ_at(const mgi_span *f, const intptr_t *a, int i) {
+  return f->aint_displs ? ((const intptr_t *)a[f->displs])[i] : ((const int *)a[f->displs])[i];
+}
+
+/* Entry i of an array of datatypes: MPICH's handles are ints, Open MPI's pointers. */
+static intptr_t type_at(const intptr_t *a, int param, int i) {
+  return mgi_is_open_mpi() ? ((const intptr_t *)a[param])[i] : (intptr_t)((const int *)a[param])[i];
+}
+
+/* The bytes one buffer's form reaches, over n peers (the group its counts are for: the communicator's, or
+ * a topology's in- or out-degree); -1 where it cannot say (a datatype MPI refuses). */
 static int span_of(const mgi_span *f, const intptr_t *a, int n, int rank, byte_range *r) {
   type_shape s;
   /* a count as C passed it: an int, or MPI-4's MPI_Count */
@@ -60,7 +70,16 @@ static int span_of(const mgi_span *f, const intptr_t *a, int n, int rank, byte_r
     if (bytes > 0) *r = (byte_range){0, bytes, 1};
     return 0;
   }
-  if (f->form == MGI_FORM_W || f->group != 0 || shape_of(a[f->type], &s)) return -1;
+  if (f->form == MGI_FORM_W) { /* a datatype per peer, displacements in bytes */
+    for (int i = 0; i < n; i++) {
+      const long long c = count_at(f, a, i);
+      if (c <= 0) continue;
+      if (shape_of(type_at(a, f->type, i), &s)) return -1;
+      cover(r, displ_at(f, a, i), c, &s);
+    }
+    return 0;
+  }
+  if (shape_of(a[f->type], &s)) return -1;
   long long total = 0;
   switch (f->form) {
     case MGI_FORM_SIMPLE:
@@ -73,10 +92,7 @@ static int span_of(const mgi_span *f, const intptr_t *a, int n, int rank, byte_r
       cover(r, 0, total, &s);
       return 0;
     case MGI_FORM_V:
-      for (int i = 0; i < n; i++) {
-        intptr_t d = f->wide ? ((const intptr_t *)a[f->displs])[i] : ((const int *)a[f->displs])[i];
-        cover(r, d * s.extent, count_at(f, a, i), &s);
-      }
+      for (int i = 0; i < n; i++) cover(r, displ_at(f, a, i) * s.extent, count_at(f, a, i), &s);
       return 0;
     default: return -1;
   }
@@ -87,9 +103,7 @@ int mgi_stage_in(const mgi_buffer *buf, const mgi_span *form, intptr_t *a, int n
   char *p = (char *)a[buf->param];
   byte_range r = {0};
   if (span_of(form, a, n, rank, &r)) {
-    snprintf(why, why_bytes,
-             "cannot stage device buffer %d (its datatype, a w-form or a neighbourhood collective: those need "
-             "mpigpu's handler, python -m mpigpu)", b);
+    snprintf(why, why_bytes, "cannot stage device buffer %d: the MPI library below cannot tell its datatype's extent", b);
     return -1;
   }
   if (!r.any) return 0;
@@ -133,9 +147,14 @@ int mgi_stage_call(int id, intptr_t *a, mgi_staged staged[MGI_MAX_BUFFERS], char
   for (int b = 0; b < fn->nbuffers; b++) {
     const mgi_buffer *buf = &fn->buffers[b];
     if (!mgi_maybe_device((const void *)a[buf->param]) || (buf->root_only && rank != root)) continue;
-    if (mgi_stage_in(buf, &buf->forms[in_place && buf->nforms > 1 ? 1 : 0], a, n, rank, b, &staged[b], why,
-                     why_bytes))
+    const mgi_span *form = &buf->forms[in_place && buf->nforms > 1 ? 1 : 0];
+    /* a neighbourhood collective's counts are for the topology's in- or out-neighbours */
+    const int peers = form->group && fn->comm >= 0 ? mgi_degree(a[fn->comm], form->group) : n;
+    if (peers < 0) {
+      snprintf(why, why_bytes, "cannot stage device buffer %d: its communicator's topology cannot be read", b);
       return -1;
+    }
+    if (mgi_stage_in(buf, form, a, peers, rank, b, &staged[b], why, why_bytes)) return -1;
   }
   return 0;
 }

@@ -297,6 +297,68 @@ int main(int argc, char **argv) {
   free(g);
   MPI_Type_free(&vec);
 
+  /* Alltoallw of device memory: i + 1 ints to rank i from byte displacement 4 * i(i+1)/2, r + 1 ints from
+   * each rank; a datatype per peer (odd peers a one-int contiguous type): the w-form's bytes per peer */
+  {
+    int *sc = malloc(n * sizeof(int)), *sd = malloc(n * sizeof(int)), *rc = malloc(n * sizeof(int)),
+        *rd = malloc(n * sizeof(int));
+    MPI_Datatype one, *types = malloc(n * sizeof(MPI_Datatype));
+    MPI_Type_contiguous(1, MPI_INT, &one);
+    MPI_Type_commit(&one);
+    for (int i = 0, at = 0; i < n; at += i + 1, i++) {
+      sc[i] = i + 1, sd[i] = 4 * at, rc[i] = r + 1, rd[i] = 4 * i * (r + 1);
+      types[i] = i % 2 ? one : MPI_INT;
+      for (int k = 0; k <= i; k++) h[at + k] = 1000 * r + 10 * i + k;
+    }
+    int *ws = dints(n * (n + 1) / 2, h), *wr = dints(n * (r + 1), NULL);
+    check(MPI_Alltoallw(ws, sc, sd, types, wr, rc, rd, types, MPI_COMM_WORLD) == MPI_SUCCESS, "Alltoallw");
+    g = host_of(wr, n * (r + 1)), ok = 1;
+    for (int i = 0; i < n; i++)
+      for (int k = 0; k <= r; k++) ok &= g[i * (r + 1) + k] == 1000 * i + 10 * r + k;
+    check(ok, "Alltoallw into device memory");
+    free(g), free(sc), free(sd), free(rc), free(rd), free(types);
+    MPI_Type_free(&one);
+  }
+
+  /* neighbourhood collectives of device memory on a periodic ring (a 1-D Cartesian topology: the left
+   * neighbour, then the right, twice the dimensions long): Neighbor_allgather, Neighbor_alltoall,
+   * Neighbor_alltoallv and Neighbor_alltoallw, their counts for the topology's degree */
+  {
+    MPI_Comm ring;
+    int dims[1] = {n}, periods[1] = {1};
+    MPI_Cart_create(MPI_COMM_WORLD, 1, dims, periods, 0, &ring);
+    const int K = 3, left = (r + n - 1) % n, right = (r + 1) % n;
+    for (int b = 0; b < 2; b++)
+      for (int k = 0; k < K; k++) h[b * K + k] = 100 * r + 10 * b + k;
+    int *ns = dints(2 * K, h), *nr = dints(2 * K, NULL);
+    MPI_Neighbor_allgather(ns, K, MPI_INT, nr, K, MPI_INT, ring);
+    g = host_of(nr, 2 * K), ok = 1;
+    for (int k = 0; k < K; k++) ok &= g[k] == 100 * left + k && g[K + k] == 100 * right + k;
+    check(ok, "Neighbor_allgather into device memory");
+    free(g);
+    MPI_Neighbor_alltoall(ns, K, MPI_INT, nr, K, MPI_INT, ring);
+    g = host_of(nr, 2 * K), ok = 1; /* from the left its block for the right, from the right its block 0 */
+    for (int k = 0; k < K; k++) ok &= g[k] == 100 * left + 10 + k && g[K + k] == 100 * right + k;
+    check(ok, "Neighbor_alltoall into device memory");
+    free(g);
+    int vc[2] = {K, K}, vd[2] = {K, 0}, zero[6] = {0}; /* (K = 3) the blocks swapped on the way in */
+    put(nr, zero, sizeof zero);
+    MPI_Neighbor_alltoallv(ns, vc, (int[]){0, K}, MPI_INT, nr, vc, vd, MPI_INT, ring);
+    g = host_of(nr, 2 * K), ok = 1;
+    for (int k = 0; k < K; k++) ok &= g[K + k] == 100 * left + 10 + k && g[k] == 100 * right + k;
+    check(ok, "Neighbor_alltoallv into device memory");
+    free(g);
+    MPI_Aint wd[2] = {0, (MPI_Aint)(K * sizeof(int))};
+    MPI_Datatype wt[2] = {MPI_INT, MPI_INT};
+    put(nr, zero, sizeof zero);
+    MPI_Neighbor_alltoallw(ns, vc, wd, wt, nr, vc, wd, wt, ring);
+    g = host_of(nr, 2 * K), ok = 1;
+    for (int k = 0; k < K; k++) ok &= g[k] == 100 * left + 10 + k && g[K + k] == 100 * right + k;
+    check(ok, "Neighbor_alltoallw into device memory");
+    free(g);
+    MPI_Comm_free(&ring);
+  }
+
 #if MPI_VERSION >= 4
   /* MPI-4's large-count forms: Allreduce_c and Bcast_c */
   for (int i = 0; i < N; i++) h[i] = r + i;

@@ -177,9 +177,30 @@ void *mgi_fortran_next(_Atomic(void *) *slot, const char *symbol, const void *ca
   return fn;
 }
 
+/* A w-form's array of Fortran datatypes (parameter `param` of function fn, whose communicator is C's
+ * comm) as C handles in new memory (MPICH's ints, Open MPI's pointers), as many as the group its buffer's
+ * counts are for; NULL where that cannot be read or no memory is there. */
+static void *c_types(const mgi_function *fn, int param, intptr_t comm, const int *f_types) {
+  int group = 0;
+  for (int b = 0; b < fn->nbuffers; b++)
+    if (fn->buffers[b].forms[0].type == param) group = fn->buffers[b].forms[0].group;
+  const int n = group ? mgi_degree(comm, group) : mgi_group_size(comm, 0);
+  if (n < 0 || (n == 0 && !group)) return NULL;
+  void *c = calloc(n ? (size_t)n : 1, sizeof(intptr_t));
+  if (!c) return NULL;
+  for (int i = 0; i < n; i++) {
+    const intptr_t h = c_handle(&type_f2c, "PMPI_Type_f2c", &f_types[i]);
+    if (mgi_is_open_mpi()) ((intptr_t *)c)[i] = h;
+    else ((int *)c)[i] = (int)h;
+  }
+  return c;
+}
+
 int mgi_fortran_call(int id, const unsigned char *kinds, void *const *f, const void *caller) {
   const mgi_function *fn = &mgi_functions[id];
   intptr_t a[MGI_MAX_PARAMS];
+  void *types[2] = {NULL, NULL}; /* the w-form's datatype arrays converted, freed after the call */
+  int ntypes = 0;
   c_status status;
   int *f_status = NULL; /* Fortran's status array, filled from C's after the call */
   intptr_t request = 0; /* the C request a non-blocking call makes */
@@ -204,8 +225,19 @@ int mgi_fortran_call(int id, const unsigned char *kinds, void *const *f, const v
       case MGI_FK_TYPE: a[i] = c_handle(&type_f2c, "PMPI_Type_f2c", (const int *)f[i]); break;
       case MGI_FK_OP: a[i] = c_handle(&op_f2c, "PMPI_Op_f2c", (const int *)f[i]); break;
       case MGI_FK_INFO: a[i] = c_handle(&info_f2c, "PMPI_Info_f2c", (const int *)f[i]); break;
+      case MGI_FK_TYPES: a[i] = 0; break; /* (below: they need the communicator) */
       default: a[i] = c_handle(&comm_f2c, "PMPI_Comm_f2c", (const int *)f[i]); break;
     }
+  }
+  for (int i = 0; i < fn->nparams; i++) {
+    if (kinds[i] != MGI_FK_TYPES) continue;
+    void *c = ntypes < 2 && fn->comm >= 0 ? c_types(fn, i, a[fn->comm], (const int *)f[i]) : NULL;
+    if (!c) {
+      for (int k = 0; k < ntypes; k++) free(types[k]);
+      return mgi_fail(id, fn->comm >= 0 ? a[fn->comm] : 0,
+                      "cannot convert the Fortran datatypes' array (its communicator's group, or host memory)");
+    }
+    a[i] = (intptr_t)(types[ntypes++] = c);
   }
   /* (a buffer's place is the same before and after the conversion: Fortran's sentinels are host memory) */
   const int rc = mgi_takes_all(caller)                         ? mgi_handle(id, a)
@@ -214,6 +246,7 @@ int mgi_fortran_call(int id, const unsigned char *kinds, void *const *f, const v
   status_c2f_fn c2f = f_status ? (status_c2f_fn)mgi_lower_cached(&status_c2f, "PMPI_Status_c2f") : NULL;
   if (c2f && rc == 0) c2f(&status, f_status);
   if (f_request && rc == 0) *f_request = request_to_fortran(request);
+  for (int k = 0; k < ntypes; k++) free(types[k]);
   return rc;
 }
 

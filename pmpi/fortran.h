@@ -15,7 +15,7 @@
 
 /* What a Fortran binding's parameter is (every one passed by reference) */
 enum { MGI_FK_BUFFER, MGI_FK_INT, MGI_FK_INTS, MGI_FK_TYPE, MGI_FK_OP, MGI_FK_COMM, MGI_FK_STATUS, MGI_FK_REQUEST,
-       MGI_FK_INFO };
+       MGI_FK_INFO, MGI_FK_TYPES };
 
 /* 1 where the library makes the call as it is: no handler takes it and no buffer is device memory. */
 int mgi_fortran_library_makes(int id, void *const *f, const void *caller);

@@ -215,7 +215,8 @@ def request_wrappers(mod):
 # What a Fortran binding's parameter is, for the functions fortran.c serves: every one by reference
 FORTRAN_KINDS = {'in': 'MGI_FK_BUFFER', 'out': 'MGI_FK_BUFFER', 'inout': 'MGI_FK_BUFFER', 'int': 'MGI_FK_INT',
                  'ints': 'MGI_FK_INTS', 'type': 'MGI_FK_TYPE', 'op': 'MGI_FK_OP', 'comm': 'MGI_FK_COMM',
-                 'status': 'MGI_FK_STATUS', 'request': 'MGI_FK_REQUEST', 'info': 'MGI_FK_INFO'}
+                 'status': 'MGI_FK_STATUS', 'request': 'MGI_FK_REQUEST', 'info': 'MGI_FK_INFO',
+                 'types': 'MGI_FK_TYPES', 'aints': 'MGI_FK_INTS'}  # (address-kind arrays: C's MPI_Aint arrays)
 # The names a Fortran compiler gives mpi_allreduce: gfortran's and most others' (one underscore), g77's
 # (two, for a name holding one), and none (IBM's, or -fno-underscoring); and Open MPI's own entry behind
 # them, ompi_allreduce_f, which its `use mpi_f08` bindings call (mpi_allreduce_f08 converts its derived
@@ -233,11 +234,13 @@ FORTRAN_F08_REQUEST_MANGLINGS = ('mpi_{}_f08_',)
 
 def fortran_functions(mod):
     """The functions whose Fortran binding the interposer defines: talking to other ranks, every parameter
-    of FORTRAN_KINDS (no message or array of handles yet), blocking, non-blocking or persistent (a request
-    made now; MPI_START and MPI_STARTALL are among the request calls below; not the partitioned forms), not
-    a large-count form."""
+    of FORTRAN_KINDS (no message), blocking, non-blocking or persistent (a request made now; MPI_START and
+    MPI_STARTALL are among the request calls below; not the partitioned forms), not a large-count form. An
+    array of datatypes is converted into C handles that live for the call, so only the blocking w-forms
+    take one (MPI reads a non-blocking call's arrays until its request completes)."""
     return [f for f in mod.TABLE if f.method == f.name and not f.local and f.win < 0
-            and all(p.kind in FORTRAN_KINDS for p in f.params) and f.persistent != 2]
+            and all(p.kind in FORTRAN_KINDS for p in f.params) and f.persistent != 2
+            and not (f.find('types') >= 0 and f.find('request') >= 0)]  # (below)
 
 
 # The request calls whose Fortran binding the interposer defines (complete or free a request), and what

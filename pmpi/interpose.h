@@ -128,6 +128,9 @@ int mgi_fail_named(const char *name, const char *why); /* the same for a call wi
 /* narrow.c: a neighbourhood collective's array length on communicator comm, its topology's in-degree
  * (which == 1) or out-degree (2); -1 where it cannot be read (no topology) */
 int mgi_degree(intptr_t comm, int which);
+/* narrow.c: how many entries a function's arrays have on communicator comm: its group, or on an
+ * intercommunicator the remote group unless `local`; 0 where it cannot be read */
+int mgi_group_size(intptr_t comm, int local);
 
 /* staging.c: a blocking call's device buffers through host copies */
 int mgi_stage(int id, intptr_t *args);

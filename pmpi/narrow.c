@@ -27,7 +27,7 @@ static comm_int_fn query(int which) { return (comm_int_fn)mgi_lower_cached(&quer
 
 /* How many entries the function's count arrays have: the caller's group, or on an intercommunicator the
  * peers' group where the counts are for the remote side. 0 where it cannot be read. */
-static int group_size(intptr_t comm, int local) {
+int mgi_group_size(intptr_t comm, int local) {
   comm_int_fn size = query(COMM_SIZE), remote = query(COMM_REMOTE_SIZE), test_inter = query(COMM_TEST_INTER);
   int n = 0, inter = 0;
   if (!size || !test_inter || test_inter(comm, &inter)) return 0;
@@ -120,7 +120,7 @@ int mgi_no_lower(int id, const intptr_t *a, const void *caller) {
       b[q->param] = 0; /* not read by the library on this rank */
       continue;
     }
-    int n = q->group ? mgi_degree(comm, q->group) : group_size(comm, q->local);
+    int n = q->group ? mgi_degree(comm, q->group) : mgi_group_size(comm, q->local);
     if (n == 0 && q->group) {
       b[q->param] = a[q->param]; /* no neighbours: nothing the library reads */
       continue;

@@ -150,6 +150,31 @@ subroutine fortran_calls_run() bind(C, name='fortran_calls_run')
                'MPI_REQUEST_FREE of persistent requests')
   end block
 
+  block
+    ! MPI_ALLTOALLW of device memory (an array of datatypes, converted for the C call): p + 1 integers to
+    ! rank p from byte displacement 4 p (p + 1) / 2, rank + 1 integers from each rank
+    integer, allocatable :: sc(:), sd(:), rcs(:), rds(:), wt(:), wvals(:), wgot(:)
+    integer, pointer, contiguous :: d_ws(:), d_wr(:)
+    integer :: p, at
+    allocate(sc(nranks), sd(nranks), rcs(nranks), rds(nranks), wt(nranks), wvals(nranks * (nranks + 1) / 2))
+    at = 0
+    do p = 0, nranks - 1
+      sc(p + 1) = p + 1
+      sd(p + 1) = 4 * at
+      rcs(p + 1) = rank + 1
+      rds(p + 1) = 4 * p * (rank + 1)
+      wt(p + 1) = MPI_INTEGER
+      wvals(at + 1:at + p + 1) = [(1000 * rank + 10 * p + k, k = 0, p)]
+      at = at + p + 1
+    end do
+    d_ws => dints(wvals)
+    d_wr => dints([(0, i = 1, nranks * (rank + 1))])
+    call MPI_Alltoallw(d_ws, sc, sd, wt, d_wr, rcs, rds, wt, MPI_COMM_WORLD, ierr)
+    wgot = host_of(d_wr)
+    call check(ierr == MPI_SUCCESS .and. all(wgot == [((1000 * p + 10 * rank + k, k = 0, rank), p = 0, nranks - 1)]), &
+               'Alltoallw of device memory')
+  end block
+
   ! host arrays: the library's own binding makes the call
   host = base
   call MPI_Allreduce(MPI_IN_PLACE, host, n, MPI_INTEGER, MPI_SUM, MPI_COMM_WORLD, ierr)

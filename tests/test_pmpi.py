@@ -222,6 +222,30 @@ def test_fortran_f08_program_under_the_interposer(fortran_program, n):
     assert f'fortran_f08_calls: {n} ranks,' in res.stdout and ', 0 failed on all ranks' in res.stdout, res.stdout
 
 
+@pytest.mark.parametrize('n', (1, 3))
+def test_fortran_extension_in_a_python_process(fortran_program, n):
+    """A Fortran extension's MPI calls (tests/pmpi/fortran_python_calls.f90, as f2py builds one, loaded with
+    RTLD_LOCAL) in a `python -m mpigpu` process on Open MPI (mpi4py's Open MPI build, MPI4PY_MPIABI):
+    host arrays and device memory through the handler; persistent requests behind proxies, started and
+    completed by Fortran's MPI_STARTALL and MPI_WAITALL."""
+    out, _, _, _, launcher, _ = fortran_program
+    import mpi4py
+    if not any(f.startswith('MPI.openmpi') for f in os.listdir(os.path.dirname(mpi4py.__file__))):
+        if os.environ.get('MPIGPU_CI') == '1':
+            pytest.fail('mpi4py has no Open MPI build (MPI.openmpi): the Fortran extension test needs it')
+        pytest.skip('mpi4py has no Open MPI build')
+    lib, mods = out / 'libfortran_python_calls.so', out / 'fortran_python'
+    if not lib.exists():
+        mods.mkdir(exist_ok=True)
+        _build([_first_tool('mpif90.openmpi', 'mpif90'), '-O1', '-fPIC', '-shared', '-J', str(mods), '-o', str(lib),
+                os.path.join(HERE, 'pmpi', 'fortran_python_calls.f90')])
+    res = _run_fortran(launcher, n, [sys.executable, '-m', 'mpigpu', os.path.join(HERE, 'mpi', 'pmpi_fortran_python.py')],
+                       {'MPI4PY_MPIABI': 'openmpi', 'FAKE_LIBCUDA': str(out / 'libcuda.so.1'),
+                        'FORTRAN_PYTHON_LIB': str(lib), 'PYTHONPATH': os.path.join(HERE, 'mpi')})
+    assert res.returncode == 0, f'{res.stdout[-3000:]}\n{res.stderr[-3000:]}'
+    assert f'pmpi_fortran_python: {n} ranks,' in res.stdout and ', 0 failed on all ranks' in res.stdout, res.stdout
+
+
 @pytest.fixture(scope='module')
 def mpich_fortran_programs(programs):
     """fortran_calls.f90 and fortran_f08_calls.f90 built with MPICH's mpif90 (its `use mpi` and `use

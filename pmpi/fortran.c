@@ -146,6 +146,12 @@ static intptr_t request_from_fortran(int f) {
   return fn ? fn(f) : (intptr_t)f;
 }
 
+/* Whether requests can be converted: Open MPI's only through its functions (its handles are pointers) */
+static int requests_convert(void) {
+  return !mgi_is_open_mpi() || (mgi_lower_cached(&request_c2f, "PMPI_Request_c2f") &&
+                                mgi_lower_cached(&request_f2c, "PMPI_Request_f2c"));
+}
+
 typedef intptr_t (*f2c_fn)(int); /* MPICH's int handles come back in the word's low half, all C reads */
 static _Atomic(void *) comm_f2c, type_f2c, op_f2c, info_f2c;
 
@@ -201,6 +207,9 @@ int mgi_fortran_call(int id, const unsigned char *kinds, void *const *f, const v
   intptr_t a[MGI_MAX_PARAMS];
   void *types[2] = {NULL, NULL}; /* the w-form's datatype arrays converted, freed after the call */
   int ntypes = 0;
+  for (int i = 0; i < fn->nparams; i++)
+    if (kinds[i] == MGI_FK_REQUEST && !requests_convert())
+      return mgi_fail_named(fn->name, "the MPI library below has no PMPI_Request_c2f for the request it makes");
   c_status status;
   int *f_status = NULL; /* Fortran's status array, filled from C's after the call */
   intptr_t request = 0; /* the C request a non-blocking call makes */
@@ -231,6 +240,14 @@ int mgi_fortran_call(int id, const unsigned char *kinds, void *const *f, const v
   }
   for (int i = 0; i < fn->nparams; i++) {
     if (kinds[i] != MGI_FK_TYPES) continue;
+    /* MPI ignores the array of a buffer given as MPI_IN_PLACE (it may be a one-element dummy): not read */
+    int ignored = 0;
+    for (int b = 0; b < fn->nbuffers; b++)
+      if (fn->buffers[b].forms[0].type == i) ignored = a[fn->buffers[b].param] == mgi_c_in_place();
+    if (ignored) {
+      a[i] = (intptr_t)f[i];
+      continue;
+    }
     void *c = ntypes < 2 && fn->comm >= 0 ? c_types(fn, i, a[fn->comm], (const int *)f[i]) : NULL;
     if (!c) {
       for (int k = 0; k < ntypes; k++) free(types[k]);
@@ -266,6 +283,7 @@ int mgi_fortran_request_call(int id, const unsigned char *roles, void *const *f)
   const mgi_request_call *c = &mgi_request_calls[id];
   status_c2f_fn s2f = (status_c2f_fn)mgi_lower_cached(&status_c2f, "PMPI_Status_c2f");
   if (!s2f) return mgi_fail_named(c->name, "the MPI library below has no PMPI_Status_c2f");
+  if (!requests_convert()) return mgi_fail_named(c->name, "the MPI library below has no PMPI_Request_f2c");
   int n = 1;
   for (int i = 0; i < c->nparams; i++)
     if (roles[i] == MGI_FR_COUNT) n = *(const int *)f[i];

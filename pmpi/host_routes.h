@@ -30,11 +30,14 @@ typedef struct {
 } mgi_host_slot;
 
 typedef struct {
+  uint32_t size;            /* sizeof(mgi_host_routes) of the side that filled it: an interposer of another
+                             * build (another layout) does not read them (mpigpu_pmpi_set_host_routes) */
   const uint64_t *epoch;    /* the routes' epoch */
-  /* calls posted from here; counted without a locked add (a statistic: two threads posting at once may
-   * lose a count, and the locked add cost a call 9 ns) */
-  unsigned long long posts;
   mgi_host_slot slots[MGI_HOST_SLOTS];
+  /* calls posted from here, on a line of its own (every routed call writes it, every reader loads the
+   * slots); counted without a locked add (a statistic: two threads posting at once may lose a count, and
+   * the locked add cost a call 9 ns) */
+  _Alignas(64) unsigned long long posts;
 } mgi_host_routes;
 
 /* A host-buffer call of function `fid` on the communicator with handle word `comm`: posted where the

@@ -87,11 +87,12 @@ int mgi_lower_cuda_aware(void);       /* the library's own MPIX_Query_cuda_suppo
 
 /* interpose.c: where a call goes */
 extern _Atomic(void *) mgi_handler_fn;   /* the process's handler (NULL: none) */
-/* Thread-locals every wrapped call reads, in the initial-exec model: one load from the thread pointer, where
- * the default model for a shared object calls __tls_get_addr at each use (about a fifth of a host call's
- * added time, docs/benchmarks.md). The few bytes come from the static TLS surplus glibc keeps for
- * objects loaded later (Python's import of the interposer). */
-#define MGI_TLS _Thread_local __attribute__((tls_model("initial-exec")))
+/* Thread-locals every wrapped call reads. The general-dynamic model of a shared object calls
+ * __tls_get_addr at each use; the initial-exec model would take bytes of the static TLS surplus, which a
+ * process that loads many libraries (Python's) may have spent, and dlopen would then fail. So the build
+ * uses TLS descriptors on x86-64 (pmpi/meson.build: -mtls-dialect=gnu2; aarch64's default): a use is an
+ * indirect call that returns the offset, with no lookup, once the thread's block exists. */
+#define MGI_TLS _Thread_local
 extern MGI_TLS int mgi_in_handler; /* this thread runs the handler: its own MPI calls pass */
 extern uintptr_t mgi_pass_lo, mgi_pass_hi; /* the code whose calls pass untouched: mpi4py's extension */
 /* With a handler, every call from any other caller goes to it, host buffers too: in a Python process the

@@ -311,15 +311,18 @@ static int free_held(int id, intptr_t *a, void *requests, held_request *r, char 
     drop(r, why, why_bytes);
     return 0;
   }
+  /* what the error needs, read while this call still owns r: once it is given back (busy cleared, or
+   * detached), another thread's call may complete and free it */
+  const held_request mine = *r;
   pthread_mutex_lock(&lock);
   r->busy = 0;
-  if (!r->writes) {
+  if (!mine.writes) {
     r->detached = 1;
     atomic_fetch_add_explicit(&ndetached, 1, memory_order_release);
   }
   pthread_mutex_unlock(&lock);
-  if (r->writes)
-    return fail(mgi_request_calls[id].name, r,
+  if (mine.writes)
+    return fail(mgi_request_calls[id].name, &mine,
                 "freeing an active request that receives into device memory through host copies: its data "
                 "could not reach device memory; complete it (MPI_Wait) instead");
   mgi_request_put(requests, 0, request_null());

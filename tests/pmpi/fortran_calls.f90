@@ -173,6 +173,14 @@ subroutine fortran_calls_run() bind(C, name='fortran_calls_run')
     wgot = host_of(d_wr)
     call check(ierr == MPI_SUCCESS .and. all(wgot == [((1000 * p + 10 * rank + k, k = 0, rank), p = 0, nranks - 1)]), &
                'Alltoallw of device memory')
+    ! in place: two integers with each rank, the send arrays one-element dummies (MPI ignores them)
+    rcs = 2
+    rds = [(8 * p, p = 0, nranks - 1)]
+    d_wr => dints([(100 * rank + p, 100 * rank + p + 50, p = 0, nranks - 1)])
+    call MPI_Alltoallw(MPI_IN_PLACE, sc(1:1), sd(1:1), wt(1:1), d_wr, rcs, rds, wt, MPI_COMM_WORLD, ierr)
+    wgot = host_of(d_wr)
+    call check(ierr == MPI_SUCCESS .and. all(wgot == [(100 * p + rank, 100 * p + rank + 50, p = 0, nranks - 1)]), &
+               'Alltoallw in place on device memory')
   end block
 
   ! host arrays: the library's own binding makes the call

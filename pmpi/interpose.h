@@ -152,6 +152,8 @@ int mgi_stage_in(const mgi_buffer *buf, const mgi_span *form, intptr_t *a, int n
 int mgi_stage_call(int id, intptr_t *a, mgi_staged staged[MGI_MAX_BUFFERS], char *why, size_t why_bytes);
 /* What MPI wrote copied back to device memory (a failed copy fills `why`) */
 void mgi_copy_back(const mgi_staged staged[MGI_MAX_BUFFERS], char *why, size_t why_bytes);
+/* A datatype's extent and true bounds, from the library below: 0, or -1 where it cannot tell */
+int mgi_type_bounds(intptr_t type, intptr_t *extent, intptr_t *true_lb, intptr_t *true_extent);
 /* The same where copy_back, and every copy freed */
 void mgi_unstage(mgi_staged staged[MGI_MAX_BUFFERS], int copy_back, char *why, size_t why_bytes);
 /* staged_requests.c: a non-blocking call's device buffers through host copies held until its request

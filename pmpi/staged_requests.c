@@ -17,8 +17,11 @@
  * MPI_Request_free of a held request that is still active: a send's request is kept here (the caller's
  * handle becomes MPI_REQUEST_NULL) and tested at later calls of this file, which free its copy once the
  * library is done with it; a receive's is refused, since nothing could tell when to copy its data back.
- * Partitioned requests (MPI_Psend_init) are refused: MPI_Pready would have to copy each partition. A held
- * request must be completed through the MPI_* calls, which the interposer sees, not PMPI_* directly.
+ * Partitioned requests (MPI_Psend_init, MPI_Precv_init) hold their copies likewise, partition by
+ * partition: MPI_Pready (_range, _list) copies the partitions it marks ready in before the library sends
+ * them, MPI_Parrived copies a partition it finds arrived back to device memory, and the round's completion
+ * copies back the whole receive. A held request must be completed through the MPI_* calls, which the
+ * interposer sees, not PMPI_* directly.
  *
  * Threads: a request call marks the held requests it names as its own (busy) while it runs, so another
  * thread's call never takes them, even where the library hands the handle of a request it just completed
@@ -49,6 +52,12 @@ typedef struct held_request {
   int copied;          /* this round found complete: copied back once (persistent: until the next MPI_Start) */
   int persistent;      /* a persistent request: held from its init to MPI_Request_free */
   int active;          /* persistent: started, its round not yet found complete */
+  /* partitioned: partition i is elements i * part_count .. of the buffer, whose first byte lies at
+   * part_device and part_host on each side; its bytes from i * part_count * extent + true_lb */
+  int partitions;
+  long long part_count;
+  intptr_t extent, true_lb, true_extent;
+  char *part_device, *part_host;
   mgi_staged s[MGI_MAX_BUFFERS];
   struct held_request *next, *prev; /* the list of every held request */
   struct held_request *same_bucket; /* the next in its handle's bucket */
@@ -225,10 +234,6 @@ static void reap_detached(void) {
 int mgi_stage_request(int id, intptr_t *a) {
   const mgi_function *fn = &mgi_functions[id];
   const intptr_t comm = fn->comm >= 0 ? a[fn->comm] : fn->win >= 0 ? a[fn->win] : 0;
-  if (fn->persistent == 2)
-    return mgi_fail(id, comm,
-                    "a partitioned call with device buffers needs mpigpu's handler (python -m mpigpu) or a "
-                    "CUDA-aware MPI below; this process has neither");
   reap_detached();
   held_request *r = calloc(1, sizeof *r);
   if (!r) return mgi_fail(id, comm, "no host memory for a non-blocking call's staging");
@@ -251,6 +256,20 @@ int mgi_stage_request(int id, intptr_t *a) {
   r->target = fn->win >= 0 && fn->target >= 0 ? (int)a[fn->target] : -1;
   r->persistent = fn->persistent;
   r->copied = r->persistent; /* (an inactive persistent request: nothing to copy back until it starts) */
+  if (fn->persistent == 2) { /* partitioned: one buffer, count * partitions elements (functions.py) */
+    const mgi_span *form = &fn->buffers[0].forms[0];
+    r->partitions = (int)a[form->displs]; /* (times_p's factor) */
+    r->part_count = (long long)a[form->count];
+    r->part_host = (char *)a[fn->buffers[0].param];
+    r->part_device = r->s[0].device + (r->part_host - r->s[0].host);
+    if (mgi_type_bounds(a[form->type], &r->extent, &r->true_lb, &r->true_extent)) {
+      snprintf(why, sizeof why, "cannot read the datatype's extent of a partitioned call's buffer");
+      mgi_call_lower_request(MGI_REQ_Request_free, (const intptr_t[]){(intptr_t)&r->handle});
+      mgi_unstage(r->s, 0, why, sizeof why);
+      free(r);
+      return mgi_fail(id, comm, why);
+    }
+  }
   /* complete already (MPICH gives a send that completed at once a shared handle of its own, the same for
    * many requests): done now, not held, so every held handle is one request's. (The library's
    * MPI_Request_get_status neither frees the request nor touches the status its MPI_Wait gives.) */
@@ -281,6 +300,28 @@ static void *requests_of(const mgi_request_call *c, const intptr_t *a, int *n, u
 static int leaves_requests(int id) {
   return id == MGI_REQ_Request_get_status || id == MGI_REQ_Request_get_status_any ||
          id == MGI_REQ_Request_get_status_all || id == MGI_REQ_Request_get_status_some;
+}
+
+/* Partition i of partitioned request r copied to the host (a send's, marked ready) or back to device memory
+ * (a receive's, arrived); out of range: nothing (the library's call reports it). */
+static void copy_partition(const held_request *r, long long i, int to_device, char *why, size_t why_bytes) {
+  if (i < 0 || i >= r->partitions || r->part_count <= 0 || r->true_extent <= 0) return;
+  const intptr_t at = (intptr_t)(i * r->part_count) * r->extent + r->true_lb;
+  const size_t bytes = (size_t)((r->part_count - 1) * r->extent + r->true_extent);
+  char *dev = r->part_device + at, *host = r->part_host + at;
+  const int cu = to_device ? mgi_copy(dev, host, bytes, dev) : mgi_copy(host, dev, bytes, dev);
+  if (cu && !why[0])
+    snprintf(why, why_bytes, "copying partition %lld %s failed (CUDA error %d)", i,
+             to_device ? "back to device memory" : "to the host", cu);
+}
+
+/* The partitions an MPI_Pready call marks ready: its one, its range, or its list. */
+static void ready_partitions(int id, const intptr_t *a, const held_request *r, char *why, size_t why_bytes) {
+  if (id == MGI_REQ_Pready) copy_partition(r, (int)a[0], 0, why, why_bytes);
+  if (id == MGI_REQ_Pready_range)
+    for (long long i = (int)a[0]; i <= (int)a[1] && i - (int)a[0] < r->partitions; i++) copy_partition(r, i, 0, why, why_bytes);
+  if (id == MGI_REQ_Pready_list)
+    for (int j = 0; j < (int)a[0]; j++) copy_partition(r, ((const int *)a[1])[j], 0, why, why_bytes);
 }
 
 /* Request r given back by the call that took it. */
@@ -364,8 +405,22 @@ int mgi_request_call_staged(int id, intptr_t *a) {
     blame = *ours[0];
     rc = free_held(id, a, requests, ours[0], why, sizeof why);
     k = 0;
+  } else if (k && (id == MGI_REQ_Pready || id == MGI_REQ_Pready_range || id == MGI_REQ_Pready_list)) {
+    if (ours[0]->partitions && !ours[0]->writes) ready_partitions(id, a, ours[0], why, sizeof why);
+    if (why[0]) blame = *ours[0];
+    else rc = mgi_call_lower_request(id, a);
+    release(ours[0]);
+    k = 0;
+  } else if (k && id == MGI_REQ_Parrived) {
+    rc = mgi_call_lower_request(id, a);
+    if (!rc && *(const int *)a[2] && ours[0]->partitions && ours[0]->writes)
+      copy_partition(ours[0], (int)a[1], 1, why, sizeof why);
+    if (why[0]) blame = *ours[0];
+    release(ours[0]);
+    k = 0;
   } else if (k && (id == MGI_REQ_Start || id == MGI_REQ_Startall)) { /* (only persistent requests start) */
     for (int j = 0; j < k && !why[0]; j++) {
+      if (ours[j]->partitions && !ours[j]->writes) continue; /* (a partitioned send copies at MPI_Pready) */
       copy_in(ours[j], why, sizeof why);
       if (why[0]) blame = *ours[j];
     }

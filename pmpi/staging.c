@@ -24,12 +24,16 @@ typedef struct {
   intptr_t extent, true_lb, true_extent;
 } type_shape;
 
-static int shape_of(intptr_t type, type_shape *s) {
+int mgi_type_bounds(intptr_t type, intptr_t *extent, intptr_t *true_lb, intptr_t *true_extent);
+
+static int shape_of(intptr_t type, type_shape *s) { return mgi_type_bounds(type, &s->extent, &s->true_lb, &s->true_extent); }
+
+int mgi_type_bounds(intptr_t type, intptr_t *extent_out, intptr_t *true_lb, intptr_t *true_extent_out) {
   type_bounds_fn extent = (type_bounds_fn)mgi_lower_named("PMPI_Type_get_extent");
   type_bounds_fn true_extent = (type_bounds_fn)mgi_lower_named("PMPI_Type_get_true_extent");
   intptr_t lb;
   if (!extent || !true_extent) return -1;
-  if (extent(type, &lb, &s->extent) || true_extent(type, &s->true_lb, &s->true_extent)) return -1;
+  if (extent(type, &lb, extent_out) || true_extent(type, true_lb, true_extent_out)) return -1;
   return 0;
 }
 

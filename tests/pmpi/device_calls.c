@@ -595,15 +595,64 @@ int main(int argc, char **argv) {
       free(g);
     }
     MPI_Request_free(&req);
-    /* partitioned requests with device memory need the handler: an MPI error naming the call */
-    rc_ = MPI_Psend_init(rs, 2, N / 2, MPI_INT, next, 14, MPI_COMM_WORLD, MPI_INFO_NULL, &req);
-    MPI_Error_string(rc_, text, &len);
-    check(rc_ != MPI_SUCCESS && strstr(text, "MPI_Psend_init") && strstr(text, "mpigpu"), "Psend_init error");
-    int same_code = 1; /* the same failure again and again keeps its one code (MPI has a few thousand) */
-    for (int i = 0; i < 3000; i++)
-      same_code &= MPI_Psend_init(rs, 2, N / 2, MPI_INT, next, 14, MPI_COMM_WORLD, MPI_INFO_NULL, &req) == rc_;
-    check(same_code, "Psend_init error, 3000 times");
+    /* partitioned requests of device memory: 4 partitions of N / 4 ints to the next rank, each written on
+     * the device and then marked ready (MPI_Pready each; in the second round MPI_Pready_range and
+     * MPI_Pready_list); the receiver polls MPI_Parrived and reads each arrived partition from device
+     * memory; MPI_Waitall ends the round */
+    {
+      const int P = 4, C = N / 4;
+      int *ps = dints(N, NULL), *pr = dints(N, NULL);
+      MPI_Request preq[2];
+      check(MPI_Precv_init(pr, P, C, MPI_INT, prev, 14, MPI_COMM_WORLD, MPI_INFO_NULL, &preq[0]) == MPI_SUCCESS &&
+                MPI_Psend_init(ps, P, C, MPI_INT, next, 14, MPI_COMM_WORLD, MPI_INFO_NULL, &preq[1]) == MPI_SUCCESS,
+            "Psend_init and Precv_init of device memory");
+      for (int round = 0; round < 2; round++) {
+        check(MPI_Startall(2, preq) == MPI_SUCCESS, "a partitioned round's Startall");
+        for (int i = 0; i < N; i++) h[i] = 10000 * r + 100 * round + i;
+        for (int q = 0; q < P; q++) {
+          put(ps + q * C, h + q * C, C * sizeof(int));
+          if (round == 0) MPI_Pready(q, preq[1]);
+        }
+        if (round == 1) {
+          int rest[2] = {3, 2};
+          check(MPI_Pready_range(0, 1, preq[1]) == MPI_SUCCESS && MPI_Pready_list(2, rest, preq[1]) == MPI_SUCCESS,
+                "Pready_range and Pready_list");
+        }
+        ok = 1;
+        for (int q = 0; q < P; q++) {
+          for (flag = 0; !flag;) MPI_Parrived(preq[0], q, &flag);
+          g = host_of(pr + q * C, C);
+          for (int i = 0; i < C; i++) ok &= g[i] == 10000 * prev + 100 * round + q * C + i;
+          free(g);
+        }
+        check(ok, "partitions read from device memory once MPI_Parrived says they arrived");
+        check(MPI_Waitall(2, preq, MPI_STATUSES_IGNORE) == MPI_SUCCESS, "a partitioned round's Waitall");
+        g = host_of(pr, N), ok = 1;
+        for (int i = 0; i < N; i++) ok &= g[i] == 10000 * prev + 100 * round + i;
+        check(ok, "the partitioned receive in device memory after its round");
+        free(g);
+      }
+      check(MPI_Request_free(&preq[0]) == MPI_SUCCESS && MPI_Request_free(&preq[1]) == MPI_SUCCESS,
+            "Request_free of partitioned requests");
+    }
 #endif
+    /* a device call the staging refuses (on an intercommunicator): an MPI error naming the call, and the
+     * same failure again and again keeps its one code (MPI has a few thousand) */
+    if (n >= 2) {
+      MPI_Comm half, inter;
+      MPI_Comm_split(MPI_COMM_WORLD, r % 2, r, &half);
+      MPI_Intercomm_create(half, 0, MPI_COMM_WORLD, r % 2 ? 0 : 1, 99, &inter);
+      MPI_Comm_set_errhandler(inter, MPI_ERRORS_RETURN);
+      rc_ = MPI_Send(rs, N, MPI_INT, 0, 14, inter);
+      MPI_Error_string(rc_, text, &len);
+      check(rc_ != MPI_SUCCESS && strstr(text, "MPI_Send") && strstr(text, "mpigpu"),
+            "a device Send on an intercommunicator refused");
+      int same_code = 1;
+      for (int i = 0; i < 3000; i++) same_code &= MPI_Send(rs, N, MPI_INT, 0, 14, inter) == rc_;
+      check(same_code, "the same refusal, 3000 times: one code");
+      MPI_Comm_free(&inter);
+      MPI_Comm_free(&half);
+    }
     /* one-sided calls with device buffers and no handler: their host copies held to the synchronization
      * that completes them (MPI_Win_fence, MPI_Win_unlock), which copies a Get's result back; a request-based
      * one's held to its request's completion (MPI_Wait) */

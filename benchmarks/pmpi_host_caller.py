@@ -54,7 +54,7 @@ def through_python(*args):
         no_gil_posts(True)
 
 
-ROUNDS, ITERS = 7, 2000
+ROUNDS, ITERS = 15, 2000
 
 
 def slowest(x):
@@ -80,8 +80,8 @@ for nbytes in [8, 1024, 65536]:
     loops = [('library', library_loop), ('interposer', loop)]
     if can_switch:
         loops.append(('through Python', through_python))
-    for _ in range(ROUNDS):
-        for key, fn in loops:
+    for k in range(ROUNDS):
+        for key, fn in loops if k % 2 == 0 else loops[::-1]:  # (the order alternated: no loop always first)
             comm.Barrier()
             s = fn(*args, ITERS)
             assert s >= 0, f'rank {rank}: MPI_Allreduce of host buffers from C failed ({nbytes} B)'
@@ -89,16 +89,25 @@ for nbytes in [8, 1024, 65536]:
         times['python'].append(python_loop(a, b, ITERS))
     assert (b == np.arange(count, dtype=np.float32) * n + n * (n - 1) / 2).all(), f'rank {rank}: wrong host sum'
     share = (posted_calls() - posted) / (ROUNDS * ITERS)  # (the interposer's rounds: the no-GIL posts)
+
+    def added(key):
+        """The median over rounds of key's time less the library's in the same round (the host's drift
+        between rounds cancels), slowest rank."""
+        if not times[key]:
+            return float('nan')
+        return slowest(statistics.median(t - base for t, base in zip(times[key], times['library'])))
+
     rows.append((nbytes,) + tuple(slowest(statistics.median(times[k]) if times[k] else float('nan'))
-                                  for k in ('library', 'interposer', 'through Python', 'python')) + (share,))
+                                  for k in ('library', 'interposer', 'through Python', 'python'))
+                + (added('interposer'), added('through Python'), share))
 if rank == 0:
     mode = handler._installed.comms[comm.handle][1].agreement.describe()
     print(f'# host buffers, {n} ranks ({mode}): MPI_Allreduce from a C loop on the library (PMPI_Allreduce) and '
           f'through the interposer, and comm.Allreduce from Python; us per call, slowest rank, median of {ROUNDS} '
-          f'rounds of {ITERS}')
+          f'rounds of {ITERS}; added: the median of each round\'s difference to the library in that round')
     print('| bytes | library | interposer | added | through Python | added | from Python | posted without the GIL |')
     print('|---|---|---|---|---|---|---|---|')
-    for nbytes, base, via, slow, py, share in rows:
-        print(f'| {nbytes} | {base:.2f} | {via:.2f} | {(via - base) * 1000:+.0f} ns | {slow:.2f} | '
-              f'{(slow - base) * 1000:+.0f} ns | {py:.2f} | {share:.0%} |')
+    for nbytes, base, via, slow, py, via_added, slow_added, share in rows:
+        print(f'| {nbytes} | {base:.2f} | {via:.2f} | {via_added * 1000:+.0f} ns | {slow:.2f} | '
+              f'{slow_added * 1000:+.0f} ns | {py:.2f} | {share:.0%} |')
     sys.stdout.flush()

@@ -19,6 +19,7 @@ enum {
   MGI_HOST_SLOTS = 8,        /* communicators kept; the ninth takes the oldest slot */
   MGI_HOST_FUNCTIONS = 256,  /* function indices a slot holds (the interposer's MGI_COUNT, checked there) */
   MGI_HOST_UNKNOWN = -3,     /* not asked yet: the engine's entry asks Python */
+  MGI_HOST_ROUTES_VERSION = 1, /* moved on with any change of mgi_host_routes' layout */
 };
 
 typedef struct {
@@ -30,8 +31,9 @@ typedef struct {
 } mgi_host_slot;
 
 typedef struct {
-  uint32_t size;            /* sizeof(mgi_host_routes) of the side that filled it: an interposer of another
-                             * build (another layout) does not read them (mpigpu_pmpi_set_host_routes) */
+  uint32_t size, version;   /* sizeof(mgi_host_routes) and MGI_HOST_ROUTES_VERSION of the side that filled
+                             * it: an interposer of another build (another layout) does not read them
+                             * (mpigpu_pmpi_set_host_routes) */
   const uint64_t *epoch;    /* the routes' epoch */
   mgi_host_slot slots[MGI_HOST_SLOTS];
   /* calls posted from here, on a line of its own (every routed call writes it, every reader loads the

@@ -181,7 +181,8 @@ MGI_EXPORT void mpigpu_pmpi_set_engine(mgi_engine e) {
 /* The routes of host-buffer calls (host_routes.h: an mgi_host_routes the engine's entry keeps; NULL: none),
  * tried before the engine's entry. */
 MGI_EXPORT void mpigpu_pmpi_set_host_routes(void *routes) {
-  if (routes && ((const mgi_host_routes *)routes)->size != sizeof(mgi_host_routes)) routes = NULL; /* (another layout) */
+  const mgi_host_routes *r = (const mgi_host_routes *)routes;
+  if (r && (r->size != sizeof(mgi_host_routes) || r->version != MGI_HOST_ROUTES_VERSION)) routes = NULL; /* (another layout) */
   atomic_store_explicit(&mgi_host_routes_at, routes, memory_order_release);
 }
 

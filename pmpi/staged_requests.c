@@ -34,6 +34,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "functions.h"
 
@@ -58,6 +59,7 @@ typedef struct held_request {
   long long part_count;
   intptr_t extent, true_lb, true_extent;
   char *part_device, *part_host;
+  unsigned char *arrived; /* a receive's partitions copied back by MPI_Parrived this round (lock held) */
   mgi_staged s[MGI_MAX_BUFFERS];
   struct held_request *next, *prev; /* the list of every held request */
   struct held_request *same_bucket; /* the next in its handle's bucket */
@@ -149,6 +151,15 @@ static held_request *take(uintptr_t h) {
   return NULL;
 }
 
+/* The held partitioned request of handle h, busy or not (another thread may be in its MPI_Wait while this
+ * one marks partitions ready, as partitioned programs do), or NULL. Lock held. Its partition geometry does
+ * not change from its init to its MPI_Request_free (which MPI forbids while another call uses it). */
+static held_request *partitioned(uintptr_t h) {
+  for (held_request *r = nbuckets ? buckets[bucket_of(h, nbuckets)] : held; r; r = nbuckets ? r->same_bucket : r->next)
+    if (r->handle == h && !r->detached && r->partitions) return r;
+  return NULL;
+}
+
 static void unlink_request(held_request *gone) { /* lock held */
   if (gone->prev) gone->prev->next = gone->next;
   else held = gone->next;
@@ -185,9 +196,12 @@ static int complete(const held_request *r) {
 }
 
 /* A request the library is done with: what MPI wrote copied back (unless done already), its copies freed. */
+static void copy_back_request(held_request *r, char *why, size_t why_bytes);
+
 static void finish(held_request *r, char *why, size_t why_bytes) {
-  if (!r->copied) copy_back(r, why, why_bytes);
+  if (!r->copied) copy_back_request(r, why, why_bytes);
   mgi_unstage(r->s, 0, why, why_bytes);
+  free(r->arrived);
   free(r);
 }
 
@@ -237,6 +251,17 @@ int mgi_stage_request(int id, intptr_t *a) {
   reap_detached();
   held_request *r = calloc(1, sizeof *r);
   if (!r) return mgi_fail(id, comm, "no host memory for a non-blocking call's staging");
+  if (fn->persistent == 2) { /* partitioned: one buffer, count * partitions elements (functions.py) */
+    const mgi_span *form = &fn->buffers[0].forms[0];
+    r->partitions = (int)a[form->displs]; /* (times_p's factor) */
+    r->part_count = (long long)a[form->count];
+    r->arrived = calloc(r->partitions > 0 ? (size_t)r->partitions : 1, 1);
+    if (!r->arrived || mgi_type_bounds(a[form->type], &r->extent, &r->true_lb, &r->true_extent)) {
+      free(r->arrived);
+      free(r);
+      return mgi_fail(id, comm, "cannot read a partitioned call's datatype, or no host memory for its partitions");
+    }
+  }
   char why[160] = "";
   int rc = mgi_stage_call(id, a, r->s, why, sizeof why);
   if (!rc) rc = mgi_call_lower(id, a);
@@ -247,6 +272,7 @@ int mgi_stage_request(int id, intptr_t *a) {
   }
   if (why[0] || rc || !staged) { /* nothing started, or nothing to hold */
     mgi_unstage(r->s, 0, why, sizeof why);
+    free(r->arrived);
     free(r);
     return why[0] ? mgi_fail(id, comm, why) : rc;
   }
@@ -256,19 +282,9 @@ int mgi_stage_request(int id, intptr_t *a) {
   r->target = fn->win >= 0 && fn->target >= 0 ? (int)a[fn->target] : -1;
   r->persistent = fn->persistent;
   r->copied = r->persistent; /* (an inactive persistent request: nothing to copy back until it starts) */
-  if (fn->persistent == 2) { /* partitioned: one buffer, count * partitions elements (functions.py) */
-    const mgi_span *form = &fn->buffers[0].forms[0];
-    r->partitions = (int)a[form->displs]; /* (times_p's factor) */
-    r->part_count = (long long)a[form->count];
+  if (r->partitions) { /* the buffer's first byte on each side (a[] points at the host copy now) */
     r->part_host = (char *)a[fn->buffers[0].param];
     r->part_device = r->s[0].device + (r->part_host - r->s[0].host);
-    if (mgi_type_bounds(a[form->type], &r->extent, &r->true_lb, &r->true_extent)) {
-      snprintf(why, sizeof why, "cannot read the datatype's extent of a partitioned call's buffer");
-      mgi_call_lower_request(MGI_REQ_Request_free, (const intptr_t[]){(intptr_t)&r->handle});
-      mgi_unstage(r->s, 0, why, sizeof why);
-      free(r);
-      return mgi_fail(id, comm, why);
-    }
   }
   /* complete already (MPICH gives a send that completed at once a shared handle of its own, the same for
    * many requests): done now, not held, so every held handle is one request's. (The library's
@@ -306,9 +322,13 @@ static int leaves_requests(int id) {
  * (a receive's, arrived); out of range: nothing (the library's call reports it). */
 static void copy_partition(const held_request *r, long long i, int to_device, char *why, size_t why_bytes) {
   if (i < 0 || i >= r->partitions || r->part_count <= 0 || r->true_extent <= 0) return;
-  const intptr_t at = (intptr_t)(i * r->part_count) * r->extent + r->true_lb;
-  const size_t bytes = (size_t)((r->part_count - 1) * r->extent + r->true_extent);
-  char *dev = r->part_device + at, *host = r->part_host + at;
+  /* elements i * part_count ..: from the first one's true_lb, the last one (count - 1 extents on, which a
+   * negative extent puts below the first) included */
+  const intptr_t first = (intptr_t)(i * r->part_count) * r->extent, last = (intptr_t)(r->part_count - 1) * r->extent;
+  const intptr_t lo = first + r->true_lb + (last < 0 ? last : 0);
+  const intptr_t hi = first + r->true_lb + (last > 0 ? last : 0) + r->true_extent;
+  const size_t bytes = (size_t)(hi - lo);
+  char *dev = r->part_device + lo, *host = r->part_host + lo;
   const int cu = to_device ? mgi_copy(dev, host, bytes, dev) : mgi_copy(host, dev, bytes, dev);
   if (cu && !why[0])
     snprintf(why, why_bytes, "copying partition %lld %s failed (CUDA error %d)", i,
@@ -370,12 +390,60 @@ static int free_held(int id, intptr_t *a, void *requests, held_request *r, char 
   return 0;
 }
 
+/* What MPI wrote into request r's copies, copied back to device memory: a partitioned receive's partitions
+ * but those MPI_Parrived copied back this round (the program may have changed them since). */
+static void copy_back_request(held_request *r, char *why, size_t why_bytes) {
+  if (!r->partitions || !r->writes) {
+    copy_back(r, why, why_bytes);
+    return;
+  }
+  for (int i = 0; i < r->partitions; i++) {
+    pthread_mutex_lock(&lock);
+    const int done = r->arrived[i];
+    pthread_mutex_unlock(&lock);
+    if (!done) copy_partition(r, i, 1, why, why_bytes);
+  }
+}
+
+/* MPI_Pready (_range, _list) and MPI_Parrived on a held partitioned request: 1 with *rc the call's code,
+ * 0 where the request is not one (the call goes on as any request call). Another thread may hold the
+ * request meanwhile (its MPI_Wait): the partitions are copied all the same, as MPI lets threads mark them
+ * ready and test them while the request is in use. */
+static int partitioned_call(int id, const intptr_t *a, const void *requests, int *rc) {
+  pthread_mutex_lock(&lock);
+  held_request *r = requests ? partitioned(mgi_request_at(requests, 0)) : NULL;
+  const held_request blame = r ? *r : (held_request){0};
+  const int round = r && r->active && !r->copied; /* started, not yet found complete */
+  pthread_mutex_unlock(&lock);
+  if (!r) return 0;
+  char why[160] = "";
+  if (id == MGI_REQ_Parrived) {
+    *rc = mgi_call_lower_request(id, a);
+    const long long i = (int)a[1];
+    if (!*rc && round && *(const int *)a[2] && r->writes && i >= 0 && i < r->partitions) {
+      copy_partition(r, i, 1, why, sizeof why);
+      pthread_mutex_lock(&lock);
+      r->arrived[i] = 1;
+      pthread_mutex_unlock(&lock);
+    }
+  } else {
+    if (!r->writes) ready_partitions(id, a, r, why, sizeof why); /* (a receive's: the library refuses it) */
+    *rc = why[0] ? 0 : mgi_call_lower_request(id, a);
+  }
+  if (why[0]) *rc = fail(mgi_request_calls[id].name, &blame, why);
+  return 1;
+}
+
 int mgi_request_call_staged(int id, intptr_t *a) {
   const mgi_request_call *c = &mgi_request_calls[id];
   reap_detached();
   int n = 0;
   uintptr_t value = 0;
   void *requests = requests_of(c, a, &n, &value);
+  if (id == MGI_REQ_Pready || id == MGI_REQ_Pready_range || id == MGI_REQ_Pready_list || id == MGI_REQ_Parrived) {
+    int rc = 0;
+    if (partitioned_call(id, a, requests, &rc)) return rc;
+  }
   /* the call's held requests, taken: their places and handles before the call */
   enum { kOnStack = 64 };
   int places_here[kOnStack];
@@ -405,19 +473,6 @@ int mgi_request_call_staged(int id, intptr_t *a) {
     blame = *ours[0];
     rc = free_held(id, a, requests, ours[0], why, sizeof why);
     k = 0;
-  } else if (k && (id == MGI_REQ_Pready || id == MGI_REQ_Pready_range || id == MGI_REQ_Pready_list)) {
-    if (ours[0]->partitions && !ours[0]->writes) ready_partitions(id, a, ours[0], why, sizeof why);
-    if (why[0]) blame = *ours[0];
-    else rc = mgi_call_lower_request(id, a);
-    release(ours[0]);
-    k = 0;
-  } else if (k && id == MGI_REQ_Parrived) {
-    rc = mgi_call_lower_request(id, a);
-    if (!rc && *(const int *)a[2] && ours[0]->partitions && ours[0]->writes)
-      copy_partition(ours[0], (int)a[1], 1, why, sizeof why);
-    if (why[0]) blame = *ours[0];
-    release(ours[0]);
-    k = 0;
   } else if (k && (id == MGI_REQ_Start || id == MGI_REQ_Startall)) { /* (only persistent requests start) */
     for (int j = 0; j < k && !why[0]; j++) {
       if (ours[j]->partitions && !ours[j]->writes) continue; /* (a partitioned send copies at MPI_Pready) */
@@ -426,7 +481,12 @@ int mgi_request_call_staged(int id, intptr_t *a) {
     }
     if (!why[0]) rc = mgi_call_lower_request(id, a);
     for (int j = 0; j < k; j++) {
-      if (!why[0] && !rc) ours[j]->copied = 0, ours[j]->active = 1;
+      if (!why[0] && !rc) {
+        pthread_mutex_lock(&lock);
+        ours[j]->copied = 0, ours[j]->active = 1;
+        if (ours[j]->arrived) memset(ours[j]->arrived, 0, (size_t)ours[j]->partitions);
+        pthread_mutex_unlock(&lock);
+      }
       release(ours[j]);
     }
     k = 0;
@@ -439,7 +499,7 @@ int mgi_request_call_staged(int id, intptr_t *a) {
     const held_request mine = *r;
     if (leaves_requests(id) || r->persistent) { /* handles left as they were: the library says */
       if (!r->copied && (!r->persistent || r->active) && complete(r)) {
-        copy_back(r, copy_why, sizeof copy_why);
+        copy_back_request(r, copy_why, sizeof copy_why);
         r->copied = 1, r->active = 0;
       }
       release(r);

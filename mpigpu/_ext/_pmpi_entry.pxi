@@ -290,19 +290,20 @@ cdef extern from "host_routes.h":
     enum:
         MGI_HOST_SLOTS
         MGI_HOST_UNKNOWN
+        MGI_HOST_ROUTES_VERSION
     ctypedef struct mgi_host_slot:
         uint64_t epoch
         intptr_t comm
         mg_board *board
         signed char post[1]  # (MGI_HOST_FUNCTIONS: memset by sizeof)
     ctypedef struct mgi_host_routes:
-        uint32_t size
+        uint32_t size, version
         const uint64_t *epoch
         unsigned long long posts
         mgi_host_slot slots[1]  # (MGI_HOST_SLOTS)
 
 cdef mgi_host_routes _host_routes
-_host_routes.size = sizeof(mgi_host_routes)
+_host_routes.size, _host_routes.version = sizeof(mgi_host_routes), MGI_HOST_ROUTES_VERSION
 _host_routes.epoch = routes_epoch()
 cdef PyObject *_host_owners[MGI_HOST_SLOTS]  # slot i's Board, not freed while the slot points into it (its
                                              # mapping is closed only after its communicator's release moved

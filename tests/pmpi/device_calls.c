@@ -634,6 +634,29 @@ int main(int argc, char **argv) {
       }
       check(MPI_Request_free(&preq[0]) == MPI_SUCCESS && MPI_Request_free(&preq[1]) == MPI_SUCCESS,
             "Request_free of partitioned requests");
+      /* a datatype of negative extent (each element 4 bytes below the one before): 2 partitions of 3, the
+       * buffers given at their last int; and a partition the receiver changes once MPI_Parrived said it
+       * arrived keeps the change through the round's completion */
+      MPI_Datatype down;
+      MPI_Type_create_resized(MPI_INT, 0, -(MPI_Aint)sizeof(int), &down);
+      MPI_Type_commit(&down);
+      for (int i = 0; i < 6; i++) h[i] = 500 * r + i;
+      int *ds = dints(6, h), *dr = dints(6, NULL);
+      MPI_Precv_init(dr + 5, 2, 3, down, prev, 15, MPI_COMM_WORLD, MPI_INFO_NULL, &preq[0]);
+      MPI_Psend_init(ds + 5, 2, 3, down, next, 15, MPI_COMM_WORLD, MPI_INFO_NULL, &preq[1]);
+      MPI_Startall(2, preq);
+      MPI_Pready_range(0, 1, preq[1]);
+      for (flag = 0; !flag;) MPI_Parrived(preq[0], 1, &flag); /* partition 1: elements 3-5, dr[0..2] */
+      put(dr, (int[]){-1, -2, -3}, 3 * sizeof(int));
+      check(MPI_Waitall(2, preq, MPI_STATUSES_IGNORE) == MPI_SUCCESS, "partitioned round of a negative extent");
+      g = host_of(dr, 6);
+      check(g[0] == -1 && g[1] == -2 && g[2] == -3 && g[3] == 500 * prev + 3 && g[4] == 500 * prev + 4 &&
+                g[5] == 500 * prev + 5,
+            "negative-extent partitions in device memory; an arrived partition changed by the program kept");
+      free(g);
+      MPI_Request_free(&preq[0]);
+      MPI_Request_free(&preq[1]);
+      MPI_Type_free(&down);
     }
 #endif
     /* a device call the staging refuses (on an intercommunicator): an MPI error naming the call, and the

@@ -87,11 +87,11 @@ int mgi_lower_cuda_aware(void);       /* the library's own MPIX_Query_cuda_suppo
 
 /* interpose.c: where a call goes */
 extern _Atomic(void *) mgi_handler_fn;   /* the process's handler (NULL: none) */
-/* Thread-locals every wrapped call reads. The general-dynamic model of a shared object calls
- * __tls_get_addr at each use; the initial-exec model would take bytes of the static TLS surplus, which a
- * process that loads many libraries (Python's) may have spent, and dlopen would then fail. So the build
- * uses TLS descriptors on x86-64 (pmpi/meson.build: -mtls-dialect=gnu2; aarch64's default): a use is an
- * indirect call that returns the offset, with no lookup, once the thread's block exists. */
+/* Thread-locals every wrapped call reads, in a shared object's default (general-dynamic) model: a call of
+ * __tls_get_addr per use, a few ns. The initial-exec model takes bytes of the static TLS surplus, which a
+ * process that loads many libraries (Python's) may have spent, and dlopen would then fail; x86-64's TLS
+ * descriptors (-mtls-dialect=gnu2) rely on glibc's descriptor path preserving every register, which glibc
+ * before 2.40 did not on its slow path (bug 31372). docs/benchmarks.md has the costs measured. */
 #define MGI_TLS _Thread_local
 extern MGI_TLS int mgi_in_handler; /* this thread runs the handler: its own MPI calls pass */
 extern uintptr_t mgi_pass_lo, mgi_pass_hi; /* the code whose calls pass untouched: mpi4py's extension */

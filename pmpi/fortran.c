@@ -275,9 +275,6 @@ static size_t f_status_ints(void) { return mgi_is_open_mpi() ? 6 : 5; }
 #define MGI_UNDEFINED (-32766) /* MPI_UNDEFINED in Open MPI and MPICH */
 
 
-int mgi_request_width(void); /* requests.c */
-uintptr_t mgi_request_at(const void *requests, int i);
-void mgi_request_put(void *requests, int i, uintptr_t h);
 
 int mgi_fortran_request_call(int id, const unsigned char *roles, void *const *f) {
   const mgi_request_call *c = &mgi_request_calls[id];

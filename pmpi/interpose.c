@@ -34,9 +34,9 @@ _Atomic(void *) mgi_handler_fn;
 static _Atomic(void *) mgi_engine_fn;
 /* The routes of host-buffer calls the engine's entry keeps (host_routes.h; NULL: none), tried first for a
  * call whose buffers are all host memory. */
-_Atomic(void *) mgi_host_routes_at;
+static _Atomic(void *) mgi_host_routes_at;
 static atomic_uchar mgi_engine_takes[MGI_COUNT]; /* the functions the entry may take */
-MGI_TLS int mgi_in_handler;
+_Thread_local int mgi_in_handler;
 uintptr_t mgi_pass_lo, mgi_pass_hi;
 
 int mgi_host_call(int id, intptr_t comm) {

@@ -87,13 +87,10 @@ int mgi_lower_cuda_aware(void);       /* the library's own MPIX_Query_cuda_suppo
 
 /* interpose.c: where a call goes */
 extern _Atomic(void *) mgi_handler_fn;   /* the process's handler (NULL: none) */
-/* Thread-locals every wrapped call reads, in a shared object's default (general-dynamic) model: a call of
- * __tls_get_addr per use, a few ns. The initial-exec model takes bytes of the static TLS surplus, which a
- * process that loads many libraries (Python's) may have spent, and dlopen would then fail; x86-64's TLS
- * descriptors (-mtls-dialect=gnu2) rely on glibc's descriptor path preserving every register, which glibc
- * before 2.40 did not on its slow path (bug 31372). docs/benchmarks.md has the costs measured. */
-#define MGI_TLS _Thread_local
-extern MGI_TLS int mgi_in_handler; /* this thread runs the handler: its own MPI calls pass */
+/* (Thread-locals in a shared object's default model: initial-exec takes static TLS surplus a Python process
+ * may have spent, and TLS descriptors need glibc >= 2.40's register preservation; the model is a few ns of
+ * a call, docs/benchmarks.md.) */
+extern _Thread_local int mgi_in_handler; /* this thread runs the handler: its own MPI calls pass */
 extern uintptr_t mgi_pass_lo, mgi_pass_hi; /* the code whose calls pass untouched: mpi4py's extension */
 /* With a handler, every call from any other caller goes to it, host buffers too: in a Python process the
  * ranks of a call agree on its path in mpigpu (a rank whose host call went straight to the library would
@@ -113,7 +110,6 @@ int mgi_handle_routed(int id, intptr_t *args, int host_rc);
  * by the routes the engine's entry keeps (host_routes.h; none: MGI_ENTRY_HANDLER). A wrapper whose answer
  * is MGI_ENTRY_LOWER makes the call on the library itself, with mgi_in_handler set: a host call then costs
  * a look at its buffers, a slot's lookup and the board's stores (docs/benchmarks.md). */
-extern _Atomic(void *) mgi_host_routes_at;
 int mgi_host_call(int id, intptr_t comm);
 int mgi_device_call(int id, intptr_t *args); /* a call with a device buffer that the handler does not take:
                                                the library where CUDA-aware, else host copies */
@@ -154,6 +150,15 @@ int mgi_stage_call(int id, intptr_t *a, mgi_staged staged[MGI_MAX_BUFFERS], char
 void mgi_copy_back(const mgi_staged staged[MGI_MAX_BUFFERS], char *why, size_t why_bytes);
 /* A datatype's extent and true bounds, from the library below: 0, or -1 where it cannot tell */
 int mgi_type_bounds(intptr_t type, intptr_t *extent, intptr_t *true_lb, intptr_t *true_extent);
+/* The bytes [*lo, *hi) that count elements of a type (extent, true bounds) reach from `offset` bytes on:
+ * the first's true_lb to the last's true end, a negative extent putting the last below the first */
+void mgi_elements_bytes(intptr_t offset, long long count, intptr_t extent, intptr_t true_lb, intptr_t true_extent,
+                        intptr_t *lo, intptr_t *hi);
+
+/* requests.c: an array of the library's requests (MPICH's ints, Open MPI's pointers), entry by entry */
+int mgi_request_width(void);
+uintptr_t mgi_request_at(const void *requests, int i);
+void mgi_request_put(void *requests, int i, uintptr_t h);
 /* The same where copy_back, and every copy freed */
 void mgi_unstage(mgi_staged staged[MGI_MAX_BUFFERS], int copy_back, char *why, size_t why_bytes);
 /* staged_requests.c: a non-blocking call's device buffers through host copies held until its request

@@ -88,7 +88,7 @@ static uintptr_t heap_start; /* start_brk, from /proc/self/stat; 0 until read, 1
  * dynamically linked program of glibc 2.36); weak: without it (another C library), no heap answer. */
 extern void *__curbrk __attribute__((weak));
 static pthread_once_t heap_once = PTHREAD_ONCE_INIT;
-static MGI_TLS uintptr_t stack_lo, stack_hi; /* this thread's stack, [lo, hi); hi 0: not read */
+static _Thread_local uintptr_t stack_lo, stack_hi; /* this thread's stack, [lo, hi); hi 0: not read */
 
 static void read_heap_start(void) {
   heap_start = 1;

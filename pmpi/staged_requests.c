@@ -38,9 +38,6 @@
 
 #include "functions.h"
 
-int mgi_request_width(void);                                /* requests.c */
-uintptr_t mgi_request_at(const void *requests, int i);
-void mgi_request_put(void *requests, int i, uintptr_t h);
 
 typedef struct held_request {
   uintptr_t handle;    /* the library's request, as a word */
@@ -141,24 +138,25 @@ static void link_request(held_request *r) {
   }
 }
 
+/* The first held request of handle h (not detached) that no call is running on, or, with `partitioned`, a
+ * partitioned one busy or not; NULL if none. Lock held. */
+static held_request *find(uintptr_t h, int partitioned) {
+  for (held_request *r = nbuckets ? buckets[bucket_of(h, nbuckets)] : held; r; r = nbuckets ? r->same_bucket : r->next)
+    if (r->handle == h && !r->detached && (partitioned ? r->partitions != 0 : !r->busy)) return r;
+  return NULL;
+}
+
 /* A held request of handle h that no call is running on, taken for this one (busy), or NULL. Lock held. */
 static held_request *take(uintptr_t h) {
-  for (held_request *r = nbuckets ? buckets[bucket_of(h, nbuckets)] : held; r; r = nbuckets ? r->same_bucket : r->next)
-    if (r->handle == h && !r->detached && !r->busy) {
-      r->busy = 1;
-      return r;
-    }
-  return NULL;
+  held_request *r = find(h, 0);
+  if (r) r->busy = 1;
+  return r;
 }
 
 /* The held partitioned request of handle h, busy or not (another thread may be in its MPI_Wait while this
  * one marks partitions ready, as partitioned programs do), or NULL. Lock held. Its partition geometry does
  * not change from its init to its MPI_Request_free (which MPI forbids while another call uses it). */
-static held_request *partitioned(uintptr_t h) {
-  for (held_request *r = nbuckets ? buckets[bucket_of(h, nbuckets)] : held; r; r = nbuckets ? r->same_bucket : r->next)
-    if (r->handle == h && !r->detached && r->partitions) return r;
-  return NULL;
-}
+static held_request *partitioned(uintptr_t h) { return find(h, 1); }
 
 static void unlink_request(held_request *gone) { /* lock held */
   if (gone->prev) gone->prev->next = gone->next;
@@ -322,11 +320,9 @@ static int leaves_requests(int id) {
  * (a receive's, arrived); out of range: nothing (the library's call reports it). */
 static void copy_partition(const held_request *r, long long i, int to_device, char *why, size_t why_bytes) {
   if (i < 0 || i >= r->partitions || r->part_count <= 0 || r->true_extent <= 0) return;
-  /* elements i * part_count ..: from the first one's true_lb, the last one (count - 1 extents on, which a
-   * negative extent puts below the first) included */
-  const intptr_t first = (intptr_t)(i * r->part_count) * r->extent, last = (intptr_t)(r->part_count - 1) * r->extent;
-  const intptr_t lo = first + r->true_lb + (last < 0 ? last : 0);
-  const intptr_t hi = first + r->true_lb + (last > 0 ? last : 0) + r->true_extent;
+  intptr_t lo, hi; /* elements i * part_count .. */
+  mgi_elements_bytes((intptr_t)(i * r->part_count) * r->extent, r->part_count, r->extent, r->true_lb, r->true_extent,
+                     &lo, &hi);
   const size_t bytes = (size_t)(hi - lo);
   char *dev = r->part_device + lo, *host = r->part_host + lo;
   const int cu = to_device ? mgi_copy(dev, host, bytes, dev) : mgi_copy(host, dev, bytes, dev);

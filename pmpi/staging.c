@@ -24,8 +24,6 @@ typedef struct {
   intptr_t extent, true_lb, true_extent;
 } type_shape;
 
-int mgi_type_bounds(intptr_t type, intptr_t *extent, intptr_t *true_lb, intptr_t *true_extent);
-
 static int shape_of(intptr_t type, type_shape *s) { return mgi_type_bounds(type, &s->extent, &s->true_lb, &s->true_extent); }
 
 int mgi_type_bounds(intptr_t type, intptr_t *extent_out, intptr_t *true_lb, intptr_t *true_extent_out) {
@@ -38,11 +36,17 @@ int mgi_type_bounds(intptr_t type, intptr_t *extent_out, intptr_t *true_lb, intp
 }
 
 /* count elements of a type whose first one starts offset bytes in */
+void mgi_elements_bytes(intptr_t offset, long long count, intptr_t extent, intptr_t true_lb, intptr_t true_extent,
+                        intptr_t *lo, intptr_t *hi) {
+  const intptr_t last = (intptr_t)(count - 1) * extent;
+  *lo = offset + true_lb + (last < 0 ? last : 0);
+  *hi = offset + true_lb + (last > 0 ? last : 0) + true_extent;
+}
+
 static void cover(byte_range *r, intptr_t offset, long long count, const type_shape *s) {
   if (count <= 0 || s->true_extent <= 0) return;
-  intptr_t last = (intptr_t)(count - 1) * s->extent;
-  intptr_t lo = offset + s->true_lb + (last < 0 ? last : 0);
-  intptr_t hi = offset + s->true_lb + (last > 0 ? last : 0) + s->true_extent;
+  intptr_t lo, hi;
+  mgi_elements_bytes(offset, count, s->extent, s->true_lb, s->true_extent, &lo, &hi);
   if (!r->any || lo < r->lo) r->lo = lo;
   if (!r->any || hi > r->hi) r->hi = hi;
   r->any = 1;

@@ -52,6 +52,11 @@ struct ExchangeShapes {
 };
 
 constexpr int kExchangeGroupThreads = kThreads / 2;
+// Vectors of an LL pair a thread has in flight (loads issued before any is used). One at a time, each of
+// a 16 KiB pair's 8 vectors per thread waited out a whole round trip to memory; two took 5% off the
+// 64 KiB Alltoall (docs/benchmarks.md, "LL pairs in flight"); four took the resident kernel, which runs
+// these loops, to spilling (docs/kernel-registers.md).
+constexpr int kXLLBatch = 2;
 
 // Whether a pair of `bytes` moves in the LL format (one step on channel 0, exchange_send_ll) rather
 // than through the FIFO: at most ll_bytes (the team's, the same on every rank), so its two ends agree.
@@ -238,8 +243,16 @@ __device__ __forceinline__ bool exchange_send_ll(const Group &g, const ExchangeA
   if (g.sync_or(stop)) return false;
   char *area = a.ws[dst] + a.layout.xll_off(a.rank, (int)(s % (uint64_t)kXLLEntries));
   CopySide from{a.send + a.send_off[dst], Shaped ? shape_of(sh, true, dst) : nullptr, {}};
-  for (size_t v = (size_t)g.tid; v * 16 < bytes; v += (size_t)g.nthreads)
-    ll_store(area + v * 32, load_packed16(from, v * 16, bytes), (uint32_t)(s + 1));
+  // Each thread loads its next vector before storing the current one: two loads in flight, where one at
+  // a time each store waited out a whole load (kXLLBatch).
+  const size_t nv = (bytes + 15) / 16, nt = (size_t)g.nthreads;
+  size_t v = (size_t)g.tid;
+  uint4 x = v < nv ? load_packed16(from, v * 16, bytes) : make_uint4(0, 0, 0, 0);
+  for (; v < nv; v += nt) {
+    const uint4 next = v + nt < nv ? load_packed16(from, (v + nt) * 16, bytes) : make_uint4(0, 0, 0, 0);
+    ll_store(area + v * 32, x, (uint32_t)(s + 1));
+    x = next;
+  }
   if (g.tid == 0) state->xll_sent[dst] = s + 1;
   return true;
 }
@@ -254,10 +267,31 @@ __device__ __forceinline__ bool exchange_receive_ll(const Group &g, const Exchan
   const char *area = a.ws[a.rank] + a.layout.xll_off(src, (int)(s % (uint64_t)kXLLEntries));
   CopySide to{a.recv + a.recv_off[src], Shaped ? shape_of(sh, false, src) : nullptr, {}};
   bool dead = false;
-  for (size_t v = (size_t)g.tid; v * 16 < bytes; v += (size_t)g.nthreads) {
-    const uint4 x = ll_load(area + v * 32, (uint32_t)(s + 1), a, dead);
-    if (dead) break;
-    store_packed16(to, v * 16, bytes, x);
+  const size_t nv = (bytes + 15) / 16, nt = (size_t)g.nthreads;
+  const uint32_t f = (uint32_t)(s + 1);
+  for (size_t v0 = (size_t)g.tid; v0 < nv && !dead; v0 += kXLLBatch * nt) {
+    uint4 x[kXLLBatch];
+    bool all = true;
+#pragma unroll
+    for (int u = 0; u < kXLLBatch; ++u) {
+      const bool here = v0 + u * nt >= nv || ll_peek(area + (v0 + u * nt) * 32, f, &x[u]);
+      all = all && here;
+    }
+    if (all) {
+#pragma unroll
+      for (int u = 0; u < kXLLBatch; ++u)
+        if (v0 + u * nt < nv) store_packed16(to, (v0 + u * nt) * 16, bytes, x[u]);
+      continue;
+    }
+    // A unit not there at the first look: the batch again a unit at a time, each waited for (rolled:
+    // unrolled, the waits took the resident kernel's registers to spilling).
+#pragma unroll 1
+    for (int u = 0; u < kXLLBatch && !dead; ++u) {
+      const size_t v = v0 + u * nt;
+      if (v >= nv) break;
+      const uint4 y = ll_load(area + v * 32, f, a, dead);
+      if (!dead) store_packed16(to, v * 16, bytes, y);
+    }
   }
   if (g.sync_or(dead)) return false;
   if (g.tid == 0) {

@@ -37,6 +37,16 @@ __device__ __forceinline__ void ll_store(char *dst, uint4 v, uint32_t f) {
                : "memory");
 }
 
+// One look at a unit, no wait: true when both 8-byte halves carry flag f, its data then in *out. Several
+// looks issued before any is checked keep their loads in flight together (exchange_receive_ll).
+__device__ __forceinline__ bool ll_peek(const char *src, uint32_t f, uint4 *out) {
+  uint4 a, b;
+  asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(a.x), "=r"(a.y), "=r"(a.z), "=r"(a.w) : "l"(src) : "memory");
+  asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(b.x), "=r"(b.y), "=r"(b.z), "=r"(b.w) : "l"(src + 16) : "memory");
+  *out = make_uint4(a.x, a.z, b.x, b.z);
+  return a.y == f && a.w == f && b.y == f && b.w == f;
+}
+
 // Each 8-byte half of a 16-byte load is atomic and carries its own flag, so a torn read is seen
 // as "not yet" and retried. A wait that stops (spin_check, with la's workspaces, rank and watch) sets
 // `dead` and returns zeros.

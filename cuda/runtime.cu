@@ -76,7 +76,8 @@ int mg_device_alloc(size_t bytes, uintptr_t *ptr) {
 int mg_device_free(uintptr_t ptr) { return ptr ? rc(cudaFree((void *)ptr)) : 0; }
 int mg_host_alloc(size_t bytes, uintptr_t *ptr) {
   void *p = nullptr;
-  int e = rc(cudaHostAlloc(&p, bytes, cudaHostAllocPortable));
+  // mapped: kernels read and write it at its host address (the datatype kernels pack into it, _p2p.pxi)
+  int e = rc(cudaHostAlloc(&p, bytes, cudaHostAllocPortable | cudaHostAllocMapped));
   *ptr = (uintptr_t)p;
   return e;
 }

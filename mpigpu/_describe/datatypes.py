@@ -35,7 +35,7 @@ class Layout:
     """The flattened type map of one MPI datatype (see the module docstring). `code` is the element
     type of every leaf (a code of mpigpu._base.types) or BYTES; sizes, bounds and offsets are bytes."""
     __slots__ = ('code', 'size', 'lb', 'extent', 'true_lb', 'true_extent', 'offsets', 'lengths', 'dims',
-                 'plans', '__weakref__')
+                 'plans', '_contiguous', '__weakref__')
 
     def __init__(self, code, size, lb, extent, true_lb, true_extent, offsets, lengths, dims):
         self.code = code
@@ -44,6 +44,7 @@ class Layout:
         self.offsets, self.lengths = offsets, lengths   # the block table (int64 arrays, read-only)
         self.dims = dims                                # ((count, stride), ...) innermost first
         self.plans = {}  # device ordinal -> the layout's device-side plan (mpigpu._ext._device.PackPlan)
+        self._contiguous = {}  # count -> contiguous(count): asked by every call of a packed buffer
 
     @property
     def regular(self):
@@ -75,8 +76,15 @@ class Layout:
         return self.contiguous(1) and self.start == 0 and self.size == self.extent
 
     def contiguous(self, count=1):
-        """True when `count` instances are one block starting `start` bytes from the pointer."""
-        return self.size == 0 or (self.regular and not self.dims_for(count))
+        """True when `count` instances are one block starting `start` bytes from the pointer (kept for the
+        last counts asked: working it out normalizes the dimensions, ~10 us of a halo's Sendrecv)."""
+        hit = self._contiguous.get(count)
+        if hit is None:
+            hit = self.size == 0 or (self.regular and not self.dims_for(count))
+            if len(self._contiguous) >= 64:
+                self._contiguous.clear()
+            self._contiguous[count] = hit
+        return hit
 
     def byte_offsets(self, count=1):
         """Offset from the buffer pointer of every packed byte of `count` instances, in order."""

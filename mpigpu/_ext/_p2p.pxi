@@ -8,6 +8,12 @@
 # payload out of the sender's buffer GPU to GPU. Each rank keeps one pair of page-locked buffers per
 # thread (no pool, lock or Python object per message): the general path's Python took 75-110 us per
 # small Sendrecv where host MPI and the two copies take ~20 (docs/benchmarks.md, point-to-point).
+# A buffer given as [array, datatype] or [array, count, datatype] with a derived datatype whose
+# instances lie in the array (a halo's column) is moved as bytes where its instances form one block,
+# else packed by the datatype's kernel straight into the page-locked buffer and unpacked straight out
+# of it (eager), or packed into device scratch that the receiver copies GPU to GPU and unpacks
+# (rendezvous): one GPU operation a side, as for a whole array, where the general path's pack, copy,
+# copy and unpack took a halo Sendrecv to 172 us against 22.5 (4x H200).
 
 from cpython.pythread cimport PyThread_get_thread_ident
 
@@ -18,6 +24,10 @@ cdef enum:
     # Threads that may hold buffers here; a program that makes more takes the general path on the rest.
     _MAX_THREADS = 64
 
+# Instances of a datatype this path takes (its bounds arithmetic is in Py_ssize_t; more: the general
+# path). Not in the enum above: an enum's values are C ints.
+cdef Py_ssize_t _MAX_INSTANCES = (<Py_ssize_t>1) << 40
+
 cdef object _p2p_key = None           # a communicator's state in its __dict__ (mpigpu._state.comm_state)
 cdef object _p2p_kept_type = None     # p2p.P2pState: messages Probe took out of MPI, and reply tags
 cdef object _p2p_config = None        # mpigpu's config (MPIGPU_P2P_IPC_BYTES read per call: tests change it)
@@ -27,6 +37,10 @@ cdef object _mpi_send = None, _mpi_ssend = None, _mpi_isend = None, _mpi_issend 
 cdef object _mpi_recv = None, _mpi_irecv = None, _mpi_sendrecv = None
 cdef object _mpi_byte = None, _mpi_int = None, _mpi_status = None, _mpi_proc_null = None
 cdef object _int32_cell = None        # () -> a one-element int32 array (a rendezvous's reply)
+cdef object _layout_of = None         # mpigpu._describe.datatypes.layout: a datatype's cached layout
+cdef object _scratch_take = None, _scratch_give = None  # mpigpu._paths.support.scratch's pool
+cdef object _mpi_datatype = None
+cdef object _WHOLE = object()         # _p2p_spec's answer for a whole array (no datatype to pack)
 cdef int _header_bytes = 0
 cdef dict _p2p_buffers = {}           # thread id -> _P2pBuffers
 cdef unsigned long long p2p_fast_calls = 0  # calls this path completed (tests check it ran)
@@ -37,11 +51,13 @@ cdef class _P2pBuffers:
     cdef PinnedBuffer out, inc
 
 
-def bind_fast_p2p(state_key, kept_type, config, ipc, truncated, plain_comm, mpi, int32_cell):
+def bind_fast_p2p(state_key, kept_type, config, ipc, truncated, plain_comm, mpi, int32_cell, layout_of,
+                  scratch_take, scratch_give):
     """Gives the point-to-point fast path what it reads (see the declarations above)."""
     global _p2p_key, _p2p_kept_type, _p2p_config, _p2p_ipc, _p2p_truncated, _int32_cell, _header_bytes
     global _mpi_send, _mpi_ssend, _mpi_isend, _mpi_issend, _mpi_recv, _mpi_irecv, _mpi_sendrecv
-    global _mpi_byte, _mpi_int, _mpi_status, _mpi_proc_null
+    global _mpi_byte, _mpi_int, _mpi_status, _mpi_proc_null, _layout_of, _scratch_take, _scratch_give, _mpi_datatype
+    _layout_of, _scratch_take, _scratch_give, _mpi_datatype = layout_of, scratch_take, scratch_give, mpi.Datatype
     _p2p_key, _p2p_kept_type, _p2p_config, _p2p_ipc = state_key, kept_type, config, ipc
     _p2p_truncated, _int32_cell, _header_bytes = truncated, int32_cell, ipc.HEADER_BYTES
     _mpi_send, _mpi_ssend, _mpi_isend, _mpi_issend = plain_comm.Send, plain_comm.Ssend, plain_comm.Isend, plain_comm.Issend
@@ -82,10 +98,11 @@ cdef _P2pBuffers _buffers(Py_ssize_t out_bytes, Py_ssize_t in_bytes):
 
 
 cdef struct _P2pArray:
-    uintptr_t ptr
-    Py_ssize_t nbytes
+    uintptr_t ptr       # the bytes moved (a whole array), or the first instance of a datatype's
+    Py_ssize_t nbytes   # bytes moved: the array's, or the packed instances'
     Py_ssize_t stream
     int code
+    size_t count        # instances of the datatype (packed buffers: _p2p_spec)
 
 
 cdef bint _p2p_array(object obj, bint writable, int device, _P2pArray *a) except? False:
@@ -102,25 +119,74 @@ cdef bint _p2p_array(object obj, bint writable, int device, _P2pArray *a) except
     return True
 
 
-cdef int _to_host(uintptr_t dst, const _P2pArray *a) except -1:
-    """The array's bytes into page-locked `dst`, after its producer's work."""
+cdef object _p2p_spec(object obj, bint writable, int device, _P2pArray *a):
+    """Reads a buffer argument the fast path takes: a whole device array (returns _WHOLE), or [array,
+    datatype] / [array, count, datatype] with a derived datatype whose instances lie in the array (returns
+    the datatype's PackPlan for this device; a.ptr its first instance, a.count, a.nbytes the packed
+    bytes). None: the general path takes it (and raises where it must)."""
+    cdef Py_ssize_t count, lo, hi, extent
+    if _p2p_array(obj, writable, device, a):
+        return _WHOLE
+    cdef type t = type(obj)
+    if (t is not list and t is not tuple) or _layout_of is None:
+        return None
+    n = len(obj)
+    if n != 2 and (n != 3 or type(obj[1]) is not int or not 0 <= obj[1] <= _MAX_INSTANCES):
+        return None
+    dt = obj[n - 1]
+    if not isinstance(dt, _mpi_datatype) or dt.is_predefined:
+        return None
+    lay = _layout_of(dt)
+    extent = lay.extent
+    if extent <= 0 or lay.size <= 0 or not _p2p_array(obj[0], writable, device, a):
+        return None
+    count = obj[1] if n == 3 else a.nbytes // extent
+    lo = lay.true_lb + min(0, (count - 1) * extent)
+    hi = lay.true_lb + lay.true_extent + max(0, (count - 1) * extent)
+    if count and (lo < 0 or hi > a.nbytes):
+        return None  # past the array: the general path checks the allocation, or raises
+    a.count = <size_t>count
+    if count == 0 or lay.contiguous(count):  # one block (a plain type's too): moved from where it lies
+        a.ptr += <uintptr_t>lay.start
+        a.nbytes = count * lay.size
+        return _WHOLE
+    a.nbytes = count * lay.size
+    return pack_plan(lay, device)
+
+
+cdef int _wait(Py_ssize_t stream) except -1:
     cdef int e
-    if a.nbytes:
-        check(mg_memcpy_async(dst, a.ptr, <size_t>a.nbytes, <uintptr_t>a.stream), 'cudaMemcpyAsync')
-        with nogil:
-            e = mg_stream_sync(<uintptr_t>a.stream)
-        check(e, 'cudaStreamSynchronize')
+    with nogil:
+        e = mg_stream_sync(<uintptr_t>stream)
+    check(e, 'cudaStreamSynchronize')
     return 0
 
 
-cdef int _to_device(const _P2pArray *a, uintptr_t src, Py_ssize_t nbytes) except -1:
-    """nbytes from page-locked `src` into the array, done when this returns."""
-    cdef int e
+cdef int _to_host(uintptr_t dst, const _P2pArray *a, object plan) except -1:
+    """The array's bytes (a datatype's instances, packed by its kernel) into page-locked `dst`, after its
+    producer's work."""
+    if a.nbytes:
+        if plan is _WHOLE:
+            check(mg_memcpy_async(dst, a.ptr, <size_t>a.nbytes, <uintptr_t>a.stream), 'cudaMemcpyAsync')
+        else:
+            (<PackPlan>plan).pack(a.count, a.ptr, dst, <uintptr_t>a.stream)
+        _wait(a.stream)
+    return 0
+
+
+cdef int _to_device(const _P2pArray *a, uintptr_t src, Py_ssize_t nbytes, object plan) except -1:
+    """nbytes from `src` (page-locked, or device scratch) into the array (a datatype's whole instances:
+    unpacked by its kernel), done when this returns."""
+    cdef PackPlan pp
     if nbytes:
-        check(mg_memcpy_async(a.ptr, src, <size_t>nbytes, <uintptr_t>a.stream), 'cudaMemcpyAsync')
-        with nogil:
-            e = mg_stream_sync(<uintptr_t>a.stream)
-        check(e, 'cudaStreamSynchronize')
+        if plan is _WHOLE:
+            check(mg_memcpy_async(a.ptr, src, <size_t>nbytes, <uintptr_t>a.stream), 'cudaMemcpyAsync')
+        else:
+            pp = <PackPlan>plan
+            if nbytes // pp.size == 0:
+                return 0
+            pp.unpack(<size_t>(nbytes // pp.size), src, a.ptr, <uintptr_t>a.stream)
+        _wait(a.stream)
     return 0
 
 
@@ -136,35 +202,59 @@ cdef bint _has_kept(object st):
     return kept is not None and len(kept.kept) != 0
 
 
+cdef object _packed_for_rendezvous(object st, _P2pArray *a, object plan, int device, int dest):
+    """Where a datatype's instances go GPU to GPU (at least MPIGPU_P2P_IPC_BYTES packed, peer mappings
+    usable): packed into device scratch, which is returned (the caller gives it back once the send is
+    done) and which *a then describes as a whole array on the same stream; else None."""
+    if (plan is _WHOLE or a.nbytes < <Py_ssize_t>_p2p_config.p2p_ipc_bytes or dest == _mpi_proc_null
+            or not _p2p_ipc.usable(st)):
+        return None
+    mem = _scratch_take(a.nbytes, device)
+    try:
+        (<PackPlan>plan).pack(a.count, a.ptr, mem.ptr, <uintptr_t>a.stream)
+    except BaseException:
+        _scratch_give(mem, device)
+        raise
+    a.ptr = mem.ptr
+    return mem
+
+
 cdef object _rendezvous_header(object st, const _P2pArray *a, int device, int dest, int *reply):
     """p2p_ipc's header for sending the array GPU to GPU to `dest` (`reply` set to the tag of the
     receiver's reply), or None: this message goes eagerly. Its producer's work is done when a header
     comes back (the receiver reads the buffer at once)."""
-    cdef int e
     if a.nbytes < <Py_ssize_t>_p2p_config.p2p_ipc_bytes or dest == _mpi_proc_null or not _p2p_ipc.usable(st):
         return None
     reply[0] = st.owned(_p2p_kept_type).next_reply_tag(dest)
     header = _p2p_ipc.header_at(st, a.ptr, a.nbytes, device, dest, reply[0])
     if header is not None:
-        with nogil:
-            e = mg_stream_sync(<uintptr_t>a.stream)
-        check(e, 'cudaStreamSynchronize')
+        _wait(a.stream)
     return header
 
 
-cdef int _delivered(object st, str name, const _P2pArray *a, PinnedBuffer inc, object status) except -1:
-    """What a receive into the array took into `inc` goes to the array: a header's payload from the
-    sender's buffer (the status then reports the payload), else the bytes themselves."""
+cdef int _delivered(object st, str name, const _P2pArray *a, PinnedBuffer inc, object status, object plan,
+                    int device) except -1:
+    """What a receive into the array took into `inc` goes to the array (a datatype's instances: unpacked
+    by its kernel): a header's payload from the sender's buffer (through device scratch where it is
+    unpacked; the status then reports the payload), else the bytes themselves."""
     cdef Py_ssize_t n = status.Get_count(_mpi_byte)
     if n == _header_bytes and _p2p_ipc.usable(st):
         fields = _p2p_ipc.parse(inc, n)
         if fields is not None:
-            got = _p2p_ipc.receive(st, name, fields, status.Get_source(), a.ptr, a.nbytes, a.stream)
+            if plan is _WHOLE:
+                got = _p2p_ipc.receive(st, name, fields, status.Get_source(), a.ptr, a.nbytes, a.stream)
+            else:
+                mem = _scratch_take(a.nbytes, device)
+                try:
+                    got = _p2p_ipc.receive(st, name, fields, status.Get_source(), mem.ptr, a.nbytes, a.stream)
+                    _to_device(a, mem.ptr, got, plan)
+                finally:
+                    _scratch_give(mem, device)
             status.Set_elements(_mpi_byte, got)
             return 0
     if n > a.nbytes:
         raise _p2p_truncated(st, name, n, a.nbytes)
-    _to_device(a, inc.ptr, n)
+    _to_device(a, inc.ptr, n, plan)
     return 0
 
 
@@ -186,39 +276,54 @@ cdef bint _ready(object st, int *device):
 
 
 cpdef bint p2p_send(object comm, object buf, int dest, int tag, bint synchronous) except -1:
-    """Send (Ssend with `synchronous`) of a device array; False when the general path must take it."""
+    """Send (Ssend with `synchronous`) of a device array or a datatype's instances in one; False when the
+    general path must take it."""
     global p2p_fast_calls
     cdef _P2pArray a
     cdef int device = -1, reply = 0
     st = _state(comm)
-    if not _ready(st, &device) or not _p2p_array(buf, False, device, &a):
+    if not _ready(st, &device):
         return False
-    header = _rendezvous_header(st, &a, device, dest, &reply)
-    if header is not None:
-        code = _int32_cell()
-        rreq = st.control.Irecv([code, _mpi_int], dest, reply)
-        hreq = (_mpi_issend if synchronous else _mpi_isend)(comm, [header, _mpi_byte], dest, tag)
-        _replied(st, 'Ssend' if synchronous else 'Send', dest, hreq, rreq, code)
-    else:
-        if a.nbytes > _EAGER_MAX:
-            return False
-        b = _buffers(a.nbytes, -1)
-        if b is None:
-            return False
-        if dest != _mpi_proc_null:
-            _to_host(b.out.ptr, &a)
-        (_mpi_ssend if synchronous else _mpi_send)(comm, [b.out, a.nbytes, _mpi_byte], dest, tag)
+    plan = _p2p_spec(buf, False, device, &a)
+    if plan is None:
+        return False
+    mem = _packed_for_rendezvous(st, &a, plan, device, dest)
+    try:
+        if mem is not None:
+            plan = _WHOLE  # the scratch holds the packed bytes
+        header = _rendezvous_header(st, &a, device, dest, &reply)
+        if header is not None:
+            code = _int32_cell()
+            rreq = st.control.Irecv([code, _mpi_int], dest, reply)
+            hreq = (_mpi_issend if synchronous else _mpi_isend)(comm, [header, _mpi_byte], dest, tag)
+            _replied(st, 'Ssend' if synchronous else 'Send', dest, hreq, rreq, code)
+        else:
+            if a.nbytes > _EAGER_MAX:
+                return False
+            b = _buffers(a.nbytes, -1)
+            if b is None:
+                return False
+            if dest != _mpi_proc_null:
+                _to_host(b.out.ptr, &a, plan)
+            (_mpi_ssend if synchronous else _mpi_send)(comm, [b.out, a.nbytes, _mpi_byte], dest, tag)
+    finally:
+        if mem is not None:
+            _scratch_give(mem, device)
     p2p_fast_calls += 1
     return True
 
 
 cpdef bint p2p_recv(object comm, object buf, int source, int tag, object status) except -1:
-    """Recv into a device array; False when the general path must take it (messages kept by Probe)."""
+    """Recv into a device array or a datatype's instances in one; False when the general path must take
+    it (messages kept by Probe)."""
     global p2p_fast_calls
     cdef _P2pArray a
     cdef int device = -1
     st = _state(comm)
-    if not _ready(st, &device) or _has_kept(st) or not _p2p_array(buf, True, device, &a):
+    if not _ready(st, &device) or _has_kept(st):
+        return False
+    plan = _p2p_spec(buf, True, device, &a)
+    if plan is None:
         return False
     cdef Py_ssize_t cap = max(a.nbytes, _header_bytes)
     if cap > _EAGER_MAX:
@@ -228,20 +333,25 @@ cpdef bint p2p_recv(object comm, object buf, int source, int tag, object status)
         return False
     s = status if status is not None else _mpi_status()
     _mpi_recv(comm, [b.inc, cap, _mpi_byte], source, tag, s)
-    _delivered(st, 'Recv', &a, b.inc, s)
+    _delivered(st, 'Recv', &a, b.inc, s, plan, device)
     p2p_fast_calls += 1
     return True
 
 
 cpdef bint p2p_sendrecv(object comm, object sendbuf, int dest, int sendtag, object recvbuf, int source,
                         int recvtag, object status) except -1:
-    """Sendrecv of device arrays; False when the general path must take it."""
+    """Sendrecv of device arrays or datatypes' instances in them; False when the general path must take it."""
     global p2p_fast_calls
     cdef _P2pArray s, r
     cdef int device = -1, reply = 0
     st = _state(comm)
-    if (not _ready(st, &device) or _has_kept(st) or not _p2p_array(recvbuf, True, device, &r)
-            or not _p2p_array(sendbuf, False, device, &s)):
+    if not _ready(st, &device) or _has_kept(st):
+        return False
+    rplan = _p2p_spec(recvbuf, True, device, &r)
+    if rplan is None:
+        return False
+    splan = _p2p_spec(sendbuf, False, device, &s)
+    if splan is None:
         return False
     cdef Py_ssize_t cap = max(r.nbytes, _header_bytes)
     if cap > _EAGER_MAX:
@@ -249,28 +359,35 @@ cpdef bint p2p_sendrecv(object comm, object sendbuf, int dest, int sendtag, obje
     b = _buffers(-1, cap)
     if b is None:
         return False
-    header = _rendezvous_header(st, &s, device, dest, &reply)
-    if header is None:
-        if s.nbytes > _EAGER_MAX:
-            return False
-        _buffers(s.nbytes, -1)
-    got = status if status is not None else _mpi_status()
-    if header is None:
-        if dest != _mpi_proc_null:
-            _to_host(b.out.ptr, &s)
-        _mpi_sendrecv(comm, [b.out, s.nbytes, _mpi_byte], dest, sendtag, [b.inc, cap, _mpi_byte], source, recvtag,
-                      got)
-        _delivered(st, 'Sendrecv', &r, b.inc, got)
-    else:
-        # receive posted first, as MPI's Sendrecv does; the send completes even when the receive fails
-        inner = _mpi_irecv(comm, [b.inc, cap, _mpi_byte], source, recvtag)
-        code = _int32_cell()
-        rreq = st.control.Irecv([code, _mpi_int], dest, reply)
-        hreq = _mpi_isend(comm, [header, _mpi_byte], dest, sendtag)
-        try:
-            inner.Wait(got)
-            _delivered(st, 'Sendrecv', &r, b.inc, got)
-        finally:
-            _replied(st, 'Sendrecv', dest, hreq, rreq, code)
+    mem = _packed_for_rendezvous(st, &s, splan, device, dest)
+    try:
+        if mem is not None:
+            splan = _WHOLE  # the scratch holds the packed bytes
+        header = _rendezvous_header(st, &s, device, dest, &reply)
+        if header is None:
+            if s.nbytes > _EAGER_MAX:
+                return False
+            _buffers(s.nbytes, -1)
+        got = status if status is not None else _mpi_status()
+        if header is None:
+            if dest != _mpi_proc_null:
+                _to_host(b.out.ptr, &s, splan)
+            _mpi_sendrecv(comm, [b.out, s.nbytes, _mpi_byte], dest, sendtag, [b.inc, cap, _mpi_byte], source,
+                          recvtag, got)
+            _delivered(st, 'Sendrecv', &r, b.inc, got, rplan, device)
+        else:
+            # receive posted first, as MPI's Sendrecv does; the send completes even when the receive fails
+            inner = _mpi_irecv(comm, [b.inc, cap, _mpi_byte], source, recvtag)
+            code = _int32_cell()
+            rreq = st.control.Irecv([code, _mpi_int], dest, reply)
+            hreq = _mpi_isend(comm, [header, _mpi_byte], dest, sendtag)
+            try:
+                inner.Wait(got)
+                _delivered(st, 'Sendrecv', &r, b.inc, got, rplan, device)
+            finally:
+                _replied(st, 'Sendrecv', dest, hreq, rreq, code)
+    finally:
+        if mem is not None:
+            _scratch_give(mem, device)
     p2p_fast_calls += 1
     return True

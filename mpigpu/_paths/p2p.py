@@ -17,6 +17,7 @@ from mpi4py import MPI
 
 from .. import _cuda
 from .._base import plain as _plain
+from .._describe import datatypes as _datatypes
 from .._describe.call import read_once, read_whole
 from .._base.config import config
 from .._ext._intake import is_device
@@ -24,7 +25,7 @@ from .._state.comm_state import _CACHE as _CACHE_KEY, state_of
 from .._describe.strided import as_spec
 from ..errors import Error
 from . import mirrored, p2p_ipc
-from .support import packed, packing
+from .support import packed, packing, scratch
 from .._state import requests
 from .mirrored import IN, host_view, split_spec, trusted
 from .support.pinned import Stager, give, take
@@ -78,7 +79,7 @@ def _fast():
         if getattr(dm, 'bind_fast_p2p', None) is None:
             return None
         dm.bind_fast_p2p(_CACHE_KEY, P2pState, config, p2p_ipc, truncated, _plain.Comm, MPI,
-                         lambda: np.full(1, -1, np.int32))
+                         lambda: np.full(1, -1, np.int32), _datatypes.layout, scratch.take, scratch.give)
         _fast_for = dm
     return dm
 

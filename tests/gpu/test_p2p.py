@@ -3,6 +3,7 @@ with host buffers and the staged path.
 `mpirun -n N python -m pytest -p no:cacheprovider tests/gpu/test_p2p.py`.
 
 - the blocking calls' fast path (eager and rendezvous sizes, statuses, PROC_NULL, truncation), counted;
+  with derived datatypes (a halo's column, an indexed type) packed and unpacked on it, counted;
 - Send/Recv, Ssend, Isend/Irecv (req.Wait and mpi4py's Waitall), Sendrecv rings, both directions,
   sizes around MPIGPU_P2P_IPC_BYTES, slices offset into larger arrays, several messages in flight;
 - ANY_SOURCE / ANY_TAG receives and their statuses; Probe then Recv (the status gives the payload);
@@ -120,6 +121,81 @@ def test_fast_path(world):
             calls += rank == 0
     done = _cuda.device.fast_p2p_calls() - before
     check(done == calls, f'calls on the fast path: {done} of {calls}')
+
+
+def test_fast_path_datatypes(world):
+    """Blocking calls on [array, count, datatype] and [array, datatype] with derived datatypes on the fast
+    path (_p2p.pxi: the datatype's kernel packs into page-locked memory and unpacks from it, or packs into
+    device scratch for a rendezvous): a halo's column (a vector) each way at eager and rendezvous sizes,
+    an indexed type of several blocks, a column received from a whole array and sent into one, Ssend,
+    statuses in elements and in instances, truncation; every call counted by the path (a one-element
+    column is one block: moved as bytes)."""
+    from mpigpu import _cuda
+    W = 8
+    before = _cuda.device.fast_p2p_calls()
+    calls = 0
+    for m in (1, 3, 256, 4096, 16_384, 70_000):  # packed: 4 B .. 280 KB (64 KiB and up: rendezvous)
+        col = MPI.FLOAT.Create_vector(m, 1, W).Commit()
+        grid = (np.arange(m * W).reshape(m, W) % 97 + rank * 1000).astype(np.float32)
+        send = cp.asarray(grid)
+        recv = cp.full((m, W), -1, cp.float32)
+        st = MPI.Status()
+        world.Sendrecv([send.reshape(-1)[W - 1:], 1, col], nxt, 80, [recv.reshape(-1), 1, col], prv, 80, st)
+        want = np.full((m, W), -1, np.float32)
+        want[:, 0] = (np.arange(m * W).reshape(m, W) % 97 + prv * 1000).astype(np.float32)[:, W - 1]
+        check(np.array_equal(cp.asnumpy(recv), want), f'halo column Sendrecv m={m}')
+        check(st.Get_source() == prv and st.Get_count(MPI.FLOAT) == m and st.Get_count(col) == 1,
+              f'halo status m={m}: {st.Get_count(MPI.FLOAT)} {st.Get_count(col)}')
+        # a column from a whole array, and a whole array from a column ([array, datatype]: count inferred as
+        # mpi4py infers it, the array's bytes over the extent: one instance where m > 1)
+        spec = (lambda arr: [arr, col]) if m > 1 else (lambda arr: [arr, 1, col])
+        flat = cp.asarray(grid[:, 2].copy())
+        recv.fill(-1)
+        got = cp.full(m, -1, cp.float32)
+        if rank % 2 == 0:
+            world.Send(flat, nxt, 81)
+            world.Recv(spec(recv.reshape(-1)[1:]), prv, 81)
+            world.Ssend(spec(send.reshape(-1)[3:]), nxt, 82)
+            world.Recv(got, prv, 82)
+        else:
+            world.Recv(spec(recv.reshape(-1)[1:]), prv, 81)
+            world.Send(flat, nxt, 81)
+            world.Recv(got, prv, 82)
+            world.Ssend(spec(send.reshape(-1)[3:]), nxt, 82)
+        want = np.full((m, W), -1, np.float32)
+        want[:, 1] = (np.arange(m * W).reshape(m, W) % 97 + prv * 1000).astype(np.float32)[:, 2]
+        check(np.array_equal(cp.asnumpy(recv), want), f'whole array into a column m={m}')
+        theirs = (np.arange(m * W).reshape(m, W) % 97 + prv * 1000).astype(np.float32)
+        check(np.array_equal(cp.asnumpy(got), theirs[:, 3]), f'column into a whole array m={m}')
+        calls += 5
+        col.Free()
+    # several blocks (the block table on the GPU), two instances of it, [array, count, datatype]
+    idx = MPI.DOUBLE.Create_indexed([2, 1, 3], [0, 5, 9]).Commit()
+    ext = idx.Get_extent()[1] // 8
+    src = cp.asarray(np.arange(2 * ext, dtype=np.float64) + rank * 100)
+    dst = cp.full(2 * ext, -1, cp.float64)
+    world.Sendrecv([src, 2, idx], nxt, 83, [dst, 2, idx], prv, 83)
+    want = np.full(2 * ext, -1, np.float64)
+    for k in range(2):
+        for off, ln in ((0, 2), (5, 1), (9, 3)):
+            want[k * ext + off:k * ext + off + ln] = np.arange(2 * ext, dtype=np.float64)[k * ext + off:k * ext + off + ln] + prv * 100
+    check(np.array_equal(cp.asnumpy(dst), want), 'indexed type, 2 instances')
+    calls += 1
+    idx.Free()
+    if n > 1 and rank < 2:  # 5 floats into a column of 4: the receiver raises MPI.ERR_TRUNCATE
+        col = MPI.FLOAT.Create_vector(4, 1, W).Commit()
+        if rank == 0:
+            world.Send(mine(5, 0), 1, 84)
+        else:
+            try:
+                world.Recv([cp.zeros(4 * W, cp.float32), 1, col], 0, 84)
+                check(False, 'truncation into a column not reported')
+            except MPI.Exception as exc:
+                check(exc.Get_error_class() == MPI.ERR_TRUNCATE, f'column truncation error class {exc.Get_error_class()}')
+        calls += rank == 0
+        col.Free()
+    done = _cuda.device.fast_p2p_calls() - before
+    check(done == calls, f'datatype calls on the fast path: {done} of {calls}')
 
 
 def test_nonblocking(world):

@@ -136,7 +136,7 @@ int mg_can_access_peer(int device, int peer, int *can);
 int mg_device_alloc(size_t bytes, uintptr_t *ptr); /* on the current device (scratch of packed datatypes
                                                       and of the hierarchical path) */
 int mg_device_free(uintptr_t ptr);
-int mg_host_alloc(size_t bytes, uintptr_t *ptr); /* pinned, portable */
+int mg_host_alloc(size_t bytes, uintptr_t *ptr); /* pinned, portable, mapped (kernels use its host address) */
 int mg_host_free(uintptr_t ptr);
 int mg_stream_create(uintptr_t *stream);          /* non-blocking stream on the current device */
 int mg_stream_destroy(uintptr_t stream);

@@ -41,6 +41,8 @@ cdef object _layout_of = None         # mpigpu._describe.datatypes.layout: a dat
 cdef object _scratch_take = None, _scratch_give = None  # mpigpu._paths.support.scratch's pool
 cdef object _mpi_datatype = None
 cdef object _WHOLE = object()         # _p2p_spec's answer for a whole array (no datatype to pack)
+cdef object _PLAIN = object()         # ... for a plain derived type's bytes: eager only, as the general path
+                                      # sends them (a receiver through a specification refuses a header)
 cdef int _header_bytes = 0
 cdef dict _p2p_buffers = {}           # thread id -> _P2pBuffers
 cdef unsigned long long p2p_fast_calls = 0  # calls this path completed (tests check it ran)
@@ -121,10 +123,12 @@ cdef bint _p2p_array(object obj, bint writable, int device, _P2pArray *a) except
 
 cdef object _p2p_spec(object obj, bint writable, int device, _P2pArray *a):
     """Reads a buffer argument the fast path takes: a whole device array (returns _WHOLE), or [array,
-    datatype] / [array, count, datatype] with a derived datatype whose instances lie in the array (returns
-    the datatype's PackPlan for this device; a.ptr its first instance, a.count, a.nbytes the packed
-    bytes). None: the general path takes it (and raises where it must)."""
-    cdef Py_ssize_t count, lo, hi, extent
+    datatype] / [array, count, datatype] with a derived datatype whose instances lie in the array: one
+    block moved as bytes (returns _WHOLE, or _PLAIN for a plain type), else the datatype's PackPlan for
+    this device (a.ptr its first instance, a.count, a.nbytes the packed bytes). None: the general path
+    takes it (and raises where it must): instances past the array, a length that is not a whole number of
+    extents where the count is inferred (mpi4py raises), sizes whose arithmetic would not fit."""
+    cdef Py_ssize_t count, extent, size
     if _p2p_array(obj, writable, device, a):
         return _WHOLE
     cdef type t = type(obj)
@@ -133,24 +137,32 @@ cdef object _p2p_spec(object obj, bint writable, int device, _P2pArray *a):
     n = len(obj)
     if n != 2 and (n != 3 or type(obj[1]) is not int or not 0 <= obj[1] <= _MAX_INSTANCES):
         return None
-    dt = obj[n - 1]
-    if not isinstance(dt, _mpi_datatype) or dt.is_predefined:
+    dt, inner = obj[n - 1], obj[0]
+    if not isinstance(dt, _mpi_datatype) or dt.is_predefined or type(inner) is list or type(inner) is tuple:
         return None
     lay = _layout_of(dt)
-    extent = lay.extent
-    if extent <= 0 or lay.size <= 0 or not _p2p_array(obj[0], writable, device, a):
+    extent, size = lay.extent, lay.size
+    if extent <= 0 or size <= 0 or not _p2p_array(inner, writable, device, a):
         return None
-    count = obj[1] if n == 3 else a.nbytes // extent
-    lo = lay.true_lb + min(0, (count - 1) * extent)
-    hi = lay.true_lb + lay.true_extent + max(0, (count - 1) * extent)
-    if count and (lo < 0 or hi > a.nbytes):
+    if n == 3:
+        count = obj[1]
+    elif a.nbytes % extent:
+        return None
+    else:
+        count = a.nbytes // extent
+    if count == 0:
+        a.count, a.nbytes = 0, 0
+        return _WHOLE
+    # the bounds in Python ints: a huge extent or span must not wrap around
+    lo = lay.true_lb
+    hi = lay.true_lb + lay.true_extent + (count - 1) * lay.extent
+    if lo < 0 or hi > a.nbytes or count * lay.size > _MAX_INSTANCES:
         return None  # past the array: the general path checks the allocation, or raises
     a.count = <size_t>count
-    if count == 0 or lay.contiguous(count):  # one block (a plain type's too): moved from where it lies
-        a.ptr += <uintptr_t>lay.start
-        a.nbytes = count * lay.size
-        return _WHOLE
-    a.nbytes = count * lay.size
+    a.nbytes = count * size
+    if lay.contiguous(count):  # one block: moved from where it lies
+        a.ptr = <uintptr_t>(<Py_ssize_t>a.ptr + <Py_ssize_t>lay.start)
+        return _PLAIN if lay.plain else _WHOLE
     return pack_plan(lay, device)
 
 
@@ -166,7 +178,7 @@ cdef int _to_host(uintptr_t dst, const _P2pArray *a, object plan) except -1:
     """The array's bytes (a datatype's instances, packed by its kernel) into page-locked `dst`, after its
     producer's work."""
     if a.nbytes:
-        if plan is _WHOLE:
+        if plan is _WHOLE or plan is _PLAIN:
             check(mg_memcpy_async(dst, a.ptr, <size_t>a.nbytes, <uintptr_t>a.stream), 'cudaMemcpyAsync')
         else:
             (<PackPlan>plan).pack(a.count, a.ptr, dst, <uintptr_t>a.stream)
@@ -179,7 +191,7 @@ cdef int _to_device(const _P2pArray *a, uintptr_t src, Py_ssize_t nbytes, object
     unpacked by its kernel), done when this returns."""
     cdef PackPlan pp
     if nbytes:
-        if plan is _WHOLE:
+        if plan is _WHOLE or plan is _PLAIN:
             check(mg_memcpy_async(a.ptr, src, <size_t>nbytes, <uintptr_t>a.stream), 'cudaMemcpyAsync')
         else:
             pp = <PackPlan>plan
@@ -206,9 +218,9 @@ cdef object _packed_for_rendezvous(object st, _P2pArray *a, object plan, int dev
     """Where a datatype's instances go GPU to GPU (at least MPIGPU_P2P_IPC_BYTES packed, peer mappings
     usable): packed into device scratch, which is returned (the caller gives it back once the send is
     done) and which *a then describes as a whole array on the same stream; else None."""
-    if (plan is _WHOLE or a.nbytes < <Py_ssize_t>_p2p_config.p2p_ipc_bytes or dest == _mpi_proc_null
-            or not _p2p_ipc.usable(st)):
-        return None
+    if (plan is _WHOLE or plan is _PLAIN or a.nbytes < <Py_ssize_t>_p2p_config.p2p_ipc_bytes
+            or dest == _mpi_proc_null or dest == st.rank or device != st.device or not _p2p_ipc.usable(st)):
+        return None  # (header_at's conditions: a scratch packed here would not be sent from)
     mem = _scratch_take(a.nbytes, device)
     try:
         (<PackPlan>plan).pack(a.count, a.ptr, mem.ptr, <uintptr_t>a.stream)
@@ -219,11 +231,30 @@ cdef object _packed_for_rendezvous(object st, _P2pArray *a, object plan, int dev
     return mem
 
 
-cdef object _rendezvous_header(object st, const _P2pArray *a, int device, int dest, int *reply):
+cdef list _stranded = []  # scratch a failed rendezvous left where a peer may still read it: never reused
+
+
+cdef int _scratch_back(object mem, int device, Py_ssize_t stream, int where) except -1:
+    """Gives a rendezvous's scratch back to the pool: at once where nothing reads it any more (where 1),
+    after its stream where the pack kernel may still write it (0); kept where a peer may still read it
+    (2: the send failed after its header went out)."""
+    if mem is None:
+        return 0
+    if where == 0 and mg_stream_sync(<uintptr_t>stream) != 0:
+        where = 2  # the stream failed: nothing says the kernel is done with it
+    if where == 2:
+        _stranded.append(mem)
+    else:
+        _scratch_give(mem, device)
+    return 0
+
+
+cdef object _rendezvous_header(object st, const _P2pArray *a, object plan, int device, int dest, int *reply):
     """p2p_ipc's header for sending the array GPU to GPU to `dest` (`reply` set to the tag of the
-    receiver's reply), or None: this message goes eagerly. Its producer's work is done when a header
-    comes back (the receiver reads the buffer at once)."""
-    if a.nbytes < <Py_ssize_t>_p2p_config.p2p_ipc_bytes or dest == _mpi_proc_null or not _p2p_ipc.usable(st):
+    receiver's reply), or None: this message goes eagerly (a plain type's always). Its producer's work is
+    done when a header comes back (the receiver reads the buffer at once)."""
+    if (plan is _PLAIN or a.nbytes < <Py_ssize_t>_p2p_config.p2p_ipc_bytes or dest == _mpi_proc_null
+            or not _p2p_ipc.usable(st)):
         return None
     reply[0] = st.owned(_p2p_kept_type).next_reply_tag(dest)
     header = _p2p_ipc.header_at(st, a.ptr, a.nbytes, device, dest, reply[0])
@@ -241,7 +272,7 @@ cdef int _delivered(object st, str name, const _P2pArray *a, PinnedBuffer inc, o
     if n == _header_bytes and _p2p_ipc.usable(st):
         fields = _p2p_ipc.parse(inc, n)
         if fields is not None:
-            if plan is _WHOLE:
+            if plan is _WHOLE or plan is _PLAIN:
                 got = _p2p_ipc.receive(st, name, fields, status.Get_source(), a.ptr, a.nbytes, a.stream)
             else:
                 mem = _scratch_take(a.nbytes, device)
@@ -288,15 +319,18 @@ cpdef bint p2p_send(object comm, object buf, int dest, int tag, bint synchronous
     if plan is None:
         return False
     mem = _packed_for_rendezvous(st, &a, plan, device, dest)
+    cdef int where = 0  # the scratch's state (_scratch_back)
     try:
         if mem is not None:
             plan = _WHOLE  # the scratch holds the packed bytes
-        header = _rendezvous_header(st, &a, device, dest, &reply)
+        header = _rendezvous_header(st, &a, plan, device, dest, &reply)
         if header is not None:
             code = _int32_cell()
             rreq = st.control.Irecv([code, _mpi_int], dest, reply)
+            where = 2
             hreq = (_mpi_issend if synchronous else _mpi_isend)(comm, [header, _mpi_byte], dest, tag)
             _replied(st, 'Ssend' if synchronous else 'Send', dest, hreq, rreq, code)
+            where = 1
         else:
             if a.nbytes > _EAGER_MAX:
                 return False
@@ -305,10 +339,10 @@ cpdef bint p2p_send(object comm, object buf, int dest, int tag, bint synchronous
                 return False
             if dest != _mpi_proc_null:
                 _to_host(b.out.ptr, &a, plan)
+            where = 1
             (_mpi_ssend if synchronous else _mpi_send)(comm, [b.out, a.nbytes, _mpi_byte], dest, tag)
     finally:
-        if mem is not None:
-            _scratch_give(mem, device)
+        _scratch_back(mem, device, a.stream, where)
     p2p_fast_calls += 1
     return True
 
@@ -360,10 +394,11 @@ cpdef bint p2p_sendrecv(object comm, object sendbuf, int dest, int sendtag, obje
     if b is None:
         return False
     mem = _packed_for_rendezvous(st, &s, splan, device, dest)
+    cdef int where = 0  # the scratch's state (_scratch_back)
     try:
         if mem is not None:
             splan = _WHOLE  # the scratch holds the packed bytes
-        header = _rendezvous_header(st, &s, device, dest, &reply)
+        header = _rendezvous_header(st, &s, splan, device, dest, &reply)
         if header is None:
             if s.nbytes > _EAGER_MAX:
                 return False
@@ -372,6 +407,7 @@ cpdef bint p2p_sendrecv(object comm, object sendbuf, int dest, int sendtag, obje
         if header is None:
             if dest != _mpi_proc_null:
                 _to_host(b.out.ptr, &s, splan)
+            where = 1
             _mpi_sendrecv(comm, [b.out, s.nbytes, _mpi_byte], dest, sendtag, [b.inc, cap, _mpi_byte], source,
                           recvtag, got)
             _delivered(st, 'Sendrecv', &r, b.inc, got, rplan, device)
@@ -380,14 +416,15 @@ cpdef bint p2p_sendrecv(object comm, object sendbuf, int dest, int sendtag, obje
             inner = _mpi_irecv(comm, [b.inc, cap, _mpi_byte], source, recvtag)
             code = _int32_cell()
             rreq = st.control.Irecv([code, _mpi_int], dest, reply)
+            where = 2
             hreq = _mpi_isend(comm, [header, _mpi_byte], dest, sendtag)
             try:
                 inner.Wait(got)
                 _delivered(st, 'Sendrecv', &r, b.inc, got, rplan, device)
             finally:
                 _replied(st, 'Sendrecv', dest, hreq, rreq, code)
+                where = 1
     finally:
-        if mem is not None:
-            _scratch_give(mem, device)
+        _scratch_back(mem, device, s.stream, where)
     p2p_fast_calls += 1
     return True

@@ -128,8 +128,9 @@ def test_fast_path_datatypes(world):
     path (_p2p.pxi: the datatype's kernel packs into page-locked memory and unpacks from it, or packs into
     device scratch for a rendezvous): a halo's column (a vector) each way at eager and rendezvous sizes,
     an indexed type of several blocks, a column received from a whole array and sent into one, Ssend,
-    statuses in elements and in instances, truncation; every call counted by the path (a one-element
-    column is one block: moved as bytes)."""
+    statuses in elements and in instances, truncation, a plain type above the rendezvous threshold into a
+    general-path Irecv; every call counted by the path (a one-element column is one block: moved as
+    bytes)."""
     from mpigpu import _cuda
     W = 8
     before = _cuda.device.fast_p2p_calls()
@@ -146,9 +147,10 @@ def test_fast_path_datatypes(world):
         check(np.array_equal(cp.asnumpy(recv), want), f'halo column Sendrecv m={m}')
         check(st.Get_source() == prv and st.Get_count(MPI.FLOAT) == m and st.Get_count(col) == 1,
               f'halo status m={m}: {st.Get_count(MPI.FLOAT)} {st.Get_count(col)}')
-        # a column from a whole array, and a whole array from a column ([array, datatype]: count inferred as
-        # mpi4py infers it, the array's bytes over the extent: one instance where m > 1)
-        spec = (lambda arr: [arr, col]) if m > 1 else (lambda arr: [arr, 1, col])
+        # a column from a whole array, and a whole array from a column ([array, datatype] on a view of one
+        # extent: the count inferred as mpi4py infers it, one instance)
+        span = (m - 1) * W + 1
+        spec = lambda arr: [arr[:span], col]
         flat = cp.asarray(grid[:, 2].copy())
         recv.fill(-1)
         got = cp.full(m, -1, cp.float32)
@@ -169,6 +171,17 @@ def test_fast_path_datatypes(world):
         check(np.array_equal(cp.asnumpy(got), theirs[:, 3]), f'column into a whole array m={m}')
         calls += 5
         col.Free()
+    # a plain type's bytes go eagerly at any size (as the general path sends them): a receive through a
+    # specification on the general path (Irecv) takes them
+    plain_t = MPI.DOUBLE.Create_contiguous(8).Commit()
+    big = cp.asarray(np.arange(16_384, dtype=np.float64) + rank)  # 128 KiB: above the rendezvous threshold
+    into = cp.full(16_384, -1, cp.float64)
+    req = world.Irecv([into, plain_t], prv, 85)
+    world.Send([big, plain_t], nxt, 85)
+    req.Wait()
+    check(np.array_equal(cp.asnumpy(into), np.arange(16_384, dtype=np.float64) + prv), 'plain type, 128 KiB, into Irecv')
+    calls += 1
+    plain_t.Free()
     # several blocks (the block table on the GPU), two instances of it, [array, count, datatype]
     idx = MPI.DOUBLE.Create_indexed([2, 1, 3], [0, 5, 9]).Commit()
     ext = idx.Get_extent()[1] // 8

@@ -76,8 +76,9 @@ class Layout:
         return self.contiguous(1) and self.start == 0 and self.size == self.extent
 
     def contiguous(self, count=1):
-        """True when `count` instances are one block starting `start` bytes from the pointer (kept for the
-        last counts asked: working it out normalizes the dimensions, ~10 us of a halo's Sendrecv)."""
+        """True when `count` instances are one block starting `start` bytes from the pointer (kept per count,
+        up to 64 counts, then forgotten all at once: working it out normalizes the dimensions, ~10 us of a
+        halo's Sendrecv)."""
         hit = self._contiguous.get(count)
         if hit is None:
             hit = self.size == 0 or (self.regular and not self.dims_for(count))

@@ -42,7 +42,8 @@ cdef object _scratch_take = None, _scratch_give = None  # mpigpu._paths.support.
 cdef object _mpi_datatype = None
 cdef object _WHOLE = object()         # _p2p_spec's answer for a whole array (no datatype to pack)
 cdef object _PLAIN = object()         # ... for a plain derived type's bytes: eager only, as the general path
-                                      # sends them (a receiver through a specification refuses a header)
+                                      # sends them (a receiver through such a specification of another
+                                      # type refuses a header)
 cdef int _header_bytes = 0
 cdef dict _p2p_buffers = {}           # thread id -> _P2pBuffers
 cdef unsigned long long p2p_fast_calls = 0  # calls this path completed (tests check it ran)
@@ -289,10 +290,12 @@ cdef int _delivered(object st, str name, const _P2pArray *a, PinnedBuffer inc, o
     return 0
 
 
-cdef int _replied(object st, str name, int dest, object hreq, object rreq, object code) except -1:
-    """The end of a rendezvous send: the header delivered and the receiver's reply in."""
+cdef int _replied(object st, str name, int dest, object hreq, object rreq, object code, int *where) except -1:
+    """The end of a rendezvous send: the header delivered and the receiver's reply in (*where then 1:
+    the receiver reads the buffer no more, whatever it replied)."""
     hreq.Wait()
     rreq.Wait()
+    where[0] = 1
     _p2p_ipc.check_reply(st, name, dest, int(code[0]))
     return 0
 
@@ -329,8 +332,7 @@ cpdef bint p2p_send(object comm, object buf, int dest, int tag, bint synchronous
             rreq = st.control.Irecv([code, _mpi_int], dest, reply)
             where = 2
             hreq = (_mpi_issend if synchronous else _mpi_isend)(comm, [header, _mpi_byte], dest, tag)
-            _replied(st, 'Ssend' if synchronous else 'Send', dest, hreq, rreq, code)
-            where = 1
+            _replied(st, 'Ssend' if synchronous else 'Send', dest, hreq, rreq, code, &where)
         else:
             if a.nbytes > _EAGER_MAX:
                 return False
@@ -422,8 +424,7 @@ cpdef bint p2p_sendrecv(object comm, object sendbuf, int dest, int sendtag, obje
                 inner.Wait(got)
                 _delivered(st, 'Sendrecv', &r, b.inc, got, rplan, device)
             finally:
-                _replied(st, 'Sendrecv', dest, hreq, rreq, code)
-                where = 1
+                _replied(st, 'Sendrecv', dest, hreq, rreq, code, &where)
     finally:
         _scratch_back(mem, device, s.stream, where)
     p2p_fast_calls += 1

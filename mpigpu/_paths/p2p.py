@@ -279,21 +279,46 @@ def _post_recv_device(st, comm, name, obj, source, tag):
     return work
 
 
+def _plain_room(rest, nbytes):
+    """Bytes a buffer specification's rest (`[datatype]`, `[count, datatype]`, `[(count, 0), datatype]`)
+    describes from the buffer's start as one block, when its datatype is predefined or plain; else None."""
+    if not rest or not isinstance(rest[-1], MPI.Datatype) or rest[-1].handle == MPI.DATATYPE_NULL.handle:
+        return None
+    lay = _datatypes.layout(rest[-1])
+    if not lay.plain or lay.extent <= 0:
+        return None
+    if len(rest) == 1:
+        return nbytes // lay.extent * lay.size
+    count = rest[0]
+    if type(count) in (list, tuple) and len(count) == 2 and count[1] == 0:
+        count = count[0]
+    return count * lay.size if type(count) is int and count >= 0 else None
+
+
 def _post_recv_staged(st, comm, name, value, source, tag):
-    """A receive into a device buffer specification: the whole buffer is staged, as mpi4py reads it."""
+    """A receive into a device buffer specification: the whole buffer is staged, as mpi4py reads it. A GPU
+    sender's header (a whole array, or `[array, its type]`, sent GPU to GPU) is taken where the
+    specification is one block of a plain type from the buffer's start: the payload is copied straight
+    into the device buffer; into any other specification both sides raise (p2p_ipc.refuse)."""
     dbuf, pinned, spec, dev = _stage(st, name, value, True)
     try:
         inner = _plain.Comm.Irecv(comm, spec, source, tag)
     except BaseException:
         give(pinned)
         raise
+    rest = split_spec(value)[1]
 
     def copy_back():
         try:
             n = work.inner_status.Get_count(MPI.BYTE)
             fields = p2p_ipc.parse(pinned, n) if p2p_ipc.usable(st) else None
             if fields is not None:
-                p2p_ipc.refuse(st, name, fields, work.inner_status.Get_source())
+                room = _plain_room(rest, dbuf.nbytes)
+                if room is None or room > dbuf.nbytes:
+                    p2p_ipc.refuse(st, name, fields, work.inner_status.Get_source())
+                work.received = p2p_ipc.receive(st, name, fields, work.inner_status.Get_source(), dbuf.ptr, room,
+                                                _cuda.stream_of(dbuf, dev))
+                return  # (the pinned copy holds the header, not the payload: nothing to copy back)
             if dbuf.nbytes:
                 _copy_sync(dev, dbuf.ptr, pinned.ptr, dbuf.nbytes, _cuda.stream_of(dbuf, dev))
         finally:

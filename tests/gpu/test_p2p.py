@@ -211,6 +211,27 @@ def test_fast_path_datatypes(world):
     check(done == calls, f'datatype calls on the fast path: {done} of {calls}')
 
 
+def test_specification_receive_takes_a_gpu_sender(world):
+    """A GPU sender's header (a whole array, and [array, its type], at a rendezvous size) into a
+    non-blocking receive through a specification of a plain type (the general path's staged receive,
+    which refused it before): the payload arrives GPU to GPU, the status counts it."""
+    count = 20_000  # 80 KB: above MPIGPU_P2P_IPC_BYTES
+    for form in ('whole', 'spec'):
+        a, r, st = mine(count, 11), cp.full(count, -1, cp.float32), MPI.Status()
+        req = world.Irecv([r, MPI.FLOAT], prv, 90)
+        world.Send(a if form == 'whole' else [a, MPI.FLOAT], nxt, 90)
+        req.Wait(st)
+        check(np.array_equal(cp.asnumpy(r), payload(count, prv, 11)), f'{form} into Irecv([array, FLOAT])')
+        check(st.Get_count(MPI.FLOAT) == count, f'status of {form}: {st.Get_count(MPI.FLOAT)}')
+    r = cp.full(count + 10, -1, cp.float32)
+    req = world.Irecv([r, count, MPI.FLOAT], prv, 91)
+    world.Send(mine(count, 12), nxt, 91)
+    req.Wait()
+    want = np.full(count + 10, -1, np.float32)
+    want[:count] = payload(count, prv, 12)
+    check(np.array_equal(cp.asnumpy(r), want), 'whole array into Irecv([array, count, FLOAT])')
+
+
 def test_nonblocking(world):
     """Several in flight, both directions, mpi4py's Waitall and req.Wait."""
     for count in BIG:

@@ -68,6 +68,10 @@ class Packed:
                                      rank=st.rank, error_class=MPI.ERR_COUNT)
         offset = displ * lay.extent
         if count is None:
+            if (buf.nbytes - offset) % lay.extent:  # as mpi4py infers a count: whole extents only
+                raise ValueArgumentError(name, f'message: cannot infer count, buffer length {buf.nbytes - offset} is '
+                                         f'not a multiple of datatype extent {lay.extent}', arg=label, rank=st.rank,
+                                         error_class=MPI.ERR_COUNT)
             count = (buf.nbytes - offset) // lay.extent
         self.count, self.base = count, buf.ptr + offset
         check_within(name, label, st.rank, buf, lay, count, offset)

@@ -87,6 +87,12 @@ class Layout:
             self._contiguous[count] = hit
         return hit
 
+    def span(self, count):
+        """(lo, hi): the bytes from the first instance's pointer that `count` instances' type map reaches
+        (lo < 0 where it reaches before it)."""
+        reach = (count - 1) * self.extent
+        return self.true_lb + min(0, reach), self.true_lb + self.true_extent + max(0, reach)
+
     def byte_offsets(self, count=1):
         """Offset from the buffer pointer of every packed byte of `count` instances, in order."""
         offs, lens, dims = _normalize(self.offsets, self.lengths, self.dims + ((count, self.extent),))

@@ -154,9 +154,7 @@ cdef object _p2p_spec(object obj, bint writable, int device, _P2pArray *a):
     if count == 0:
         a.count, a.nbytes = 0, 0
         return _WHOLE
-    # the bounds in Python ints: a huge extent or span must not wrap around
-    lo = lay.true_lb
-    hi = lay.true_lb + lay.true_extent + (count - 1) * lay.extent
+    lo, hi = lay.span(count)  # (Python ints: a huge extent or span must not wrap around)
     if lo < 0 or hi > a.nbytes or count * lay.size > _MAX_INSTANCES:
         return None  # past the array: the general path checks the allocation, or raises
     a.count = <size_t>count
@@ -215,13 +213,19 @@ cdef bint _has_kept(object st):
     return kept is not None and len(kept.kept) != 0
 
 
+cdef bint _rendezvous_possible(object st, Py_ssize_t nbytes, int device, int dest) except -1:
+    """p2p_ipc.header_at's conditions that need no look at the buffer (its allocation's export is the
+    rest): a scratch packed where they fail would never be sent from."""
+    return (nbytes >= <Py_ssize_t>_p2p_config.p2p_ipc_bytes and dest != _mpi_proc_null and dest != st.rank
+            and device == st.device and _p2p_ipc.usable(st))
+
+
 cdef object _packed_for_rendezvous(object st, _P2pArray *a, object plan, int device, int dest):
     """Where a datatype's instances go GPU to GPU (at least MPIGPU_P2P_IPC_BYTES packed, peer mappings
     usable): packed into device scratch, which is returned (the caller gives it back once the send is
     done) and which *a then describes as a whole array on the same stream; else None."""
-    if (plan is _WHOLE or plan is _PLAIN or a.nbytes < <Py_ssize_t>_p2p_config.p2p_ipc_bytes
-            or dest == _mpi_proc_null or dest == st.rank or device != st.device or not _p2p_ipc.usable(st)):
-        return None  # (header_at's conditions: a scratch packed here would not be sent from)
+    if plan is _WHOLE or plan is _PLAIN or not _rendezvous_possible(st, a.nbytes, device, dest):
+        return None
     mem = _scratch_take(a.nbytes, device)
     try:
         (<PackPlan>plan).pack(a.count, a.ptr, mem.ptr, <uintptr_t>a.stream)
@@ -254,8 +258,7 @@ cdef object _rendezvous_header(object st, const _P2pArray *a, object plan, int d
     """p2p_ipc's header for sending the array GPU to GPU to `dest` (`reply` set to the tag of the
     receiver's reply), or None: this message goes eagerly (a plain type's always). Its producer's work is
     done when a header comes back (the receiver reads the buffer at once)."""
-    if (plan is _PLAIN or a.nbytes < <Py_ssize_t>_p2p_config.p2p_ipc_bytes or dest == _mpi_proc_null
-            or not _p2p_ipc.usable(st)):
+    if plan is _PLAIN or not _rendezvous_possible(st, a.nbytes, device, dest):
         return None
     reply[0] = st.owned(_p2p_kept_type).next_reply_tag(dest)
     header = _p2p_ipc.header_at(st, a.ptr, a.nbytes, device, dest, reply[0])

@@ -18,7 +18,7 @@ from mpi4py import MPI
 from .. import _cuda
 from .._base import plain as _plain
 from .._describe import datatypes as _datatypes
-from .._describe.call import read_once, read_whole
+from .._describe.call import read_once, read_whole, unpack_spec
 from .._base.config import config
 from .._ext._intake import is_device
 from .._state.comm_state import _CACHE as _CACHE_KEY, state_of
@@ -279,20 +279,16 @@ def _post_recv_device(st, comm, name, obj, source, tag):
     return work
 
 
-def _plain_room(rest, nbytes):
-    """Bytes a buffer specification's rest (`[datatype]`, `[count, datatype]`, `[(count, 0), datatype]`)
-    describes from the buffer's start as one block, when its datatype is predefined or plain; else None."""
-    if not rest or not isinstance(rest[-1], MPI.Datatype) or rest[-1].handle == MPI.DATATYPE_NULL.handle:
+def _plain_room(name, rank, rest, nbytes):
+    """Bytes a buffer specification's rest describes as one block from the start of a buffer of nbytes,
+    when its datatype is predefined or plain and it has no displacement; else None."""
+    _obj, count, displ, dt = unpack_spec(name, 'buf', rank, [None, *rest])
+    if displ or not isinstance(dt, MPI.Datatype) or dt.handle == MPI.DATATYPE_NULL.handle:
         return None
-    lay = _datatypes.layout(rest[-1])
+    lay = _datatypes.layout(dt)
     if not lay.plain or lay.extent <= 0:
         return None
-    if len(rest) == 1:
-        return nbytes // lay.extent * lay.size
-    count = rest[0]
-    if type(count) in (list, tuple) and len(count) == 2 and count[1] == 0:
-        count = count[0]
-    return count * lay.size if type(count) is int and count >= 0 else None
+    return (nbytes // lay.extent if count is None else count) * lay.size
 
 
 def _post_recv_staged(st, comm, name, value, source, tag):
@@ -313,7 +309,7 @@ def _post_recv_staged(st, comm, name, value, source, tag):
             n = work.inner_status.Get_count(MPI.BYTE)
             fields = p2p_ipc.parse(pinned, n) if p2p_ipc.usable(st) else None
             if fields is not None:
-                room = _plain_room(rest, dbuf.nbytes)
+                room = _plain_room(name, st.rank, rest, dbuf.nbytes)
                 if room is None or room > dbuf.nbytes:
                     p2p_ipc.refuse(st, name, fields, work.inner_status.Get_source())
                 work.received = p2p_ipc.receive(st, name, fields, work.inner_status.Get_source(), dbuf.ptr, room,

@@ -48,8 +48,8 @@ def check_within(name, label, rank, buf, lay, count, offset):
     and datatype: the object carrying the address may be shorter than the storage it describes)."""
     if not count or not lay.size:
         return
-    lo = offset + lay.true_lb + min(0, (count - 1) * lay.extent)
-    hi = offset + lay.true_lb + lay.true_extent + max(0, (count - 1) * lay.extent)
+    lo, hi = lay.span(count)
+    lo, hi = offset + lo, offset + hi
     if lo < 0 or hi > buf.nbytes:
         within(name, label, rank, buf, lo, hi, f'{count} elements of the datatype', MPI.ERR_BUFFER)
 

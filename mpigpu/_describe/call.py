@@ -128,6 +128,35 @@ def unpack_spec(call, argname, rank, spec):
     return obj, checked[0], checked[1] or 0, dtype
 
 
+def spec_layout(call, argname, rank, rest, nbytes, itemsize):
+    """How a buffer specification's rest (what follows the buffer) reads a buffer of nbytes whose elements
+    have `itemsize` bytes: (start, count, size, layout): the first instance's byte offset (displ
+    extents), the instances (inferred as mpi4py infers them: whole extents after the displacement), one
+    instance's packed bytes, and the datatype's layout (mpigpu/_describe/datatypes.py), None where the
+    instances are plain bytes (a predefined or plain datatype, a typecode, or none: the buffer's own
+    elements). Raises mpi4py's errors for a specification it refuses."""
+    _obj, count, displ, dtype = unpack_spec(call, argname, rank, [None, *rest])
+    lay = None
+    if dtype is None:
+        size = extent = itemsize
+    else:
+        _code, mpi_type, extent, _contiguous = _datatype(call, argname, rank, dtype)
+        size = extent
+        if mpi_type is not None:
+            lay = _datatypes.layout(mpi_type)
+            size = lay.size
+            if lay.plain:
+                lay = None
+    start = displ * extent
+    if count is None:
+        if extent <= 0 or (nbytes - start) % extent:
+            raise ValueArgumentError(call, f'message: cannot infer count, buffer length {nbytes - start} is not '
+                                     f'a multiple of datatype extent {extent}', arg=argname, rank=rank,
+                                     error_class=MPI.ERR_COUNT)
+        count = (nbytes - start) // extent
+    return start, count, size, lay
+
+
 def read_once(value, stream_for):
     """A buffer argument with its device buffer read once: a DeviceBuffer in place of the exporter, alone or
     as a specification's first item, which every later step of the call (placement, the intake, host

@@ -40,10 +40,8 @@ cdef object _int32_cell = None        # () -> a one-element int32 array (a rende
 cdef object _layout_of = None         # mpigpu._describe.datatypes.layout: a datatype's cached layout
 cdef object _scratch_take = None, _scratch_give = None  # mpigpu._paths.support.scratch's pool
 cdef object _mpi_datatype = None
-cdef object _WHOLE = object()         # _p2p_spec's answer for a whole array (no datatype to pack)
-cdef object _PLAIN = object()         # ... for a plain derived type's bytes: eager only, as the general path
-                                      # sends them (a receiver through such a specification of another
-                                      # type refuses a header)
+cdef object _WHOLE = object()         # _p2p_spec's answer for bytes in one block (no datatype to pack)
+cdef object _null_type = None         # MPI.DATATYPE_NULL's handle (the general path raises for it)
 cdef int _header_bytes = 0
 cdef dict _p2p_buffers = {}           # thread id -> _P2pBuffers
 cdef unsigned long long p2p_fast_calls = 0  # calls this path completed (tests check it ran)
@@ -60,12 +58,14 @@ def bind_fast_p2p(state_key, kept_type, config, ipc, truncated, plain_comm, mpi,
     global _p2p_key, _p2p_kept_type, _p2p_config, _p2p_ipc, _p2p_truncated, _int32_cell, _header_bytes
     global _mpi_send, _mpi_ssend, _mpi_isend, _mpi_issend, _mpi_recv, _mpi_irecv, _mpi_sendrecv
     global _mpi_byte, _mpi_int, _mpi_status, _mpi_proc_null, _layout_of, _scratch_take, _scratch_give, _mpi_datatype
+    global _null_type
     _layout_of, _scratch_take, _scratch_give, _mpi_datatype = layout_of, scratch_take, scratch_give, mpi.Datatype
     _p2p_key, _p2p_kept_type, _p2p_config, _p2p_ipc = state_key, kept_type, config, ipc
     _p2p_truncated, _int32_cell, _header_bytes = truncated, int32_cell, ipc.HEADER_BYTES
     _mpi_send, _mpi_ssend, _mpi_isend, _mpi_issend = plain_comm.Send, plain_comm.Ssend, plain_comm.Isend, plain_comm.Issend
     _mpi_recv, _mpi_irecv, _mpi_sendrecv = plain_comm.Recv, plain_comm.Irecv, plain_comm.Sendrecv
     _mpi_byte, _mpi_int, _mpi_status, _mpi_proc_null = mpi.BYTE, mpi.INT, mpi.Status, mpi.PROC_NULL
+    _null_type = mpi.DATATYPE_NULL.handle
 
 
 def fast_p2p_calls():
@@ -124,8 +124,8 @@ cdef bint _p2p_array(object obj, bint writable, int device, _P2pArray *a) except
 
 cdef object _p2p_spec(object obj, bint writable, int device, _P2pArray *a):
     """Reads a buffer argument the fast path takes: a whole device array (returns _WHOLE), or [array,
-    datatype] / [array, count, datatype] with a derived datatype whose instances lie in the array: one
-    block moved as bytes (returns _WHOLE, or _PLAIN for a plain type), else the datatype's PackPlan for
+    datatype] / [array, count, datatype] with a datatype whose instances lie in the array: one block moved
+    as bytes, eager or GPU to GPU (returns _WHOLE: every receive takes it), else the datatype's PackPlan for
     this device (a.ptr its first instance, a.count, a.nbytes the packed bytes). None: the general path
     takes it (and raises where it must): instances past the array, a length that is not a whole number of
     extents where the count is inferred (mpi4py raises), sizes whose arithmetic would not fit."""
@@ -139,7 +139,7 @@ cdef object _p2p_spec(object obj, bint writable, int device, _P2pArray *a):
     if n != 2 and (n != 3 or type(obj[1]) is not int or not 0 <= obj[1] <= _MAX_INSTANCES):
         return None
     dt, inner = obj[n - 1], obj[0]
-    if not isinstance(dt, _mpi_datatype) or dt.is_predefined or type(inner) is list or type(inner) is tuple:
+    if not isinstance(dt, _mpi_datatype) or dt.handle == _null_type or type(inner) is list or type(inner) is tuple:
         return None
     lay = _layout_of(dt)
     extent, size = lay.extent, lay.size
@@ -161,7 +161,7 @@ cdef object _p2p_spec(object obj, bint writable, int device, _P2pArray *a):
     a.nbytes = count * size
     if lay.contiguous(count):  # one block: moved from where it lies
         a.ptr = <uintptr_t>(<Py_ssize_t>a.ptr + <Py_ssize_t>lay.start)
-        return _PLAIN if lay.plain else _WHOLE
+        return _WHOLE
     return pack_plan(lay, device)
 
 
@@ -177,7 +177,7 @@ cdef int _to_host(uintptr_t dst, const _P2pArray *a, object plan) except -1:
     """The array's bytes (a datatype's instances, packed by its kernel) into page-locked `dst`, after its
     producer's work."""
     if a.nbytes:
-        if plan is _WHOLE or plan is _PLAIN:
+        if plan is _WHOLE:
             check(mg_memcpy_async(dst, a.ptr, <size_t>a.nbytes, <uintptr_t>a.stream), 'cudaMemcpyAsync')
         else:
             (<PackPlan>plan).pack(a.count, a.ptr, dst, <uintptr_t>a.stream)
@@ -190,7 +190,7 @@ cdef int _to_device(const _P2pArray *a, uintptr_t src, Py_ssize_t nbytes, object
     unpacked by its kernel), done when this returns."""
     cdef PackPlan pp
     if nbytes:
-        if plan is _WHOLE or plan is _PLAIN:
+        if plan is _WHOLE:
             check(mg_memcpy_async(a.ptr, src, <size_t>nbytes, <uintptr_t>a.stream), 'cudaMemcpyAsync')
         else:
             pp = <PackPlan>plan
@@ -224,7 +224,7 @@ cdef object _packed_for_rendezvous(object st, _P2pArray *a, object plan, int dev
     """Where a datatype's instances go GPU to GPU (at least MPIGPU_P2P_IPC_BYTES packed, peer mappings
     usable): packed into device scratch, which is returned (the caller gives it back once the send is
     done) and which *a then describes as a whole array on the same stream; else None."""
-    if plan is _WHOLE or plan is _PLAIN or not _rendezvous_possible(st, a.nbytes, device, dest):
+    if plan is _WHOLE or not _rendezvous_possible(st, a.nbytes, device, dest):
         return None
     mem = _scratch_take(a.nbytes, device)
     try:
@@ -256,9 +256,9 @@ cdef int _scratch_back(object mem, int device, Py_ssize_t stream, int where) exc
 
 cdef object _rendezvous_header(object st, const _P2pArray *a, object plan, int device, int dest, int *reply):
     """p2p_ipc's header for sending the array GPU to GPU to `dest` (`reply` set to the tag of the
-    receiver's reply), or None: this message goes eagerly (a plain type's always). Its producer's work is
-    done when a header comes back (the receiver reads the buffer at once)."""
-    if plan is _PLAIN or not _rendezvous_possible(st, a.nbytes, device, dest):
+    receiver's reply), or None: this message goes eagerly. Its producer's work is done when a header
+    comes back (the receiver reads the buffer at once)."""
+    if not _rendezvous_possible(st, a.nbytes, device, dest):
         return None
     reply[0] = st.owned(_p2p_kept_type).next_reply_tag(dest)
     header = _p2p_ipc.header_at(st, a.ptr, a.nbytes, device, dest, reply[0])
@@ -267,24 +267,35 @@ cdef object _rendezvous_header(object st, const _P2pArray *a, object plan, int d
     return header
 
 
-cdef int _delivered(object st, str name, const _P2pArray *a, PinnedBuffer inc, object status, object plan,
-                    int device) except -1:
+cdef class _UnpackFrom:
+    """p2p_ipc.receive's `read`: the whole instances of the payload at a (mapped) address unpacked into
+    the receive's instances on its stream (receive waits for it)."""
+    cdef PackPlan plan
+    cdef uintptr_t dst
+    cdef Py_ssize_t stream
+
+    def __cinit__(self, PackPlan plan, uintptr_t dst, Py_ssize_t stream):
+        self.plan, self.dst, self.stream = plan, dst, stream
+
+    def __call__(self, uintptr_t src, Py_ssize_t nbytes):
+        if nbytes // self.plan.size:
+            self.plan.unpack(<size_t>(nbytes // self.plan.size), src, self.dst, <uintptr_t>self.stream)
+
+
+cdef int _delivered(object st, str name, const _P2pArray *a, PinnedBuffer inc, object status,
+                    object plan) except -1:
     """What a receive into the array took into `inc` goes to the array (a datatype's instances: unpacked
-    by its kernel): a header's payload from the sender's buffer (through device scratch where it is
-    unpacked; the status then reports the payload), else the bytes themselves."""
+    by its kernel): a header's payload from the sender's buffer (a datatype's unpacked by its kernel
+    reading the sender's bytes; the status then reports the payload), else the bytes themselves."""
     cdef Py_ssize_t n = status.Get_count(_mpi_byte)
     if n == _header_bytes and _p2p_ipc.usable(st):
         fields = _p2p_ipc.parse(inc, n)
         if fields is not None:
-            if plan is _WHOLE or plan is _PLAIN:
+            if plan is _WHOLE:
                 got = _p2p_ipc.receive(st, name, fields, status.Get_source(), a.ptr, a.nbytes, a.stream)
-            else:
-                mem = _scratch_take(a.nbytes, device)
-                try:
-                    got = _p2p_ipc.receive(st, name, fields, status.Get_source(), mem.ptr, a.nbytes, a.stream)
-                    _to_device(a, mem.ptr, got, plan)
-                finally:
-                    _scratch_give(mem, device)
+            else:  # unpacked straight from the sender's packed bytes over the peer mapping
+                got = _p2p_ipc.receive(st, name, fields, status.Get_source(), 0, a.nbytes, a.stream,
+                                       _UnpackFrom(<PackPlan>plan, a.ptr, a.stream))
             status.Set_elements(_mpi_byte, got)
             return 0
     if n > a.nbytes:
@@ -372,7 +383,7 @@ cpdef bint p2p_recv(object comm, object buf, int source, int tag, object status)
         return False
     s = status if status is not None else _mpi_status()
     _mpi_recv(comm, [b.inc, cap, _mpi_byte], source, tag, s)
-    _delivered(st, 'Recv', &a, b.inc, s, plan, device)
+    _delivered(st, 'Recv', &a, b.inc, s, plan)
     p2p_fast_calls += 1
     return True
 
@@ -415,7 +426,7 @@ cpdef bint p2p_sendrecv(object comm, object sendbuf, int dest, int sendtag, obje
             where = 1
             _mpi_sendrecv(comm, [b.out, s.nbytes, _mpi_byte], dest, sendtag, [b.inc, cap, _mpi_byte], source,
                           recvtag, got)
-            _delivered(st, 'Sendrecv', &r, b.inc, got, rplan, device)
+            _delivered(st, 'Sendrecv', &r, b.inc, got, rplan)
         else:
             # receive posted first, as MPI's Sendrecv does; the send completes even when the receive fails
             inner = _mpi_irecv(comm, [b.inc, cap, _mpi_byte], source, recvtag)
@@ -425,7 +436,7 @@ cpdef bint p2p_sendrecv(object comm, object sendbuf, int dest, int sendtag, obje
             hreq = _mpi_isend(comm, [header, _mpi_byte], dest, sendtag)
             try:
                 inner.Wait(got)
-                _delivered(st, 'Sendrecv', &r, b.inc, got, rplan, device)
+                _delivered(st, 'Sendrecv', &r, b.inc, got, rplan)
             finally:
                 _replied(st, 'Sendrecv', dest, hreq, rreq, code, &where)
     finally:

@@ -12,7 +12,8 @@
 - mirrored: any other mpi4py buffer method, run unchanged on whole pinned host mirrors of the buffers;
 - hier (a package): the five collectives across nodes, node phases on each node's team and network
   phases between nodes, pipelined;
-- p2p, p2p_ipc: point-to-point, GPU to GPU over peer mappings where the team is up, else staged;
+- p2p, p2p_ipc, p2p_target: point-to-point, GPU to GPU over peer mappings where the team is up, else staged
+  (p2p_target: where a receive's packed bytes lie, for a GPU sender's payload or a message Probe kept);
 - support (a package): what the paths share: pinned host memory, bounded waits, derived
   datatypes packed on the GPU, device scratch (and the lifetime of work held on it: OnScratch).
 """

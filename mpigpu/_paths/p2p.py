@@ -18,7 +18,7 @@ from mpi4py import MPI
 from .. import _cuda
 from .._base import plain as _plain
 from .._describe import datatypes as _datatypes
-from .._describe.call import read_once, read_whole, unpack_spec
+from .._describe.call import read_once, read_whole
 from .._base.config import config
 from .._ext._intake import is_device
 from .._state.comm_state import _CACHE as _CACHE_KEY, state_of
@@ -28,6 +28,7 @@ from . import mirrored, p2p_ipc
 from .support import packed, packing, scratch
 from .._state import requests
 from .mirrored import IN, host_view, split_spec, trusted
+from .p2p_target import HostTarget, device_block, host_room
 from .support.pinned import Stager, give, take
 
 
@@ -155,6 +156,18 @@ def _then(work, after):
     return work
 
 
+def _plain_block(st, name, obj, rest, writable):
+    """The bytes a device buffer specification describes as one block (a predefined or plain datatype, a
+    typecode; a count, a displacement) as a whole device buffer, or None: a derived datatype's, or a block
+    past the array (the staged path trusts an explicit count there, or raises)."""
+    buf = read_whole(name, 'buf', st.rank, obj, writable, _cuda.consumer_stream)
+    try:
+        block = device_block(name, st.rank, buf, rest)
+    except Error:
+        return None
+    return None if block is None else buf.view(block[0] - buf.ptr, block[1], -1)
+
+
 def _post_send(st, comm, name, base, value, dest, tag):
     """Starts a send of a device buffer; `base` is mpi4py's non-blocking method for the staged copy.
     A buffer with a derived datatype is packed on its GPU first and its packed elements are sent."""
@@ -167,13 +180,14 @@ def _post_send(st, comm, name, base, value, dest, tag):
             pk.release()
             raise
     obj, rest = split_spec(value)
-    if rest is None and name in ('Send', 'Ssend', 'Isend', 'Issend', 'Sendrecv'):
-        buf = read_whole(name, 'buf', st.rank, obj, False, _cuda.consumer_stream)
-        dev = _cuda.device_of(name, 'buf', st.rank, buf)
-        reply = st.owned(P2pState).next_reply_tag(dest) if p2p_ipc.usable(st) else 0
-        header = p2p_ipc.header_at(st, buf.ptr, buf.nbytes, dev, dest, reply)
+    block = read_whole(name, 'buf', st.rank, obj, False, _cuda.consumer_stream) if rest is None else \
+        _plain_block(st, name, obj, rest, False)  # a whole array, or a specification's block of plain bytes
+    if block is not None and name in ('Send', 'Ssend', 'Isend', 'Issend', 'Sendrecv') and p2p_ipc.usable(st):
+        dev = _cuda.device_of(name, 'buf', st.rank, block)
+        reply = st.owned(P2pState).next_reply_tag(dest)
+        header = p2p_ipc.header_at(st, block.ptr, block.nbytes, dev, dest, reply)
         if header is not None:
-            _cuda.with_device(dev, _cuda.sync, _cuda.stream_of(buf, dev))  # payload ready
+            _cuda.with_device(dev, _cuda.sync, _cuda.stream_of(block, dev))  # payload ready
             code = np.full(1, -1, np.int32)
             inner = st.control.Irecv([code, MPI.INT], dest, reply)
             send = _plain.Comm.Issend if name in _SYNCHRONOUS else _plain.Comm.Isend
@@ -183,7 +197,7 @@ def _post_send(st, comm, name, base, value, dest, tag):
                 hreq.Wait()  # matched and delivered: the reply came after it
                 p2p_ipc.check_reply(st, name, dest, int(code[0]))
             return requests.Work(dev, inner=inner, on_done=replied)
-    _dbuf, pinned, spec, dev = _stage(st, name, value, False)
+    _dbuf, pinned, spec, dev = _stage(st, name, value if block is None else block, False)
     try:
         inner = base(comm, spec, dest, tag)
     except BaseException:
@@ -211,8 +225,7 @@ def send(comm, name, buf, dest, tag):
                 raise _fast_failed(comm, name, exc) from None
     buf = _read(buf, name)
     st = state_of(comm)
-    obj, rest = split_spec(buf)
-    if (rest is None and name in ('Send', 'Ssend') and p2p_ipc.usable(st)) or packed.datatype_of(buf) is not None:
+    if (name in ('Send', 'Ssend') and p2p_ipc.usable(st)) or packed.datatype_of(buf) is not None:
         base = getattr(_plain.Comm, 'I' + name.lower())
         return _guarded(st, name, lambda: _finish_now(_post_send(st, comm, name, base, buf, dest, tag)))
     blocking = getattr(_plain.Comm, name)
@@ -241,10 +254,6 @@ def _deliver(st, name, work, data, n, dst, capacity, stream, place):
     if place is not None and n:
         place(n)
     work.received = n
-
-
-def _address(data):
-    return np.frombuffer(data, np.uint8).ctypes.data
 
 
 def _post_recv_device(st, comm, name, obj, source, tag):
@@ -279,23 +288,14 @@ def _post_recv_device(st, comm, name, obj, source, tag):
     return work
 
 
-def _plain_room(name, rank, rest, nbytes):
-    """Bytes a buffer specification's rest describes as one block from the start of a buffer of nbytes,
-    when its datatype is predefined or plain and it has no displacement; else None."""
-    _obj, count, displ, dt = unpack_spec(name, 'buf', rank, [None, *rest])
-    if displ or not isinstance(dt, MPI.Datatype) or dt.handle == MPI.DATATYPE_NULL.handle:
-        return None
-    lay = _datatypes.layout(dt)
-    if not lay.plain or lay.extent <= 0:
-        return None
-    return (nbytes // lay.extent if count is None else count) * lay.size
-
-
 def _post_recv_staged(st, comm, name, value, source, tag):
-    """A receive into a device buffer specification: the whole buffer is staged, as mpi4py reads it. A GPU
-    sender's header (a whole array, or `[array, its type]`, sent GPU to GPU) is taken where the
-    specification is one block of a plain type from the buffer's start: the payload is copied straight
-    into the device buffer; into any other specification both sides raise (p2p_ipc.refuse)."""
+    """A receive into a device buffer specification that is neither a block of plain bytes within the array
+    (received as a whole array: _plain_block) nor a derived datatype's (packed.Packed): one whose explicit
+    count reaches past the array, which MPI trusts. The whole buffer is staged, as mpi4py reads it; a GPU
+    sender's header arriving there is refused (both sides raise: p2p_ipc.refuse)."""
+    kept = _kept_match(st, source, tag) if kept_messages(st) else None
+    if kept is not None:
+        return _kept_device(st, name, value, kept)
     dbuf, pinned, spec, dev = _stage(st, name, value, True)
     try:
         inner = _plain.Comm.Irecv(comm, spec, source, tag)
@@ -307,12 +307,18 @@ def _post_recv_staged(st, comm, name, value, source, tag):
     def copy_back():
         try:
             n = work.inner_status.Get_count(MPI.BYTE)
-            fields = p2p_ipc.parse(pinned, n) if p2p_ipc.usable(st) else None
+            fields = block = None
+            if n == p2p_ipc.HEADER_BYTES and p2p_ipc.usable(st):
+                try:
+                    block = device_block(name, st.rank, dbuf, rest)
+                except Error:
+                    block = None
+                # MPI put what arrived at the specification's block (its displacement), not the buffer's start
+                fields = p2p_ipc.parse(memoryview(pinned)[block[0] - dbuf.ptr if block is not None else 0:], n)
             if fields is not None:
-                room = _plain_room(name, st.rank, rest, dbuf.nbytes)
-                if room is None or room > dbuf.nbytes:
+                if block is None:
                     p2p_ipc.refuse(st, name, fields, work.inner_status.Get_source())
-                work.received = p2p_ipc.receive(st, name, fields, work.inner_status.Get_source(), dbuf.ptr, room,
+                work.received = p2p_ipc.receive(st, name, fields, work.inner_status.Get_source(), block[0], block[1],
                                                 _cuda.stream_of(dbuf, dev))
                 return  # (the pinned copy holds the header, not the payload: nothing to copy back)
             if dbuf.nbytes:
@@ -324,25 +330,31 @@ def _post_recv_staged(st, comm, name, value, source, tag):
 
 
 def host_checked(st, value):
-    """True when a receive into host buffer `value` must look for a GPU sender's header: a whole
-    buffer of at least MPIGPU_P2P_IPC_BYTES on a communicator where senders may use peer mappings."""
-    if not p2p_ipc.usable(st) or type(value) in (list, tuple):
+    """True when a receive into host buffer `value` (a whole buffer or a specification) must look for a
+    GPU sender's header: room for at least MPIGPU_P2P_IPC_BYTES on a communicator where senders may use
+    peer mappings."""
+    if not p2p_ipc.usable(st):
         return False
-    try:
-        return memoryview(value).nbytes >= config.p2p_ipc_bytes
-    except TypeError:
-        return False
+    if type(value) not in (list, tuple):
+        try:
+            return memoryview(value).nbytes >= config.p2p_ipc_bytes
+        except TypeError:
+            return False
+    room = host_room('Recv', st.rank, value)
+    return room is not None and room >= config.p2p_ipc_bytes
 
 
 def _post_recv_host(st, comm, name, value, source, tag):
-    """A receive into a whole host buffer on a communicator with a device team."""
-    mv = memoryview(value).cast('B')
+    """A receive into a host buffer or specification on a communicator with a device team: MPI receives
+    into it; a GPU sender's header found there brings the payload through the specification."""
+    target = HostTarget(name, st.rank, value)
     work = requests.Work(st.device, inner=_plain.Comm.Irecv(comm, value, source, tag), receive=True)
 
     def arrived():
         n = work.inner_status.Get_count(MPI.BYTE)
-        if n == p2p_ipc.HEADER_BYTES:
-            _deliver(st, name, work, mv, n, _address(mv), mv.nbytes, _cuda.consumer_stream(st.device), None)
+        fields = p2p_ipc.parse(target.head(n), n) if n == p2p_ipc.HEADER_BYTES else None
+        if fields is not None:
+            work.received = target.take_payload(st, fields, work.source_of())
     work.on_done = arrived
     return work
 
@@ -373,20 +385,28 @@ def _post_recv(st, comm, name, value, source, tag):
     obj, rest = split_spec(value)
     if rest is None:
         return _post_recv_device(st, comm, name, obj, source, tag)
+    block = _plain_block(st, name, obj, rest, True)
+    if block is not None:  # received as a whole array of the block's bytes (no copy of the rest of the buffer)
+        return _post_recv_device(st, comm, name, block, source, tag)
     return _post_recv_staged(st, comm, name, value, source, tag)
 
 
 def _kept_host(st, name, value, kept):
-    """A host receive satisfied by a message Probe took out of MPI."""
+    """A host receive satisfied by a message Probe took out of MPI (through the receive's specification)."""
     src, tag, data = kept
-    obj = value[0] if type(value) in (list, tuple) else value
-    mv = memoryview(obj).cast('B')
+    target = HostTarget(name, st.rank, value)
     work = requests.Work(st.device, receive=True)
     work.source, work.tag = src, tag
 
     def arrived():
-        _deliver(st, name, work, data, len(data), _address(mv), mv.nbytes, _cuda.consumer_stream(st.device),
-                 lambda k: mv.__setitem__(slice(0, k), data[:k]))
+        fields = p2p_ipc.parse(data, len(data))
+        if fields is not None:
+            work.received = target.take_payload(st, fields, src)
+            return
+        if len(data) > target.room:
+            raise truncated(st, name, len(data), target.room)
+        target.place(data, len(data))
+        work.received = len(data)
     work.on_done = arrived
     return work
 
@@ -515,19 +535,7 @@ def matched_recv(st, name, msg, kept, buf, status):
     def go():
         if kept is not None:
             if is_device(buf):
-                obj, _rest = split_spec(buf)
-                dbuf = read_whole(name, 'buf', st.rank, obj, True, _cuda.consumer_stream)
-                dev = _cuda.device_of(name, 'buf', st.rank, dbuf)
-                work = requests.Work(dev, receive=True)
-                work.source, work.tag = kept[0], kept[1]
-                pinned = take(len(kept[2]))
-                np.frombuffer(pinned, np.uint8, count=len(kept[2]))[:] = np.frombuffer(kept[2], np.uint8)
-                stream = _cuda.stream_of(dbuf, dev)
-                try:
-                    _deliver(st, name, work, pinned, len(kept[2]), dbuf.ptr, dbuf.nbytes, stream,
-                             lambda k: _copy_sync(dev, dbuf.ptr, pinned.ptr, k, stream))
-                finally:
-                    give(pinned)
+                work = _kept_device(st, name, buf, kept)
             else:
                 work = _kept_host(st, name, buf, kept)
             _finish_now(work)
@@ -538,6 +546,45 @@ def matched_recv(st, name, msg, kept, buf, status):
             return mirrored.run(st, name, lambda b: _message_recv(msg, b, status), [(buf, mirrored.OUT)])
         return _message_recv(msg, buf, status)
     return _guarded(st, name, go)
+
+
+def _kept_device(st, name, value, kept):
+    """A device receive satisfied by a message Probe took out of MPI, through its specification: plain
+    bytes into their block, a derived datatype's through its packed scratch (unpacked on the GPU)."""
+    if packed.datatype_of(value) is not None:
+        pk = packed.Packed(st, name, 'buf', value, True)
+        try:
+            work = _kept_device(st, name, pk.view(), kept)
+        except BaseException:
+            pk.release()
+            raise
+
+        def unpack():
+            try:
+                if work.received is not None:
+                    pk.unpack(work.received)
+            finally:
+                pk.release()
+        return _then(work, unpack)
+    obj, rest = split_spec(value)
+    dbuf = read_whole(name, 'buf', st.rank, obj, True, _cuda.consumer_stream)
+    dev = _cuda.device_of(name, 'buf', st.rank, dbuf)
+    ptr, room = device_block(name, st.rank, dbuf, rest)
+    stream = _cuda.stream_of(dbuf, dev)
+    src, tag, data = kept
+    work = requests.Work(dev, receive=True)
+    work.source, work.tag = src, tag
+
+    def arrived():
+        pinned = take(len(data))
+        try:
+            np.frombuffer(pinned, np.uint8, count=len(data))[:] = np.frombuffer(data, np.uint8)
+            _deliver(st, name, work, pinned, len(data), ptr, room, stream,
+                     lambda k: _copy_sync(dev, ptr, pinned.ptr, k, stream))
+        finally:
+            give(pinned)
+    work.on_done = arrived
+    return work
 
 
 def _report(status, source, tag, data):

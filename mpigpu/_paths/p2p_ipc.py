@@ -120,9 +120,12 @@ def _map(dev, world_rank, ident, sender_base, handle):
     return base
 
 
-def receive(st, name, fields, source, dst, capacity, stream):
+def receive(st, name, fields, source, dst, capacity, stream, read=None):
     """Copies a header's payload to `dst` (device or host address with `capacity` bytes) on `stream`
-    of the communicator's device, waits, and replies to the sender; returns the payload size."""
+    of the communicator's device, waits, and replies to the sender; returns the payload size. With
+    `read`, read(address, nbytes) enqueues on `stream` what reads the payload at the sender's (mapped)
+    address instead of the copy: an unpack kernel scattering it into a derived datatype's instances
+    (one pass over the bytes where a copy into scratch and an unpack from it took two)."""
     _magic, _version, reply, nbytes, offset, sender_base, ident, world_rank, _pad, handle = fields
     dm = _cuda.device
     code = _OK
@@ -135,7 +138,10 @@ def receive(st, name, fields, source, dst, capacity, stream):
         def copy():
             with _lock:  # no other thread unmaps this allocation while it is read
                 base = _map(st.device, world_rank, ident, sender_base, handle)
-                _cuda.copy(dst, base + offset, nbytes, stream)
+                if read is None:
+                    _cuda.copy(dst, base + offset, nbytes, stream)
+                else:
+                    read(base + offset, nbytes)
                 _cuda.sync(stream)
         try:
             _cuda.with_device(st.device, copy)

@@ -7,7 +7,9 @@ with host buffers and the staged path.
 - Send/Recv, Ssend, Isend/Irecv (req.Wait and mpi4py's Waitall), Sendrecv rings, both directions,
   sizes around MPIGPU_P2P_IPC_BYTES, slices offset into larger arrays, several messages in flight;
 - ANY_SOURCE / ANY_TAG receives and their statuses; Probe then Recv (the status gives the payload);
-- GPU sender to host receiver (Recv and Irecv) and host sender to GPU receiver;
+- GPU sender to host receiver (Recv and Irecv) and host sender to GPU receiver; a GPU sender into every kind of
+  receive specification (host and device, displacements, derived datatypes, after Probe and Mprobe);
+- predefined datatypes ([array, FLOAT]) on the fast path, eager and GPU to GPU;
 - truncation: the receiver raises MPI.ERR_TRUNCATE, the sender completes;
 - new allocations at reused addresses (the receiver's mapping cache);
 - timings (printed, not asserted; the timed messages are checked): Sendrecv ring over peer mappings
@@ -20,6 +22,7 @@ import numpy as np
 import gpucheck as gc
 from gpucheck import MPI, RANK, SIZE, check, cp, settings
 from mpigpu._paths import p2p_ipc
+from mpigpu._state.comm_state import state_of
 
 rank, n = RANK, SIZE
 plain = MPI.COMM_WORLD
@@ -230,6 +233,91 @@ def test_specification_receive_takes_a_gpu_sender(world):
     want = np.full(count + 10, -1, np.float32)
     want[:count] = payload(count, prv, 12)
     check(np.array_equal(cp.asnumpy(r), want), 'whole array into Irecv([array, count, FLOAT])')
+
+
+def test_specifications_take_gpu_senders(world):
+    """A GPU sender at a rendezvous size (a whole array, [array, FLOAT]: the payload read GPU to GPU) into
+    every kind of receive buffer specification, as MPI delivers a message through it: host [h, FLOAT],
+    host with a count and a displacement, a host column (a derived datatype on the host), a device
+    specification with a displacement (Irecv), Probe then Recv into a device specification, Mprobe then
+    Message.Recv into a host specification and into a device column. Pairs: even ranks send to odd."""
+    count, W = 20_000, 4  # 80 KB: above MPIGPU_P2P_IPC_BYTES
+    if n % 2:
+        return
+    sent = p2p_ipc.stats['sent']
+    col_h = MPI.FLOAT.Create_vector(count, 1, W).Commit()
+    forms = 8
+    if rank % 2 == 0:
+        for k in range(forms):
+            a = mine(count, 20 + k)
+            world.Send(a if k % 2 else [a, MPI.FLOAT], nxt, 70 + k)
+        ipc = p2p_ipc.usable(state_of(world))
+        check(p2p_ipc.stats['sent'] - sent == forms * ipc, f'sends GPU to GPU: {p2p_ipc.stats["sent"] - sent} of {forms}')
+    else:
+        want = lambda k: payload(count, prv, 20 + k)
+        st = MPI.Status()
+        h = np.full(count, -1, np.float32)
+        world.Recv([h, MPI.FLOAT], prv, 70, st)
+        check(np.array_equal(h, want(0)) and st.Get_count(MPI.FLOAT) == count, 'into host [h, FLOAT]')
+        h = np.full(count + 9, -1, np.float32)
+        world.Irecv([h, (count, 5), MPI.FLOAT], prv, 71).Wait(st)
+        exp = np.full(count + 9, -1, np.float32)
+        exp[5:5 + count] = want(1)
+        check(np.array_equal(h, exp) and st.Get_count(MPI.FLOAT) == count, 'into host [h, (count, 5), FLOAT]')
+        h = np.full(count * W, -1, np.float32)
+        world.Recv([h, 1, col_h], prv, 72, st)
+        exp = np.full((count, W), -1, np.float32)
+        exp[:, 0] = want(2)
+        check(np.array_equal(h.reshape(count, W), exp) and st.Get_count(MPI.FLOAT) == count, 'into a host column')
+        d = cp.full(count + 9, -1, cp.float32)
+        world.Irecv([d, (count, 3), MPI.FLOAT], prv, 73).Wait(st)
+        exp = np.full(count + 9, -1, np.float32)
+        exp[3:3 + count] = want(3)
+        check(np.array_equal(cp.asnumpy(d), exp) and st.Get_count(MPI.FLOAT) == count,
+              'into device [d, (count, 3), FLOAT] (Irecv)')
+        world.Probe(prv, 74, st)
+        check(st.Get_count(MPI.FLOAT) == count, f'Probe count {st.Get_count(MPI.FLOAT)}')
+        d = cp.full(count + 9, -1, cp.float32)
+        world.Recv([d, (count, 2), MPI.FLOAT], prv, 74, st)
+        exp = np.full(count + 9, -1, np.float32)
+        exp[2:2 + count] = want(4)
+        check(np.array_equal(cp.asnumpy(d), exp) and st.Get_count(MPI.FLOAT) == count,
+              'Probe, then Recv into device [d, (count, 2), FLOAT]')
+        msg = world.Mprobe(prv, 75, st)
+        h = np.full(count + 9, -1, np.float32)
+        msg.Recv([h, (count, 4), MPI.FLOAT], st)
+        exp = np.full(count + 9, -1, np.float32)
+        exp[4:4 + count] = want(5)
+        check(np.array_equal(h, exp) and st.Get_count(MPI.FLOAT) == count, 'Mprobe, then host [h, (count, 4), FLOAT]')
+        msg = world.Mprobe(prv, 76, st)
+        d = cp.full(count * W, -1, cp.float32)
+        msg.Recv([d, 1, col_h], st)
+        exp = np.full((count, W), -1, np.float32)
+        exp[:, 0] = want(6)
+        check(np.array_equal(cp.asnumpy(d).reshape(count, W), exp), 'Mprobe, then a device column')
+        h = np.full(count + 1, -1, np.float32)
+        world.Recv([h, count, MPI.FLOAT], prv, 77, st)
+        exp = np.full(count + 1, -1, np.float32)
+        exp[:count] = want(7)
+        check(np.array_equal(h, exp) and st.Get_count(MPI.FLOAT) == count, 'into host [h, count, FLOAT]')
+    col_h.Free()
+
+
+def test_predefined_types_on_the_fast_path(world):
+    """[array, FLOAT] and [array, count, FLOAT] on the blocking fast path (counted), eager and GPU to GPU
+    (a predefined type's bytes move as they lie: 1 MB Sendrecv reads the peer's array)."""
+    from mpigpu import _cuda
+    before, sent = _cuda.device.fast_p2p_calls(), p2p_ipc.stats['sent']
+    for count in (100, 262_144):
+        a, r = mine(count, 30), cp.full(count + 3, -1, cp.float32)
+        st = MPI.Status()
+        world.Sendrecv([a, MPI.FLOAT], nxt, 78, [r, count, MPI.FLOAT], prv, 78, st)
+        exp = np.full(count + 3, -1, np.float32)
+        exp[:count] = payload(count, prv, 30)
+        check(np.array_equal(cp.asnumpy(r), exp) and st.Get_count(MPI.FLOAT) == count, f'[a, FLOAT] Sendrecv {count}')
+    check(_cuda.device.fast_p2p_calls() - before == 2, f'fast path calls {_cuda.device.fast_p2p_calls() - before} of 2')
+    ipc = n > 1 and p2p_ipc.usable(state_of(world))
+    check(p2p_ipc.stats['sent'] - sent == ipc, f'GPU to GPU sends {p2p_ipc.stats["sent"] - sent} of {int(ipc)}')
 
 
 def test_nonblocking(world):

@@ -1,0 +1,101 @@
+"""Where a receive's packed bytes lie, for what reaches a receive outside MPI's own delivery: the payload
+of a GPU sender's header (p2p_ipc: copied out of the sender's buffer) and a message Probe took out of MPI
+(its bytes kept). MPI delivers a message through the receive's buffer specification; these must too.
+
+- `HostTarget`: a host buffer or specification (any datatype: a plain one's bytes lie in one block, a
+  derived one's where its type map puts them, mpigpu/_describe/datatypes.py);
+- `device_block`: a device specification of plain bytes (a predefined or plain datatype, a typecode):
+  the block (pointer, room) a payload is copied into GPU to GPU. Derived datatypes on the device are
+  packed.Packed's (the payload lands in its scratch and is unpacked on the GPU).
+"""
+import numpy as np
+from mpi4py import MPI
+
+from .. import _cuda
+from .._describe.call import spec_layout
+from ..errors import Error
+from . import p2p_ipc
+from .mirrored import split_spec
+from .support.pinned import give, take
+
+
+def _outside(name, rank, lo, hi, nbytes):
+    return Error(name, f'message: the specification reaches bytes {lo}..{hi} of a buffer of {nbytes} bytes',
+                 arg='buf', rank=rank, error_class=MPI.ERR_BUFFER)
+
+
+class HostTarget:
+    """A host receive buffer argument: its room (packed bytes) and where each packed byte lies."""
+    __slots__ = ('name', 'rank', 'u8', 'start', 'count', 'size', 'layout', 'room')
+
+    def __init__(self, name, rank, value):
+        obj, rest = split_spec(value)
+        view = memoryview(obj)
+        self.name, self.rank = name, rank
+        self.u8 = np.frombuffer(view.cast('B'), np.uint8)
+        if rest is None:
+            self.start, self.count, self.size, self.layout = 0, self.u8.size, 1, None
+        else:
+            self.start, self.count, self.size, self.layout = spec_layout(name, 'buf', rank, rest, self.u8.size,
+                                                                         view.itemsize)
+        self.room = self.count * self.size
+        lo, hi = self.start, self.start + self.room
+        if self.layout is not None and self.count:
+            lo, hi = (self.start + x for x in self.layout.span(self.count))
+        if self.room and (lo < 0 or hi > self.u8.size):
+            raise _outside(name, rank, lo, hi, self.u8.size)
+
+    def _offsets(self, k):
+        """Byte offsets in the buffer of the first k packed bytes (a derived datatype's)."""
+        whole = -(-k // self.size)
+        return self.start + self.layout.byte_offsets(whole)[:k]
+
+    def head(self, k):
+        """The first k packed bytes (k <= room)."""
+        if self.layout is None:
+            return self.u8[self.start:self.start + k].tobytes()
+        return self.u8[self._offsets(k)].tobytes()
+
+    def place(self, data, k):
+        """Puts the first k bytes of `data` (host memory) where the first k packed bytes lie."""
+        src = np.frombuffer(data, np.uint8, count=k)
+        if self.layout is None:
+            self.u8[self.start:self.start + k] = src
+        else:
+            self.u8[self._offsets(k)] = src
+
+    def take_payload(self, st, fields, source):
+        """Copies a GPU sender's payload (a header's `fields`) here and answers the sender; returns its bytes.
+        Plain bytes go straight into the buffer; a derived datatype's through page-locked memory."""
+        if self.layout is None:
+            return p2p_ipc.receive(st, self.name, fields, source, self.u8.ctypes.data + self.start, self.room,
+                                   _cuda.consumer_stream(st.device))
+        pinned = take(max(1, min(fields[3], self.room)))
+        try:
+            got = p2p_ipc.receive(st, self.name, fields, source, pinned.ptr, self.room, _cuda.consumer_stream(st.device))
+            self.place(pinned, got)
+        finally:
+            give(pinned)
+        return got
+
+
+def host_room(name, rank, value):
+    """The packed bytes a host receive buffer argument holds, or None where it is not one this module reads
+    (mpi4py then takes the receive and raises what it raises)."""
+    try:
+        return HostTarget(name, rank, value).room
+    except Exception:
+        return None
+
+
+def device_block(name, rank, dbuf, rest):
+    """(pointer, room) of a device specification of plain bytes over whole device buffer `dbuf` (rest: the
+    specification after the buffer; None: the whole buffer), or None for a derived datatype's."""
+    if rest is None:
+        return dbuf.ptr, dbuf.nbytes
+    start, count, size, lay = spec_layout(name, 'buf', rank, rest, dbuf.nbytes, dbuf.itemsize)
+    if lay is not None:
+        return None
+    if start < 0 or start + count * size > dbuf.nbytes:
+        raise _outside(name, rank, start, start + count * size, dbuf.nbytes)
+    return dbuf.ptr + start, count * size

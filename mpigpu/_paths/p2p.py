@@ -242,12 +242,12 @@ def _kept_match(st, source, tag, remove=True):
     return None
 
 
-def _deliver(st, name, work, data, n, dst, capacity, stream, place):
+def _deliver(st, name, work, data, n, dst, capacity, stream, place, read=None):
     """What arrived (n bytes in `data`: a header or the payload itself) goes to `dst`; `place(n)`
-    puts a payload there (None: MPI received it in place already)."""
+    puts a payload there (None: MPI received it in place already); `read`: p2p_ipc.receive's."""
     fields = p2p_ipc.parse(data, n)
     if fields is not None:
-        work.received = p2p_ipc.receive(st, name, fields, work.source_of(), dst, capacity, stream)
+        work.received = p2p_ipc.receive(st, name, fields, work.source_of(), dst, capacity, stream, read)
         return
     if n > capacity:
         raise truncated(st, name, n, capacity)
@@ -256,8 +256,10 @@ def _deliver(st, name, work, data, n, dst, capacity, stream, place):
     work.received = n
 
 
-def _post_recv_device(st, comm, name, obj, source, tag):
-    """A receive into a whole device array: bytes (or a header) land in pinned memory first."""
+def _post_recv_device(st, comm, name, obj, source, tag, read=None):
+    """A receive into a whole device array: bytes (or a header) land in pinned memory first. `read`: what
+    reads a GPU sender's payload at its mapped address instead of the copy into the array
+    (p2p_ipc.receive)."""
     buf = read_whole(name, 'buf', st.rank, obj, True, _cuda.consumer_stream)
     dev = _cuda.device_of(name, 'buf', st.rank, buf)
     stream = _cuda.stream_of(buf, dev)
@@ -281,7 +283,7 @@ def _post_recv_device(st, comm, name, obj, source, tag):
         try:
             n = len(kept[2]) if kept is not None else work.inner_status.Get_count(MPI.BYTE)
             _deliver(st, name, work, pinned, n, buf.ptr, buf.nbytes, stream,
-                     lambda k: _copy_sync(dev, buf.ptr, pinned.ptr, k, stream))
+                     lambda k: _copy_sync(dev, buf.ptr, pinned.ptr, k, stream), read)
         finally:
             give(pinned)
     work.on_done = arrived
@@ -370,15 +372,21 @@ def _post_recv(st, comm, name, value, source, tag):
         return requests.Work(None, inner=_plain.Comm.Irecv(comm, value, source, tag), receive=True)
     if packed.datatype_of(value) is not None:
         pk = packed.Packed(st, name, 'buf', value, True)
+        direct = []  # a GPU sender's payload unpacked straight from its bytes (then nothing is left to unpack)
+
+        def read(src, nbytes):
+            pk.unpack_from(src, nbytes)
+            direct.append(nbytes)
         try:
-            work = _post_recv_device(st, comm, name, pk.view(), source, tag)
+            work = _post_recv_device(st, comm, name, pk.view(), source, tag, None if pk.in_place else read)
         except BaseException:
             pk.release()
             raise
 
         def unpack():
             try:
-                pk.unpack(work.received)
+                if not direct:
+                    pk.unpack(work.received)
             finally:
                 pk.release()
         return _then(work, unpack)

@@ -240,13 +240,14 @@ def test_specifications_take_gpu_senders(world):
     every kind of receive buffer specification, as MPI delivers a message through it: host [h, FLOAT],
     host with a count and a displacement, a host column (a derived datatype on the host), a device
     specification with a displacement (Irecv), Probe then Recv into a device specification, Mprobe then
-    Message.Recv into a host specification and into a device column. Pairs: even ranks send to odd."""
+    Message.Recv into a host specification and into a device column, Irecv into a device column. Pairs:
+    even ranks send to odd."""
     count, W = 20_000, 4  # 80 KB: above MPIGPU_P2P_IPC_BYTES
     if n % 2:
         return
     sent = p2p_ipc.stats['sent']
     col_h = MPI.FLOAT.Create_vector(count, 1, W).Commit()
-    forms = 8
+    forms = 9
     if rank % 2 == 0:
         for k in range(forms):
             a = mine(count, 20 + k)
@@ -300,6 +301,12 @@ def test_specifications_take_gpu_senders(world):
         exp = np.full(count + 1, -1, np.float32)
         exp[:count] = want(7)
         check(np.array_equal(h, exp) and st.Get_count(MPI.FLOAT) == count, 'into host [h, count, FLOAT]')
+        d = cp.full(count * W, -1, cp.float32)
+        world.Irecv([d, 1, col_h], prv, 78).Wait(st)  # general path: unpacked from the sender's bytes
+        exp = np.full((count, W), -1, np.float32)
+        exp[:, 0] = want(8)
+        check(np.array_equal(cp.asnumpy(d).reshape(count, W), exp) and st.Get_count(MPI.FLOAT) == count,
+              'into a device column (Irecv)')
     col_h.Free()
 
 
@@ -311,7 +318,7 @@ def test_predefined_types_on_the_fast_path(world):
     for count in (100, 262_144):
         a, r = mine(count, 30), cp.full(count + 3, -1, cp.float32)
         st = MPI.Status()
-        world.Sendrecv([a, MPI.FLOAT], nxt, 78, [r, count, MPI.FLOAT], prv, 78, st)
+        world.Sendrecv([a, MPI.FLOAT], nxt, 79, [r, count, MPI.FLOAT], prv, 79, st)
         exp = np.full(count + 3, -1, np.float32)
         exp[:count] = payload(count, prv, 30)
         check(np.array_equal(cp.asnumpy(r), exp) and st.Get_count(MPI.FLOAT) == count, f'[a, FLOAT] Sendrecv {count}')

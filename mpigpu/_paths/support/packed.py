@@ -129,6 +129,16 @@ class Packed:
                 _cuda.sync(self.stream)
             _cuda.with_device(self.device, run)
 
+    def unpack_from(self, src, nbytes):
+        """Scatters the whole instances of `nbytes` packed bytes at device address `src` (another GPU's,
+        mapped: p2p_ipc.receive's `read`) into the user's buffer on its stream, and waits for it."""
+        count = nbytes // self.layout.size if self.layout.size else 0
+        if count:
+            def run():
+                _cuda.pack_plan(self.layout, self.device).unpack(count, src, self.base, self.stream)
+                _cuda.sync(self.stream)
+            _cuda.with_device(self.device, run)
+
     def release(self):
         if self.scratch is not None:
             scratch.give(self.scratch, self.device)

@@ -133,8 +133,8 @@ def spec_layout(call, argname, rank, rest, nbytes, itemsize):
     have `itemsize` bytes: (start, count, size, layout): the first instance's byte offset (displ
     extents), the instances (inferred as mpi4py infers them: whole extents after the displacement), one
     instance's packed bytes, and the datatype's layout (mpigpu/_describe/datatypes.py), None where the
-    instances are plain bytes (a predefined or plain datatype, a typecode, or none: the buffer's own
-    elements). Raises mpi4py's errors for a specification it refuses."""
+    instances are plain bytes (a plain datatype: predefined ones but MPI's pairs, which have a gap; a
+    typecode; or none: the buffer's own elements). Raises mpi4py's errors for a specification it refuses."""
     _obj, count, displ, dtype = unpack_spec(call, argname, rank, [None, *rest])
     lay = None
     if dtype is None:
@@ -148,6 +148,9 @@ def spec_layout(call, argname, rank, rest, nbytes, itemsize):
             if lay.plain:
                 lay = None
     start = displ * extent
+    if displ and (extent <= 0 or start > nbytes):  # as mpi4py refuses it
+        raise ValueArgumentError(call, f'message: displacement {displ} out of bounds, datatype extent {extent}',
+                                 arg=argname, rank=rank, error_class=MPI.ERR_ARG)
     if count is None:
         if extent <= 0 or (nbytes - start) % extent:
             raise ValueArgumentError(call, f'message: cannot infer count, buffer length {nbytes - start} is not '

@@ -13,6 +13,8 @@ contiguous type are all one block repeated over at most MAX_DIMS dimensions. Off
 may be negative (lb < 0, negative vector strides). `count` instances of a type follow each other at
 its extent: one more, outermost, dimension (`dims_for(count)`).
 """
+import itertools
+
 import numpy as np
 from mpi4py import MPI
 
@@ -101,6 +103,16 @@ class Layout:
             return _EMPTY
         first = np.repeat(offs - np.concatenate(([0], np.cumsum(lens)[:-1])), lens)
         return first + np.arange(int(lens.sum()), dtype=_I64)
+
+    def runs(self):
+        """(offset from the buffer pointer, bytes) of one instance's blocks in packed order, one at a time:
+        a prefix of the type map read without expanding all of it (byte_offsets)."""
+        offs, lens = self.offsets.tolist(), self.lengths.tolist()
+        strides = [s for _, s in reversed(self.dims)]  # outermost first: the innermost dimension runs fastest
+        for idx in itertools.product(*(range(n) for n, _ in reversed(self.dims))):
+            base = sum(i * s for i, s in zip(idx, strides))
+            for o, n in zip(offs, lens):
+                yield base + o, n
 
     def __repr__(self):
         kind = f'start={self.start} block={self.block}' if self.regular else f'{len(self.offsets)} blocks'

@@ -1,8 +1,9 @@
 """Point-to-point with device buffers: GPU to GPU over peer mappings, or staged through pinned memory.
 
-Sends of whole device arrays of at least MPIGPU_P2P_IPC_BYTES on a communicator whose device team
-is up go GPU to GPU (p2p_ipc: a header through MPI, the payload copied by the receiver out
-of the sender's buffer). Everything else is staged: with an MPI that is not CUDA-aware a device
+Sends of at least MPIGPU_P2P_IPC_BYTES of a whole device array, of a specification's block of plain bytes,
+or of a datatype's instances packed on the GPU, on a communicator whose device team is up, go GPU to GPU
+(p2p_ipc: a header through MPI, the payload read by the receiver out of the sender's buffer; every receive
+takes it through its specification: p2p_target). Everything else is staged: with an MPI that is not CUDA-aware a device
 pointer must never reach MPI, so a send copies the buffer into pinned host memory after the
 producer's stream (MPI allows that: the send buffer may not change until completion anyway) and
 sends the copy; a receive lands in pinned memory and the received bytes go to the device.
@@ -18,7 +19,7 @@ from mpi4py import MPI
 from .. import _cuda
 from .._base import plain as _plain
 from .._describe import datatypes as _datatypes
-from .._describe.call import read_once, read_whole
+from .._describe.call import read_once, read_whole, unpack_spec
 from .._base.config import config
 from .._ext._intake import is_device
 from .._state.comm_state import _CACHE as _CACHE_KEY, state_of
@@ -28,7 +29,7 @@ from . import mirrored, p2p_ipc
 from .support import packed, packing, scratch
 from .._state import requests
 from .mirrored import IN, host_view, split_spec, trusted
-from .p2p_target import HostTarget, device_block, host_room
+from .p2p_target import HostTarget, device_block, host_target
 from .support.pinned import Stager, give, take
 
 
@@ -158,7 +159,7 @@ def _then(work, after):
 
 def _plain_block(st, name, obj, rest, writable):
     """The bytes a device buffer specification describes as one block (a predefined or plain datatype, a
-    typecode; a count, a displacement) as a whole device buffer, or None: a derived datatype's, or a block
+    typecode; a count, a displacement) as a whole device buffer, or None: a datatype with gaps, or a block
     past the array (the staged path trusts an explicit count there, or raises)."""
     buf = read_whole(name, 'buf', st.rank, obj, writable, _cuda.consumer_stream)
     try:
@@ -166,6 +167,13 @@ def _plain_block(st, name, obj, rest, writable):
     except Error:
         return None
     return None if block is None else buf.view(block[0] - buf.ptr, block[1], -1)
+
+
+def _staged_block(name, rank, block, rest):
+    """What a send stages for a specification's block: the block with the specification's datatype (its
+    instances fill the block: a plain datatype's size is its extent), so the message keeps its signature."""
+    dtype = unpack_spec(name, 'buf', rank, [None, *rest])[3]
+    return block if dtype is None else [block, dtype]
 
 
 def _post_send(st, comm, name, base, value, dest, tag):
@@ -197,7 +205,9 @@ def _post_send(st, comm, name, base, value, dest, tag):
                 hreq.Wait()  # matched and delivered: the reply came after it
                 p2p_ipc.check_reply(st, name, dest, int(code[0]))
             return requests.Work(dev, inner=inner, on_done=replied)
-    _dbuf, pinned, spec, dev = _stage(st, name, value if block is None else block, False)
+    if block is not None and rest is not None:
+        value = _staged_block(name, st.rank, block, rest)  # the block alone, not the whole buffer
+    _dbuf, pinned, spec, dev = _stage(st, name, value, False)
     try:
         inner = base(comm, spec, dest, tag)
     except BaseException:
@@ -215,7 +225,7 @@ def isend(comm, name, base, buf, dest, tag):
 
 def send(comm, name, buf, dest, tag):
     """Send/Ssend/Rsend/Bsend with a device buffer."""
-    if name in _FAST_SENDS:  # (the fast path reads an array, or [array, its own datatype]; declines the rest)
+    if name in _FAST_SENDS:  # (the fast path reads an array, or [array, (count,) datatype]; declines the rest)
         dm = _fast()
         if dm is not None:
             try:
@@ -239,6 +249,19 @@ def _kept_match(st, source, tag, remove=True):
     for i, (s, t, data) in enumerate(kept):
         if source in (MPI.ANY_SOURCE, s) and tag in (MPI.ANY_TAG, t):
             return kept.pop(i) if remove else kept[i]
+    return None
+
+
+def _receive_kept(st, source, tag, build):
+    """The Work of a receive that a message Probe kept satisfies (`build(kept)` makes it), or None where none
+    matches. The message leaves the kept list only once `build` returned: a receive whose arguments are
+    refused leaves it for the next, as MPI leaves a message that an erroneous receive never matched."""
+    kept = kept_messages(st)
+    for i, (s, t, _data) in enumerate(kept):
+        if source in (MPI.ANY_SOURCE, s) and tag in (MPI.ANY_TAG, t):
+            work = build(kept[i])
+            del kept[i]
+            return work
     return None
 
 
@@ -292,12 +315,14 @@ def _post_recv_device(st, comm, name, obj, source, tag, read=None):
 
 def _post_recv_staged(st, comm, name, value, source, tag):
     """A receive into a device buffer specification that is neither a block of plain bytes within the array
-    (received as a whole array: _plain_block) nor a derived datatype's (packed.Packed): one whose explicit
-    count reaches past the array, which MPI trusts. The whole buffer is staged, as mpi4py reads it; a GPU
-    sender's header arriving there is refused (both sides raise: p2p_ipc.refuse)."""
-    kept = _kept_match(st, source, tag) if kept_messages(st) else None
-    if kept is not None:
-        return _kept_device(st, name, value, kept)
+    (received as a whole array: _plain_block) nor a datatype with gaps (packed.Packed): one whose explicit
+    count reaches past the array object, which MPI trusts (`trusted`: within its allocation). The whole
+    buffer is staged, as mpi4py reads it; a GPU sender's header arriving there brings the payload into the
+    specification's block of the staged extent (refused, both sides raising, where it lies past that)."""
+    if kept_messages(st):
+        work = _receive_kept(st, source, tag, lambda kept: _kept_device(st, name, value, kept))
+        if work is not None:
+            return work
     dbuf, pinned, spec, dev = _stage(st, name, value, True)
     try:
         inner = _plain.Comm.Irecv(comm, spec, source, tag)
@@ -319,7 +344,8 @@ def _post_recv_staged(st, comm, name, value, source, tag):
                 fields = p2p_ipc.parse(memoryview(pinned)[block[0] - dbuf.ptr if block is not None else 0:], n)
             if fields is not None:
                 if block is None:
-                    p2p_ipc.refuse(st, name, fields, work.inner_status.Get_source())
+                    p2p_ipc.refuse(st, name, fields, work.inner_status.Get_source(),
+                                   'its specification reaches past the buffer')
                 work.received = p2p_ipc.receive(st, name, fields, work.inner_status.Get_source(), block[0], block[1],
                                                 _cuda.stream_of(dbuf, dev))
                 return  # (the pinned copy holds the header, not the payload: nothing to copy back)
@@ -342,8 +368,7 @@ def host_checked(st, value):
             return memoryview(value).nbytes >= config.p2p_ipc_bytes
         except TypeError:
             return False
-    room = host_room('Recv', st.rank, value)
-    return room is not None and room >= config.p2p_ipc_bytes
+    return host_target('Recv', st.rank, value, config.p2p_ipc_bytes) is not None
 
 
 def _post_recv_host(st, comm, name, value, source, tag):
@@ -364,9 +389,9 @@ def _post_recv_host(st, comm, name, value, source, tag):
 def _post_recv(st, comm, name, value, source, tag):
     if value is None or not is_device(value):
         if kept_messages(st):
-            kept = _kept_match(st, source, tag)
-            if kept is not None:
-                return _kept_host(st, name, value, kept)
+            work = _receive_kept(st, source, tag, lambda kept: _kept_host(st, name, value, kept))
+            if work is not None:
+                return work
         if host_checked(st, value):
             return _post_recv_host(st, comm, name, value, source, tag)
         return requests.Work(None, inner=_plain.Comm.Irecv(comm, value, source, tag), receive=True)
@@ -378,14 +403,15 @@ def _post_recv(st, comm, name, value, source, tag):
             pk.unpack_from(src, nbytes)
             direct.append(nbytes)
         try:
-            work = _post_recv_device(st, comm, name, pk.view(), source, tag, None if pk.in_place else read)
+            direct_ok = not pk.in_place and pk.device == st.device  # (the peer mapping is st.device's)
+            work = _post_recv_device(st, comm, name, pk.view(), source, tag, read if direct_ok else None)
         except BaseException:
             pk.release()
             raise
 
         def unpack():
             try:
-                if not direct:
+                if not direct and work.received is not None:  # (None: the receive failed)
                     pk.unpack(work.received)
             finally:
                 pk.release()
@@ -467,7 +493,8 @@ def sendrecv(comm, sendbuf, dest, sendtag, recvbuf, source, recvtag, status):
         except BaseException:
             if rwork.inner is not None:  # take the posted receive back before raising
                 rwork.inner.Cancel()
-            rwork.on_done = None
+                rwork.on_done = None
+            # (a message Probe kept is delivered: it left MPI and its list, and a header's sender awaits a reply)
             rwork.finish(True)
             raise
         try:
@@ -542,10 +569,13 @@ def matched_recv(st, name, msg, kept, buf, status):
     (device or host)."""
     def go():
         if kept is not None:
-            if is_device(buf):
-                work = _kept_device(st, name, buf, kept)
-            else:
-                work = _kept_host(st, name, buf, kept)
+            try:
+                work = (_kept_device if is_device(buf) else _kept_host)(st, name, buf, kept)
+            except BaseException:  # the message is consumed (Mprobe took it); a header's sender must hear
+                fields = p2p_ipc.parse(kept[2], len(kept[2]))
+                if fields is not None:
+                    p2p_ipc.fail(st, fields, kept[0])
+                raise
             _finish_now(work)
             if status is not None:
                 work.query(status)
@@ -577,20 +607,26 @@ def _kept_device(st, name, value, kept):
     obj, rest = split_spec(value)
     dbuf = read_whole(name, 'buf', st.rank, obj, True, _cuda.consumer_stream)
     dev = _cuda.device_of(name, 'buf', st.rank, dbuf)
-    ptr, room = device_block(name, st.rank, dbuf, rest)
+    ptr, room = device_block(name, st.rank, dbuf, rest)  # (a datatype with gaps is Packed's, above)
     stream = _cuda.stream_of(dbuf, dev)
     src, tag, data = kept
     work = requests.Work(dev, receive=True)
     work.source, work.tag = src, tag
 
     def arrived():
+        fields = p2p_ipc.parse(data, len(data))
+        if fields is not None:  # (receive answers the sender whatever happens)
+            work.received = p2p_ipc.receive(st, name, fields, src, ptr, room, stream)
+            return
+        if len(data) > room:
+            raise truncated(st, name, len(data), room)
         pinned = take(len(data))
         try:
             np.frombuffer(pinned, np.uint8, count=len(data))[:] = np.frombuffer(data, np.uint8)
-            _deliver(st, name, work, pinned, len(data), ptr, room, stream,
-                     lambda k: _copy_sync(dev, ptr, pinned.ptr, k, stream))
+            _copy_sync(dev, ptr, pinned.ptr, len(data), stream)
         finally:
             give(pinned)
+        work.received = len(data)
     work.on_done = arrived
     return work
 

@@ -13,10 +13,11 @@ Protocol (a rendezvous over host MPI; the payload moves GPU to GPU over NVLink):
 
 The sender takes this path when the communicator's device team is up (one node, distinct GPUs, peer
 access: agreed by all ranks at its first GPU collective), the message is at least
-MPIGPU_P2P_IPC_BYTES, the buffer is a whole device array, and its allocation can be exported
+MPIGPU_P2P_IPC_BYTES, the bytes lie in one block of device memory (a whole array, a specification's
+block of plain bytes, a datatype's instances packed into scratch), and its allocation can be exported
 (cudaMalloc memory: CuPy's and PyTorch's default allocators; not stream-ordered pools). A receive of
 at least 128 bytes on such a communicator therefore checks for a header: device receives always,
-host receives when the buffer is a whole buffer of at least MPIGPU_P2P_IPC_BYTES.
+host receives when the buffer or specification has room for MPIGPU_P2P_IPC_BYTES (p2p_target).
 """
 import atexit
 import struct
@@ -149,18 +150,26 @@ def receive(st, name, fields, source, dst, capacity, stream, read=None):
             code = _FAILED
             raise Error(name, f'reading the message of rank {source} over the peer mapping failed: {exc}',
                         rank=st.rank, error_class=MPI.ERR_OTHER) from None
+        except BaseException:
+            code = _FAILED  # (a `read` that raised: its sender raises too)
+            raise
         stats['received'] += 1
     finally:
         st.control.Send([np.array([code], np.int32), MPI.INT], source, reply)
     return nbytes
 
 
-def refuse(st, name, fields, source):
-    """A header arrived at a receive that cannot take it (a buffer specification): both sides raise."""
+def fail(st, fields, source):
+    """Answers a header whose receive failed before reading the payload (its sender then raises too,
+    instead of waiting for a reply forever)."""
     st.control.Send([np.array([_FAILED], np.int32), MPI.INT], source, fields[2])
-    raise Error(name, f'rank {source} sent a device array of {fields[3]} bytes GPU to GPU; receive it into a '
-                'whole array, not a buffer specification (or set MPIGPU_P2P_IPC_BYTES higher)', arg='buf',
-                rank=st.rank, error_class=MPI.ERR_BUFFER)
+
+
+def refuse(st, name, fields, source, why):
+    """A header arrived at a receive that cannot take it (`why`): both sides raise."""
+    fail(st, fields, source)
+    raise Error(name, f'rank {source} sent {fields[3]} bytes GPU to GPU, which this receive cannot take: {why} '
+                '(or set MPIGPU_P2P_IPC_BYTES higher)', arg='buf', rank=st.rank, error_class=MPI.ERR_BUFFER)
 
 
 def check_reply(st, name, dest, code):

@@ -154,7 +154,8 @@ class Work:
             st = self.inner_status
             status.Set_source(self.source_of())
             status.Set_tag(self.tag if self.tag is not None else st.Get_tag())
-            status.Set_elements(MPI.BYTE, self.received if self.received is not None else st.Get_count(MPI.BYTE))
+            got = self.received if self.received is not None else st.Get_count(MPI.BYTE) if st is not None else 0
+            status.Set_elements(MPI.BYTE, got)  # (0: a kept message whose delivery failed)
         else:
             status.Set_source(MPI.ANY_SOURCE)
             status.Set_tag(MPI.ANY_TAG)

@@ -310,6 +310,38 @@ def test_specifications_take_gpu_senders(world):
     col_h.Free()
 
 
+def test_pair_types(world):
+    """MPI's pair types (DOUBLE_INT: a double, an int, a gap) at a rendezvous size: packed on the GPU by the
+    sender, received through Irecv (the general path's Packed) and Recv (the fast path); the gaps untouched.
+    Pairs: even ranks send to odd."""
+    if n % 2:
+        return
+    pairs = 8192  # 96 KiB packed: above MPIGPU_P2P_IPC_BYTES
+    rec = np.dtype([('v', '<f8'), ('i', '<i4'), ('gap', '<i4')])
+
+    def values(r, salt):
+        a = np.zeros(pairs, rec)
+        a['v'] = np.arange(pairs) * 0.5 + r + salt
+        a['i'] = np.arange(pairs) % 97 + 10 * r + salt
+        a['gap'] = -7
+        return a
+    if rank % 2 == 0:
+        for salt in (1, 2):
+            world.Send([cp.asarray(values(rank, salt).view(np.uint8)), MPI.DOUBLE_INT], nxt, 95 + salt)
+    else:
+        st = MPI.Status()
+        for salt in (1, 2):
+            d = cp.asarray(np.full(pairs * rec.itemsize, 0xff, np.uint8))
+            if salt == 1:
+                world.Irecv([d, MPI.DOUBLE_INT], prv, 95 + salt).Wait(st)
+            else:
+                world.Recv([d, MPI.DOUBLE_INT], prv, 95 + salt, st)
+            got, want = cp.asnumpy(d).view(rec), values(prv, salt)
+            check(np.array_equal(got['v'], want['v']) and np.array_equal(got['i'], want['i'])
+                  and (got['gap'] == -1).all() and st.Get_count(MPI.DOUBLE_INT) == pairs,
+                  f'DOUBLE_INT pairs ({"Irecv" if salt == 1 else "Recv"})')
+
+
 def test_predefined_types_on_the_fast_path(world):
     """[array, FLOAT] and [array, count, FLOAT] on the blocking fast path (counted), eager and GPU to GPU
     (a predefined type's bytes move as they lie: 1 MB Sendrecv reads the peer's array)."""

@@ -19,8 +19,8 @@ from ...errors import Error, ValueArgumentError
 from . import scratch
 
 def datatype_of(value):
-    """The MPI datatype of a buffer specification when it is a derived one that the other paths cannot
-    move as plain bytes, else None. Plain: one block from the pointer whose extent is its size (any
+    """The MPI datatype of a buffer specification when it is one the other paths cannot move as plain
+    bytes (a derived datatype, or one of MPI's pair types such as DOUBLE_INT, which have a gap), else None. Plain: one block from the pointer whose extent is its size (any
     count of it is contiguous too); a block at an offset or one resized (a halo row, a face of a 3-D
     block at its first plane) is taken here (Packed), where those paths would mirror the whole buffer;
     so is any datatype on a raw address of no length, whose bytes only the count and datatype give."""
@@ -31,9 +31,7 @@ def datatype_of(value):
         return None
     if _unsized(value[0]):
         return dt  # a raw address of no length: only the datatype and count say which bytes to move
-    if dt.is_predefined:
-        return None
-    lay = _datatypes.layout(dt)
+    lay = _datatypes.layout(dt)  # (predefined types too: MPI's pairs, DOUBLE_INT & co., have a gap)
     return None if lay.plain else dt
 
 

@@ -205,7 +205,8 @@ static void *c_types(const mgi_function *fn, int param, intptr_t comm, const int
 int mgi_fortran_call(int id, const unsigned char *kinds, void *const *f, const void *caller) {
   const mgi_function *fn = &mgi_functions[id];
   intptr_t a[MGI_MAX_PARAMS];
-  void *types[2] = {NULL, NULL}; /* the w-form's datatype arrays converted, freed after the call */
+  void *types[MGI_MAX_OWNED] = {NULL, NULL}; /* the w-form's datatype arrays converted: freed after the call,
+                                              * or with its request */
   int ntypes = 0;
   for (int i = 0; i < fn->nparams; i++)
     if (kinds[i] == MGI_FK_REQUEST && !requests_convert())
@@ -248,7 +249,7 @@ int mgi_fortran_call(int id, const unsigned char *kinds, void *const *f, const v
       a[i] = (intptr_t)f[i];
       continue;
     }
-    void *c = ntypes < 2 && fn->comm >= 0 ? c_types(fn, i, a[fn->comm], (const int *)f[i]) : NULL;
+    void *c = ntypes < MGI_MAX_OWNED && fn->comm >= 0 ? c_types(fn, i, a[fn->comm], (const int *)f[i]) : NULL;
     if (!c) {
       for (int k = 0; k < ntypes; k++) free(types[k]);
       return mgi_fail(id, fn->comm >= 0 ? a[fn->comm] : 0,
@@ -257,13 +258,27 @@ int mgi_fortran_call(int id, const unsigned char *kinds, void *const *f, const v
     a[i] = (intptr_t)(types[ntypes++] = c);
   }
   /* (a buffer's place is the same before and after the conversion: Fortran's sentinels are host memory) */
-  const int rc = mgi_takes_all(caller)                         ? mgi_handle(id, a)
+  const int handled = mgi_takes_all(caller); /* mpigpu's handler reads the arrays during the call */
+  /* A non-blocking or persistent w-form's library reads its datatype arrays until the request is done: the
+   * request holds them (staged_requests.c), from staging's request or one held for them alone */
+  const int outlive = ntypes > 0 && fn->request >= 0 && !handled;
+  if (outlive) mgi_own_with_request(types);
+  const int rc = handled                                       ? mgi_handle(id, a)
                  : mgi_fortran_library_makes(id, f, caller) ? mgi_call_lower(id, a)
                                                             : mgi_device_call(id, a);
+  int kept = outlive && mgi_owned_taken();
+  if (outlive && !kept && rc == 0) {
+    mgi_own_with_request(types);
+    mgi_hold_owned(id, a); /* (where no request can be held, no memory: the arrays stay, a leak, never freed
+                            * while the library may read them) */
+    mgi_owned_taken();
+    kept = 1;
+  }
   status_c2f_fn c2f = f_status ? (status_c2f_fn)mgi_lower_cached(&status_c2f, "PMPI_Status_c2f") : NULL;
   if (c2f && rc == 0) c2f(&status, f_status);
   if (f_request && rc == 0) *f_request = request_to_fortran(request);
-  for (int k = 0; k < ntypes; k++) free(types[k]);
+  if (!kept)
+    for (int k = 0; k < ntypes; k++) free(types[k]);
   return rc;
 }
 

@@ -236,11 +236,10 @@ def fortran_functions(mod):
     """The functions whose Fortran binding the interposer defines: talking to other ranks, every parameter
     of FORTRAN_KINDS (no message), blocking, non-blocking or persistent (a request made now; MPI_START and
     MPI_STARTALL are among the request calls below; not the partitioned forms), not a large-count form. An
-    array of datatypes is converted into C handles that live for the call, so only the blocking w-forms
-    take one (MPI reads a non-blocking call's arrays until its request completes)."""
+    array of datatypes is converted into C handles, which a non-blocking or persistent w-form's request
+    holds until it is done (MPI reads the arrays until then: fortran.c, staged_requests.c)."""
     return [f for f in mod.TABLE if f.method == f.name and not f.local and f.win < 0
-            and all(p.kind in FORTRAN_KINDS for p in f.params) and f.persistent != 2
-            and not (f.find('types') >= 0 and f.find('request') >= 0)]  # (below)
+            and all(p.kind in FORTRAN_KINDS for p in f.params) and f.persistent != 2]
 
 
 # The request calls whose Fortran binding the interposer defines (complete or free a request), and what

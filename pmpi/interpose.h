@@ -164,6 +164,15 @@ void mgi_unstage(mgi_staged staged[MGI_MAX_BUFFERS], int copy_back, char *why, s
 /* staged_requests.c: a non-blocking call's device buffers through host copies held until its request
  * completes (MPI_Wait & co., which come there while any is held) */
 int mgi_stage_request(int id, intptr_t *args);
+/* Memory a non-blocking or persistent call's library reads until its request is done (a Fortran w-form's
+ * converted datatypes): set aside before the call (mgi_own_with_request), taken by the request that
+ * mgi_stage_request holds; whether it was taken, the thread's slot cleared after (mgi_owned_taken); a
+ * request made past staging (a CUDA-aware library, the library's own path) held for it alone
+ * (mgi_hold_owned: 0 once it owns the memory). */
+#define MGI_MAX_OWNED 2
+void mgi_own_with_request(void *const owned[MGI_MAX_OWNED]);
+int mgi_owned_taken(void);
+int mgi_hold_owned(int id, const intptr_t *args);
 int mgi_staged_window_requests(void); /* any held request made on a window */
 /* window win's synchronization completed its operations towards target (-1: all): the held request-based
  * ones' results copied back (a failed copy fills `why`) */

@@ -58,6 +58,8 @@ typedef struct held_request {
   char *part_device, *part_host;
   unsigned char *arrived; /* a receive's partitions copied back by MPI_Parrived this round (lock held) */
   mgi_staged s[MGI_MAX_BUFFERS];
+  void *owned[MGI_MAX_OWNED]; /* memory the library reads until the request is done (a Fortran w-form's
+                               * datatypes converted to C handles): freed with it */
   struct held_request *next, *prev; /* the list of every held request */
   struct held_request *same_bucket; /* the next in its handle's bucket */
 } held_request;
@@ -199,8 +201,31 @@ static void copy_back_request(held_request *r, char *why, size_t why_bytes);
 static void finish(held_request *r, char *why, size_t why_bytes) {
   if (!r->copied) copy_back_request(r, why, why_bytes);
   mgi_unstage(r->s, 0, why, why_bytes);
+  for (int k = 0; k < MGI_MAX_OWNED; k++) free(r->owned[k]);
   free(r->arrived);
   free(r);
+}
+
+/* Memory the next request this thread makes must keep (mgi_own_with_request), until a request takes it. */
+static _Thread_local void *to_own[MGI_MAX_OWNED];
+
+void mgi_own_with_request(void *const owned[MGI_MAX_OWNED]) {
+  for (int k = 0; k < MGI_MAX_OWNED; k++) to_own[k] = owned[k];
+}
+
+int mgi_owned_taken(void) {
+  int left = 0;
+  for (int k = 0; k < MGI_MAX_OWNED; k++) left |= to_own[k] != NULL;
+  for (int k = 0; k < MGI_MAX_OWNED; k++) to_own[k] = NULL;
+  return !left;
+}
+
+/* Request r takes the memory this thread set aside for it. */
+static void adopt(held_request *r) {
+  for (int k = 0; k < MGI_MAX_OWNED; k++) {
+    r->owned[k] = to_own[k];
+    to_own[k] = NULL;
+  }
 }
 
 /* The error `why` of request call `name` on request r, through its communicator's (or window's) handler. */
@@ -287,6 +312,7 @@ int mgi_stage_request(int id, intptr_t *a) {
   /* complete already (MPICH gives a send that completed at once a shared handle of its own, the same for
    * many requests): done now, not held, so every held handle is one request's. (The library's
    * MPI_Request_get_status neither frees the request nor touches the status its MPI_Wait gives.) */
+  adopt(r);
   if (!r->persistent && complete(r)) {
     finish(r, why, sizeof why);
     return why[0] ? mgi_fail(id, comm, why) : rc;
@@ -295,6 +321,27 @@ int mgi_stage_request(int id, intptr_t *a) {
   link_request(r);
   pthread_mutex_unlock(&lock);
   return rc;
+}
+
+int mgi_hold_owned(int id, const intptr_t *a) {
+  const mgi_function *fn = &mgi_functions[id];
+  held_request *r = calloc(1, sizeof *r);
+  if (!r) return 1; /* (the caller keeps the memory: a leak, not a read of freed memory) */
+  reap_detached();
+  r->handle = mgi_request_at((const void *)a[fn->request], 0);
+  r->errh = fn->comm >= 0 ? a[fn->comm] : 0;
+  r->persistent = fn->persistent;
+  r->copied = 1; /* (nothing of its own to copy back) */
+  adopt(r);
+  char why[160] = "";
+  if (!r->persistent && complete(r)) {
+    finish(r, why, sizeof why);
+    return 0;
+  }
+  pthread_mutex_lock(&lock);
+  link_request(r);
+  pthread_mutex_unlock(&lock);
+  return 0;
 }
 
 /* Where request call c keeps its requests: how many (n) and where (one by value: *value holds it, the

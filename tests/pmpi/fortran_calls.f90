@@ -181,6 +181,19 @@ subroutine fortran_calls_run() bind(C, name='fortran_calls_run')
     wgot = host_of(d_wr)
     call check(ierr == MPI_SUCCESS .and. all(wgot == [(100 * p + rank, 100 * p + rank + 50, p = 0, nranks - 1)]), &
                'Alltoallw in place on device memory')
+    ! MPI_IALLTOALLW of device memory: the datatypes' array converted for the C call lives until the request
+    ! is done (MPI reads it until then); another call in between
+    rcs = rank + 1
+    rds = [(4 * p * (rank + 1), p = 0, nranks - 1)]
+    d_ws => dints(wvals)
+    d_wr => dints([(0, i = 1, nranks * (rank + 1))])
+    call MPI_Ialltoallw(d_ws, sc, sd, wt, d_wr, rcs, rds, wt, MPI_COMM_WORLD, reqs(1), ierr)
+    call MPI_Allreduce(MPI_IN_PLACE, at, 1, MPI_INTEGER, MPI_SUM, MPI_COMM_WORLD, ierr2)
+    call MPI_Wait(reqs(1), status, ierr2)
+    wgot = host_of(d_wr)
+    call check(ierr == MPI_SUCCESS .and. ierr2 == MPI_SUCCESS .and. reqs(1) == MPI_REQUEST_NULL .and. &
+               all(wgot == [((1000 * p + 10 * rank + k, k = 0, rank), p = 0, nranks - 1)]), &
+               'Ialltoallw of device memory, then MPI_Wait')
   end block
 
   ! host arrays: the library's own binding makes the call

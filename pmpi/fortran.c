@@ -258,16 +258,18 @@ int mgi_fortran_call(int id, const unsigned char *kinds, void *const *f, const v
     a[i] = (intptr_t)(types[ntypes++] = c);
   }
   /* (a buffer's place is the same before and after the conversion: Fortran's sentinels are host memory) */
-  const int handled = mgi_takes_all(caller); /* mpigpu's handler reads the arrays during the call */
   /* A non-blocking or persistent w-form's library reads its datatype arrays until the request is done: the
-   * request holds them (staged_requests.c), from staging's request or one held for them alone */
-  const int outlive = ntypes > 0 && fn->request >= 0 && !handled;
+   * request holds them (staged_requests.c), from staging's request or one held for them alone; where
+   * mpigpu's handler made the call in Python, mpi4py read them during it */
+  const int handled = mgi_takes_all(caller);
+  const int outlive = ntypes > 0 && fn->request >= 0;
   if (outlive) mgi_own_with_request(types);
+  mgi_lower_made = 0;
   const int rc = handled                                       ? mgi_handle(id, a)
                  : mgi_fortran_library_makes(id, f, caller) ? mgi_call_lower(id, a)
                                                             : mgi_device_call(id, a);
   int kept = outlive && mgi_owned_taken();
-  if (outlive && !kept && rc == 0) {
+  if (outlive && !kept && rc == 0 && (!handled || mgi_lower_made)) {
     mgi_own_with_request(types);
     mgi_hold_owned(id, a); /* (where no request can be held, no memory: the arrays stay, a leak, never freed
                             * while the library may read them) */

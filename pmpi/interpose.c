@@ -37,6 +37,7 @@ static _Atomic(void *) mgi_engine_fn;
 static _Atomic(void *) mgi_host_routes_at;
 static atomic_uchar mgi_engine_takes[MGI_COUNT]; /* the functions the entry may take */
 _Thread_local int mgi_in_handler;
+_Thread_local int mgi_lower_made;
 uintptr_t mgi_pass_lo, mgi_pass_hi;
 
 int mgi_host_call(int id, intptr_t comm) {
@@ -48,8 +49,10 @@ int mgi_handle(int id, intptr_t *args) { return mgi_handle_routed(id, args, MGI_
 
 int mgi_handle_routed(int id, intptr_t *args, int host_rc) {
   mgi_handler h = (mgi_handler)atomic_load_explicit(&mgi_handler_fn, memory_order_acquire);
-  if (!h) /* unregistered meanwhile (Python's exit) */
+  if (!h) { /* unregistered meanwhile (Python's exit) */
+    mgi_lower_made = 1;
     return host_rc == MGI_ENTRY_LOWER ? mgi_call_lower(id, args) : mgi_device_call(id, args);
+  }
   unsigned mask = 0;
   int ordinals[MGI_MAX_BUFFERS] = {-1, -1, -1}; /* mgi_function's buffers */
   if (host_rc == MGI_ENTRY_UNTRIED && mgi_driver())
@@ -64,8 +67,10 @@ int mgi_handle_routed(int id, intptr_t *args, int host_rc) {
   if (rc == MGI_ENTRY_UNTRIED) rc = takes && !mask && comm >= 0 ? mgi_host_call(id, args[comm]) : MGI_ENTRY_HANDLER;
   mgi_in_handler = 1;
   if (rc == MGI_ENTRY_HANDLER && takes) rc = engine(id, args, mask, ordinals);
-  if (rc == MGI_ENTRY_LOWER)
+  if (rc == MGI_ENTRY_LOWER) {
+    mgi_lower_made = 1;
     rc = mgi_call_lower(id, args); /* (mgi_in_handler set: nothing the library calls comes back here) */
+  }
   else if (rc < 0)
     rc = h(id, args, mask);
   mgi_in_handler = 0;

@@ -91,6 +91,8 @@ extern _Atomic(void *) mgi_handler_fn;   /* the process's handler (NULL: none) *
  * may have spent, and TLS descriptors need glibc >= 2.40's register preservation; the model is a few ns of
  * a call, docs/benchmarks.md.) */
 extern _Thread_local int mgi_in_handler; /* this thread runs the handler: its own MPI calls pass */
+extern _Thread_local int mgi_lower_made; /* mgi_handle_routed made a call on the library itself (set, never
+                                          * cleared there: a caller clears it before a call it asks about) */
 extern uintptr_t mgi_pass_lo, mgi_pass_hi; /* the code whose calls pass untouched: mpi4py's extension */
 /* With a handler, every call from any other caller goes to it, host buffers too: in a Python process the
  * ranks of a call agree on its path in mpigpu (a rank whose host call went straight to the library would

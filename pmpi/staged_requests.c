@@ -331,7 +331,7 @@ int mgi_hold_owned(int id, const intptr_t *a) {
   r->handle = mgi_request_at((const void *)a[fn->request], 0);
   r->errh = fn->comm >= 0 ? a[fn->comm] : 0;
   r->persistent = fn->persistent;
-  r->copied = 1; /* (nothing of its own to copy back) */
+  r->copied = r->persistent; /* (as mgi_stage_request's: an active one is then detached if freed) */
   adopt(r);
   char why[160] = "";
   if (!r->persistent && complete(r)) {

@@ -93,3 +93,16 @@ def test_what_is_refused():
     assert host_target('Recv', 0, [h, 10, MPI.FLOAT], 100) is None
     assert host_target('Recv', 0, [h, 200, MPI.FLOAT], 100) is None
     assert host_target('Recv', 0, [None, 0, MPI.FLOAT], 0) is None
+
+
+def test_a_datatype_freed_before_the_message_arrives():
+    """MPI lets a program free a receive's datatype while the receive is pending: the bytes still go where
+    its type map put them (block by block, without the handle)."""
+    dt = MPI.DOUBLE.Create_vector(6, 1, 3).Commit()
+    h = np.zeros(18, np.float64)
+    target = HostTarget('Irecv', 0, [h, 1, dt])
+    dt.Free()
+    target.place(np.arange(6, dtype=np.float64).tobytes(), 48)
+    want = np.zeros(18, np.float64)
+    want[::3] = np.arange(6)
+    assert np.array_equal(h, want)

@@ -493,8 +493,8 @@ def sendrecv(comm, sendbuf, dest, sendtag, recvbuf, source, recvtag, status):
         except BaseException:
             if rwork.inner is not None:  # take the posted receive back before raising
                 rwork.inner.Cancel()
-                rwork.on_done = None
-            # (a message Probe kept is delivered: it left MPI and its list, and a header's sender awaits a reply)
+            # its on_done still runs: buffers go back to their pools, and a message that matched before the
+            # cancel (or one Probe kept) is delivered: a header's sender waits for its reply
             rwork.finish(True)
             raise
         try:

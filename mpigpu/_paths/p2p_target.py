@@ -71,19 +71,18 @@ class HostTarget:
 
     def place(self, data, k):
         """Puts the first k bytes of `data` (host memory) where the first k packed bytes lie: a derived
-        datatype's whole instances unpacked by MPI (those whose extents lie in the buffer), the rest block
-        by block."""
+        datatype's whole instances unpacked by MPI, the rest block by block."""
         src = np.frombuffer(data, np.uint8, count=k)
         if self.layout is None:
             self.u8[self.start:self.start + k] = src
             return
-        done, extent = 0, self.layout.extent
-        if extent > 0 and self.start >= 0:
-            whole = min(k // self.size, (self.u8.size - self.start) // extent)
-            if whole > 0:
-                self.datatype.Unpack(src[:whole * self.size], 0, self.u8[self.start:self.start + whole * extent],
-                                     MPI.COMM_SELF)
-                done = whole * self.size
+        done, extent, whole = 0, self.layout.extent, k // self.size
+        # (MPI's Unpack needs the handle: a datatype the program freed meanwhile, as MPI lets it, goes block
+        # by block; the instances' extents may reach past the buffer, their type map never does: checked)
+        if extent > 0 and whole > 0 and self.datatype != MPI.DATATYPE_NULL:
+            out = MPI.memory.fromaddress(self.u8.ctypes.data + self.start, whole * extent)
+            self.datatype.Unpack(src[:whole * self.size], 0, out, MPI.COMM_SELF)
+            done = whole * self.size
         for o, p, n in self._runs(done, k):
             self.u8[o:o + n] = src[p:p + n]
 

@@ -330,6 +330,7 @@ def test_pair_types(world):
             world.Send([cp.asarray(values(rank, salt).view(np.uint8)), MPI.DOUBLE_INT], nxt, 95 + salt)
     else:
         st = MPI.Status()
+        received = p2p_ipc.stats['received']
         for salt in (1, 2):
             d = cp.asarray(np.full(pairs * rec.itemsize, 0xff, np.uint8))
             if salt == 1:
@@ -340,6 +341,9 @@ def test_pair_types(world):
             check(np.array_equal(got['v'], want['v']) and np.array_equal(got['i'], want['i'])
                   and (got['gap'] == -1).all() and st.Get_count(MPI.DOUBLE_INT) == pairs,
                   f'DOUBLE_INT pairs ({"Irecv" if salt == 1 else "Recv"})')
+        ipc = p2p_ipc.usable(state_of(world))
+        check(p2p_ipc.stats['received'] - received == 2 * ipc, f'pairs read GPU to GPU: '
+              f'{p2p_ipc.stats["received"] - received} of {2 * ipc}')
 
 
 def test_predefined_types_on_the_fast_path(world):

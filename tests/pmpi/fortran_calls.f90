@@ -188,10 +188,11 @@ subroutine fortran_calls_run() bind(C, name='fortran_calls_run')
     d_ws => dints(wvals)
     d_wr => dints([(0, i = 1, nranks * (rank + 1))])
     call MPI_Ialltoallw(d_ws, sc, sd, wt, d_wr, rcs, rds, wt, MPI_COMM_WORLD, reqs(1), ierr)
-    call MPI_Allreduce(MPI_IN_PLACE, at, 1, MPI_INTEGER, MPI_SUM, MPI_COMM_WORLD, ierr2)
+    call MPI_Allreduce(MPI_IN_PLACE, at, 1, MPI_INTEGER, MPI_SUM, MPI_COMM_WORLD, j)
     call MPI_Wait(reqs(1), status, ierr2)
     wgot = host_of(d_wr)
-    call check(ierr == MPI_SUCCESS .and. ierr2 == MPI_SUCCESS .and. reqs(1) == MPI_REQUEST_NULL .and. &
+    call check(ierr == MPI_SUCCESS .and. j == MPI_SUCCESS .and. ierr2 == MPI_SUCCESS .and. &
+               reqs(1) == MPI_REQUEST_NULL .and. &
                all(wgot == [((1000 * p + 10 * rank + k, k = 0, rank), p = 0, nranks - 1)]), &
                'Ialltoallw of device memory, then MPI_Wait')
   end block

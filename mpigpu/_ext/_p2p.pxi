@@ -373,8 +373,8 @@ cpdef bint p2p_recv(object comm, object buf, int source, int tag, object status)
     if not _ready(st, &device) or _has_kept(st):
         return False
     plan = _p2p_spec(buf, True, device, &a)
-    if plan is None:
-        return False
+    if plan is None or (plan is not _WHOLE and st.device is not None and device != st.device):
+        return False  # (a datatype's payload is unpacked from the sender's bytes, mapped on the team's GPU)
     cdef Py_ssize_t cap = max(a.nbytes, _header_bytes)
     if cap > _EAGER_MAX:
         return False
@@ -398,8 +398,8 @@ cpdef bint p2p_sendrecv(object comm, object sendbuf, int dest, int sendtag, obje
     if not _ready(st, &device) or _has_kept(st):
         return False
     rplan = _p2p_spec(recvbuf, True, device, &r)
-    if rplan is None:
-        return False
+    if rplan is None or (rplan is not _WHOLE and st.device is not None and device != st.device):
+        return False  # (as p2p_recv)
     splan = _p2p_spec(sendbuf, False, device, &s)
     if splan is None:
         return False

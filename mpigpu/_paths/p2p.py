@@ -243,26 +243,34 @@ def send(comm, name, buf, dest, tag):
 
 
 # ---- receives --------------------------------------------------------------------------------
+def _kept_index(st, source, tag):
+    """Where the oldest message kept by Probe that (source, tag) matches lies in the kept list, or -1."""
+    for i, (s, t, _data) in enumerate(kept_messages(st)):
+        if source in (MPI.ANY_SOURCE, s) and tag in (MPI.ANY_TAG, t):
+            return i
+    return -1
+
+
 def _kept_match(st, source, tag, remove=True):
     """The oldest message kept by Probe that (source, tag) matches (taken out with `remove`), or None."""
+    i = _kept_index(st, source, tag)
+    if i < 0:
+        return None
     kept = kept_messages(st)
-    for i, (s, t, data) in enumerate(kept):
-        if source in (MPI.ANY_SOURCE, s) and tag in (MPI.ANY_TAG, t):
-            return kept.pop(i) if remove else kept[i]
-    return None
+    return kept.pop(i) if remove else kept[i]
 
 
 def _receive_kept(st, source, tag, build):
     """The Work of a receive that a message Probe kept satisfies (`build(kept)` makes it), or None where none
     matches. The message leaves the kept list only once `build` returned: a receive whose arguments are
     refused leaves it for the next, as MPI leaves a message that an erroneous receive never matched."""
+    i = _kept_index(st, source, tag)
+    if i < 0:
+        return None
     kept = kept_messages(st)
-    for i, (s, t, _data) in enumerate(kept):
-        if source in (MPI.ANY_SOURCE, s) and tag in (MPI.ANY_TAG, t):
-            work = build(kept[i])
-            del kept[i]
-            return work
-    return None
+    work = build(kept[i])
+    del kept[i]
+    return work
 
 
 def _deliver(st, name, work, data, n, dst, capacity, stream, place, read=None):
@@ -357,24 +365,24 @@ def _post_recv_staged(st, comm, name, value, source, tag):
     return work
 
 
-def host_checked(st, value):
-    """True when a receive into host buffer `value` (a whole buffer or a specification) must look for a
-    GPU sender's header: room for at least MPIGPU_P2P_IPC_BYTES on a communicator where senders may use
-    peer mappings."""
+def _header_target(st, name, value):
+    """The HostTarget of a receive into host buffer `value` (a whole buffer or a specification) that must
+    look for a GPU sender's header: room for at least MPIGPU_P2P_IPC_BYTES on a communicator where senders
+    may use peer mappings; else None."""
     if not p2p_ipc.usable(st):
-        return False
-    if type(value) not in (list, tuple):
-        try:
-            return memoryview(value).nbytes >= config.p2p_ipc_bytes
-        except TypeError:
-            return False
-    return host_target('Recv', st.rank, value, config.p2p_ipc_bytes) is not None
+        return None
+    return host_target(name, st.rank, value, config.p2p_ipc_bytes)
 
 
-def _post_recv_host(st, comm, name, value, source, tag):
-    """A receive into a host buffer or specification on a communicator with a device team: MPI receives
-    into it; a GPU sender's header found there brings the payload through the specification."""
-    target = HostTarget(name, st.rank, value)
+def host_checked(st, value):
+    """True when a receive into host buffer `value` must look for a GPU sender's header (_header_target)."""
+    return _header_target(st, 'Recv', value) is not None
+
+
+def _post_recv_host(st, comm, value, target, source, tag):
+    """A receive into a host buffer or specification (`target`: where its bytes lie) on a communicator with a
+    device team: MPI receives into it; a GPU sender's header found there brings the payload through the
+    specification."""
     work = requests.Work(st.device, inner=_plain.Comm.Irecv(comm, value, source, tag), receive=True)
 
     def arrived():
@@ -392,8 +400,9 @@ def _post_recv(st, comm, name, value, source, tag):
             work = _receive_kept(st, source, tag, lambda kept: _kept_host(st, name, value, kept))
             if work is not None:
                 return work
-        if host_checked(st, value):
-            return _post_recv_host(st, comm, name, value, source, tag)
+        target = _header_target(st, name, value)
+        if target is not None:
+            return _post_recv_host(st, comm, value, target, source, tag)
         return requests.Work(None, inner=_plain.Comm.Irecv(comm, value, source, tag), receive=True)
     if packed.datatype_of(value) is not None:
         pk = packed.Packed(st, name, 'buf', value, True)

@@ -158,10 +158,50 @@ struct CopySide {
   const char *base;
   const BlockShape *shape;
   ShapeCursor cursor;
+  int unit = 1;  // the width (1 .. 16 bytes) every access to a shaped side may take (shape_unit); LL pieces use it
   __device__ __forceinline__ const char *at(uint64_t j, uint64_t pos) {
     return shape != nullptr ? cursor.address(base, *shape, j) : base + (j - pos);
   }
+  // Where a run from packed byte j starts (ShapeRuns: every byte of the run lies after it contiguously).
+  __device__ __forceinline__ const char *run_at(uint64_t j, uint64_t pos) const {
+    return shape != nullptr ? base + shape_offset(*shape, j) : base + (j - pos);
+  }
 };
+
+// Copies packed bytes [pos, pos + n) of a block between two sides whose rows coincide (one side plain,
+// or both shaped with rows of `row` bytes) in units of W, run by run (ShapeRuns, block_shape.cuh): the
+// shape's arithmetic once per run rather than once per unit; a lane set's lanes take consecutive units
+// of its run (coalesced), K each in flight. With the per-unit form (copy_shaped_units) a 4-byte unit of
+// a 724-byte row cost a row search per unit: 4 ranks' 512 KB redistribute took 181 us in the kernel on
+// 4x H200, the same row with 768-byte rows and 16-byte units 62 (docs/benchmarks.md, "Shaped copies by
+// runs").
+template <typename W, bool Volatile>
+__device__ __forceinline__ void copy_shaped_runs(const Group &g, CopySide s, CopySide d, uint64_t pos, uint64_t n,
+                                                 uint64_t row) {
+  constexpr int U = sizeof(W) >= 8 ? 128 / (int)sizeof(W) : 16;  // a run: U units per lane at most
+  constexpr int K = sizeof(W) >= 16 ? 4 : 8;                       // units per lane in flight
+  const int G = run_lanes(row / sizeof(W));
+  const ShapeRuns runs(row, (uint64_t)G * U * sizeof(W), pos, n);
+  const int sets = g.nthreads / G, lane = g.tid % G;
+  for (uint64_t r = (uint64_t)(g.tid / G); r < runs.total; r += (uint64_t)sets) {
+    uint64_t lo, hi;
+    if (!runs.get(r, pos, n, &lo, &hi)) continue;
+    const char *src = s.run_at(lo, pos);
+    char *dst = const_cast<char *>(d.run_at(lo, pos));
+    // K units per lane in flight, the last batch predicated (a unit at a time, a row shorter than a
+    // full batch waited out a load per unit: 78 us for the 512 KB row above)
+    const int units = (int)((hi - lo) / sizeof(W));
+    for (int i = lane; i < units; i += K * G) {
+      W w[K];
+#pragma unroll
+      for (int u = 0; u < K; ++u)
+        if (i + u * G < units) w[u] = load_word<W, Volatile>(src + (size_t)(i + u * G) * sizeof(W));
+#pragma unroll
+      for (int u = 0; u < K; ++u)
+        if (i + u * G < units) *reinterpret_cast<W *>(dst + (size_t)(i + u * G) * sizeof(W)) = w[u];
+    }
+  }
+}
 
 // Copies packed bytes [pos, pos + n) of a block from side s to side d in units of W (n and pos are
 // multiples of W: a shape's rows are, and so are the FIFO's steps), 128 bytes in flight per thread as
@@ -190,9 +230,21 @@ __device__ __forceinline__ void copy_shaped_units(const Group &g, CopySide s, Co
   }
 }
 
+// Runs where the two sides' rows coincide (copy_shaped_runs), else unit by unit.
 template <bool Volatile>
 __device__ __forceinline__ void copy_shaped(const Group &g, CopySide s, CopySide d, uint64_t pos, uint64_t n,
                                             int unit) {
+  const uint64_t row = s.shape != nullptr ? (uint64_t)s.shape->block : d.shape != nullptr ? (uint64_t)d.shape->block : 0;
+  if (n && row && (s.shape == nullptr || d.shape == nullptr || s.shape->block == d.shape->block)) {
+    switch (unit) {
+      case 16: copy_shaped_runs<uint4, Volatile>(g, s, d, pos, n, row); break;
+      case 8: copy_shaped_runs<uint64_t, Volatile>(g, s, d, pos, n, row); break;
+      case 4: copy_shaped_runs<uint32_t, Volatile>(g, s, d, pos, n, row); break;
+      case 2: copy_shaped_runs<uint16_t, Volatile>(g, s, d, pos, n, row); break;
+      default: copy_shaped_runs<uint8_t, Volatile>(g, s, d, pos, n, row); break;
+    }
+    return;
+  }
   switch (unit) {
     case 16: copy_shaped_units<uint4, Volatile>(g, s, d, pos, n); break;
     case 8: copy_shaped_units<uint64_t, Volatile>(g, s, d, pos, n); break;
@@ -203,14 +255,37 @@ __device__ __forceinline__ void copy_shaped(const Group &g, CopySide s, CopySide
 }
 
 // 16 packed bytes of a block from byte j (zeros at and past n), and their store: through the block's
-// shape where it has one (a byte at a time: an LL pair is small), else as the LL protocol moves a
-// piece (load_piece16, store_piece16). The LL steps below read and write blocks with these.
+// shape where it has one, in its units (each unit lies within one row, and n is a whole number of
+// them: a byte at a time, a 64 KB redistribute's LL pairs took 68 us in the kernel on 4x H200 against
+// 23 for plain bytes), else as the LL protocol moves a piece (load_piece16, store_piece16). The LL
+// steps below read and write blocks with these.
+template <typename W>
+__device__ __forceinline__ uint4 load_units16(CopySide &s, uint64_t j, uint64_t n) {
+  uint4 v = make_uint4(0, 0, 0, 0);
+  W *w = reinterpret_cast<W *>(&v);
+#pragma unroll
+  for (int i = 0; i < 16 / (int)sizeof(W); ++i)
+    if (j + i * sizeof(W) < n) w[i] = *reinterpret_cast<const W *>(s.at(j + i * sizeof(W), 0));
+  return v;
+}
+
+template <typename W>
+__device__ __forceinline__ void store_units16(CopySide &d, uint64_t j, uint64_t n, uint4 v) {
+  const W *w = reinterpret_cast<const W *>(&v);
+#pragma unroll
+  for (int i = 0; i < 16 / (int)sizeof(W); ++i)
+    if (j + i * sizeof(W) < n) *reinterpret_cast<W *>(const_cast<char *>(d.at(j + i * sizeof(W), 0))) = w[i];
+}
+
 __device__ __forceinline__ uint4 load_packed16(CopySide &s, uint64_t j, uint64_t n) {
   if (s.shape == nullptr) return load_piece16(s.base, j, n);
-  uint4 v = make_uint4(0, 0, 0, 0);
-  unsigned char *b = reinterpret_cast<unsigned char *>(&v);
-  for (int i = 0; i < 16 && j + i < n; ++i) b[i] = *(const unsigned char *)s.at(j + i, 0);
-  return v;
+  switch (s.unit) {
+    case 16: return load_units16<uint4>(s, j, n);
+    case 8: return load_units16<uint64_t>(s, j, n);
+    case 4: return load_units16<uint32_t>(s, j, n);
+    case 2: return load_units16<uint16_t>(s, j, n);
+    default: return load_units16<uint8_t>(s, j, n);
+  }
 }
 
 __device__ __forceinline__ void store_packed16(CopySide &d, uint64_t j, uint64_t n, uint4 v) {
@@ -218,8 +293,13 @@ __device__ __forceinline__ void store_packed16(CopySide &d, uint64_t j, uint64_t
     store_piece16(const_cast<char *>(d.base), j, n, v);
     return;
   }
-  const unsigned char *b = reinterpret_cast<const unsigned char *>(&v);
-  for (int i = 0; i < 16 && j + i < n; ++i) *const_cast<char *>(d.at(j + i, 0)) = (char)b[i];
+  switch (d.unit) {
+    case 16: store_units16<uint4>(d, j, n, v); break;
+    case 8: store_units16<uint64_t>(d, j, n, v); break;
+    case 4: store_units16<uint32_t>(d, j, n, v); break;
+    case 2: store_units16<uint16_t>(d, j, n, v); break;
+    default: store_units16<uint8_t>(d, j, n, v); break;
+  }
 }
 
 // The shape of a call's block (nullptr: plain bytes, or a call without shapes).
@@ -242,7 +322,8 @@ __device__ __forceinline__ bool exchange_send_ll(const Group &g, const ExchangeA
     stop = !wait_at_least(&state->xll_ack[dst], s + 1 - (uint64_t)kXLLEntries, a);
   if (g.sync_or(stop)) return false;
   char *area = a.ws[dst] + a.layout.xll_off(a.rank, (int)(s % (uint64_t)kXLLEntries));
-  CopySide from{a.send + a.send_off[dst], Shaped ? shape_of(sh, true, dst) : nullptr, {}};
+  CopySide from{a.send + a.send_off[dst], Shaped ? shape_of(sh, true, dst) : nullptr, {},
+                Shaped && sh != nullptr ? (int)sh->send_unit[dst] : 1};
   // Each thread loads its next vector before storing the current one: two loads in flight, where one at
   // a time each store waited out a whole load (kXLLBatch).
   const size_t nv = (bytes + 15) / 16, nt = (size_t)g.nthreads;
@@ -265,7 +346,8 @@ __device__ __forceinline__ bool exchange_receive_ll(const Group &g, const Exchan
   const size_t bytes = a.recv_bytes[src];
   const uint64_t s = state->xll_recvd[src];
   const char *area = a.ws[a.rank] + a.layout.xll_off(src, (int)(s % (uint64_t)kXLLEntries));
-  CopySide to{a.recv + a.recv_off[src], Shaped ? shape_of(sh, false, src) : nullptr, {}};
+  CopySide to{a.recv + a.recv_off[src], Shaped ? shape_of(sh, false, src) : nullptr, {},
+              Shaped && sh != nullptr ? (int)sh->recv_unit[src] : 1};
   bool dead = false;
   const size_t nv = (bytes + 15) / 16, nt = (size_t)g.nthreads;
   const uint32_t f = (uint32_t)(s + 1);

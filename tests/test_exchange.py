@@ -74,9 +74,10 @@ def fast():
     from mpigpu._ext import _device
     from mpigpu._state.undecided import unsettled
     from mpigpu._base.config import config
-    _device.bind_exchange_entry((), None, MPI.Datatype, MPI.IN_PLACE, MPI.PROC_NULL)
+    from mpigpu._paths.exchange_read import type_of
+    _device.bind_exchange_entry((), None, MPI.Datatype, MPI.IN_PLACE, MPI.PROC_NULL, type_of)
     yield _device.exchange_ranges_of
-    _device.bind_exchange_entry(unsettled, config, MPI.Datatype, MPI.IN_PLACE, MPI.PROC_NULL)
+    _device.bind_exchange_entry(unsettled, config, MPI.Datatype, MPI.IN_PLACE, MPI.PROC_NULL, type_of)
 
 
 def _forms(n, rank, one):
@@ -280,3 +281,72 @@ def test_reductions_the_device_cannot_take(reduces):
 def exchange_reduce_describe(name, args):
     from mpigpu._paths import exchange_reduce
     return exchange_reduce.describe(name, 0, 2, args)
+
+
+def _shape_words(lay):
+    return None if lay is None else (lay.start, lay.block, lay.size, lay.extent, tuple(tuple(d) for d in lay.dims))
+
+
+def _shaped_forms(n, rank, types):
+    """(name, args) of Alltoallv and Alltoallw calls of datatypes with gaps (the redistribute row's
+    resized column, vectors, a subarray, a negative stride), some both readers decline."""
+    col, vec, neg, sub, contig = types
+    b = 3
+    yield 'Alltoallv', [[dev(b * n * b), ([1] * n, list(range(n))), col], [dev(n * b * b), [b * b] * n, MPI.INT]]
+    yield 'Alltoallv', [[dev(n * b * b), [b * b] * n, MPI.INT], [dev(b * n * b), ([1] * n, list(range(n))), col]]
+    yield 'Alltoallv', [[dev(8 * n), [1] * n, [2 * p for p in range(n)], vec], [dev(8 * n), [2] * n, MPI.INT]]
+    yield 'Alltoallv', [[dev(8 * n), [1] * n, vec], [dev(2 * n), [2] * n, MPI.INT]]  # displacements packed
+    yield 'Alltoallv', [[dev(8 * n), [1] * n, [2 * p + 1 for p in range(n)], neg], [dev(2 * n), [2] * n, MPI.INT]]
+    yield 'Alltoallv', [[dev(8 * n), [2] * n, [0] * n, vec], [dev(4 * n), [4] * n, MPI.INT]]  # past the end
+    yield 'Alltoallv', [[dev(24 * n), [1] * n, [p for p in range(n)], sub], [dev(6 * n), [6] * n, MPI.INT]]
+    x = dev(8 * n)
+    yield 'Alltoallv', [[x, [1] * n, vec], [x, [2] * n, MPI.INT]]  # aliased
+    rng = np.random.default_rng(n * 7 + rank)
+    picks = [types[int(k)] for k in rng.integers(0, len(types), n)]
+    counts = [int(c) for c in rng.integers(0, 3, n)]
+    sizes = [c * t.Get_size() for c, t in zip(counts, picks)]
+    spans = [c * t.Get_extent()[1] + 64 for c, t in zip(counts, picks)]
+    sdispl = [int(v) for v in np.cumsum([0] + spans[:-1])]
+    rdispl = [int(v) for v in np.cumsum([0] + sizes[:-1])]
+    ints = [MPI.INT] * n
+    send, recv = dev(sum(spans) // 4 + 16), dev(sum(sizes) // 4 + 1)
+    yield 'Alltoallw', [[send, counts, sdispl, picks], [recv, [s // 4 for s in sizes], rdispl, ints]]
+    yield 'Alltoallw', [[send, (counts, sdispl), picks], [recv, ([s // 4 for s in sizes], rdispl), ints]]
+    yield 'Alltoallw', [[recv, [s // 4 for s in sizes], rdispl, ints], [send, counts, sdispl, picks]]
+    yield 'Alltoallw', [[dev(4 * n), [MPI.INT] * n], [dev(4 * n), [MPI.INT] * n]]  # one of each, at 0
+    yield 'Alltoallw', [[send, counts, sdispl, picks[:-1]], [recv, [s // 4 for s in sizes], rdispl, ints]]  # too few
+
+
+def test_fast_reader_reads_shapes_as_describe(fast):
+    """Alltoallv and Alltoallw of datatypes with gaps: the fast path's reader gives describe's byte
+    ranges and block shapes, and declines where describe does (past the end, aliased, too few types)."""
+    from mpigpu._base.codes import Coll
+    from mpigpu._ext import _device
+    col = MPI.INT.Create_vector(3, 3, 9).Create_resized(0, 12).Commit()
+    vec = MPI.INT.Create_vector(2, 1, 3).Commit()
+    neg = MPI.INT.Create_vector(2, 1, -1).Commit()
+    sub = MPI.INT.Create_subarray([2, 3, 4], [1, 2, 3], [1, 1, 0]).Commit()
+    contig = MPI.INT.Create_contiguous(2).Commit()
+    types = (col, vec, neg, sub, contig)
+    taken, declined, shaped = set(), 0, 0
+    for n in (1, 2, 3, 4):
+        for rank in range(n):
+            for name, args in _shaped_forms(n, rank, types):
+                code = int(getattr(Coll, name.upper()))
+                want = exchange.describe(name, rank, n, args)
+                got = fast(code, rank, n, args[0], args[1])
+                assert (got is None) == (want is None), (name, n, rank, args)
+                if got is None:
+                    declined += 1
+                    continue
+                assert got == (want.send, want.recv, want.send_bytes, want.send_off, want.recv_bytes,
+                               want.recv_off), (name, n, rank)
+                shapes = _device.exchange_shapes_of(code, rank, n, args[0], args[1])
+                expect = (None, None) if want.shapes is None else want.shapes
+                for side, lays in zip(shapes, expect):
+                    assert side == [_shape_words(lay) for lay in (lays or [None] * n)], (name, n, rank)
+                shaped += want.shapes is not None
+                taken.add(name)
+    for t in types:
+        t.Free()
+    assert taken == {'Alltoallv', 'Alltoallw'} and declined and shaped

@@ -1,7 +1,8 @@
 """The exchange's block-shape arithmetic without a GPU: tests/shape_emulator.cpp runs cuda/block_shape.cuh
 on the host. For every regular datatype of datatype_cases.py (and the strided views array libraries
 build), the offset it gives each packed byte of `count` instances must be MPI's own type map, with fast
-and with plain division, and the unit it picks must keep every unit inside one row, aligned."""
+and with plain division, and the unit it picks must keep every unit inside one row, aligned; the runs the kernel copies
+(ShapeRuns) must cover every packed byte once, at the same offsets."""
 import struct
 import subprocess
 
@@ -39,8 +40,8 @@ def _run(emulator, calls):
     for _, n in calls:
         code, unit = struct.unpack_from('<2q', out, pos)
         pos += 16
-        res.append((code, unit, np.frombuffer(out, '<i8', n, pos), np.frombuffer(out, '<i8', n, pos + 8 * n)))
-        pos += 16 * n
+        res.append((code, unit, *(np.frombuffer(out, '<i8', n, pos + 8 * n * k) for k in range(3))))
+        pos += 24 * n
     assert pos == len(out)
     return res
 
@@ -64,10 +65,11 @@ def test_offsets_are_mpis_type_map(emulator, name):
             for base in (0, 4, 1, 8):
                 calls.append((_words(lay, prepared, base, n), n))
                 want.append((expect, base))
-    for (code, unit, got, walked), (expect, base) in zip(_run(emulator, calls), want):
+    for (code, unit, got, walked, runs), (expect, base) in zip(_run(emulator, calls), want):
         assert code == 0
         assert np.array_equal(got, expect), f'{name}: offsets differ from the type map'
         assert np.array_equal(walked, expect), f'{name}: the threads\' cursors differ from the type map'
+        assert np.array_equal(runs, expect), f'{name}: the runs differ from the type map (or miss or repeat a byte)'
         # every unit starts aligned and its bytes are consecutive (within one row)
         assert unit in (1, 2, 4, 8, 16)
         starts = got[::unit]

@@ -12,6 +12,7 @@ cdef extern from "mpigpu_cuda.h":
     enum:
         MG_ALLTOALL
         MG_ALLTOALLV
+        MG_ALLTOALLW
         MG_ALLGATHERV
         MG_GATHER
         MG_GATHERV
@@ -35,6 +36,24 @@ cdef struct XBuf:
     bint ro
 
 
+cdef struct XShaped:
+    # One side's blocks of Alltoallv and Alltoallw as this path reads them: block p's shape (size 0: plain
+    # bytes) and the bytes [lo, hi) it touches from the buffer's pointer (of a shaped block: from its
+    # lowest byte to its highest, as describe's _span counts them).
+    mg_block_shape shape[MG_MAX_RANKS]
+    Py_ssize_t lo[MG_MAX_RANKS]
+    Py_ssize_t hi[MG_MAX_RANKS]
+    bint any
+
+
+cdef struct XType:
+    # A datatype as this path reads it (describe's _shape): packed bytes per instance, extent, the span
+    # of one instance from its displacement [tlb, tub), and its shape where it has gaps.
+    Py_ssize_t size, extent, tlb, tub
+    bint shaped
+    mg_block_shape shape
+
+
 cdef object _x_unsettled = ()     # the agreements with undecided non-blocking calls (mpigpu/_state/undecided.py)
 cdef object _x_config = None      # mpigpu's config (exchange_min_bytes read per call: tests change it)
 cdef object _x_datatype = None    # MPI.Datatype
@@ -44,13 +63,17 @@ cdef object _x_last_dt = None     # the last datatype read and its handle and ex
 cdef object _x_last_handle = None
 cdef Py_ssize_t _x_last_extent = -1
 cdef unsigned long long _x_calls = 0
+cdef object _x_type_of = None     # exchange_read.type_of: a datatype as describe reads it, or None
+cdef dict _x_types = {}           # datatype handle -> (the datatype, size, extent, tlb, tub, shape bytes or None)
+cdef int kXTypesKept = 64         # datatypes kept read (programs repeat a few; more: the cache starts over)
 
 
-def bind_exchange_entry(unsettled, config, datatype, in_place, int proc_null):
+def bind_exchange_entry(unsettled, config, datatype, in_place, int proc_null, type_of):
     """Gives exchange_entry what it reads (see the declarations above)."""
-    global _x_unsettled, _x_config, _x_datatype, _x_in_place_obj, _x_last_dt, _x_proc_null
+    global _x_unsettled, _x_config, _x_datatype, _x_in_place_obj, _x_last_dt, _x_proc_null, _x_type_of
     _x_unsettled, _x_config, _x_datatype, _x_in_place_obj, _x_last_dt = unsettled, config, datatype, in_place, None
-    _x_proc_null = proc_null
+    _x_proc_null, _x_type_of = proc_null, type_of
+    _x_types.clear()
 
 
 def exchange_fast_calls():
@@ -92,6 +115,59 @@ cdef Py_ssize_t _xextent(object dt) except -2:
     return e
 
 
+cdef int _xtype(object dt, XType *t) except -1:
+    """Datatype dt as describe reads it (exchange_read.type_of, read once per datatype and kept: a
+    derived datatype's layout costs tens of microseconds to read); 0 where describe declines it. The
+    kept entry is the datatype object's own: another object of the same handle (or a handle freed and
+    made again) is read anew."""
+    cdef mg_block_shape shape
+    if not isinstance(dt, _x_datatype):
+        return 0
+    h = dt.handle
+    e = _x_types.get(h)
+    if e is None or e[0] is not dt:
+        got = _x_type_of(dt)
+        if got is None:
+            return 0
+        size, extent, tlb, tub, lay = got
+        packed = None
+        if lay is not None:
+            memset(&shape, 0, sizeof(mg_block_shape))  # padding and unused dimensions too: shapes compare bytewise
+            _block_shape(&shape, lay)
+            packed = (<char *>&shape)[:sizeof(mg_block_shape)]
+        if len(_x_types) >= kXTypesKept:
+            _x_types.clear()
+        e = _x_types[h] = (dt, size, extent, tlb, tub, packed)
+    t.size, t.extent, t.tlb, t.tub = e[1], e[2], e[3], e[4]
+    t.shaped = e[5] is not None
+    if t.shaped:
+        memcpy(&t.shape, <const char *>e[5], sizeof(mg_block_shape))
+    return 1
+
+
+cdef int _xblock(XBuf *b, XShaped *sh, int i, const XType *t, Py_ssize_t count, Py_ssize_t off, size_t *size,
+                 size_t *at) except -1:
+    """Block i of a v- or w-message: count instances of t from byte `off` of buffer b, its packed bytes
+    and offset into *size and *at and its shape and span into sh; 0 where it lies beyond the buffer (the
+    host MPI call says what is wrong)."""
+    cdef Py_ssize_t lo, hi
+    if count > b.nbytes or off > b.nbytes or (t.extent and count > b.nbytes // t.extent + 1):
+        return 0  # beyond any buffer (and no product below overflows)
+    lo, hi = off, off
+    if count:
+        lo, hi = off + t.tlb, off + (count - 1) * t.extent + t.tub
+        if lo < 0 or hi > b.nbytes:
+            return 0
+    size[0], at[0] = <size_t>(count * t.size), <size_t>off
+    sh.lo[i], sh.hi[i] = lo, hi
+    if t.shaped and count:
+        sh.shape[i] = t.shape
+        sh.any = True
+    else:
+        sh.shape[i].size = 0
+    return 1
+
+
 cdef int _xints(object seq, int n, Py_ssize_t *out) except -1:
     """n non-negative ints from a list, tuple or NumPy array; 0 where it is anything else."""
     cdef int i
@@ -123,13 +199,15 @@ cdef int _xsimple(object obj, int blocks, XBuf *b, Py_ssize_t *size) except -1:
     return 1
 
 
-cdef int _xvector(object spec, int n, XBuf *b, size_t *sizes, size_t *offs) except -1:
+cdef int _xvector(object spec, int n, XBuf *b, size_t *sizes, size_t *offs, XShaped *sh) except -1:
     """A v-message [array, counts, displs, datatype] of n blocks (at most kMaxBlocks) in mpi4py's forms
     with the counts given (packing.vector_spec's rules): each block's bytes and offset; 0 where this
-    path declines it."""
+    path declines it. With `sh` (Alltoallv: one block per rank), a datatype with gaps the kernel follows
+    too, each block's shape and span into sh; without, contiguous datatypes only."""
     cdef Py_ssize_t counts[kMaxBlocks]
     cdef Py_ssize_t displs[kMaxBlocks]
     cdef Py_ssize_t extent, at = 0, k = 0
+    cdef XType t
     cdef int i
     if type(spec) is not list and type(spec) is not tuple:
         return 0
@@ -154,8 +232,23 @@ cdef int _xvector(object spec, int n, XBuf *b, size_t *sizes, size_t *offs) exce
     if dt is not None:
         extent = _xextent(dt)
         if extent <= 0:
-            return 0
+            if sh == NULL or not _xtype(dt, &t):
+                return 0
+            b.extent = t.extent
+            if b.extent <= 0:
+                return 0
+            sh.any = False
+            for i in range(n):
+                if d is None:
+                    displs[i] = at
+                    at += counts[i]
+                if displs[i] > b.nbytes // b.extent or \
+                        not _xblock(b, sh, i, &t, counts[i], displs[i] * b.extent, &sizes[i], &offs[i]):
+                    return 0
+            return 1
         b.extent = extent
+    if sh != NULL:
+        sh.any = False
     for i in range(n):
         if d is None:
             displs[i] = at
@@ -166,6 +259,57 @@ cdef int _xvector(object spec, int n, XBuf *b, size_t *sizes, size_t *offs) exce
         offs[i] = <size_t>(displs[i] * b.extent)
         if sizes[i] and offs[i] + sizes[i] > <size_t>b.nbytes:
             return 0  # beyond the array: the host MPI call says what is wrong
+        if sh != NULL:
+            sh.shape[i].size = 0
+            sh.lo[i], sh.hi[i] = <Py_ssize_t>offs[i], <Py_ssize_t>(offs[i] + sizes[i])
+    return 1
+
+
+cdef int _xwvector(object spec, int n, XBuf *b, size_t *sizes, size_t *offs, XShaped *sh) except -1:
+    """A w-message of n blocks in mpi4py's forms (message_vector_w): [array, counts, byte displacements,
+    datatypes], [array, (counts, displacements), datatypes] or [array, datatypes] (one of each at 0):
+    each block's bytes, offset, shape and span; 0 where this path declines it (counts or displacements
+    not given as sequences, a datatype describe declines)."""
+    cdef Py_ssize_t counts[kMaxBlocks]
+    cdef Py_ssize_t displs[kMaxBlocks]
+    cdef XType t
+    cdef int i
+    if type(spec) is not list and type(spec) is not tuple or n > kMaxBlocks:
+        return 0
+    k = len(spec)
+    if k == 2:
+        types = spec[1]
+        for i in range(n):
+            counts[i], displs[i] = 1, 0
+    elif k == 3:
+        cd, types = spec[1], spec[2]
+        if (type(cd) is not tuple and type(cd) is not list) or len(cd) != 2:
+            return 0
+        if not _xints(cd[0], n, counts) or not _xints(cd[1], n, displs):
+            return 0
+    elif k == 4:
+        types = spec[3]
+        if not _xints(spec[1], n, counts) or not _xints(spec[2], n, displs):
+            return 0
+    else:
+        return 0
+    if (type(types) is not list and type(types) is not tuple) or len(types) != n:
+        return 0
+    if not _xread(spec[0], b, False):
+        return 0
+    sh.any = False
+    for i in range(n):
+        if counts[i] == 0:  # an empty block's datatype is not read (describe's _wmessage)
+            sizes[i], offs[i] = 0, <size_t>displs[i]
+            sh.shape[i].size = 0
+            sh.lo[i] = sh.hi[i] = displs[i]
+            if not isinstance(types[i], _x_datatype):
+                return 0
+            continue
+        if not _xtype(types[i], &t) or t.extent <= 0:
+            return 0
+        if not _xblock(b, sh, i, &t, counts[i], displs[i], &sizes[i], &offs[i]):
+            return 0
     return 1
 
 
@@ -236,7 +380,7 @@ cdef int _xneighbors(int coll, int n, object sendbuf, object recvbuf, object edg
         if ko == 0 or not _xsimple(sendbuf, ko, send, &size):
             return 0
         _xblocks(ko, size, sizes, offs)
-    elif not _xvector(sendbuf, ko, send, sizes, offs):
+    elif not _xvector(sendbuf, ko, send, sizes, offs, NULL):
         return 0
     if not _xonto(dst, ko, n, sizes, offs, x.send_bytes, x.send_off):
         return 0
@@ -244,24 +388,28 @@ cdef int _xneighbors(int coll, int n, object sendbuf, object recvbuf, object edg
         if ki == 0 or not _xsimple(recvbuf, ki, recv, &size):
             return 0
         _xblocks(ki, size, sizes, offs)
-    elif not _xvector(recvbuf, ki, recv, sizes, offs):
+    elif not _xvector(recvbuf, ki, recv, sizes, offs, NULL):
         return 0
     return _xonto(src, ki, n, sizes, offs, x.recv_bytes, x.recv_off)
 
 
 cdef int exchange_ranges(int coll, int me, int n, object sendbuf, object recvbuf, int root, object edges,
-                         mg_exchange_call *x, XBuf *send, XBuf *recv, int *read) except -1:
+                         mg_exchange_call *x, XBuf *send, XBuf *recv, int *read, XShaped *shaped) except -1:
     """describe (mpigpu/_paths/exchange.py) for the forms this path reads (`edges`: a topology's
     (sources, destinations), for the neighbourhood collectives): fills x, and the arrays read into send
-    and recv (*read: 1 for send, 2 for recv, or both); 0 where it declines the call."""
+    and recv (*read: 1 for send, 2 for recv, or both); 0 where it declines the call. Alltoallv and
+    Alltoallw take datatypes with gaps too: their blocks' shapes in shaped[0] (send) and shaped[1]
+    (receive), which x then points at."""
     cdef Py_ssize_t size = 0
     cdef int p
     cdef bint at_root = me == root
     memset(x, 0, sizeof(mg_exchange_call))
     x.coll = coll
     read[0] = 0
-    if coll == MG_ALLTOALL or coll == MG_ALLTOALLV:
-        if _x_in_place(sendbuf):
+    shaped[0].any = shaped[1].any = False
+    if coll == MG_ALLTOALL or coll == MG_ALLTOALLV or coll == MG_ALLTOALLW:
+        if _x_in_place(sendbuf) or (type(sendbuf) is list and len(<list>sendbuf) and
+                                    _x_in_place((<list>sendbuf)[0])):
             return 0  # its own block would be overwritten while it is sent
         if coll == MG_ALLTOALL:
             if not _xsimple(sendbuf, n, send, &size):
@@ -270,12 +418,18 @@ cdef int exchange_ranges(int coll, int me, int n, object sendbuf, object recvbuf
             if not _xsimple(recvbuf, n, recv, &size):
                 return 0
             _xblocks(n, size, x.recv_bytes, x.recv_off)
-        elif not _xvector(sendbuf, n, send, x.send_bytes, x.send_off) or \
-                not _xvector(recvbuf, n, recv, x.recv_bytes, x.recv_off):
+        elif coll == MG_ALLTOALLV:
+            if not _xvector(sendbuf, n, send, x.send_bytes, x.send_off, &shaped[0]) or \
+                    not _xvector(recvbuf, n, recv, x.recv_bytes, x.recv_off, &shaped[1]):
+                return 0
+        elif not _xwvector(sendbuf, n, send, x.send_bytes, x.send_off, &shaped[0]) or \
+                not _xwvector(recvbuf, n, recv, x.recv_bytes, x.recv_off, &shaped[1]):
             return 0
+        if shaped[0].any or shaped[1].any:
+            x.send_shape, x.recv_shape = shaped[0].shape, shaped[1].shape
         read[0] = 3
     elif coll == MG_ALLGATHERV:
-        if not _xvector(recvbuf, n, recv, x.recv_bytes, x.recv_off):
+        if not _xvector(recvbuf, n, recv, x.recv_bytes, x.recv_off, NULL):
             return 0
         read[0] = 2
         if _x_in_place(sendbuf):  # its own block is already in place: sent from there
@@ -290,7 +444,7 @@ cdef int exchange_ranges(int coll, int me, int n, object sendbuf, object recvbuf
     elif coll == MG_GATHER or coll == MG_GATHERV:
         if at_root:
             if coll == MG_GATHERV:
-                if not _xvector(recvbuf, n, recv, x.recv_bytes, x.recv_off):
+                if not _xvector(recvbuf, n, recv, x.recv_bytes, x.recv_off, NULL):
                     return 0
             elif _xsimple(recvbuf, n, recv, &size):
                 _xblocks(n, size, x.recv_bytes, x.recv_off)
@@ -313,7 +467,7 @@ cdef int exchange_ranges(int coll, int me, int n, object sendbuf, object recvbuf
     elif coll == MG_SCATTER or coll == MG_SCATTERV:
         if at_root:
             if coll == MG_SCATTERV:
-                if not _xvector(sendbuf, n, send, x.send_bytes, x.send_off):
+                if not _xvector(sendbuf, n, send, x.send_bytes, x.send_off, NULL):
                     return 0
             elif _xsimple(sendbuf, n, send, &size):
                 _xblocks(n, size, x.send_bytes, x.send_off)
@@ -339,6 +493,8 @@ cdef int exchange_ranges(int coll, int me, int n, object sendbuf, object recvbuf
         x.send = x.recv
     if x.send_bytes[me] != x.recv_bytes[me]:
         return 0  # its own block would not fit (host MPI says what is wrong)
+    if x.send_shape != NULL:
+        return 0 if _xoverlap_shaped(x, me, n, &shaped[0], &shaped[1]) else 1
     return 0 if _xoverlap(x, me, n) else 1
 
 
@@ -372,19 +528,64 @@ cdef bint _xoverlap(const mg_exchange_call *x, int me, int n) noexcept:
     return False
 
 
+cdef bint _xoverlap_shaped(const mg_exchange_call *x, int me, int n, const XShaped *s, const XShaped *r) noexcept:
+    """_xoverlap for blocks with shapes: each block from its lowest byte to its highest (describe's
+    _overlap). The own block is no overlap where both its sides are the same bytes in the same shape."""
+    cdef uintptr_t a, b, c, d
+    cdef int p, q
+    cdef bint same = x.send + x.send_off[me] == x.recv + x.recv_off[me] and (
+        (s.shape[me].size == 0 and r.shape[me].size == 0) or
+        (s.shape[me].size != 0 and memcmp(&s.shape[me], &r.shape[me], sizeof(mg_block_shape)) == 0))
+    for p in range(n):
+        if x.send_bytes[p] == 0 or (p == me and same):
+            continue
+        a, b = x.send + <uintptr_t>s.lo[p], x.send + <uintptr_t>s.hi[p]
+        for q in range(n):
+            if x.recv_bytes[q] == 0 or (q == me and same):
+                continue
+            c, d = x.recv + <uintptr_t>r.lo[q], x.recv + <uintptr_t>r.hi[q]
+            if a < d and c < b:
+                return True
+    return False
+
+
 def exchange_ranges_of(int coll, int me, int n, sendbuf, recvbuf, int root=-1, edges=None):
     """exchange_ranges for tests: (send, recv, send_bytes, send_off, recv_bytes, recv_off) as lists, or
     None where the fast path declines (buffers' devices not checked)."""
     cdef mg_exchange_call x
     cdef XBuf send, recv
+    cdef XShaped shaped[2]
     cdef int read = 0
     cdef bint rooted = coll == MG_GATHER or coll == MG_GATHERV or coll == MG_SCATTER or coll == MG_SCATTERV
     if n < 1 or n > MG_MAX_RANKS or not 0 <= me < n or (rooted and not 0 <= root < n):
         return None  # exchange_entry checks the same before it reads
-    if not exchange_ranges(coll, me, n, sendbuf, recvbuf, root, edges, &x, &send, &recv, &read):
+    if not exchange_ranges(coll, me, n, sendbuf, recvbuf, root, edges, &x, &send, &recv, &read, shaped):
         return None
     return (x.send, x.recv, [x.send_bytes[p] for p in range(n)], [x.send_off[p] for p in range(n)],
             [x.recv_bytes[p] for p in range(n)], [x.recv_off[p] for p in range(n)])
+
+
+def exchange_shapes_of(int coll, int me, int n, sendbuf, recvbuf):
+    """The block shapes exchange_ranges read for Alltoallv or Alltoallw, for tests: (send, recv) lists
+    of None (plain bytes) or (start, block, size, extent, ((count, stride), ...)) per rank, or None
+    where the fast path declines the call."""
+    cdef mg_exchange_call x
+    cdef XBuf send, recv
+    cdef XShaped shaped[2]
+    cdef int read = 0, p, d
+    if n < 1 or n > MG_MAX_RANKS or not 0 <= me < n:
+        return None
+    if not exchange_ranges(coll, me, n, sendbuf, recvbuf, -1, None, &x, &send, &recv, &read, shaped):
+        return None
+    out = []
+    for k in range(2):
+        side = []
+        for p in range(n):
+            sh = &shaped[k].shape[p]
+            side.append(None if x.send_shape == NULL or sh.size == 0 else
+                        (sh.start, sh.block, sh.size, sh.extent, tuple((sh.count[d], sh.stride[d]) for d in range(sh.ndims))))
+        out.append(side)
+    return tuple(out)
 
 
 cpdef int exchange_entry(object comm, int coll, object sendbuf, object recvbuf, object root,
@@ -398,6 +599,7 @@ cpdef int exchange_entry(object comm, int coll, object sendbuf, object recvbuf, 
     global _x_calls
     cdef mg_exchange_call x
     cdef XBuf bufs[2]
+    cdef XShaped shaped[2]
     cdef int read = 0, i, current = -1, who = -1, verdict, r = 0
     cdef Py_ssize_t stream = 0
     cdef size_t total = 0
@@ -424,7 +626,7 @@ cpdef int exchange_entry(object comm, int coll, object sendbuf, object recvbuf, 
     if mg_get_device(&current) != 0 or current != team.device:
         return 0
     if not exchange_ranges(coll, team.rank, team.nranks, sendbuf, recvbuf, r, edges, &x, &bufs[0], &bufs[1],
-                           &read):
+                           &read, shaped):
         return 0
     for i in range(team.nranks):
         total += x.send_bytes[i] + x.recv_bytes[i]

@@ -23,12 +23,12 @@ from .._base.config import config
 from .._state import undecided as _undecided
 from .._state.undecided import Undecided, unsettled
 from ..errors import Error
-from .exchange_read import CODES, describe, edges_of
+from .exchange_read import CODES, describe, edges_of, type_of
 from .._state import requests
 
 # CODES (exchange_read): the blocking methods this path takes, with their code on the placement board.
 # The methods the fast path reads (mpigpu/_ext/_exchange.pxi); the others only `describe`.
-FAST = frozenset(('Alltoall', 'Alltoallv', 'Allgatherv', 'Gather', 'Gatherv', 'Scatter', 'Scatterv',
+FAST = frozenset(('Alltoall', 'Alltoallv', 'Alltoallw', 'Allgatherv', 'Gather', 'Gatherv', 'Scatter', 'Scatterv',
                   'Neighbor_allgather', 'Neighbor_allgatherv', 'Neighbor_alltoall', 'Neighbor_alltoallv'))
 _exchanged = [0]  # calls this process ran on the exchange transport (calls(): tests and debugging)
 
@@ -47,7 +47,7 @@ def fast_entry():
     entry = getattr(_cuda.device, 'exchange_entry', None)
     if entry is None:
         return None
-    _cuda.device.bind_exchange_entry(unsettled, config, MPI.Datatype, MPI.IN_PLACE, MPI.PROC_NULL)
+    _cuda.device.bind_exchange_entry(unsettled, config, MPI.Datatype, MPI.IN_PLACE, MPI.PROC_NULL, type_of)
     return entry
 
 

@@ -100,6 +100,19 @@ def _shape(name, label, rank, dt):
     return lay, lay.size, extent, -1
 
 
+def type_of(dt):
+    """Datatype dt as describe reads a block of it, for the fast path (mpigpu/_ext/_exchange.pxi keeps
+    it per datatype): (packed bytes of an instance, extent, the bytes [tlb, tub) one instance touches
+    from its displacement, its layout where it has gaps, else None); None where describe declines it."""
+    try:
+        lay, size, extent, _code = _shape('Alltoallv', 'datatype', 0, dt)
+    except Exception:  # noqa: BLE001 - Unread, or a datatype mpi4py refuses: the general path says it
+        return None
+    if lay is None:
+        return size, extent, 0, size, None
+    return size, extent, lay.true_lb, lay.true_lb + lay.true_extent, lay
+
+
 def _span(off, nbytes, shape):
     """[lo, hi): the bytes from the buffer pointer that a block of nbytes packed bytes at offset `off`
     touches (of a shaped block: from its lowest to its highest byte)."""

@@ -74,17 +74,18 @@ __host__ __device__ inline int run_lanes(uint64_t row_units) {
 }
 
 // A copy's packed bytes [pos, pos + n) cut into runs: pieces of one row each, of at most `run` bytes,
-// numbered row by row (row: the shape's row bytes; both sides' rows coincide). Lane sets take runs in
-// turn, and each finds its run's addresses once (shape_offset), so the shape's divisions are paid
-// per run, not per unit.
+// numbered row by row from the run that holds pos (row: the shape's row bytes; both sides' rows
+// coincide). Lane sets take runs in turn, and each finds its run's addresses once (shape_offset), so the
+// shape's divisions are paid per run, not per unit.
 struct ShapeRuns {
   uint64_t row, run, per_row, first, total;
   __host__ __device__ ShapeRuns(uint64_t row_bytes, uint64_t run_bytes, uint64_t pos, uint64_t n)
-      : row(row_bytes), run(run_bytes), per_row((row_bytes + run_bytes - 1) / run_bytes), first(pos / row_bytes),
-        total(n ? ((pos + n - 1) / row_bytes - pos / row_bytes + 1) * per_row : 0) {}
+      : row(row_bytes), run(run_bytes), per_row((row_bytes + run_bytes - 1) / run_bytes),
+        first(pos / row_bytes * per_row + pos % row_bytes / run_bytes),
+        total(n ? (pos + n - 1) / row_bytes * per_row + (pos + n - 1) % row_bytes / run_bytes - first + 1 : 0) {}
   // Run r's bytes [*lo, *hi) within [pos, pos + n); false where none of them are.
   __host__ __device__ bool get(uint64_t r, uint64_t pos, uint64_t n, uint64_t *lo, uint64_t *hi) const {
-    const uint64_t k = r / per_row, row_lo = (first + k) * row, start = row_lo + (r - k * per_row) * run;
+    const uint64_t a = first + r, k = a / per_row, row_lo = k * row, start = row_lo + (a - k * per_row) * run;
     const uint64_t end = start + run < row_lo + row ? start + run : row_lo + row;
     *lo = start > pos ? start : pos;
     *hi = end < pos + n ? end : pos + n;

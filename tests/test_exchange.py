@@ -287,9 +287,10 @@ def _shape_words(lay):
     return None if lay is None else (lay.start, lay.block, lay.size, lay.extent, tuple(tuple(d) for d in lay.dims))
 
 
-def _shaped_forms(n, rank, types):
+def _shaped_forms(n, rank, types, twin, far):
     """(name, args) of Alltoallv and Alltoallw calls of datatypes with gaps (the redistribute row's
-    resized column, vectors, a subarray, a negative stride), some both readers decline."""
+    resized column, vectors, a subarray, a negative stride), some both readers decline (`far`: a
+    datatype whose second instance lies 2^63 bytes on)."""
     col, vec, neg, sub, contig = types
     b = 3
     yield 'Alltoallv', [[dev(b * n * b), ([1] * n, list(range(n))), col], [dev(n * b * b), [b * b] * n, MPI.INT]]
@@ -301,6 +302,12 @@ def _shaped_forms(n, rank, types):
     yield 'Alltoallv', [[dev(24 * n), [1] * n, [p for p in range(n)], sub], [dev(6 * n), [6] * n, MPI.INT]]
     x = dev(8 * n)
     yield 'Alltoallv', [[x, [1] * n, vec], [x, [2] * n, MPI.INT]]  # aliased
+    # the own block sent and received in place, the others apart: taken with one datatype on both sides,
+    # not with a twin (another datatype of the same layout: describe's rule is the datatype's own)
+    y, sd, rd = dev(8 * n + 8), [0 if p == rank else p for p in range(n)], [0 if p == rank else n + p for p in range(n)]
+    yield 'Alltoallv', [[y, [1] * n, sd, vec], [y, [1] * n, rd, vec]]
+    yield 'Alltoallv', [[y, [1] * n, sd, vec], [y, [1] * n, rd, twin]]
+    yield 'Alltoallw', [[dev(4 * n), [1] * n, [4] * n, [far] * n], [dev(4 * n), [1] * n, [0] * n, [MPI.INT] * n]]
     rng = np.random.default_rng(n * 7 + rank)
     picks = [types[int(k)] for k in rng.integers(0, len(types), n)]
     counts = [int(c) for c in rng.integers(0, 3, n)]
@@ -327,11 +334,13 @@ def test_fast_reader_reads_shapes_as_describe(fast):
     neg = MPI.INT.Create_vector(2, 1, -1).Commit()
     sub = MPI.INT.Create_subarray([2, 3, 4], [1, 2, 3], [1, 1, 0]).Commit()
     contig = MPI.INT.Create_contiguous(2).Commit()
+    twin = MPI.INT.Create_vector(2, 1, 3).Commit()
+    far = MPI.INT.Create_hvector(2, 1, 2 ** 63 - 8).Commit()
     types = (col, vec, neg, sub, contig)
     taken, declined, shaped = set(), 0, 0
     for n in (1, 2, 3, 4):
         for rank in range(n):
-            for name, args in _shaped_forms(n, rank, types):
+            for name, args in _shaped_forms(n, rank, types, twin, far):
                 code = int(getattr(Coll, name.upper()))
                 want = exchange.describe(name, rank, n, args)
                 got = fast(code, rank, n, args[0], args[1])
@@ -347,6 +356,6 @@ def test_fast_reader_reads_shapes_as_describe(fast):
                     assert side == [_shape_words(lay) for lay in (lays or [None] * n)], (name, n, rank)
                 shaped += want.shapes is not None
                 taken.add(name)
-    for t in types:
+    for t in (*types, twin, far):
         t.Free()
     assert taken == {'Alltoallv', 'Alltoallw'} and declined and shaped

@@ -18,7 +18,7 @@ from cpython.buffer cimport PyBUF_WRITABLE, PyBUF_FORMAT, PyBUF_ND
 from libc.stdint cimport int64_t, intptr_t, uint32_t, uint64_t, uintptr_t
 from cpython.pyport cimport PY_SSIZE_T_MAX
 from cpython.pycapsule cimport PyCapsule_GetName, PyCapsule_GetPointer, PyCapsule_IsValid, PyCapsule_New
-from libc.string cimport memcmp, memcpy, memset
+from libc.string cimport memcpy, memset
 
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from mpigpu._ext._board cimport Board, mg_board, routes_epoch

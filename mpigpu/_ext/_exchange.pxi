@@ -43,6 +43,7 @@ cdef struct XShaped:
     mg_block_shape shape[MG_MAX_RANKS]
     Py_ssize_t lo[MG_MAX_RANKS]
     Py_ssize_t hi[MG_MAX_RANKS]
+    unsigned long long handle[MG_MAX_RANKS]  # its datatype's handle (shaped blocks: the own block's rule)
     bint any
 
 
@@ -50,6 +51,7 @@ cdef struct XType:
     # A datatype as this path reads it (describe's _shape): packed bytes per instance, extent, the span
     # of one instance from its displacement [tlb, tub), and its shape where it has gaps.
     Py_ssize_t size, extent, tlb, tub
+    unsigned long long handle
     bint shaped
     mg_block_shape shape
 
@@ -66,6 +68,7 @@ cdef unsigned long long _x_calls = 0
 cdef object _x_type_of = None     # exchange_read.type_of: a datatype as describe reads it, or None
 cdef dict _x_types = {}           # datatype handle -> (the datatype, size, extent, tlb, tub, shape bytes or None)
 cdef int kXTypesKept = 64         # datatypes kept read (programs repeat a few; more: the cache starts over)
+cdef object kXTypeBound = 1 << 62  # sizes, extents and bounds beyond this: declined (no sum or product below overflows)
 
 
 def bind_exchange_entry(unsettled, config, datatype, in_place, int proc_null, type_of):
@@ -130,6 +133,8 @@ cdef int _xtype(object dt, XType *t) except -1:
         if got is None:
             return 0
         size, extent, tlb, tub, lay = got
+        if not all(-kXTypeBound < v < kXTypeBound for v in (size, extent, tlb, tub)):
+            return 0  # no buffer holds an instance of it: the general path says what is wrong
         packed = None
         if lay is not None:
             memset(&shape, 0, sizeof(mg_block_shape))  # padding and unused dimensions too: shapes compare bytewise
@@ -139,6 +144,7 @@ cdef int _xtype(object dt, XType *t) except -1:
             _x_types.clear()
         e = _x_types[h] = (dt, size, extent, tlb, tub, packed)
     t.size, t.extent, t.tlb, t.tub = e[1], e[2], e[3], e[4]
+    t.handle = <unsigned long long>(h & 0xFFFFFFFFFFFFFFFF)
     t.shaped = e[5] is not None
     if t.shaped:
         memcpy(&t.shape, <const char *>e[5], sizeof(mg_block_shape))
@@ -151,8 +157,9 @@ cdef int _xblock(XBuf *b, XShaped *sh, int i, const XType *t, Py_ssize_t count, 
     and offset into *size and *at and its shape and span into sh; 0 where it lies beyond the buffer (the
     host MPI call says what is wrong)."""
     cdef Py_ssize_t lo, hi
-    if count > b.nbytes or off > b.nbytes or (t.extent and count > b.nbytes // t.extent + 1):
-        return 0  # beyond any buffer (and no product below overflows)
+    if count > b.nbytes or off > b.nbytes or (t.extent and count > b.nbytes // t.extent + 1) or \
+            (t.size and count > PY_SSIZE_T_MAX // t.size):
+        return 0  # beyond any buffer (and no product below overflows: _xtype bounds the type's figures)
     lo, hi = off, off
     if count:
         lo, hi = off + t.tlb, off + (count - 1) * t.extent + t.tub
@@ -160,6 +167,7 @@ cdef int _xblock(XBuf *b, XShaped *sh, int i, const XType *t, Py_ssize_t count, 
             return 0
     size[0], at[0] = <size_t>(count * t.size), <size_t>off
     sh.lo[i], sh.hi[i] = lo, hi
+    sh.handle[i] = t.handle
     if t.shaped and count:
         sh.shape[i] = t.shape
         sh.any = True
@@ -530,12 +538,13 @@ cdef bint _xoverlap(const mg_exchange_call *x, int me, int n) noexcept:
 
 cdef bint _xoverlap_shaped(const mg_exchange_call *x, int me, int n, const XShaped *s, const XShaped *r) noexcept:
     """_xoverlap for blocks with shapes: each block from its lowest byte to its highest (describe's
-    _overlap). The own block is no overlap where both its sides are the same bytes in the same shape."""
+    _overlap). The own block is no overlap where both its sides are the same bytes, both plain or both of
+    one datatype (describe's rule: the same layout object, decoded once per handle)."""
     cdef uintptr_t a, b, c, d
     cdef int p, q
     cdef bint same = x.send + x.send_off[me] == x.recv + x.recv_off[me] and (
         (s.shape[me].size == 0 and r.shape[me].size == 0) or
-        (s.shape[me].size != 0 and memcmp(&s.shape[me], &r.shape[me], sizeof(mg_block_shape)) == 0))
+        (s.shape[me].size != 0 and r.shape[me].size != 0 and s.handle[me] == r.handle[me]))
     for p in range(n):
         if x.send_bytes[p] == 0 or (p == me and same):
             continue

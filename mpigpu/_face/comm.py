@@ -40,9 +40,11 @@ _front.bind(fast_entry(_front.ENTRY_CAPSULE), _general, _state._CACHE, _state.ho
             _state.settle_before, _state.settle_all, _state.follow)
 _note_host = _front.note_host  # a host-buffer call of an engine collective, posted for the peers
 # mpi4py's methods, bound once (the host path's call is then one lookup fewer)
-(_Isend, _Issend, _Irsend, _Ibsend, _Irecv, _Send, _Ssend, _Rsend, _Bsend, _Recv, _Sendrecv) = (
+(_Isend, _Issend, _Irsend, _Ibsend, _Irecv, _Send, _Ssend, _Rsend, _Bsend, _Recv, _Sendrecv, _Sendrecv_replace,
+ _Recv_init) = (
     _plain.Comm.Isend, _plain.Comm.Issend, _plain.Comm.Irsend, _plain.Comm.Ibsend, _plain.Comm.Irecv, _plain.Comm.Send,
-    _plain.Comm.Ssend, _plain.Comm.Rsend, _plain.Comm.Bsend, _plain.Comm.Recv, _plain.Comm.Sendrecv)
+    _plain.Comm.Ssend, _plain.Comm.Rsend, _plain.Comm.Bsend, _plain.Comm.Recv, _plain.Comm.Sendrecv,
+    _plain.Comm.Sendrecv_replace, _plain.Comm.Recv_init)
 
 
 def _rank(comm):
@@ -137,6 +139,17 @@ class _Comm:
         if any_device(sendbuf, recvbuf) or _receives_specially(self, recvbuf):
             return p2p.sendrecv(self, sendbuf, dest, sendtag, recvbuf, source, recvtag, status)
         return _Sendrecv(self, sendbuf, dest, sendtag, recvbuf, source, recvtag, status)
+
+    # Receives that take a GPU sender's header in every form (on host mirrors its bytes landed as data)
+    def Sendrecv_replace(self, buf, dest, sendtag=0, source=_ANY_SOURCE, recvtag=_ANY_TAG, status=None):
+        if is_device(buf) or _receives_specially(self, buf):
+            return p2p.sendrecv_replace(self, buf, dest, sendtag, source, recvtag, status)
+        return _Sendrecv_replace(self, buf, dest, sendtag, source, recvtag, status)
+
+    def Recv_init(self, buf, source=_ANY_SOURCE, tag=_ANY_TAG):
+        if is_device(buf) or _receives_specially(self, buf):
+            return p2p.RecvInit.create(self, buf, source, tag)
+        return _Recv_init(self, buf, source, tag)
 
     def Probe(self, source=_ANY_SOURCE, tag=_ANY_TAG, status=None):
         st = _state.cached(self)

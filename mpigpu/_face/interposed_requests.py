@@ -224,8 +224,12 @@ class Requests:
 
     def _cancel(self, a):
         """An active point-to-point round is cancelled where mpigpu's request holds the library's own (the
-        mirrored paths: its receive or send on host mirrors); MPI does not let collectives be cancelled."""
+        mirrored paths: its receive or send on host mirrors; a persistent receive's round: its posted
+        receive); MPI does not let collectives be cancelled."""
         request = self._proxied(a['request'])
+        if request._active() and getattr(request, 'cancels_rounds', False):  # p2p.RecvInit's own
+            request.Cancel()
+            return MPI.SUCCESS
         inner = getattr(request, '_host', None)
         if not request._active() or inner is None:
             raise ValueError('MPI_Cancel: mpigpu\'s persistent request is not an active point-to-point round '

@@ -517,6 +517,92 @@ def sendrecv(comm, sendbuf, dest, sendtag, recvbuf, source, recvtag, status):
     return _guarded(st, 'Sendrecv', go)
 
 
+class _CopyOf:
+    """A device copy of a buffer's bytes, exported as the buffer exports them (the same elements): the
+    send side of Sendrecv_replace."""
+    __slots__ = ('__cuda_array_interface__',)
+
+    def __init__(self, buf, ptr):
+        cai = dict(buf.__cuda_array_interface__)
+        cai['data'], cai['stream'] = (ptr, False), None  # copied and synchronized: no stream to wait for
+        self.__cuda_array_interface__ = cai
+
+
+def sendrecv_replace(comm, buf, dest, sendtag, source, recvtag, status):
+    """Sendrecv_replace with a device buffer, or a host buffer that may receive a GPU sender's header: a
+    Sendrecv from a copy of the buffer's memory into the buffer itself, so the receive takes a GPU
+    sender's header as every receive does (on host mirrors the header's bytes landed as data, and its
+    sender waited for a reply that never came). The copy holds every byte the buffer's array holds, so
+    a datatype with gaps sends from the same places; the received elements land in the buffer."""
+    buf = _read(buf, 'Sendrecv_replace')
+    obj, rest = split_spec(buf)
+    st = state_of(comm)
+
+    def spec(x):
+        return x if rest is None else [x, *rest]
+
+    def go():
+        if not is_device(obj):
+            copy = np.array(memoryview(obj), copy=True)  # the same format: mpi4py reads the same elements
+            return sendrecv(comm, spec(copy), dest, sendtag, buf, source, recvtag, status)
+        whole = read_whole('Sendrecv_replace', 'buf', st.rank, obj, True, _cuda.consumer_stream)
+        dev = _cuda.device_of('Sendrecv_replace', 'buf', st.rank, whole)
+        mem = scratch.take(whole.nbytes, dev)
+        try:
+            if whole.nbytes:
+                _copy_sync(dev, mem.ptr, whole.ptr, whole.nbytes, _cuda.stream_of(whole, dev))
+            return sendrecv(comm, spec(_CopyOf(whole, mem.ptr)), dest, sendtag, buf, source, recvtag, status)
+        finally:
+            scratch.give(mem, dev)  # sendrecv returned: its send is complete, nothing reads the copy
+    return _guarded(st, 'Sendrecv_replace', go)
+
+
+class RecvInit(requests.Startable, requests.Finishing, MPI.Prequest):
+    """Recv_init with a device buffer, or a host buffer that may receive a GPU sender's header: each Start
+    posts the receive as Irecv does, so every round takes a GPU sender's header (on host mirrors the
+    header's bytes landed as data, and its sender waited for a reply that never came)."""
+
+    @classmethod
+    def create(cls, comm, buf, source, tag):
+        st = state_of(comm)
+        _cuda.require('Recv_init', st.rank, 'buf')
+        req = cls()
+        req._comm, req._st, req._args, req._work = comm, st, (_read(buf, 'Recv_init'), source, tag), None
+        return req
+
+    _args = None
+
+    def _freed(self):
+        return self._args is None
+
+    def Start(self):
+        st = self._st
+        self._check_startable(st.rank)
+        buf, source, tag = self._args
+
+        def go():
+            self._work = _post_recv(st, self._comm, 'Recv_init', buf, source, tag)
+            requests.set_handle(self, requests.start(self._work))
+        _guarded(st, 'Start', go)
+
+    cancels_rounds = True  # Cancel reaches the round's receive (the interposer's MPI_Cancel asks)
+
+    def Cancel(self):
+        """Cancels the active round's receive, as MPI lets a receive be until a message has matched it;
+        Wait or Test then completes the round, its status cancelled."""
+        w = self._work
+        if not self._active() or w is None or w.inner is None:
+            return
+        with w.lock:  # (the agent's Test of the same receive holds it briefly)
+            if not w.done:
+                w.inner.Cancel()
+
+    def Free(self):
+        if self._active():
+            self.Wait()
+        self._args = self._work = None
+
+
 def probe(comm, source, tag, status, blocking):
     """Probe/Iprobe on a communicator whose senders may send headers: a 128-byte message is taken out
     of MPI and kept (receives take kept messages first), so the status reports the payload's size."""

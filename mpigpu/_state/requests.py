@@ -160,7 +160,7 @@ class Work:
             status.Set_source(MPI.ANY_SOURCE)
             status.Set_tag(MPI.ANY_TAG)
             status.Set_elements(MPI.BYTE, 0)
-        status.Set_cancelled(False)
+        status.Set_cancelled(self.inner is not None and self.inner_status.Is_cancelled())
         status.Set_error(self.error)
         return self.error
 

@@ -13,13 +13,15 @@ non-blocking calls wrap it in a generalized request, so `Wait`/`Test`/`Waitall`,
 tag, count) and `Probe`-then-`Irecv` behave as with host buffers; the blocking calls and Sendrecv
 finish them in place. Pinned buffers come from a process-wide pool and go back on completion.
 """
+import time
+
 import numpy as np
 from mpi4py import MPI
 
 from .. import _cuda
 from .._base import plain as _plain
 from .._describe import datatypes as _datatypes
-from .._describe.call import read_once, read_whole, unpack_spec
+from .._describe.call import read_once, read_whole, spec_layout, unpack_spec
 from .._base.config import config
 from .._ext._intake import is_device
 from .._state.comm_state import _CACHE as _CACHE_KEY, state_of
@@ -518,14 +520,29 @@ def sendrecv(comm, sendbuf, dest, sendtag, recvbuf, source, recvtag, status):
 
 
 class _CopyOf:
-    """A device copy of a buffer's bytes, exported as the buffer exports them (the same elements): the
-    send side of Sendrecv_replace."""
+    """A device copy of a buffer's bytes, exported as the buffer exports them (the same elements, at the
+    copy's `ptr`): the send side of Sendrecv_replace."""
     __slots__ = ('__cuda_array_interface__',)
 
     def __init__(self, buf, ptr):
         cai = dict(buf.__cuda_array_interface__)
         cai['data'], cai['stream'] = (ptr, False), None  # copied and synchronized: no stream to wait for
         self.__cuda_array_interface__ = cai
+
+
+def _spec_span(name, rank, buf, rest):
+    """[lo, hi): the bytes from buf's pointer that its specification reaches, the buffer's own included
+    (an explicit count may reach past the array within its allocation, a datatype before its pointer)."""
+    if rest is None:
+        return 0, buf.nbytes
+    start, count, size, lay = spec_layout(name, 'buf', rank, rest, buf.nbytes, buf.itemsize or 1)
+    if not count:
+        return 0, buf.nbytes
+    if lay is None:
+        lo, hi = start, start + count * size
+    else:
+        lo, hi = start + lay.true_lb, start + (count - 1) * lay.extent + lay.true_lb + lay.true_extent
+    return min(lo, 0), max(hi, buf.nbytes)
 
 
 def sendrecv_replace(comm, buf, dest, sendtag, source, recvtag, status):
@@ -536,6 +553,8 @@ def sendrecv_replace(comm, buf, dest, sendtag, source, recvtag, status):
     a datatype with gaps sends from the same places; the received elements land in the buffer."""
     buf = _read(buf, 'Sendrecv_replace')
     obj, rest = split_spec(buf)
+    if obj is MPI.BOTTOM or obj is None:  # absolute addresses: no copy of "the buffer" to send from
+        return _plain.Comm.Sendrecv_replace(comm, buf, dest, sendtag, source, recvtag, status)
     st = state_of(comm)
 
     def spec(x):
@@ -546,12 +565,16 @@ def sendrecv_replace(comm, buf, dest, sendtag, source, recvtag, status):
             copy = np.array(memoryview(obj), copy=True)  # the same format: mpi4py reads the same elements
             return sendrecv(comm, spec(copy), dest, sendtag, buf, source, recvtag, status)
         whole = read_whole('Sendrecv_replace', 'buf', st.rank, obj, True, _cuda.consumer_stream)
+        lo, hi = _spec_span('Sendrecv_replace', st.rank, whole, rest)
         dev = _cuda.device_of('Sendrecv_replace', 'buf', st.rank, whole)
-        mem = scratch.take(whole.nbytes, dev)
+        mem = scratch.take(hi - lo, dev)
         try:
-            if whole.nbytes:
-                _copy_sync(dev, mem.ptr, whole.ptr, whole.nbytes, _cuda.stream_of(whole, dev))
-            return sendrecv(comm, spec(_CopyOf(whole, mem.ptr)), dest, sendtag, buf, source, recvtag, status)
+            if hi > lo:
+                _copy_sync(dev, mem.ptr, whole.ptr + lo, hi - lo, _cuda.stream_of(whole, dev))
+            # the copy's pointer where the buffer's lies from the span's start: the specification reads
+            # the same bytes there (past the array: within the scratch block, its allocation)
+            copy = _CopyOf(whole, mem.ptr - lo)
+            return sendrecv(comm, spec(copy), dest, sendtag, buf, source, recvtag, status)
         finally:
             scratch.give(mem, dev)  # sendrecv returned: its send is complete, nothing reads the copy
     return _guarded(st, 'Sendrecv_replace', go)
@@ -593,9 +616,19 @@ class RecvInit(requests.Startable, requests.Finishing, MPI.Prequest):
         w = self._work
         if not self._active() or w is None or w.inner is None:
             return
-        with w.lock:  # (the agent's Test of the same receive holds it briefly)
+        with w.lock:  # held by a Test only (Wait below polls), never across a wait for a message
             if not w.done:
                 w.inner.Cancel()
+
+    def Wait(self, status=None):
+        """Waits by polling the round's receive, so that its lock is free between looks and a Cancel on
+        another thread can end a round no message will meet (a blocking wait held the lock throughout)."""
+        w = self._work
+        if w is not None:
+            pause = config.poll_sleep_us * 1e-6
+            while not w.finish(False):
+                time.sleep(pause)
+        return MPI.Prequest.Wait(self, status)
 
     def Free(self):
         if self._active():

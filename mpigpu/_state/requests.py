@@ -160,7 +160,8 @@ class Work:
             status.Set_source(MPI.ANY_SOURCE)
             status.Set_tag(MPI.ANY_TAG)
             status.Set_elements(MPI.BYTE, 0)
-        status.Set_cancelled(self.inner is not None and self.inner_status.Is_cancelled())
+        st = self.inner_status if self.inner is not None else None
+        status.Set_cancelled(st is not None and st.Is_cancelled())
         status.Set_error(self.error)
         return self.error
 

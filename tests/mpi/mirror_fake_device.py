@@ -2,6 +2,9 @@
 bit against plain mpi4py on NumPy buffers: point-to-point, Gather(v), Scatter(v), Allgatherv,
 Alltoall(v), Reduce_scatter, Scan, Exscan, in place where MPI allows. A fake CUDA layer lets it run on
 CPUs. Run under mpiexec -n 1..4 (tests/test_mpi.py)."""
+import threading
+import time
+
 import numpy as np
 from mpi4py import MPI
 
@@ -77,6 +80,13 @@ q1.Start()  # a round no send meets, cancelled: Wait completes it, its status ca
 q1.Cancel()
 q1.Wait(st1)
 assert st1.Is_cancelled(), 'a cancelled Recv_init round is not reported cancelled'
+q1.Start()  # the same from another thread while this one waits (the wait polls: the cancel gets in)
+waiter = threading.Thread(target=q1.Wait, args=(st2,), daemon=True)
+waiter.start()
+time.sleep(0.05)
+q1.Cancel()
+waiter.join(30)
+assert not waiter.is_alive() and st2.Is_cancelled(), 'a Recv_init round waited for on another thread was not cancelled'
 q1.Free()
 q2.Free()
 assert not q1, 'a freed persistent request is false'

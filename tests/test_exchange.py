@@ -114,25 +114,33 @@ def _forms(n, rank, one):
     yield 'Alltoallv', [[dev(total), counts, order, one], [dev(total), counts]]  # a derived type without gaps
 
 
+def _both_read(fast, name, rank, n, args, root=-1):
+    """describe's Ranges of a call, checked to be what the fast path's reader read (both decline alike:
+    None)."""
+    from mpigpu._base.codes import Coll
+    want = exchange.describe(name, rank, n, args)
+    got = fast(int(getattr(Coll, name.upper())), rank, n, args[0], args[1], root)
+    assert (got is None) == (want is None), (name, n, rank, args)
+    if got is not None:
+        assert got == (want.send, want.recv, want.send_bytes, want.send_off, want.recv_bytes,
+                       want.recv_off), (name, n, rank)
+    return want
+
+
 def test_fast_reader_reads_what_describe_reads(fast):
     """The fast path's reader gives describe's byte ranges for the common forms (bare arrays; counts and
     displacements as lists, tuples or NumPy arrays; contiguous datatypes; in place) and declines where
     describe does."""
-    from mpigpu._base.codes import Coll
     taken, declined = set(), 0
     one = MPI.INT.Create_contiguous(1).Commit()
     for n in (1, 2, 3, 5):
         for rank in range(n):
             for name, args in _forms(n, rank, one):
                 root = args[2] if name in ('Gather', 'Gatherv', 'Scatter', 'Scatterv') else -1
-                want = exchange.describe(name, rank, n, args)
-                got = fast(int(getattr(Coll, name.upper())), rank, n, args[0], args[1], root)
-                assert (got is None) == (want is None), (name, n, rank, args)
-                if got is None:
+                want = _both_read(fast, name, rank, n, args, root)
+                if want is None:
                     declined += 1
                     continue
-                assert got == (want.send, want.recv, want.send_bytes, want.send_off, want.recv_bytes,
-                               want.recv_off), (name, n, rank)
                 taken.add(name)
     one.Free()
     assert taken == {'Alltoall', 'Alltoallv', 'Allgatherv', 'Gather', 'Gatherv', 'Scatter', 'Scatterv'}
@@ -341,16 +349,11 @@ def test_fast_reader_reads_shapes_as_describe(fast):
     for n in (1, 2, 3, 4):
         for rank in range(n):
             for name, args in _shaped_forms(n, rank, types, twin, far):
-                code = int(getattr(Coll, name.upper()))
-                want = exchange.describe(name, rank, n, args)
-                got = fast(code, rank, n, args[0], args[1])
-                assert (got is None) == (want is None), (name, n, rank, args)
-                if got is None:
+                want = _both_read(fast, name, rank, n, args)
+                if want is None:
                     declined += 1
                     continue
-                assert got == (want.send, want.recv, want.send_bytes, want.send_off, want.recv_bytes,
-                               want.recv_off), (name, n, rank)
-                shapes = _device.exchange_shapes_of(code, rank, n, args[0], args[1])
+                shapes = _device.exchange_shapes_of(int(getattr(Coll, name.upper())), rank, n, args[0], args[1])
                 expect = (None, None) if want.shapes is None else want.shapes
                 for side, lays in zip(shapes, expect):
                     assert side == [_shape_words(lay) for lay in (lays or [None] * n)], (name, n, rank)
